@@ -1,0 +1,115 @@
+# estream build. One command per target; see README.md "Building".
+#   make            release library, CLI           -> build/
+#   make SAN=1      ASan+UBSan build of everything -> build-san/
+#   make TSAN=1     ThreadSanitizer build          -> build-tsan/
+#   make test       build and run the test suite (ends with "N passed, N failed")
+#   make bench      build the benchmarks under bench/
+#   make fuzz       build the GGUF reader fuzzer (clang, libFuzzer)
+#   make debug      -O0 -g -DES_DEBUG            -> build-debug/
+
+CC       ?= cc
+OPT      ?= -O2
+MODE_DIR := build
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+CFLAGS   = -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -pthread -MMD -MP -Iinclude -Isrc
+LDLIBS   := -lm -pthread
+
+ifeq ($(SAN),1)
+  MODE_DIR := build-san
+  OPT    := -O1
+  CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(TSAN),1)
+  MODE_DIR := build-tsan
+  OPT    := -O1
+  CFLAGS += -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS += -fsanitize=thread
+endif
+ifeq ($(DEBUG),1)
+  MODE_DIR := build-debug
+  OPT    := -O0
+  CFLAGS += -DES_DEBUG
+endif
+
+# An explicit BUILD=dir on the command line wins over the mode's default folder.
+BUILD ?= $(MODE_DIR)
+
+# liburing and PCRE2 are found with pkg-config. Without liburing the loader uses pread.
+HAVE_URING := $(shell pkg-config --exists liburing && echo 1)
+ifeq ($(HAVE_URING),1)
+  CFLAGS += -DES_HAVE_URING $(shell pkg-config --cflags liburing)
+  LDLIBS += $(shell pkg-config --libs liburing)
+endif
+CFLAGS += $(shell pkg-config --cflags libpcre2-8)
+LDLIBS += $(shell pkg-config --libs libpcre2-8)
+TEST_LDLIBS := $(shell pkg-config --libs cmocka)
+
+LIB_SRC   := $(sort $(shell find src -name '*.c' -not -path 'src/cli/*'))
+CLI_SRC   := $(sort $(wildcard src/cli/*.c))
+TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
+
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+# Per-ISA kernel files get their own flags; nothing else is built with them (STYLE §6).
+$(BUILD)/src/quant/x86_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/src/quant/x86_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl \
+                                           -mavx512dq -mavx512vnni -mavx512bf16
+
+.PHONY: all lib cli tests bench fuzz test debug clean
+all: $(BUILD)/estream
+lib: $(BUILD)/libestream.a
+
+$(BUILD)/libestream.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/estream: $(CLI_OBJ) $(BUILD)/libestream.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c tests/t.h $(BUILD)/libestream.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libestream.a $(LDFLAGS) $(LDLIBS) $(TEST_LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libestream.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libestream.a $(LDFLAGS) $(LDLIBS)
+
+# Small helpers under tools/ (fixture and seed makers), e.g. build/tools/gguf_seeds.
+$(BUILD)/tools/%: tools/%.c $(BUILD)/libestream.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libestream.a $(LDFLAGS) $(LDLIBS)
+
+# test_plan counts the library's allocations through these wrappers (invoke must not allocate).
+$(BUILD)/tests/test_plan: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=mmap
+
+tests: $(TEST_BIN) $(BUILD)/estream
+bench: $(BENCH_BIN) $(BUILD)/estream
+
+test: tests
+	bash tests/run.sh $(BUILD)
+
+# libFuzzer harness for the GGUF reader; run it with (new inputs go to the first folder):
+#   mkdir -p build-fuzz/corpus && build-fuzz/fuzz_gguf -max_total_time=60 \
+#       -dict=tests/fuzz/gguf.dict build-fuzz/corpus tests/fuzz/corpus
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined" \
+	    LDFLAGS="-fsanitize=address,undefined" build-fuzz/libestream.a
+	clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o build-fuzz/fuzz_gguf \
+	    tests/fuzz/fuzz_gguf.c build-fuzz/libestream.a $(LDLIBS)
+
+debug:
+	$(MAKE) DEBUG=1
+
+clean:
+	rm -rf build build-san build-tsan build-debug build-fuzz
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,115 @@
+/*
+ * estream: fast, memory-bounded prefill of Mixture-of-Experts language models.
+ *
+ * The only public header. Handles are opaque; every function that can fail returns es_status
+ * and leaves a one-line description in es_last_error() (thread-local).
+ *
+ * Thread-safety: an es_model is read-only after es_model_open() and may be shared by threads;
+ * one prefill call runs at a time per model (it owns the model's scratch buffers).
+ */
+#ifndef ESTREAM_H
+#define ESTREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum es_status {
+    ES_OK = 0,
+    ES_E_INVAL = -1,       /* bad argument: a bug in the caller, or a bad flag          */
+    ES_E_NOMEM = -2,       /* allocation failed                                         */
+    ES_E_BUDGET = -3,      /* the plan does not fit the memory budget                   */
+    ES_E_IO = -4,          /* open/read/write failed; details in es_last_error()         */
+    ES_E_FORMAT = -5,      /* not a valid GGUF file, or a corrupt one                    */
+    ES_E_UNSUPPORTED = -6, /* valid input, but a feature estream does not have           */
+} es_status;
+
+/* Short English name of a status ("format error"). Never NULL. */
+const char *es_status_str(es_status st);
+/* The message of the last failure on this thread ("" if none). Valid until the next failure. */
+const char *es_last_error(void);
+
+typedef struct es_model es_model; /* opaque: a GGUF model (or vocabulary-only file) */
+
+/* Flags for es_model_open(). */
+enum {
+    ES_OPEN_VOCAB_ONLY = 1 << 0, /* read only the tokenizer; the file may have no weights */
+};
+
+/* Opens the GGUF at path: validates the file, reads hyperparameters, tensors and tokenizer.
+ * On success *out owns the mapping; release it with es_model_close(). On failure *out is NULL.
+ * Errors: ES_E_IO (cannot open), ES_E_FORMAT (malformed), ES_E_UNSUPPORTED (unknown arch). */
+es_status es_model_open(const char *path, unsigned flags, es_model **out);
+void es_model_close(es_model *m); /* NULL is a no-op */
+
+/* Architecture name ("olmoe"), vocabulary size, context length. */
+const char *es_model_arch(const es_model *m);
+int es_model_n_vocab(const es_model *m);
+int es_model_n_ctx(const es_model *m);
+
+/* Tokenizes text[0..len) into ids. add_special: add BOS/EOS as the model's tokenizer asks
+ * (tokenizer.ggml.add_bos_token), as llama.cpp does. parse_special: recognise special-token
+ * text such as "<|endoftext|>". On success *n_out is the number of ids; if it exceeds cap,
+ * only cap ids are written and ES_E_INVAL is returned with *n_out set to the number needed. */
+es_status es_tokenize(const es_model *m, const char *text, size_t len, int add_special,
+                      int parse_special, int32_t *ids, size_t cap, size_t *n_out);
+/* Whether the tokenizer adds a BOS token at the start of a sequence. */
+int es_model_add_bos(const es_model *m);
+int32_t es_model_bos(const es_model *m);
+/* The text of one token, as detokenization produces it; *len_out its length. NULL if id is out of
+ * range. Valid until es_model_close(). */
+const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
+
+/* Options for es_prefill(). Zero-initialise, then set what you need. */
+typedef struct es_prefill_opts {
+    int n_threads;  /* 0 = number of online CPUs */
+    int reference;  /* 1 = plain reference path (the oracle), 0 = fast path */
+    int all_logits; /* 1 = logits for every position, 0 = only the last position */
+} es_prefill_opts;
+
+/* Runs the prefill over ids[0..n). Writes logits to out: [n][n_vocab] if opts->all_logits,
+ * else [n_vocab] for the last position. The caller owns out. Ids out of range, n == 0 or
+ * n > n_ctx give ES_E_INVAL. Not thread-safe for one model: one prefill at a time. */
+es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill_opts *opts,
+                     float *out);
+
+/* Perplexity with llama.cpp's llama-perplexity convention: the ids (tokenized with BOS when the
+ * tokenizer adds one) are cut into non-overlapping chunks of n_ctx; when the model adds BOS, the
+ * first id of each chunk is replaced by BOS; only the second half of each chunk is scored
+ * (positions n_ctx/2 .. n_ctx-2 predict the next id). Needs n >= 2*n_ctx ids. */
+typedef struct es_ppl_result {
+    double ppl;       /* exp(mean negative log-likelihood) */
+    double nll;       /* mean negative log-likelihood, nats */
+    int64_t n_scored; /* predictions scored */
+    int chunks;       /* chunks evaluated */
+} es_ppl_result;
+/* Called after each chunk: chunks done, total, perplexity so far. */
+typedef void (*es_ppl_progress_fn)(void *user, int done, int total, double ppl);
+es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
+                        const es_prefill_opts *opts, es_ppl_progress_fn progress, void *user,
+                        es_ppl_result *out);
+
+/* Synthetic models: random weights with the tensor names, shapes and metadata of llama.cpp's
+ * architecture, so llama.cpp loads the same file. */
+typedef struct es_synth_opts {
+    const char *arch;       /* "olmoe" */
+    const char *preset;     /* "tiny", "mini", "olmoe-1b-7b" */
+    const char *type;       /* weight type: "f32", "f16", "q8_0", "q4_0" */
+    uint64_t seed;
+    const char *vocab_path; /* NULL: estream's built-in byte-level BPE; else copy its tokenizer */
+    /* progress: bytes written, total (may be NULL) */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *user;
+} es_synth_opts;
+/* Writes the model to path (atomically: a failure leaves no file at path). */
+es_status es_synth(const es_synth_opts *opts, const char *path);
+/* Names of the presets, NULL-terminated. */
+const char *const *es_synth_presets(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,46 @@
+/* Shared helpers of the estream command-line tool: argument parsing, file reading, errors.
+ * Only cli/ prints usage or calls exit(). */
+#ifndef ES_CLI_H
+#define ES_CLI_H
+
+#include "estream.h"
+#include "core/util.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Prints "estream: <message>" on stderr and exits 1. */
+_Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Dies with es_last_error() (or the status name) prefixed by what. */
+_Noreturn void cli_die_status(es_status st, const char *what);
+
+/* Argument cursor: cli_next_value() takes the value after a flag or dies. */
+typedef struct cli_args { int argc, i; char **argv; const char *cmd; } cli_args;
+const char *cli_value(cli_args *a, const char *flag);
+long long cli_int(const char *flag, const char *s, long long lo, long long hi);
+_Noreturn void cli_unknown(const cli_args *a, const char *arg);
+
+/* Reads a whole regular file (at most max_bytes) into a malloc'd NUL-terminated buffer. */
+char *cli_read_file(const char *path, size_t max_bytes, size_t *len);
+/* Parses whitespace-separated token ids; dies on anything else. */
+int32_t *cli_read_ids(const char *path, size_t *n);
+/* Prompt text from -p or -f (exactly one must be given). */
+char *cli_prompt(const char *text, const char *file, size_t *len);
+/* Tokenizes the text; dies on error. */
+int32_t *cli_tokenize(const es_model *m, const char *text, size_t len, bool add_special,
+                      bool parse_special, size_t *n);
+/* Opens a model or dies. */
+es_model *cli_open_model(const char *path, unsigned flags);
+/* Default thread count: online CPUs. */
+int cli_default_threads(void);
+/* Writes s as a JSON string literal (quotes included) to f. */
+void cli_json_str(FILE *f, const char *s, size_t len);
+
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_prefill(int argc, char **argv);
+int cmd_ppl(int argc, char **argv);
+
+#endif

@@ -1,0 +1,93 @@
+/* estream info: architecture, hyperparameters, tensor table and expert sizes of a GGUF file. */
+#include "cli/cli.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: estream info -m MODEL\n"
+    "\n"
+    "Prints the architecture, hyperparameters, tokenizer, every tensor (type, shape, bytes) and the\n"
+    "bytes of one expert per layer. Vocabulary-only files (no weights) show the tokenizer only.\n";
+
+static void print_bytes(double b)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) { b /= 1024; i++; }
+    printf("%.2f %s", b, u[i]);
+}
+
+int cmd_info(int argc, char **argv)
+{
+    cli_args a = {argc, 1, argv, "info"};
+    const char *model = NULL;
+    for (; a.i < argc; a.i++) {
+        const char *s = argv[a.i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) { fputs(help, stdout); return 0; }
+        else if (!strcmp(s, "-m") || !strcmp(s, "--model")) model = cli_value(&a, s);
+        else cli_unknown(&a, s);
+    }
+    if (!model) cli_die("info: no model: give -m MODEL");
+    /* Open with weights; a file without an architecture or weights falls back to vocab-only. */
+    es_model *m = NULL;
+    es_status st = es_model_open(model, 0, &m);
+    if (st) {
+        es_model *v = NULL;
+        if (es_model_open(model, ES_OPEN_VOCAB_ONLY, &v) != ES_OK || v->arch[0])
+            cli_die("%s", es_last_error());
+        m = v;
+    }
+    const es_gguf *g = m->gguf;
+    printf("file:          %s (GGUF v%u, %lld tensors, %lld metadata keys, ", model,
+           es_gguf_version(g), (long long)es_gguf_n_tensors(g), (long long)es_gguf_n_kv(g));
+    print_bytes((double)es_gguf_file_size(g));
+    printf(")\n");
+    es_str name;
+    if (es_gguf_get_str(g, "general.name", &name)) printf("name:          %.*s\n", (int)name.len, name.ptr);
+    printf("architecture:  %s\n", es_model_arch(m));
+    es_str tm = {0}, tp = {0};
+    es_gguf_get_str(g, "tokenizer.ggml.model", &tm);
+    es_gguf_get_str(g, "tokenizer.ggml.pre", &tp);
+    printf("tokenizer:     %.*s (pre: %.*s), %d tokens, BOS %d%s\n", (int)tm.len, tm.ptr,
+           tp.len ? (int)tp.len : 7, tp.len ? tp.ptr : "default", m->hp.n_vocab,
+           es_model_bos(m), es_model_add_bos(m) ? " (added)" : " (not added)");
+    if (m->vocab_only) {
+        es_model_close(m);
+        return 0;
+    }
+    const es_hparams *hp = &m->hp;
+    printf("context:       %d\n", hp->n_ctx);
+    printf("hidden:        %d, layers %d, heads %d (kv %d, head dim %d)\n", hp->n_embd,
+           hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_embd_head);
+    printf("experts:       %d, top-%d, expert FFN %d\n", hp->n_expert, hp->n_expert_used,
+           hp->n_ff_exp);
+    printf("rope base:     %g, rms eps %g\n", (double)hp->rope_freq_base, (double)hp->rms_eps);
+    printf("\n%-32s %-6s %-24s %s\n", "tensor", "type", "shape", "bytes");
+    uint64_t total = 0, expert_total = 0;
+    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        char shape[64] = "";
+        size_t o = 0;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%lld", d ? " x " : "",
+                                  (long long)t->ne[d]);
+        printf("%-32.*s %-6s %-24s %llu\n", (int)t->name.len, t->name.ptr,
+               es_qtype_name(t->type), shape, (unsigned long long)t->nbytes);
+        total += t->nbytes;
+        if (t->name.len > 5 && !memcmp(t->name.ptr + t->name.len - 12, "_exps.weight", 12))
+            expert_total += t->nbytes;
+    }
+    printf("\nweights:       ");
+    print_bytes((double)total);
+    printf(" (experts ");
+    print_bytes((double)expert_total);
+    printf(", %.1f%%)\n", total ? 100.0 * (double)expert_total / (double)total : 0.0);
+    printf("one expert:    ");
+    print_bytes((double)es_model_expert_bytes(m, 0));
+    printf(" (gate %s, up %s, down %s in layer 0)\n", es_qtype_name(m->layers[0].gate_exps.type),
+           es_qtype_name(m->layers[0].up_exps.type), es_qtype_name(m->layers[0].down_exps.type));
+    es_model_close(m);
+    return 0;
+}

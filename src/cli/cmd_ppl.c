@@ -1,0 +1,73 @@
+/* estream ppl: perplexity of a text, with llama.cpp's llama-perplexity convention. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: estream ppl -m MODEL -f TEXT [-c CTX] [--chunks N] [-t THREADS] [--json]\n"
+    "                   [--reference]\n"
+    "\n"
+    "Perplexity exactly as llama.cpp's llama-perplexity computes it, so the numbers compare\n"
+    "directly: the text is tokenized once (BOS first when the tokenizer adds one), cut into\n"
+    "non-overlapping chunks of CTX tokens (BOS replaces the first token of each chunk when the\n"
+    "tokenizer adds one) and only the second half of each chunk is scored. Needs at least 2*CTX\n"
+    "tokens of text.\n"
+    "  -c CTX       chunk length in tokens (default 512)\n"
+    "  --chunks N   evaluate at most N chunks (default all)\n"
+    "  --json       print {\"ppl\", \"n_scored\", \"chunks\", \"seconds\"} as one JSON object\n"
+    "Progress goes to stderr, one line per chunk.\n";
+
+typedef struct progress_state { uint64_t t0; } progress_state;
+
+static void progress(void *user, int done, int total, double ppl)
+{
+    progress_state *p = user;
+    const double secs = (double)(es_now_ns() - p->t0) * 1e-9;
+    fprintf(stderr, "ppl: chunk %d/%d  ppl %.4f  (%.2f s/chunk, about %.0f s left)\n", done,
+            total, ppl, secs / done, secs / done * (total - done));
+}
+
+int cmd_ppl(int argc, char **argv)
+{
+    cli_args a = {argc, 1, argv, "ppl"};
+    const char *model = NULL, *file = NULL;
+    int ctx = 512, chunks = 0;
+    bool json = false;
+    es_prefill_opts o = {.n_threads = cli_default_threads()};
+    for (; a.i < argc; a.i++) {
+        const char *s = argv[a.i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) { fputs(help, stdout); return 0; }
+        else if (!strcmp(s, "-m") || !strcmp(s, "--model")) model = cli_value(&a, s);
+        else if (!strcmp(s, "-f") || !strcmp(s, "--file")) file = cli_value(&a, s);
+        else if (!strcmp(s, "-c") || !strcmp(s, "--ctx")) ctx = (int)cli_int(s, cli_value(&a, s), 4, 1 << 24);
+        else if (!strcmp(s, "--chunks")) chunks = (int)cli_int(s, cli_value(&a, s), 1, 1 << 30);
+        else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) o.n_threads = (int)cli_int(s, cli_value(&a, s), 1, 1024);
+        else if (!strcmp(s, "--json")) json = true;
+        else if (!strcmp(s, "--reference")) o.reference = 1;
+        else cli_unknown(&a, s);
+    }
+    if (!file) cli_die("ppl: give the text with -f FILE");
+    size_t len;
+    char *text = cli_read_file(file, (size_t)1 << 30, &len);
+    es_model *m = cli_open_model(model, 0);
+    size_t n;
+    int32_t *ids = cli_tokenize(m, text, len, true, false, &n);
+    free(text);
+    progress_state ps = {es_now_ns()};
+    es_ppl_result r;
+    es_status st = es_perplexity(m, ids, n, ctx, chunks, &o, progress, &ps, &r);
+    if (st) cli_die_status(st, "ppl");
+    const double secs = (double)(es_now_ns() - ps.t0) * 1e-9;
+    if (json)
+        printf("{\"ppl\": %.6f, \"nll\": %.8f, \"n_scored\": %lld, \"chunks\": %d, \"ctx\": %d, "
+               "\"n_tokens\": %zu, \"seconds\": %.3f}\n", r.ppl, r.nll, (long long)r.n_scored,
+               r.chunks, ctx, n, secs);
+    else
+        printf("perplexity: %.4f over %lld predictions (%d chunks of %d tokens, %.1f s)\n", r.ppl,
+               (long long)r.n_scored, r.chunks, ctx, secs);
+    free(ids);
+    es_model_close(m);
+    return fflush(stdout) == 0 ? 0 : 1;
+}

@@ -1,0 +1,143 @@
+/* estream prefill: run the prefill of a prompt and print the next-token distribution's top-k. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char help[] =
+    "usage: estream prefill -m MODEL (-p TEXT | -f FILE | --ids FILE) [--top K] [-t THREADS]\n"
+    "                       [--json] [--dump-logits OUT] [--reference]\n"
+    "\n"
+    "Tokenizes the prompt (adding BOS where the model's tokenizer asks for it), runs one prefill\n"
+    "and prints the top-K next tokens with probabilities, the token count, the wall time and the\n"
+    "peak resident memory.\n"
+    "  --ids FILE         pre-tokenized ids, whitespace-separated, used exactly as given\n"
+    "  --top K            how many next tokens to print (default 5)\n"
+    "  -t THREADS         compute threads (default: all CPUs)\n"
+    "  --json             one JSON object: n_tokens, top [{id, piece, prob}], seconds,\n"
+    "                     tokens_per_second, peak_rss_bytes\n"
+    "  --dump-logits OUT  write the logits of every position as little-endian float32,\n"
+    "                     row-major [n_tokens x n_vocab]\n"
+    "  --reference        use the plain reference path (the oracle) instead of the fast path\n";
+
+typedef struct top_entry { int32_t id; double prob; } top_entry;
+
+static int by_prob(const void *a, const void *b)
+{
+    const top_entry *x = a, *y = b;
+    if (x->prob != y->prob) return x->prob < y->prob ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Writes the logits to path via a temporary file, so a failure leaves nothing behind. */
+static void dump_logits(const char *path, const float *logits, size_t count)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) cli_die("path too long");
+    FILE *f = fopen(tmp, "wb");
+    if (!f) cli_die("cannot create %s: %s", tmp, strerror(errno));
+    size_t w = fwrite(logits, sizeof(float), count, f);
+    int err = w != count || fflush(f) != 0 || ferror(f);
+    if (fclose(f) != 0) err = 1;
+    if (err || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        cli_die("cannot write %s: %s", path, strerror(e));
+    }
+}
+
+int cmd_prefill(int argc, char **argv)
+{
+    cli_args a = {argc, 1, argv, "prefill"};
+    const char *model = NULL, *text = NULL, *file = NULL, *ids_file = NULL, *dump = NULL;
+    int top = 5;
+    bool json = false;
+    es_prefill_opts o = {.n_threads = cli_default_threads()};
+    for (; a.i < argc; a.i++) {
+        const char *s = argv[a.i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) { fputs(help, stdout); return 0; }
+        else if (!strcmp(s, "-m") || !strcmp(s, "--model")) model = cli_value(&a, s);
+        else if (!strcmp(s, "-p") || !strcmp(s, "--prompt")) text = cli_value(&a, s);
+        else if (!strcmp(s, "-f") || !strcmp(s, "--file")) file = cli_value(&a, s);
+        else if (!strcmp(s, "--ids")) ids_file = cli_value(&a, s);
+        else if (!strcmp(s, "--top")) top = (int)cli_int(s, cli_value(&a, s), 1, 1000000);
+        else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) o.n_threads = (int)cli_int(s, cli_value(&a, s), 1, 1024);
+        else if (!strcmp(s, "--json")) json = true;
+        else if (!strcmp(s, "--dump-logits")) dump = cli_value(&a, s);
+        else if (!strcmp(s, "--reference")) o.reference = 1;
+        else cli_unknown(&a, s);
+    }
+    if ((text || file) && ids_file) cli_die("prefill: give a prompt (-p/-f) or --ids, not both");
+    es_model *m = cli_open_model(model, 0);
+    size_t n;
+    int32_t *ids;
+    if (ids_file) {
+        ids = cli_read_ids(ids_file, &n);
+    } else {
+        size_t len;
+        char *prompt = cli_prompt(text, file, &len);
+        ids = cli_tokenize(m, prompt, len, true, true, &n);
+        free(prompt);
+    }
+    if (n == 0) cli_die("prefill: the prompt is empty (no tokens)");
+    if (n > (size_t)es_model_n_ctx(m))
+        cli_die("prefill: the prompt has %zu tokens, more than the model's context of %d", n,
+                es_model_n_ctx(m));
+    const size_t nv = (size_t)es_model_n_vocab(m);
+    o.all_logits = dump != NULL;
+    const size_t n_out = o.all_logits ? n : 1;
+    float *logits = malloc(sizeof(float) * nv * n_out);
+    if (!logits) cli_die("out of memory for %zu x %zu logits", n_out, nv);
+    const uint64_t t0 = es_now_ns();
+    es_status st = es_prefill(m, ids, n, &o, logits);
+    const double secs = (double)(es_now_ns() - t0) * 1e-9;
+    if (st) cli_die_status(st, "prefill");
+    if (dump) dump_logits(dump, logits, n_out * nv);
+
+    const float *last = logits + (n_out - 1) * nv;
+    float mx = last[0];
+    for (size_t i = 1; i < nv; i++) mx = last[i] > mx ? last[i] : mx;
+    double sum = 0.0;
+    for (size_t i = 0; i < nv; i++) sum += exp((double)(last[i] - mx));
+    top_entry *e = malloc(sizeof(top_entry) * nv);
+    if (!e) cli_die("out of memory");
+    for (size_t i = 0; i < nv; i++) e[i] = (top_entry){(int32_t)i, exp((double)(last[i] - mx)) / sum};
+    qsort(e, nv, sizeof(*e), by_prob);
+    if ((size_t)top > nv) top = (int)nv;
+    const size_t rss = es_peak_rss_bytes();
+    if (json) {
+        printf("{\"n_tokens\": %zu, \"top\": [", n);
+        for (int i = 0; i < top; i++) {
+            size_t plen;
+            const char *piece = es_token_piece(m, e[i].id, &plen);
+            printf("%s{\"id\": %d, \"piece\": ", i ? ", " : "", e[i].id);
+            cli_json_str(stdout, piece ? piece : "", piece ? plen : 0);
+            printf(", \"prob\": %.9g}", e[i].prob);
+        }
+        printf("], \"seconds\": %.6f, \"tokens_per_second\": %.3f, \"peak_rss_bytes\": %zu, "
+               "\"path\": \"%s\"}\n", secs, (double)n / secs, rss,
+               o.reference ? "reference" : "fast");
+    } else {
+        printf("tokens:     %zu\n", n);
+        printf("top %d next tokens:\n", top);
+        for (int i = 0; i < top; i++) {
+            size_t plen;
+            const char *piece = es_token_piece(m, e[i].id, &plen);
+            printf("  %2d. %8d  %.6f  ", i + 1, e[i].id, e[i].prob);
+            cli_json_str(stdout, piece ? piece : "", piece ? plen : 0);
+            putchar('\n');
+        }
+        printf("time:       %.3f s (%.1f tokens/s, %s path, %d threads)\n", secs,
+               (double)n / secs, o.reference ? "reference" : "fast", o.n_threads);
+        printf("peak RSS:   %.1f MiB\n", (double)rss / (1 << 20));
+    }
+    free(e);
+    free(logits);
+    free(ids);
+    es_model_close(m);
+    return fflush(stdout) == 0 ? 0 : 1;
+}

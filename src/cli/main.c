@@ -1,0 +1,183 @@
+/* estream command-line tool: dispatch to the subcommands, and the helpers they share. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "estream: fast, memory-bounded prefill of Mixture-of-Experts models (GGUF)\n"
+    "\n"
+    "usage: estream COMMAND [options]      (estream COMMAND --help for details)\n"
+    "\n"
+    "commands:\n"
+    "  info      -m MODEL                      architecture, hyperparameters, tensors\n"
+    "  tokenize  -m MODEL (-p TEXT | -f FILE)  token ids of a text\n"
+    "  synth     --preset P --type T -o FILE   write a synthetic model\n"
+    "  prefill   -m MODEL (-p|-f|--ids)        run the prefill, print the next-token top-k\n"
+    "  ppl       -m MODEL -f TEXT [-c CTX]     perplexity (llama-perplexity convention)\n"
+    "\n"
+    "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avx512\n";
+
+void cli_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("estream: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void cli_die_status(es_status st, const char *what)
+{
+    const char *msg = es_last_error();
+    cli_die("%s: %s", what, msg && *msg ? msg : es_status_str(st));
+}
+
+const char *cli_value(cli_args *a, const char *flag)
+{
+    if (a->i + 1 >= a->argc) cli_die("%s: option %s needs a value", a->cmd, flag);
+    return a->argv[++a->i];
+}
+
+long long cli_int(const char *flag, const char *s, long long lo, long long hi)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        cli_die("%s: expected an integer in [%lld, %lld], got '%s'", flag, lo, hi, s);
+    return v;
+}
+
+void cli_unknown(const cli_args *a, const char *arg)
+{
+    cli_die("%s: unknown option '%s' (see estream %s --help)", a->cmd, arg, a->cmd);
+}
+
+char *cli_read_file(const char *path, size_t max_bytes, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) cli_die("cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode))
+        cli_die("%s is not a regular file", path);
+    if ((uint64_t)sb.st_size > max_bytes)
+        cli_die("%s is too large (%lld bytes, limit %zu)", path, (long long)sb.st_size, max_bytes);
+    char *buf = malloc((size_t)sb.st_size + 1);
+    if (!buf) cli_die("out of memory reading %s", path);
+    size_t n = fread(buf, 1, (size_t)sb.st_size, f);
+    if (ferror(f)) cli_die("cannot read %s: %s", path, strerror(errno));
+    fclose(f);
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int32_t *cli_read_ids(const char *path, size_t *n)
+{
+    size_t len;
+    char *text = cli_read_file(path, (size_t)1 << 30, &len);
+    size_t cap = 1024, k = 0;
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+    if (!ids) cli_die("out of memory");
+    char *p = text;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < INT32_MIN || v > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r'))
+            cli_die("%s: token %zu is not an integer id", path, k + 1);
+        if (k == cap && !(ids = realloc(ids, (cap *= 2) * sizeof(int32_t))))
+            cli_die("out of memory");
+        ids[k++] = (int32_t)v;
+        p = end;
+    }
+    free(text);
+    *n = k;
+    return ids;
+}
+
+char *cli_prompt(const char *text, const char *file, size_t *len)
+{
+    if (text && file) cli_die("give either -p TEXT or -f FILE, not both");
+    if (file) return cli_read_file(file, (size_t)1 << 30, len);
+    if (!text) cli_die("no prompt: give -p TEXT or -f FILE");
+    *len = strlen(text);
+    char *copy = strdup(text);
+    if (!copy) cli_die("out of memory");
+    return copy;
+}
+
+int32_t *cli_tokenize(const es_model *m, const char *text, size_t len, bool add_special,
+                      bool parse_special, size_t *n)
+{
+    size_t cap = len + 16; /* every token covers at least one byte, plus BOS/EOS/space prefix */
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+    if (!ids) cli_die("out of memory");
+    es_status st = es_tokenize(m, text, len, add_special, parse_special, ids, cap, n);
+    if (st == ES_E_INVAL && *n > cap) {
+        cap = *n;
+        if (!(ids = realloc(ids, cap * sizeof(int32_t)))) cli_die("out of memory");
+        st = es_tokenize(m, text, len, add_special, parse_special, ids, cap, n);
+    }
+    if (st) cli_die_status(st, "tokenize");
+    return ids;
+}
+
+es_model *cli_open_model(const char *path, unsigned flags)
+{
+    if (!path) cli_die("no model: give -m MODEL");
+    es_model *m = NULL;
+    es_status st = es_model_open(path, flags, &m);
+    if (st) {
+        const char *msg = es_last_error();
+        cli_die("%s", msg && *msg ? msg : es_status_str(st));
+    }
+    return m;
+}
+
+int cli_default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void cli_json_str(FILE *f, const char *s, size_t len)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+        else fputc(c, f); /* UTF-8 passes through; invalid bytes are the token's own */
+    }
+    fputc('"', f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 1 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "prefill")) return cmd_prefill(argc - 1, argv + 1);
+    if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);
+    cli_die("unknown command '%s' (run estream --help)", cmd);
+}

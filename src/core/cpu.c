@@ -1,0 +1,193 @@
+/*
+ * CPU detection: CPUID feature bits checked against the OS-enabled state in XCR0, and cache sizes
+ * from the deterministic cache-parameter leaves.
+ *
+ * DESIGN: detection runs once (pthread_once) and fills a static es_cpu_info that is read-only
+ * afterwards, so es_cpu_has() is a load and a compare. On a non-x86 build every flag is off and
+ * the cache sizes are defaults; the scalar kernels then run.
+ */
+#include "core/cpu.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define HAVE_X86 1
+#else
+#define HAVE_X86 0
+#endif
+
+static es_cpu_info info;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* Defaults when CPUID has no cache leaves: small enough to be right on every x86 since 2013. */
+#define DEFAULT_L1D ((size_t)32 << 10)
+#define DEFAULT_L2 ((size_t)256 << 10)
+
+#if HAVE_X86
+typedef struct { uint32_t a, b, c, d; } regs4;
+
+static regs4 cpuid(uint32_t leaf, uint32_t sub)
+{
+    regs4 r = {0, 0, 0, 0};
+    __cpuid_count(leaf, sub, r.a, r.b, r.c, r.d);
+    return r;
+}
+
+/* XCR0: which register states the OS saves. Only valid when CPUID.1:ECX.OSXSAVE is set. */
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (uint64_t)hi << 32 | lo;
+}
+
+/* Leaf 4 and AMD's 0x8000001D share one layout: subleaf i describes cache i until type 0. */
+static bool caches_from_leaf(uint32_t leaf, size_t *l1d, size_t *l2, size_t *l3)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < 16; i++) {
+        regs4 r = cpuid(leaf, i);
+        uint32_t type = r.a & 31, level = (r.a >> 5) & 7;
+        if (type == 0) break;
+        if (type == 2) continue; /* instruction cache */
+        size_t ways = ((r.b >> 22) & 1023) + 1, parts = ((r.b >> 12) & 1023) + 1;
+        size_t line = (r.b & 4095) + 1, sets = (size_t)r.c + 1;
+        size_t bytes = ways * parts * line * sets;
+        if (level == 1 && type == 1) *l1d = bytes, any = true;
+        if (level == 2) *l2 = bytes, any = true;
+        if (level == 3) *l3 = bytes, any = true;
+    }
+    return any;
+}
+
+static void detect(void)
+{
+    regs4 r = cpuid(0, 0);
+    uint32_t max_leaf = r.a;
+    memcpy(info.vendor + 0, &r.b, 4);
+    memcpy(info.vendor + 4, &r.d, 4);
+    memcpy(info.vendor + 8, &r.c, 4);
+    info.vendor[12] = 0;
+    bool amd = strcmp(info.vendor, "AuthenticAMD") == 0 || strcmp(info.vendor, "HygonGenuine") == 0;
+
+    regs4 ext = cpuid(0x80000000u, 0);
+    if (ext.a >= 0x80000004u) {
+        char b[49] = {0};
+        for (uint32_t i = 0; i < 3; i++) {
+            regs4 s = cpuid(0x80000002u + i, 0);
+            memcpy(b + 16 * i, &s, 16);
+        }
+        const char *p = b;
+        while (*p == ' ') p++;
+        snprintf(info.brand, sizeof(info.brand), "%s", p);
+    }
+
+    uint64_t f = 0;
+    regs4 l1 = cpuid(1, 0);
+    uint32_t fam = (l1.a >> 8) & 15, mod = (l1.a >> 4) & 15;
+    if (fam == 15) fam += (l1.a >> 20) & 255;
+    if (fam == 6 || fam >= 15) mod += ((l1.a >> 16) & 15) << 4;
+    info.family = (int)fam;
+    info.model = (int)mod;
+
+    if (l1.c & (1u << 20)) f |= ES_CPU_SSE42;
+    /* The OS must have enabled XSAVE (OSXSAVE) before xgetbv may be executed at all. */
+    uint64_t xcr0 = (l1.c & (1u << 27)) ? xgetbv0() : 0;
+    bool os_avx = (xcr0 & 0x6) == 0x6;             /* XMM and YMM state */
+    bool os_avx512 = (xcr0 & 0xE6) == 0xE6;        /* plus opmask, ZMM_Hi256, Hi16_ZMM */
+    bool os_amx = (xcr0 & 0x60000) == 0x60000;     /* XTILECFG and XTILEDATA */
+
+    if (os_avx && (l1.c & (1u << 28))) f |= ES_CPU_AVX;
+    if (os_avx && (l1.c & (1u << 12))) f |= ES_CPU_FMA;
+    if (os_avx && (l1.c & (1u << 29))) f |= ES_CPU_F16C;
+    if (max_leaf >= 7) {
+        regs4 s0 = cpuid(7, 0), s1 = cpuid(7, 1);
+        if (os_avx && (s0.b & (1u << 5))) f |= ES_CPU_AVX2;
+        if (os_avx && (s1.a & (1u << 4))) f |= ES_CPU_AVX_VNNI;
+        if (os_avx512) {
+            if (s0.b & (1u << 16)) f |= ES_CPU_AVX512F;
+            if (s0.b & (1u << 17)) f |= ES_CPU_AVX512DQ;
+            if (s0.b & (1u << 30)) f |= ES_CPU_AVX512BW;
+            if (s0.b & (1u << 31)) f |= ES_CPU_AVX512VL;
+            if (s0.c & (1u << 1)) f |= ES_CPU_AVX512_VBMI;
+            if (s0.c & (1u << 11)) f |= ES_CPU_AVX512_VNNI;
+            if (s0.d & (1u << 23)) f |= ES_CPU_AVX512_FP16;
+            if (s1.a & (1u << 5)) f |= ES_CPU_AVX512_BF16;
+        }
+        if (os_amx) {
+            if (s0.d & (1u << 24)) f |= ES_CPU_AMX_TILE;
+            if (s0.d & (1u << 25)) f |= ES_CPU_AMX_INT8;
+            if (s0.d & (1u << 22)) f |= ES_CPU_AMX_BF16;
+        }
+    }
+    /* An AVX-512 extension is useless without the foundation. */
+    if (!(f & ES_CPU_AVX512F)) f &= ~(ES_CPU_AVX512BW | ES_CPU_AVX512VL | ES_CPU_AVX512DQ |
+                                    ES_CPU_AVX512_VNNI | ES_CPU_AVX512_BF16 |
+                                    ES_CPU_AVX512_FP16 | ES_CPU_AVX512_VBMI);
+    info.flags = f;
+
+    size_t l1d = 0, l2 = 0, l3 = 0;
+    bool got = false;
+    if (amd) {
+        regs4 e1 = cpuid(0x80000001u, 0);
+        if (ext.a >= 0x8000001Du && (e1.c & (1u << 22))) /* topology extensions */
+            got = caches_from_leaf(0x8000001Du, &l1d, &l2, &l3);
+        if (!got && ext.a >= 0x80000006u) {
+            regs4 c5 = cpuid(0x80000005u, 0), c6 = cpuid(0x80000006u, 0);
+            l1d = (size_t)(c5.c >> 24) << 10;
+            l2 = (size_t)(c6.c >> 16) << 10;
+            l3 = (size_t)(c6.d >> 18) << 19;
+            got = l1d || l2;
+        }
+    } else if (max_leaf >= 4) {
+        got = caches_from_leaf(4, &l1d, &l2, &l3);
+    }
+    info.cache_from_cpuid = got && l1d && l2;
+    info.l1d_bytes = l1d ? l1d : DEFAULT_L1D;
+    info.l2_bytes = l2 ? l2 : DEFAULT_L2;
+    info.l3_bytes = l3;
+}
+#else
+static void detect(void)
+{
+    snprintf(info.vendor, sizeof(info.vendor), "unknown");
+    info.l1d_bytes = DEFAULT_L1D;
+    info.l2_bytes = DEFAULT_L2;
+}
+#endif
+
+const es_cpu_info *es_cpu_get(void)
+{
+    pthread_once(&once, detect);
+    return &info;
+}
+
+bool es_cpu_has(uint64_t flags) { return (es_cpu_get()->flags & flags) == flags; }
+
+char *es_cpu_flags_str(uint64_t flags, char *buf, size_t cap)
+{
+    static const struct { uint64_t bit; const char *name; } names[] = {
+        {ES_CPU_SSE42, "sse4.2"},          {ES_CPU_AVX, "avx"},
+        {ES_CPU_AVX2, "avx2"},             {ES_CPU_FMA, "fma"},
+        {ES_CPU_F16C, "f16c"},             {ES_CPU_AVX_VNNI, "avx_vnni"},
+        {ES_CPU_AVX512F, "avx512f"},       {ES_CPU_AVX512BW, "avx512bw"},
+        {ES_CPU_AVX512VL, "avx512vl"},     {ES_CPU_AVX512DQ, "avx512dq"},
+        {ES_CPU_AVX512_VNNI, "avx512_vnni"}, {ES_CPU_AVX512_BF16, "avx512_bf16"},
+        {ES_CPU_AVX512_FP16, "avx512_fp16"}, {ES_CPU_AVX512_VBMI, "avx512_vbmi"},
+        {ES_CPU_AMX_TILE, "amx_tile"},     {ES_CPU_AMX_INT8, "amx_int8"},
+        {ES_CPU_AMX_BF16, "amx_bf16"},
+    };
+    if (cap == 0) return buf;
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (!(flags & names[i].bit)) continue;
+        int w = snprintf(buf + n, cap - n, "%s%s", n ? " " : "", names[i].name);
+        if (w < 0 || (size_t)w >= cap - n) break;
+        n += (size_t)w;
+    }
+    return buf;
+}

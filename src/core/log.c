@@ -1,0 +1,82 @@
+/* Logging, clock, big allocations and resident-memory reading: the few OS touch points that
+ * every module needs. */
+#include "core/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+int es_log_level(void)
+{
+    static int level = -1;
+    if (level < 0) {
+        const char *s = getenv("ESTREAM_LOG");
+        level = s && *s ? atoi(s) : ES_LOG_WARN;
+    }
+    return level;
+}
+
+void es_log(int level, const char *fmt, ...)
+{
+    if (level > es_log_level()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("estream: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+uint64_t es_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#define HUGE_BYTES ((size_t)2 << 20)
+
+void *es_alloc_big(size_t bytes)
+{
+    if (bytes == 0) bytes = 1;
+    if (bytes < HUGE_BYTES) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, es_align_up(bytes, 64)) != 0) return NULL;
+        memset(p, 0, bytes);
+        return p;
+    }
+    /* mmap gives zeroed memory; the hint asks for 2 MiB pages where THP is in madvise mode. */
+    size_t len = es_align_up(bytes, HUGE_BYTES);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, len, MADV_HUGEPAGE);
+    return p;
+}
+
+void es_free_big(void *p, size_t bytes)
+{
+    if (!p) return;
+    if (bytes == 0) bytes = 1;
+    if (bytes < HUGE_BYTES)
+        free(p);
+    else
+        munmap(p, es_align_up(bytes, HUGE_BYTES));
+}
+
+size_t es_peak_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "VmHWM:", 6) == 0) {
+            kb = strtoull(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}

@@ -1,0 +1,200 @@
+/* Blocked causal attention with an online softmax (see attention.h). */
+#include "model/attention.h"
+
+#include "quant/kern.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct attn_thread {
+    void *q_act;    /* ATTN_BQ prepared query rows (dh) */
+    void *p_act;    /* ATTN_BQ prepared probability rows (ATTN_BK) */
+    float *s;       /* [ATTN_BQ][ATTN_BK] scores, then probabilities */
+    float *o;       /* [ATTN_BQ][dh] unnormalised output */
+    float *m, *l;   /* [ATTN_BQ] running max and sum */
+    void *scratch;  /* es_gemm scratch */
+} attn_thread;
+
+struct es_attn {
+    int64_t t_max;
+    int n_head, n_kv, dh, n_threads;
+    es_pool *pool;
+    float *kh;  /* [n_kv][t_max][dh]: key rows of each head, contiguous */
+    float *vtb; /* [n_kv][n_blocks][dh][ATTN_BK]: V transposed per key block, zero padded */
+    int64_t n_blocks;
+    attn_thread *th;
+    size_t scratch_bytes;
+    /* arguments of the running job */
+    const float *q;
+    float *out;
+    int64_t T;
+    float scale;
+    es_pool_counter next;
+};
+
+es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *pool,
+                         es_attn **out)
+{
+    *out = NULL;
+    es_attn *a = calloc(1, sizeof(*a));
+    if (!a) return es_fail(ES_E_NOMEM, "out of memory");
+    a->t_max = t_max;
+    a->n_head = n_head;
+    a->n_kv = n_kv;
+    a->dh = dh;
+    a->pool = pool;
+    a->n_threads = es_pool_size(pool);
+    a->n_blocks = (t_max + ATTN_BK - 1) / ATTN_BK;
+    a->kh = es_alloc_big(sizeof(float) * (size_t)n_kv * (size_t)t_max * (size_t)dh);
+    a->vtb = es_alloc_big(sizeof(float) * (size_t)n_kv * (size_t)a->n_blocks * (size_t)dh * ATTN_BK);
+    a->th = calloc((size_t)a->n_threads, sizeof(attn_thread));
+    size_t sb = es_gemm_scratch_bytes(ES_QTYPE_F32, dh);
+    const size_t sb2 = es_gemm_scratch_bytes(ES_QTYPE_F32, ATTN_BK);
+    a->scratch_bytes = es_align_up((sb > sb2 ? sb : sb2) + 64, 64);
+    bool ok = a->kh && a->vtb && a->th;
+    for (int i = 0; ok && i < a->n_threads; i++) {
+        attn_thread *t = &a->th[i];
+        t->q_act = es_alloc_big(es_act_bytes(ES_QTYPE_F32, ATTN_BQ, dh));
+        t->p_act = es_alloc_big(es_act_bytes(ES_QTYPE_F32, ATTN_BQ, ATTN_BK));
+        t->s = es_alloc_big(sizeof(float) * ATTN_BQ * ATTN_BK);
+        t->o = es_alloc_big(sizeof(float) * ATTN_BQ * (size_t)dh);
+        t->m = es_alloc_big(sizeof(float) * ATTN_BQ * 2);
+        t->scratch = es_alloc_big(a->scratch_bytes);
+        ok = t->q_act && t->p_act && t->s && t->o && t->m && t->scratch;
+        if (ok) t->l = t->m + ATTN_BQ;
+    }
+    if (!ok) {
+        es_attn_destroy(a);
+        return es_fail(ES_E_NOMEM, "attention: out of memory for %lld tokens", (long long)t_max);
+    }
+    *out = a;
+    return ES_OK;
+}
+
+void es_attn_destroy(es_attn *a)
+{
+    if (!a) return;
+    const size_t dh = (size_t)a->dh;
+    es_free_big(a->kh, sizeof(float) * (size_t)a->n_kv * (size_t)a->t_max * dh);
+    es_free_big(a->vtb, sizeof(float) * (size_t)a->n_kv * (size_t)a->n_blocks * dh * ATTN_BK);
+    if (a->th)
+        for (int i = 0; i < a->n_threads; i++) {
+            attn_thread *t = &a->th[i];
+            es_free_big(t->q_act, es_act_bytes(ES_QTYPE_F32, ATTN_BQ, a->dh));
+            es_free_big(t->p_act, es_act_bytes(ES_QTYPE_F32, ATTN_BQ, ATTN_BK));
+            es_free_big(t->s, sizeof(float) * ATTN_BQ * ATTN_BK);
+            es_free_big(t->o, sizeof(float) * ATTN_BQ * dh);
+            es_free_big(t->m, sizeof(float) * ATTN_BQ * 2);
+            es_free_big(t->scratch, a->scratch_bytes);
+        }
+    free(a->th);
+    free(a);
+}
+
+int64_t es_attn_t_max(const es_attn *a) { return a->t_max; }
+
+typedef struct kv_job { es_attn *a; const float *k, *v; int64_t T; } kv_job;
+
+static void kv_worker(void *arg, int ith, int nth)
+{
+    kv_job *j = arg;
+    es_attn *a = j->a;
+    const int dh = a->dh;
+    const int64_t ld = (int64_t)a->n_kv * dh, nb = (j->T + ATTN_BK - 1) / ATTN_BK;
+    /* items: (kv head, key block) */
+    for (int64_t it = ith; it < a->n_kv * nb; it += nth) {
+        const int h = (int)(it / nb);
+        const int64_t b = it % nb;
+        float *vt = a->vtb + (((size_t)h * (size_t)a->n_blocks + (size_t)b) * (size_t)dh) * ATTN_BK;
+        for (int64_t jj = 0; jj < ATTN_BK; jj++) {
+            const int64_t s = b * ATTN_BK + jj;
+            float *kr = a->kh + ((size_t)h * (size_t)a->t_max + (size_t)s) * (size_t)dh;
+            if (s < j->T) {
+                memcpy(kr, j->k + s * ld + h * dh, sizeof(float) * (size_t)dh);
+                for (int i = 0; i < dh; i++) vt[(size_t)i * ATTN_BK + (size_t)jj] = j->v[s * ld + h * dh + i];
+            } else {
+                for (int i = 0; i < dh; i++) vt[(size_t)i * ATTN_BK + (size_t)jj] = 0.0f;
+            }
+        }
+    }
+}
+
+void es_attn_set_kv(es_attn *a, const float *k, const float *v, int64_t T)
+{
+    ES_ASSERT(T >= 1 && T <= a->t_max);
+    kv_job j = {a, k, v, T};
+    es_pool_run(a->pool, kv_worker, &j);
+}
+
+static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
+{
+    const int dh = a->dh, hk = h / (a->n_head / a->n_kv);
+    const int64_t T = a->T, nq = T - q0 < ATTN_BQ ? T - q0 : ATTN_BQ;
+    const int64_t ldq = (int64_t)a->n_head * dh;
+    es_act_prepare(ES_QTYPE_F32, a->q + q0 * ldq + h * dh, ldq, nq, dh, t->q_act);
+    for (int64_t i = 0; i < nq; i++) {
+        t->m[i] = -INFINITY;
+        t->l[i] = 0.0f;
+    }
+    memset(t->o, 0, sizeof(float) * (size_t)(nq * dh));
+    const float *kh = a->kh + (size_t)hk * (size_t)a->t_max * (size_t)dh;
+    const int64_t last_q = q0 + nq - 1;
+    for (int64_t s0 = 0; s0 <= last_q; s0 += ATTN_BK) {
+        const int64_t s1 = s0 + ATTN_BK; /* padded keys beyond T are masked below */
+        const int64_t s_end = s1 < T ? s1 : T;
+        es_gemm(ES_QTYPE_F32, kh, dh, s0, s_end, t->q_act, NULL, nq, t->s - s0, ATTN_BK, 0,
+                t->scratch);
+        for (int64_t i = 0; i < nq; i++) {
+            float *srow = t->s + i * ATTN_BK;
+            const int64_t q = q0 + i, valid = (q + 1 < s_end ? q + 1 : s_end) - s0;
+            float mx = t->m[i];
+            for (int64_t j = 0; j < valid; j++) {
+                srow[j] *= a->scale;
+                mx = srow[j] > mx ? srow[j] : mx;
+            }
+            const float alpha = expf(t->m[i] - mx); /* 0 on the first block (m = -inf) */
+            float sum = 0.0f;
+            for (int64_t j = 0; j < valid; j++) {
+                srow[j] = expf(srow[j] - mx);
+                sum += srow[j];
+            }
+            for (int64_t j = valid > 0 ? valid : 0; j < ATTN_BK; j++) srow[j] = 0.0f;
+            t->l[i] = t->l[i] * alpha + sum;
+            t->m[i] = mx;
+            float *orow = t->o + i * dh;
+            for (int k = 0; k < dh; k++) orow[k] *= alpha;
+        }
+        es_act_prepare(ES_QTYPE_F32, t->s, ATTN_BK, nq, ATTN_BK, t->p_act);
+        const float *vt = a->vtb + (((size_t)hk * (size_t)a->n_blocks + (size_t)(s0 / ATTN_BK)) * (size_t)dh) * ATTN_BK;
+        es_gemm(ES_QTYPE_F32, vt, ATTN_BK, 0, dh, t->p_act, NULL, nq, t->o, dh, 1, t->scratch);
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        const float inv = 1.0f / t->l[i];
+        float *dst = a->out + (q0 + i) * ldq + h * dh;
+        for (int k = 0; k < dh; k++) dst[k] = t->o[i * dh + k] * inv;
+    }
+}
+
+static void attn_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    es_attn *a = arg;
+    const int64_t nqb = (a->T + ATTN_BQ - 1) / ATTN_BQ, items = nqb * a->n_head;
+    /* Largest query blocks (most keys) first, so the tail of the job is short items. */
+    for (long it; (it = es_pool_counter_next(&a->next, 1)) < items;) {
+        const int64_t qb = nqb - 1 - it / a->n_head;
+        attn_item(a, &a->th[ith], (int)(it % a->n_head), qb * ATTN_BQ);
+    }
+}
+
+void es_attn_run(es_attn *a, const float *q, float *out, int64_t T, float scale)
+{
+    ES_ASSERT(T >= 1 && T <= a->t_max);
+    a->q = q;
+    a->out = out;
+    a->T = T;
+    a->scale = scale;
+    es_pool_counter_set(&a->next, 0);
+    es_pool_run(a->pool, attn_worker, a);
+}

@@ -1,0 +1,36 @@
+/*
+ * Causal GQA attention over T tokens in blocks, with an online softmax (flash-attention style):
+ * memory O(T * d), never a T x T matrix.
+ *
+ * DESIGN: work items are (head, block of ATTN_BQ queries), handed out by an atomic counter. For
+ * each item the key blocks of ATTN_BK keys up to the diagonal are visited in increasing order:
+ * S = Q K^T through es_gemm (F32 "weights" = the head's key rows), the running max and sum are
+ * updated, the partial output is rescaled and O += P V through es_gemm (V stored transposed per
+ * key block so each block is a weight matrix of ATTN_BK-long rows). Every output element is
+ * computed by one thread in a fixed order, so results do not depend on the thread count.
+ */
+#ifndef ES_ATTENTION_H
+#define ES_ATTENTION_H
+
+#include "sched/pool.h"
+
+enum { ATTN_BQ = 64, ATTN_BK = 128 };
+/* Every query of a block then has at least one key in each visited key block. */
+_Static_assert(ATTN_BK % ATTN_BQ == 0, "key blocks must be whole query blocks");
+
+typedef struct es_attn es_attn;
+
+/* Buffers for up to t_max tokens, n_head query heads, n_kv key/value heads of size dh, for
+ * es_pool_size(pool) threads. */
+es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *pool,
+                         es_attn **out);
+void es_attn_destroy(es_attn *a);
+int64_t es_attn_t_max(const es_attn *a);
+
+/* Stores K and V of T tokens (after RoPE) in the attention's layouts. k, v: [T][n_kv*dh]. */
+void es_attn_set_kv(es_attn *a, const float *k, const float *v, int64_t T);
+
+/* out[t][h*dh + i] = sum_{s<=t} softmax_s(q_t . k_s * scale) v_s[i], q: [T][n_head*dh]. */
+void es_attn_run(es_attn *a, const float *q, float *out, int64_t T, float scale);
+
+#endif

@@ -1,0 +1,488 @@
+/*
+ * The fast forward pass: the reference path's arithmetic restated for speed. Dense projections
+ * and the output head go through the SIMD kernels (es_gemm) split over output rows across the
+ * pool, attention is blocked with an online softmax, and the mixture of experts runs through the
+ * expert plan (the fused expert operator) with every expert resident: phi maps expert e to slot e
+ * and each slot points into the model's mapping.
+ *
+ * DESIGN: buffers are sized for the prompt and allocated once per prefill call (huge pages);
+ * layers reuse them. Every output element is computed by one thread in a fixed order, so the
+ * logits are bit-identical for any thread count. Row-wise work (norms, RoPE, residual adds) is
+ * split statically by rows; matrix products by chunks of output rows handed out by a counter.
+ */
+#include "model/forward.h"
+
+#include "model/attention.h"
+#include "moe/plan.h"
+#include "quant/kern.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    GEMM_CHUNK = 64,     /* output rows per work item of a dense product */
+    PLAN_CAPACITY = 16384, /* routes per expert-plan invocation; more are split */
+    MAX_PLANS = 8,       /* distinct expert shape classes (weight-type mixes) per model */
+};
+
+typedef struct plan_entry { uint32_t gate, up, down; es_plan *plan; } plan_entry;
+
+struct es_fast {
+    int n_threads;
+    es_pool *pool;
+    int64_t t_cap;        /* tokens the buffers below hold */
+    float *x, *h, *q, *k, *v, *att, *tmp, *moe; /* [t_cap][...] activations */
+    float *rope_cs;       /* [t_cap][n_rot/2][2] cos, sin */
+    float *router;        /* [t_cap][n_expert] logits */
+    es_route *routes;     /* [t_cap * n_expert_used], sorted by expert then token */
+    int32_t *phi;         /* [n_expert] identity placement */
+    es_expert_slot *slots;/* [n_layer][n_expert] */
+    void *act;            /* prepared activations for dense products */
+    size_t act_bytes;
+    void **scratch;       /* [n_threads] gemm scratch */
+    size_t scratch_bytes;
+    es_attn *attn;
+    plan_entry plans[MAX_PLANS];
+    int n_plans;
+};
+
+static size_t fbytes(int64_t a, int64_t b) { return sizeof(float) * (size_t)a * (size_t)b; }
+
+static void free_buffers(es_fast *f, const es_hparams *hp)
+{
+    const int64_t T = f->t_cap, d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    es_free_big(f->x, fbytes(T, d));
+    es_free_big(f->h, fbytes(T, d));
+    es_free_big(f->q, fbytes(T, d));
+    es_free_big(f->k, fbytes(T, dkv));
+    es_free_big(f->v, fbytes(T, dkv));
+    es_free_big(f->att, fbytes(T, d));
+    es_free_big(f->tmp, fbytes(T, d));
+    es_free_big(f->moe, fbytes(T, d));
+    es_free_big(f->rope_cs, fbytes(T, hp->n_rot));
+    es_free_big(f->router, fbytes(T, hp->n_expert));
+    es_free_big(f->routes, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
+    es_free_big(f->act, f->act_bytes);
+    es_attn_destroy(f->attn);
+    f->x = f->h = f->q = f->k = f->v = f->att = f->tmp = f->moe = f->rope_cs = f->router = NULL;
+    f->routes = NULL;
+    f->act = NULL;
+    f->attn = NULL;
+    f->t_cap = 0;
+}
+
+void es_fast_destroy(es_fast *f, const es_hparams *hp)
+{
+    if (!f) return;
+    free_buffers(f, hp);
+    for (int i = 0; i < f->n_plans; i++) es_plan_destroy(f->plans[i].plan);
+    if (f->scratch)
+        for (int i = 0; i < f->n_threads; i++) es_free_big(f->scratch[i], f->scratch_bytes);
+    free(f->scratch);
+    free(f->phi);
+    free(f->slots);
+    es_pool_destroy(f->pool);
+    free(f);
+}
+
+/* Largest activation buffer any dense product of the model needs for T rows. */
+static size_t max_act_bytes(const es_model *m, int64_t T)
+{
+    size_t mx = es_act_bytes(m->output.type, T, m->hp.n_embd);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const es_layer *L = &m->layers[il];
+        const es_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate_inp};
+        for (size_t i = 0; i < ES_LEN(ts); i++) {
+            size_t b = es_act_bytes(ts[i]->type, T, m->hp.n_embd);
+            mx = b > mx ? b : mx;
+        }
+    }
+    return mx;
+}
+
+static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    free_buffers(f, hp);
+    f->t_cap = T;
+    f->x = es_alloc_big(fbytes(T, d));
+    f->h = es_alloc_big(fbytes(T, d));
+    f->q = es_alloc_big(fbytes(T, d));
+    f->k = es_alloc_big(fbytes(T, dkv));
+    f->v = es_alloc_big(fbytes(T, dkv));
+    f->att = es_alloc_big(fbytes(T, d));
+    f->tmp = es_alloc_big(fbytes(T, d));
+    f->moe = es_alloc_big(fbytes(T, d));
+    f->rope_cs = es_alloc_big(fbytes(T, hp->n_rot));
+    f->router = es_alloc_big(fbytes(T, hp->n_expert));
+    f->routes = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
+    f->act_bytes = max_act_bytes(m, T);
+    f->act = es_alloc_big(f->act_bytes);
+    if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->moe ||
+        !f->rope_cs || !f->router || !f->routes || !f->act)
+        return es_fail(ES_E_NOMEM, "out of memory for the activations of %lld tokens", (long long)T);
+    return es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, f->pool, &f->attn);
+}
+
+static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_status *st)
+{
+    for (int i = 0; i < f->n_plans; i++)
+        if (f->plans[i].gate == L->gate_exps.type && f->plans[i].up == L->up_exps.type &&
+            f->plans[i].down == L->down_exps.type)
+            return f->plans[i].plan;
+    if (f->n_plans == MAX_PLANS) {
+        *st = es_fail(ES_E_UNSUPPORTED, "too many expert weight-type mixes");
+        return NULL;
+    }
+    es_expert_shape sh = {m->hp.n_embd, m->hp.n_ff_exp, L->gate_exps.type, L->up_exps.type,
+                          L->down_exps.type, m->hp.n_expert};
+    es_plan *p = NULL;
+    /* t_max: the model's context, so one plan serves every prompt length */
+    if ((*st = es_plan_create(&sh, PLAN_CAPACITY, m->hp.n_ctx, m->hp.n_expert, f->pool, &p)))
+        return NULL;
+    f->plans[f->n_plans++] = (plan_entry){sh.gate_type, sh.up_type, sh.down_type, p};
+    return p;
+}
+
+static es_status fast_create(es_model *m, int n_threads, es_fast **out)
+{
+    const es_hparams *hp = &m->hp;
+    es_fast *f = calloc(1, sizeof(*f));
+    if (!f) return es_fail(ES_E_NOMEM, "out of memory");
+    es_status st = es_pool_create(n_threads, &f->pool);
+    if (st) {
+        free(f);
+        return st;
+    }
+    f->n_threads = n_threads;
+    f->phi = calloc((size_t)hp->n_expert, sizeof(int32_t));
+    f->slots = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof(es_expert_slot));
+    f->scratch = calloc((size_t)n_threads, sizeof(void *));
+    if (!f->phi || !f->slots || !f->scratch) {
+        es_fast_destroy(f, hp);
+        return es_fail(ES_E_NOMEM, "out of memory");
+    }
+    size_t sb = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const es_layer *L = &m->layers[il];
+        const es_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate_inp, &m->output};
+        for (size_t i = 0; i < ES_LEN(ts); i++) {
+            if (!es_kern_supports(ts[i]->type)) {
+                es_fast_destroy(f, hp);
+                return es_fail(ES_E_UNSUPPORTED, "no fast kernel for %s (%s); use --reference",
+                               ts[i]->name, es_qtype_name(ts[i]->type));
+            }
+            const size_t b = es_gemm_scratch_bytes(ts[i]->type, hp->n_embd);
+            sb = b > sb ? b : sb;
+        }
+        for (int e = 0; e < hp->n_expert; e++) {
+            es_expert_slot *s = &f->slots[(size_t)il * (size_t)hp->n_expert + (size_t)e];
+            s->gate = (const uint8_t *)L->gate_exps.data + (size_t)e * (size_t)hp->n_ff_exp * L->gate_exps.row_bytes;
+            s->up = (const uint8_t *)L->up_exps.data + (size_t)e * (size_t)hp->n_ff_exp * L->up_exps.row_bytes;
+            s->down = (const uint8_t *)L->down_exps.data + (size_t)e * (size_t)hp->n_embd * L->down_exps.row_bytes;
+        }
+        if (!plan_for(f, m, L, &st)) {
+            es_fast_destroy(f, hp);
+            return st;
+        }
+    }
+    for (int e = 0; e < hp->n_expert; e++) f->phi[e] = e;
+    f->scratch_bytes = es_align_up(sb, 64);
+    for (int i = 0; i < n_threads; i++)
+        if (!(f->scratch[i] = es_alloc_big(f->scratch_bytes))) {
+            es_fast_destroy(f, hp);
+            return es_fail(ES_E_NOMEM, "out of memory");
+        }
+    *out = f;
+    return ES_OK;
+}
+
+/* ---- pool jobs ---- */
+
+/* Dense products: Y_i = act_i W_i^T for a few matrices at once, output rows in chunks. */
+typedef struct gemm_task {
+    const es_tensor *w;
+    const void *act;
+    float *y;
+    int64_t ldy, n_rows;
+} gemm_task;
+
+typedef struct gemm_job {
+    es_fast *f;
+    const gemm_task *tasks;
+    int n_tasks;
+    es_pool_counter next;
+} gemm_job;
+
+static void gemm_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    gemm_job *j = arg;
+    for (long c; (c = es_pool_counter_next(&j->next, 1)) >= 0;) {
+        /* find the task of global chunk c */
+        int ti = 0;
+        long base = 0;
+        for (; ti < j->n_tasks; ti++) {
+            const long nc = (long)((j->tasks[ti].w->ne[1] + GEMM_CHUNK - 1) / GEMM_CHUNK);
+            if (c < base + nc) break;
+            base += nc;
+        }
+        if (ti == j->n_tasks) return;
+        const gemm_task *t = &j->tasks[ti];
+        const int64_t n0 = (int64_t)(c - base) * GEMM_CHUNK;
+        const int64_t n1 = n0 + GEMM_CHUNK < t->w->ne[1] ? n0 + GEMM_CHUNK : t->w->ne[1];
+        es_gemm(t->w->type, t->w->data, t->w->ne[0], n0, n1, t->act, NULL, t->n_rows, t->y, t->ldy,
+                0, j->f->scratch[ith]);
+    }
+}
+
+static void run_gemms(es_fast *f, const gemm_task *tasks, int n)
+{
+    gemm_job j = {f, tasks, n, {0}};
+    es_pool_counter_set(&j.next, 0);
+    es_pool_run(f->pool, gemm_worker, &j);
+}
+
+/* Row-wise steps, split statically by rows. */
+enum row_op { ROW_EMBED, ROW_ATTN_NORM, ROW_PREP, ROW_QK_NORM_ROPE, ROW_ADD, ROW_FFN_NORM,
+              ROW_ROUTE, ROW_OUT_NORM };
+
+typedef struct row_job {
+    es_fast *f;
+    const es_model *m;
+    const es_layer *L;
+    enum row_op op;
+    const int32_t *ids;
+    int64_t T, r_begin;
+    const float *src;     /* ROW_PREP: rows to prepare; ROW_ADD: rows to add into x */
+    uint32_t wtype;       /* ROW_PREP */
+    int64_t K;            /* ROW_PREP */
+} row_job;
+
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+static void rope_neox(float *v, int n_rot, const float *cs)
+{
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * c - x1 * s;
+        v[i + half] = x0 * s + x1 * c;
+    }
+}
+
+/* Softmax over the experts and top-k, exactly as the reference path chooses. */
+static void route_token(const float *logits, int n_expert, int k, float *probs, int *chosen)
+{
+    float mx = -INFINITY;
+    for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0.0;
+    for (int e = 0; e < n_expert; e++) {
+        probs[e] = expf(logits[e] - mx);
+        sum += probs[e];
+    }
+    for (int e = 0; e < n_expert; e++) probs[e] = (float)(probs[e] / sum);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
+            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
+        }
+        chosen[j] = best;
+    }
+}
+
+static void row_worker(void *arg, int ith, int nth)
+{
+    row_job *j = arg;
+    es_fast *f = j->f;
+    const es_hparams *hp = &j->m->hp;
+    const es_layer *L = j->L;
+    const int64_t d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t n = j->T - j->r_begin;
+    const int64_t r0 = j->r_begin + n * ith / nth, r1 = j->r_begin + n * (ith + 1) / nth;
+    if (r1 <= r0) return;
+    switch (j->op) {
+    case ROW_EMBED: {
+        const es_tensor *te = &j->m->tok_embd;
+        for (int64_t t = r0; t < r1; t++)
+            es_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)j->ids[t] * te->row_bytes,
+                              f->x + t * d, d);
+        const int half = hp->n_rot / 2;
+        const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
+        for (int64_t t = r0; t < r1; t++) {
+            float theta = (float)t, *cs = f->rope_cs + t * hp->n_rot;
+            for (int i = 0; i < half; i++) {
+                cs[2 * i] = cosf(theta);
+                cs[2 * i + 1] = sinf(theta);
+                theta *= theta_scale;
+            }
+        }
+        break;
+    }
+    case ROW_ATTN_NORM:
+        for (int64_t t = r0; t < r1; t++) rmsnorm(f->h + t * d, f->x + t * d, L->attn_norm.data, d, hp->rms_eps);
+        break;
+    case ROW_FFN_NORM:
+        for (int64_t t = r0; t < r1; t++) rmsnorm(f->h + t * d, f->x + t * d, L->ffn_norm.data, d, hp->rms_eps);
+        break;
+    case ROW_OUT_NORM:
+        for (int64_t t = r0; t < r1; t++)
+            rmsnorm(f->h + t * d, f->x + t * d, j->m->output_norm.data, d, hp->rms_eps);
+        break;
+    case ROW_PREP: {
+        const size_t rb = es_act_row_bytes(j->wtype, j->K);
+        es_act_prepare(j->wtype, j->src + r0 * j->K, j->K, r1 - r0, j->K,
+                       (uint8_t *)f->act + (size_t)(r0 - j->r_begin) * rb);
+        break;
+    }
+    case ROW_QK_NORM_ROPE:
+        for (int64_t t = r0; t < r1; t++) {
+            rmsnorm(f->q + t * d, f->q + t * d, L->q_norm.data, d, hp->rms_eps);
+            rmsnorm(f->k + t * dkv, f->k + t * dkv, L->k_norm.data, dkv, hp->rms_eps);
+            const float *cs = f->rope_cs + t * hp->n_rot;
+            for (int hh = 0; hh < hp->n_head; hh++) rope_neox(f->q + t * d + hh * hp->n_embd_head, hp->n_rot, cs);
+            for (int hh = 0; hh < hp->n_head_kv; hh++) rope_neox(f->k + t * dkv + hh * hp->n_embd_head, hp->n_rot, cs);
+        }
+        break;
+    case ROW_ADD:
+        for (int64_t t = r0; t < r1; t++)
+            for (int64_t i = 0; i < d; i++) f->x[t * d + i] += j->src[t * d + i];
+        break;
+    case ROW_ROUTE: {
+        float probs[4096];
+        int chosen[4096];
+        const int E = hp->n_expert, K = hp->n_expert_used;
+        for (int64_t t = r0; t < r1; t++) {
+            route_token(f->router + t * E, E, K, probs, chosen);
+            for (int jj = 0; jj < K; jj++) {
+                /* store per token; sorted by expert afterwards */
+                es_route *r = &f->routes[t * K + jj];
+                r->token = (int32_t)t;
+                r->expert = chosen[jj];
+                r->weight = probs[chosen[jj]];
+            }
+        }
+        break;
+    }
+    }
+}
+
+static void run_rows(es_fast *f, const es_model *m, const es_layer *L, enum row_op op, int64_t T)
+{
+    row_job j = {.f = f, .m = m, .L = L, .op = op, .T = T};
+    es_pool_run(f->pool, row_worker, &j);
+}
+
+/* Prepares rows [r_begin, T) of src (row length K) for weights of wtype into f->act. */
+static void prepare(es_fast *f, const es_model *m, const float *src, int64_t K, uint32_t wtype,
+                    int64_t r_begin, int64_t T)
+{
+    row_job j = {.f = f, .m = m, .op = ROW_PREP, .T = T, .r_begin = r_begin, .src = src,
+                 .wtype = wtype, .K = K};
+    es_pool_run(f->pool, row_worker, &j);
+}
+
+/* Counting sort of the routes by expert (stable: tokens stay increasing within an expert). */
+static void sort_routes(es_fast *f, const es_hparams *hp, int64_t T)
+{
+    const int E = hp->n_expert;
+    const int64_t R = T * hp->n_expert_used;
+    int64_t *start = calloc((size_t)E + 1, sizeof(int64_t));
+    es_route *tmp = malloc(sizeof(es_route) * (size_t)R);
+    ES_ASSERT(start && tmp);
+    for (int64_t i = 0; i < R; i++) start[f->routes[i].expert + 1]++;
+    for (int e = 0; e < E; e++) start[e + 1] += start[e];
+    for (int64_t i = 0; i < R; i++) tmp[start[f->routes[i].expert]++] = f->routes[i];
+    memcpy(f->routes, tmp, sizeof(es_route) * (size_t)R);
+    free(tmp);
+    free(start);
+}
+
+es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threads,
+                          int all_logits, float *logits)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t T = (int64_t)n, d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    es_status st;
+    if (n_threads < 1) n_threads = 1;
+    if (m->fast && m->fast->n_threads != n_threads) {
+        es_fast_destroy(m->fast, hp);
+        m->fast = NULL;
+    }
+    if (!m->fast && (st = fast_create(m, n_threads, &m->fast))) return st;
+    es_fast *f = m->fast;
+    if (f->t_cap < T && (st = alloc_buffers(f, m, T))) {
+        free_buffers(f, hp);
+        return st;
+    }
+    row_job ej = {.f = f, .m = m, .op = ROW_EMBED, .ids = ids, .T = T};
+    es_pool_run(f->pool, row_worker, &ej);
+    const float attn_scale = 1.0f / sqrtf((float)hp->n_embd_head);
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const es_layer *L = &m->layers[il];
+        /* attention */
+        run_rows(f, m, L, ROW_ATTN_NORM, T);
+        if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
+            prepare(f, m, f->h, d, L->wq.type, 0, T);
+            gemm_task qkv[3] = {{&L->wq, f->act, f->q, d, T}, {&L->wk, f->act, f->k, dkv, T},
+                                {&L->wv, f->act, f->v, dkv, T}};
+            run_gemms(f, qkv, 3);
+        } else {
+            const es_tensor *ws[3] = {&L->wq, &L->wk, &L->wv};
+            float *ys[3] = {f->q, f->k, f->v};
+            for (int i = 0; i < 3; i++) {
+                prepare(f, m, f->h, d, ws[i]->type, 0, T);
+                gemm_task t = {ws[i], f->act, ys[i], ws[i]->ne[1], T};
+                run_gemms(f, &t, 1);
+            }
+        }
+        run_rows(f, m, L, ROW_QK_NORM_ROPE, T);
+        es_attn_set_kv(f->attn, f->k, f->v, T);
+        es_attn_run(f->attn, f->q, f->att, T, attn_scale);
+        prepare(f, m, f->att, d, L->wo.type, 0, T);
+        gemm_task o = {&L->wo, f->act, f->tmp, d, T};
+        run_gemms(f, &o, 1);
+        row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
+        es_pool_run(f->pool, row_worker, &add);
+
+        /* mixture of experts */
+        run_rows(f, m, L, ROW_FFN_NORM, T);
+        prepare(f, m, f->h, d, L->gate_inp.type, 0, T);
+        gemm_task rt = {&L->gate_inp, f->act, f->router, hp->n_expert, T};
+        run_gemms(f, &rt, 1);
+        run_rows(f, m, L, ROW_ROUTE, T);
+        sort_routes(f, hp, T);
+        es_plan *plan = plan_for(f, m, L, &st);
+        ES_ASSERT(plan); /* made for every layer's type mix at create */
+        es_plan_set_input(plan, f->h, d, T);
+        memset(f->moe, 0, fbytes(T, d));
+        const int64_t R = T * hp->n_expert_used, cap = es_plan_capacity(plan);
+        const es_expert_slot *slots = f->slots + (size_t)il * (size_t)hp->n_expert;
+        for (int64_t r0 = 0; r0 < R; r0 += cap) {
+            const int nr = (int)(R - r0 < cap ? R - r0 : cap);
+            if ((st = es_plan_invoke(plan, f->routes + r0, nr, f->phi, slots, f->moe, d))) return st;
+        }
+        row_job addm = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->moe};
+        es_pool_run(f->pool, row_worker, &addm);
+    }
+
+    /* output head: every row, or the last */
+    const int64_t t0 = all_logits ? 0 : T - 1;
+    run_rows(f, m, NULL, ROW_OUT_NORM, T);
+    prepare(f, m, f->h, d, m->output.type, t0, T);
+    gemm_task out = {&m->output, f->act, logits, hp->n_vocab, T - t0};
+    run_gemms(f, &out, 1);
+    return ES_OK;
+}

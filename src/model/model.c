@@ -1,0 +1,267 @@
+/*
+ * es_model_open/close and the public accessors: reads the architecture's hyperparameters from
+ * the GGUF metadata, checks every tensor it needs (name, type, shape) and keeps views into the
+ * mapping. A file that lacks a tensor, has a wrong shape or an unknown weight type is refused
+ * here with a message naming the tensor, so no later code has to re-check.
+ */
+#include "model/model.h"
+#include "model/forward.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Architectures llama.cpp knows that we may support later: named in the error message. */
+static const char *const known_moe_archs[] = {"qwen3moe", "qwen2moe", "llama", "mixtral",
+                                              "deepseek", "deepseek2", "lfm2moe", "lfm2"};
+
+static es_status get_int(const es_model *m, const char *key, bool required, int lo, int hi,
+                         int *out)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", m->arch, key);
+    int64_t v;
+    if (!es_gguf_get_i64(m->gguf, full, &v)) {
+        if (!required) return ES_OK;
+        if (es_gguf_find_key(m->gguf, full) >= 0)
+            return es_fail(ES_E_FORMAT, "%s: key %s has a non-integer type", es_gguf_path(m->gguf),
+                           full);
+        return es_fail(ES_E_FORMAT, "%s: missing key %s", es_gguf_path(m->gguf), full);
+    }
+    if (v < lo || v > hi)
+        return es_fail(ES_E_FORMAT, "%s: %s = %lld is out of range [%d, %d]",
+                       es_gguf_path(m->gguf), full, (long long)v, lo, hi);
+    *out = (int)v;
+    return ES_OK;
+}
+
+static es_status get_float(const es_model *m, const char *key, float lo, float hi, float *out)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", m->arch, key);
+    float v;
+    if (!es_gguf_get_f32(m->gguf, full, &v)) return ES_OK; /* optional: keep the default */
+    if (!(v >= lo && v <= hi))
+        return es_fail(ES_E_FORMAT, "%s: %s = %g is out of range", es_gguf_path(m->gguf), full,
+                       (double)v);
+    *out = v;
+    return ES_OK;
+}
+
+static es_status read_hparams(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    ES_TRY(get_int(m, "context_length", true, 1, 1 << 24, &hp->n_ctx));
+    ES_TRY(get_int(m, "embedding_length", true, 1, 1 << 16, &hp->n_embd));
+    ES_TRY(get_int(m, "block_count", true, 1, 1024, &hp->n_layer));
+    ES_TRY(get_int(m, "feed_forward_length", true, 1, 1 << 18, &hp->n_ff_exp));
+    ES_TRY(get_int(m, "expert_feed_forward_length", false, 1, 1 << 18, &hp->n_ff_exp));
+    ES_TRY(get_int(m, "attention.head_count", true, 1, 4096, &hp->n_head));
+    hp->n_head_kv = hp->n_head;
+    ES_TRY(get_int(m, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv));
+    ES_TRY(get_int(m, "expert_count", true, 1, 4096, &hp->n_expert));
+    ES_TRY(get_int(m, "expert_used_count", true, 1, 4096, &hp->n_expert_used));
+    const char *path = es_gguf_path(m->gguf);
+    if (hp->n_embd % hp->n_head)
+        return es_fail(ES_E_FORMAT, "%s: embedding length %d is not a multiple of %d heads", path,
+                       hp->n_embd, hp->n_head);
+    if (hp->n_head % hp->n_head_kv)
+        return es_fail(ES_E_FORMAT, "%s: %d heads are not a multiple of %d KV heads", path,
+                       hp->n_head, hp->n_head_kv);
+    if (hp->n_expert_used > hp->n_expert)
+        return es_fail(ES_E_FORMAT, "%s: expert_used_count %d > expert_count %d", path,
+                       hp->n_expert_used, hp->n_expert);
+    hp->n_embd_head = hp->n_embd / hp->n_head;
+    hp->n_rot = hp->n_embd_head;
+    ES_TRY(get_int(m, "rope.dimension_count", false, 2, hp->n_embd_head, &hp->n_rot));
+    if (hp->n_rot != hp->n_embd_head)
+        return es_fail(ES_E_UNSUPPORTED, "%s: partial rotary embeddings (%d of %d dims) are not "
+                       "supported for %s", path, hp->n_rot, hp->n_embd_head, m->arch);
+    if (hp->n_rot % 2)
+        return es_fail(ES_E_FORMAT, "%s: odd rotary dimension %d", path, hp->n_rot);
+    int key_len = hp->n_embd_head, val_len = hp->n_embd_head;
+    ES_TRY(get_int(m, "attention.key_length", false, 1, 1 << 16, &key_len));
+    ES_TRY(get_int(m, "attention.value_length", false, 1, 1 << 16, &val_len));
+    if (key_len != hp->n_embd_head || val_len != hp->n_embd_head)
+        return es_fail(ES_E_UNSUPPORTED, "%s: head sizes other than n_embd/n_head", path);
+    hp->rope_freq_base = 10000.0f;
+    hp->rms_eps = 1e-5f;
+    ES_TRY(get_float(m, "rope.freq_base", 1.0f, 1e12f, &hp->rope_freq_base));
+    ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->rms_eps));
+    float scale = 1.0f;
+    ES_TRY(get_float(m, "rope.scaling.factor", 0.0f, 1e6f, &scale));
+    if (scale != 0.0f && scale != 1.0f)
+        return es_fail(ES_E_UNSUPPORTED, "%s: rope scaling is not supported", path);
+    return ES_OK;
+}
+
+/* Binds tensor `name` with the expected shape (n_dims dims, ne). Norms must be F32. */
+static es_status bind(es_model *m, const char *name, uint32_t n_dims, const int64_t *ne,
+                      bool want_f32, es_tensor *out)
+{
+    const char *path = es_gguf_path(m->gguf);
+    const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, name);
+    if (!t) return es_fail(ES_E_FORMAT, "%s: missing tensor %s", path, name);
+    const es_qtype_info *qi = es_qtype_info_get(t->type);
+    if (!qi || !qi->supported)
+        return es_fail(ES_E_UNSUPPORTED, "%s: tensor %s has weight type %s, which estream cannot "
+                       "compute with", path, name, es_qtype_name(t->type));
+    if (want_f32 && t->type != ES_QTYPE_F32)
+        return es_fail(ES_E_UNSUPPORTED, "%s: tensor %s must be f32, not %s", path, name,
+                       es_qtype_name(t->type));
+    bool ok = true;
+    for (uint32_t d = 0; d < 4; d++) {
+        int64_t want = d < n_dims ? ne[d] : 1;
+        int64_t got = d < t->n_dims ? t->ne[d] : 1;
+        ok = ok && want == got;
+    }
+    if (!ok)
+        return es_fail(ES_E_FORMAT,
+                       "%s: tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                       path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)ne[0], (long long)(n_dims > 1 ? ne[1] : 1),
+                       (long long)(n_dims > 2 ? ne[2] : 1));
+    out->name = strndup(t->name.ptr, t->name.len);
+    if (!out->name) return ES_E_NOMEM;
+    out->data = t->data;
+    out->type = t->type;
+    for (int d = 0; d < 4; d++) out->ne[d] = d < (int)t->n_dims ? t->ne[d] : 1;
+    out->row_bytes = es_qtype_row_bytes(t->type, t->ne[0]);
+    out->nbytes = t->nbytes;
+    return ES_OK;
+}
+
+static es_status bind_layer(es_model *m, int il, const char *suffix, uint32_t n_dims,
+                            int64_t ne0, int64_t ne1, int64_t ne2, bool want_f32, es_tensor *out)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "blk.%d.%s.weight", il, suffix);
+    int64_t ne[3] = {ne0, ne1, ne2};
+    return bind(m, name, n_dims, ne, want_f32, out);
+}
+
+static es_status bind_tensors(es_model *m)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t ff = hp->n_ff_exp, ne_ = hp->n_expert, nv = hp->n_vocab;
+    int64_t ne[2] = {d, nv};
+    ES_TRY(bind(m, "token_embd.weight", 2, ne, false, &m->tok_embd));
+    ES_TRY(bind(m, "output_norm.weight", 1, ne, true, &m->output_norm));
+    ES_TRY(bind(m, "output.weight", 2, ne, false, &m->output));
+    m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
+    if (!m->layers) return ES_E_NOMEM;
+    for (int il = 0; il < hp->n_layer; il++) {
+        es_layer *L = &m->layers[il];
+        ES_TRY(bind_layer(m, il, "attn_norm", 1, d, 1, 1, true, &L->attn_norm));
+        ES_TRY(bind_layer(m, il, "attn_q", 2, d, d, 1, false, &L->wq));
+        ES_TRY(bind_layer(m, il, "attn_k", 2, d, dkv, 1, false, &L->wk));
+        ES_TRY(bind_layer(m, il, "attn_v", 2, d, dkv, 1, false, &L->wv));
+        ES_TRY(bind_layer(m, il, "attn_output", 2, d, d, 1, false, &L->wo));
+        ES_TRY(bind_layer(m, il, "attn_q_norm", 1, d, 1, 1, true, &L->q_norm));
+        ES_TRY(bind_layer(m, il, "attn_k_norm", 1, dkv, 1, 1, true, &L->k_norm));
+        ES_TRY(bind_layer(m, il, "ffn_norm", 1, d, 1, 1, true, &L->ffn_norm));
+        ES_TRY(bind_layer(m, il, "ffn_gate_inp", 2, d, ne_, 1, false, &L->gate_inp));
+        ES_TRY(bind_layer(m, il, "ffn_gate_exps", 3, d, ff, ne_, false, &L->gate_exps));
+        ES_TRY(bind_layer(m, il, "ffn_up_exps", 3, d, ff, ne_, false, &L->up_exps));
+        ES_TRY(bind_layer(m, il, "ffn_down_exps", 3, ff, d, ne_, false, &L->down_exps));
+    }
+    return ES_OK;
+}
+
+static es_status read_arch(es_model *m)
+{
+    const char *path = es_gguf_path(m->gguf);
+    es_str arch;
+    if (!es_gguf_get_str(m->gguf, "general.architecture", &arch)) {
+        if (m->vocab_only) return ES_OK;
+        return es_fail(ES_E_FORMAT, "%s: missing key general.architecture", path);
+    }
+    if (arch.len >= sizeof(m->arch) || memchr(arch.ptr, 0, arch.len))
+        return es_fail(ES_E_FORMAT, "%s: bad general.architecture", path);
+    memcpy(m->arch, arch.ptr, arch.len);
+    m->arch[arch.len] = 0;
+    if (m->vocab_only || strcmp(m->arch, "olmoe") == 0) return ES_OK;
+    for (size_t i = 0; i < ES_LEN(known_moe_archs); i++)
+        if (strcmp(m->arch, known_moe_archs[i]) == 0)
+            return es_fail(ES_E_UNSUPPORTED, "%s: architecture '%s' is not supported yet "
+                           "(supported: olmoe)", path, m->arch);
+    return es_fail(ES_E_UNSUPPORTED, "%s: unknown architecture '%s' (supported: olmoe)", path,
+                   m->arch);
+}
+
+es_status es_model_open(const char *path, unsigned flags, es_model **out)
+{
+    *out = NULL;
+    if (!path) return es_fail(ES_E_INVAL, "no model path given");
+    es_model *m = calloc(1, sizeof(*m));
+    if (!m) return es_fail(ES_E_NOMEM, "out of memory");
+    m->vocab_only = (flags & ES_OPEN_VOCAB_ONLY) != 0;
+    es_status st;
+    if ((st = es_gguf_open(path, &m->gguf)) != ES_OK) goto fail;
+    if ((st = read_arch(m)) != ES_OK) goto fail;
+    if ((st = es_tok_create(m->gguf, &m->tok)) != ES_OK) goto fail;
+    m->hp.n_vocab = es_tok_n_vocab(m->tok);
+    if (!m->vocab_only) {
+        if ((st = read_hparams(m)) != ES_OK) goto fail;
+        if ((st = bind_tensors(m)) != ES_OK) goto fail;
+    }
+    *out = m;
+    return ES_OK;
+fail:
+    es_model_close(m);
+    return st;
+}
+
+static void free_tensor(es_tensor *t) { free((void *)t->name); }
+
+void es_model_close(es_model *m)
+{
+    if (!m) return;
+    es_fast_destroy(m->fast, &m->hp);
+    if (m->layers) {
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            es_tensor *ts = (es_tensor *)&m->layers[il];
+            for (size_t i = 0; i < sizeof(es_layer) / sizeof(es_tensor); i++) free_tensor(&ts[i]);
+        }
+        free(m->layers);
+    }
+    free_tensor(&m->tok_embd);
+    free_tensor(&m->output_norm);
+    free_tensor(&m->output);
+    es_tok_destroy(m->tok);
+    es_gguf_close(m->gguf);
+    free(m);
+}
+
+size_t es_model_expert_bytes(const es_model *m, int il)
+{
+    const es_layer *L = &m->layers[il];
+    const int64_t ne = m->hp.n_expert;
+    return (L->gate_exps.nbytes + L->up_exps.nbytes + L->down_exps.nbytes) / (size_t)ne;
+}
+
+const char *es_model_arch(const es_model *m) { return m->arch[0] ? m->arch : "(none)"; }
+int es_model_n_vocab(const es_model *m) { return m->hp.n_vocab; }
+int es_model_n_ctx(const es_model *m) { return m->hp.n_ctx; }
+int es_model_add_bos(const es_model *m) { return es_tok_add_bos(m->tok); }
+int32_t es_model_bos(const es_model *m) { return es_tok_bos(m->tok); }
+
+const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out)
+{
+    return es_tok_piece(m->tok, id, len_out);
+}
+
+es_status es_tokenize(const es_model *m, const char *text, size_t len, int add_special,
+                      int parse_special, int32_t *ids, size_t cap, size_t *n_out)
+{
+    int32_t *all = NULL;
+    size_t n = 0;
+    ES_TRY(es_tok_encode(m->tok, text, len, add_special != 0, parse_special != 0, &all, &n));
+    *n_out = n;
+    memcpy(ids, all, es_min_size(n, cap) * sizeof(int32_t));
+    free(all);
+    if (n > cap) return es_fail(ES_E_INVAL, "token buffer too small (%zu < %zu)", cap, n);
+    return ES_OK;
+}

@@ -1,0 +1,249 @@
+/*
+ * Reference forward pass for olmoe: the oracle for every fast path.
+ *
+ * DESIGN: clarity over speed. Weights are dequantized to f32 (es_dequantize_row, the scalar
+ * oracle) and every sum runs in a fixed, sequential order in f32 (norm sums in double, as ggml
+ * does). One token row at a time where that reads most plainly; the only concession to speed is
+ * that matrix products dequantize a chunk of weight rows once and reuse it for every token.
+ *
+ * Per layer (llama.cpp's olmoe graph):
+ *   h   = rmsnorm(x) * attn_norm
+ *   q,k,v = h Wq^T, h Wk^T, h Wv^T;  q = rmsnorm(q) * q_norm;  k = rmsnorm(k) * k_norm
+ *   rope (NEOX: pairs (i, i + n_rot/2)) on q, k;  causal GQA attention, scale 1/sqrt(d_head)
+ *   x  += attn Wo^T
+ *   h   = rmsnorm(x) * ffn_norm;  p = softmax(h Wr^T);  top-k experts by p (no renormalisation)
+ *   x  += moe, moe = sum over chosen e (increasing e) of p_e * down_e(silu(gate_e h) * up_e h)
+ * then logits = (rmsnorm(x) * output_norm) Wout^T.
+ */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CHUNK_ROWS = 64 }; /* weight rows dequantized at a time */
+
+/* y[t][n] = sum_k x[t][k] * W[n][k] for t < T, n < N. W: N rows of K elements of `type` with
+ * row stride row_bytes. x: [T][ldx], y: [T][ldy]. wt is scratch of K*CHUNK_ROWS floats, row is
+ * scratch of K floats. The sum over k runs in increasing k. */
+static void matmul_ref(const void *w, uint32_t type, size_t row_bytes, int64_t N, int64_t K,
+                       const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy, float *wt,
+                       float *row)
+{
+    for (int64_t n0 = 0; n0 < N; n0 += CHUNK_ROWS) {
+        const int64_t nb = N - n0 < CHUNK_ROWS ? N - n0 : CHUNK_ROWS;
+        for (int64_t j = 0; j < nb; j++) {
+            es_dequantize_row(type, (const uint8_t *)w + (size_t)(n0 + j) * row_bytes, row, K);
+            for (int64_t k = 0; k < K; k++) wt[k * CHUNK_ROWS + j] = row[k]; /* transpose */
+        }
+        for (int64_t t = 0; t < T; t++) {
+            float acc[CHUNK_ROWS] = {0};
+            const float *xt = x + t * ldx;
+            for (int64_t k = 0; k < K; k++) {
+                const float xv = xt[k];
+                const float *wk = wt + k * CHUNK_ROWS;
+                for (int j = 0; j < CHUNK_ROWS; j++) acc[j] += xv * wk[j];
+            }
+            memcpy(y + t * ldy + n0, acc, (size_t)nb * sizeof(float));
+        }
+    }
+}
+
+/* out = x / sqrt(mean(x^2) + eps) * w, over n elements. */
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+/* NEOX rotary embedding of one head vector at position pos: element i pairs with i + n_rot/2,
+ * angle pos * base^(-2i/n_rot), the power built by repeated multiplication as ggml does. */
+static void rope_neox(float *v, int n_rot, int pos, float base)
+{
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const float c = cosf(theta), s = sinf(theta);
+        const float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * c - x1 * s;
+        v[i + half] = x0 * s + x1 * c;
+        theta *= theta_scale;
+    }
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* Causal attention for all heads: out[t][h*dh..] from q [T][n_head*dh], k,v [T][n_kv*dh].
+ * scores is scratch of T floats. */
+static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const float *k,
+                          const float *v, float *out, float *scores)
+{
+    const int dh = hp->n_embd_head, nq = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    const int64_t ldq = (int64_t)nq * dh, ldkv = (int64_t)hp->n_head_kv * dh;
+    const float scale = 1.0f / sqrtf((float)dh);
+    for (int h = 0; h < nq; h++) {
+        const int hk = h / group;
+        for (int64_t t = 0; t < T; t++) {
+            const float *qt = q + t * ldq + h * dh;
+            float mx = -INFINITY;
+            for (int64_t s = 0; s <= t; s++) {
+                const float *ks = k + s * ldkv + hk * dh;
+                float d = 0.0f;
+                for (int i = 0; i < dh; i++) d += qt[i] * ks[i];
+                scores[s] = d * scale;
+                if (scores[s] > mx) mx = scores[s];
+            }
+            double sum = 0.0;
+            for (int64_t s = 0; s <= t; s++) {
+                scores[s] = expf(scores[s] - mx);
+                sum += scores[s];
+            }
+            const float inv = (float)(1.0 / sum);
+            float *ot = out + t * ldq + h * dh;
+            for (int i = 0; i < dh; i++) ot[i] = 0.0f;
+            for (int64_t s = 0; s <= t; s++) {
+                const float p = scores[s] * inv;
+                const float *vs = v + s * ldkv + hk * dh;
+                for (int i = 0; i < dh; i++) ot[i] += p * vs[i];
+            }
+        }
+    }
+}
+
+/* Softmax router and top-k: chosen[0..k) sorted by increasing expert id, with their
+ * probabilities in weight[]. Ties in probability go to the lower expert id. */
+static void route_ref(const float *logits, int n_expert, int k, float *probs, int *chosen,
+                      float *weight)
+{
+    float mx = -INFINITY;
+    for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0.0;
+    for (int e = 0; e < n_expert; e++) {
+        probs[e] = expf(logits[e] - mx);
+        sum += probs[e];
+    }
+    for (int e = 0; e < n_expert; e++) probs[e] = (float)(probs[e] / sum);
+    for (int j = 0; j < k; j++) { /* selection: k is small */
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
+            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
+        }
+        chosen[j] = best;
+    }
+    for (int a = 1; a < k; a++) /* insertion sort by expert id */
+        for (int b = a; b > 0 && chosen[b - 1] > chosen[b]; b--) {
+            int tmp = chosen[b];
+            chosen[b] = chosen[b - 1];
+            chosen[b - 1] = tmp;
+        }
+    for (int j = 0; j < k; j++) weight[j] = probs[chosen[j]];
+}
+
+es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
+                         float *logits)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t T = (int64_t)n, d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t ff = hp->n_ff_exp, nv = hp->n_vocab;
+    const int64_t kmax = d > ff ? d : ff;
+    const int E = hp->n_expert, K = hp->n_expert_used;
+    es_status st = ES_OK;
+
+    float *x = malloc(sizeof(float) * (size_t)(T * d));      /* residual stream */
+    float *h = malloc(sizeof(float) * (size_t)(T * d));      /* normed input */
+    float *q = malloc(sizeof(float) * (size_t)(T * d));
+    float *kk = malloc(sizeof(float) * (size_t)(T * dkv));
+    float *vv = malloc(sizeof(float) * (size_t)(T * dkv));
+    float *att = malloc(sizeof(float) * (size_t)(T * d));
+    float *scores = malloc(sizeof(float) * (size_t)T);
+    float *wt = malloc(sizeof(float) * (size_t)(kmax * CHUNK_ROWS));
+    float *row = malloc(sizeof(float) * (size_t)kmax);
+    float *rl = malloc(sizeof(float) * (size_t)E * 2);       /* router logits + probs */
+    float *g = malloc(sizeof(float) * (size_t)(T * ff));    /* expert gate, then silu(g)*u */
+    float *u = malloc(sizeof(float) * (size_t)(T * ff));    /* expert up */
+    float *xe = malloc(sizeof(float) * (size_t)(T * d));    /* gathered rows, then expert out */
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)T);    /* token of each routed row */
+    float *rw = malloc(sizeof(float) * (size_t)T);          /* router weight of each row */
+    int *chosen = malloc(sizeof(int) * (size_t)(T * K));    /* [T][K] experts per token */
+    float *cw = malloc(sizeof(float) * (size_t)(T * K));    /* [T][K] their probabilities */
+    if (!x || !h || !q || !kk || !vv || !att || !scores || !wt || !row || !rl || !g || !u || !xe ||
+        !rows || !rw || !chosen || !cw) {
+        st = es_fail(ES_E_NOMEM, "reference forward: out of memory for %zu tokens", n);
+        goto done;
+    }
+
+    for (int64_t t = 0; t < T; t++) {
+        const uint8_t *src = (const uint8_t *)m->tok_embd.data + (size_t)ids[t] * m->tok_embd.row_bytes;
+        es_dequantize_row(m->tok_embd.type, src, x + t * d, d);
+    }
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const es_layer *L = &m->layers[il];
+        /* attention */
+        for (int64_t t = 0; t < T; t++)
+            rmsnorm(h + t * d, x + t * d, L->attn_norm.data, d, hp->rms_eps);
+        matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, d, d, h, d, T, q, d, wt, row);
+        matmul_ref(L->wk.data, L->wk.type, L->wk.row_bytes, dkv, d, h, d, T, kk, dkv, wt, row);
+        matmul_ref(L->wv.data, L->wv.type, L->wv.row_bytes, dkv, d, h, d, T, vv, dkv, wt, row);
+        for (int64_t t = 0; t < T; t++) {
+            rmsnorm(q + t * d, q + t * d, L->q_norm.data, d, hp->rms_eps);
+            rmsnorm(kk + t * dkv, kk + t * dkv, L->k_norm.data, dkv, hp->rms_eps);
+            for (int hh = 0; hh < hp->n_head; hh++)
+                rope_neox(q + t * d + hh * hp->n_embd_head, hp->n_rot, (int)t, hp->rope_freq_base);
+            for (int hh = 0; hh < hp->n_head_kv; hh++)
+                rope_neox(kk + t * dkv + hh * hp->n_embd_head, hp->n_rot, (int)t,
+                          hp->rope_freq_base);
+        }
+        attention_ref(hp, T, q, kk, vv, att, scores);
+        matmul_ref(L->wo.data, L->wo.type, L->wo.row_bytes, d, d, att, d, T, q, d, wt, row);
+        for (int64_t i = 0; i < T * d; i++) x[i] += q[i];
+
+        /* mixture of experts: route every token, then run each expert (in increasing id) over
+         * the rows routed to it; moe[t] collects the weighted outputs in that order. */
+        for (int64_t t = 0; t < T; t++)
+            rmsnorm(h + t * d, x + t * d, L->ffn_norm.data, d, hp->rms_eps);
+        for (int64_t t = 0; t < T; t++) {
+            matmul_ref(L->gate_inp.data, L->gate_inp.type, L->gate_inp.row_bytes, E, d, h + t * d,
+                       d, 1, rl, E, wt, row);
+            route_ref(rl, E, K, rl + E, chosen + t * K, cw + t * K);
+        }
+        memset(att, 0, sizeof(float) * (size_t)(T * d)); /* att holds moe[] now */
+        for (int e = 0; e < E; e++) {
+            int64_t R = 0;
+            for (int64_t t = 0; t < T; t++)
+                for (int j = 0; j < K; j++)
+                    if (chosen[t * K + j] == e) {
+                        rows[R] = t;
+                        rw[R] = cw[t * K + j];
+                        memcpy(xe + R * d, h + t * d, sizeof(float) * (size_t)d);
+                        R++;
+                    }
+            if (R == 0) continue;
+            const uint8_t *wg = (const uint8_t *)L->gate_exps.data + (size_t)e * (size_t)ff * L->gate_exps.row_bytes;
+            const uint8_t *wu = (const uint8_t *)L->up_exps.data + (size_t)e * (size_t)ff * L->up_exps.row_bytes;
+            const uint8_t *wd = (const uint8_t *)L->down_exps.data + (size_t)e * (size_t)d * L->down_exps.row_bytes;
+            matmul_ref(wg, L->gate_exps.type, L->gate_exps.row_bytes, ff, d, xe, d, R, g, ff, wt, row);
+            matmul_ref(wu, L->up_exps.type, L->up_exps.row_bytes, ff, d, xe, d, R, u, ff, wt, row);
+            for (int64_t i = 0; i < R * ff; i++) g[i] = silu(g[i]) * u[i];
+            matmul_ref(wd, L->down_exps.type, L->down_exps.row_bytes, d, ff, g, ff, R, xe, d, wt, row);
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t i = 0; i < d; i++) att[rows[r] * d + i] += rw[r] * xe[r * d + i];
+        }
+        for (int64_t i = 0; i < T * d; i++) x[i] += att[i];
+    }
+
+    const int64_t t0 = all_logits ? 0 : T - 1;
+    for (int64_t t = t0; t < T; t++)
+        rmsnorm(h + t * d, x + t * d, m->output_norm.data, d, hp->rms_eps);
+    matmul_ref(m->output.data, m->output.type, m->output.row_bytes, nv, d, h + t0 * d, d, T - t0,
+               logits, nv, wt, row);
+done:
+    free(x); free(h); free(q); free(kk); free(vv); free(att); free(scores); free(wt); free(row);
+    free(rl); free(g); free(u); free(xe); free(rows); free(rw); free(chosen); free(cw);
+    return st;
+}

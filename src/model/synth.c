@@ -1,0 +1,345 @@
+/*
+ * Synthetic olmoe models: llama.cpp's olmoe tensor names, shapes and metadata keys with random
+ * weights, so that estream and llama.cpp can run the very same file.
+ *
+ * DESIGN: every tensor is generated row by row at write time from (seed, tensor, row), so a file
+ * of any size streams to disk in constant memory and the bytes do not depend on write order.
+ * Scales keep activations finite through every layer: a shared direction c is added to every
+ * token embedding, and router row e gets bias_e * c with bias_e = u_e^3 (u_e uniform), so a few
+ * experts take several times the mean share of routes and some take few, as in trained models.
+ */
+#include "estream.h"
+#include "gguf/gguf.h"
+#include "quant/qtypes.h"
+#include "tok/bpe_builder.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct preset {
+    const char *name;
+    int n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, n_ff_exp, n_expert, n_expert_used;
+} preset;
+
+static const preset presets[] = {
+    /* tiny: every code path (several experts, top-k > 1, GQA, 32-multiple rows), tests only */
+    {"tiny", 320, 512, 64, 2, 4, 2, 64, 8, 2},
+    {"mini", 1024, 2048, 512, 4, 8, 8, 512, 32, 4},
+    {"olmoe-1b-7b", 50304, 4096, 2048, 16, 16, 16, 1024, 64, 8},
+};
+static const char *const preset_names[] = {"tiny", "mini", "olmoe-1b-7b", NULL};
+
+const char *const *es_synth_presets(void) { return preset_names; }
+
+/* ---- deterministic random numbers ---- */
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* Approximately standard normal: Irwin-Hall sum of four 16-bit uniforms, centred and scaled. */
+static inline float normal(uint64_t *s)
+{
+    uint64_t r = mix64(*s += 0x9e3779b97f4a7c15ull);
+    float sum = (float)(r & 0xffff) + (float)((r >> 16) & 0xffff) + (float)((r >> 32) & 0xffff) +
+                (float)(r >> 48);
+    return (sum / 65535.0f - 2.0f) * 1.7320508f; /* sqrt(3): var of the sum of 4 U(0,1) = 1/3 */
+}
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+enum gen_kind { GEN_NORMAL, GEN_NORM_WEIGHT, GEN_EMBED, GEN_ROUTER };
+
+typedef struct gen {
+    char name[64];
+    enum gen_kind kind;
+    uint32_t type;
+    int n_dims;
+    int64_t ne[3];
+    float scale;
+    uint64_t seed;
+    const float *common; /* [cols] shared direction c (embed, router) */
+    const float *bias;   /* [rows] router bias per expert */
+    float *row;          /* scratch: one row of floats */
+    uint8_t *qrow;       /* scratch: one quantized row */
+    int64_t cached_row;  /* row currently in qrow, -1 none */
+} gen;
+
+static void gen_row(const gen *g, int64_t r, float *out)
+{
+    const int64_t cols = g->ne[0];
+    uint64_t s = mix64(g->seed ^ mix64((uint64_t)r + 1));
+    for (int64_t k = 0; k < cols; k++) {
+        float z = normal(&s);
+        switch (g->kind) {
+        case GEN_NORMAL: out[k] = g->scale * z; break;
+        case GEN_NORM_WEIGHT: out[k] = 1.0f + 0.1f * z; break;
+        case GEN_EMBED: out[k] = g->scale * (z + 0.8f * g->common[k]); break;
+        case GEN_ROUTER: out[k] = g->scale * z + g->bias[r] * g->common[k]; break;
+        }
+    }
+}
+
+static es_status gen_fill(void *user, uint64_t offset, void *buf, size_t len)
+{
+    gen *g = user;
+    const size_t rb = es_qtype_row_bytes(g->type, g->ne[0]);
+    uint8_t *dst = buf;
+    while (len > 0) {
+        const int64_t r = (int64_t)(offset / rb);
+        const size_t in_row = (size_t)(offset % rb);
+        if (r != g->cached_row) {
+            gen_row(g, r, g->row);
+            if (!es_quantize_row(g->type, g->row, g->qrow, g->ne[0]))
+                return es_fail(ES_E_UNSUPPORTED, "cannot quantize to %s", es_qtype_name(g->type));
+            g->cached_row = r;
+        }
+        const size_t take = es_min_size(rb - in_row, len);
+        memcpy(dst, g->qrow + in_row, take);
+        dst += take;
+        offset += take;
+        len -= take;
+    }
+    return ES_OK;
+}
+
+typedef struct synth_ctx {
+    gen *gens;
+    int n_gens, cap_gens;
+    float *common;  /* [n_embd] */
+    float *bias;    /* [n_layer][n_expert] */
+} synth_ctx;
+
+static gen *add_gen(synth_ctx *c, const char *name, enum gen_kind kind, uint32_t type, int n_dims,
+                    int64_t ne0, int64_t ne1, int64_t ne2, float scale, uint64_t seed)
+{
+    if (c->n_gens == c->cap_gens) return NULL;
+    gen *g = &c->gens[c->n_gens++];
+    snprintf(g->name, sizeof(g->name), "%s", name);
+    g->kind = kind;
+    g->type = type;
+    g->n_dims = n_dims;
+    g->ne[0] = ne0;
+    g->ne[1] = ne1;
+    g->ne[2] = ne2;
+    g->scale = scale;
+    g->seed = mix64(seed ^ hash_str(name));
+    g->cached_row = -1;
+    g->row = malloc(sizeof(float) * (size_t)ne0);
+    g->qrow = malloc(es_qtype_row_bytes(ES_QTYPE_F32, ne0));
+    return g->row && g->qrow ? g : NULL;
+}
+
+static es_status set_tokenizer_builtin(es_gguf_writer *w, int n_vocab)
+{
+    es_bpe_vocab v;
+    ES_TRY(es_bpe_vocab_build(n_vocab, &v));
+    es_status st = es_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    if (!st) st = es_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    if (!st) st = es_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, NULL, (uint64_t)v.n_tokens);
+    if (!st) st = es_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", ES_GGUF_INT32, v.types, (uint64_t)v.n_tokens);
+    if (!st) st = es_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, NULL, (uint64_t)v.n_merges);
+    if (!st) st = es_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.bos_id);
+    if (!st) st = es_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eos_id);
+    if (!st) st = es_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    if (!st) st = es_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    es_bpe_vocab_free(&v);
+    return st;
+}
+
+/* Copies the tokenizer of a vocabulary GGUF; pads its token list with unused tokens up to
+ * *n_vocab, or raises *n_vocab to its size. */
+static es_status set_tokenizer_from(es_gguf_writer *w, const char *path, int *n_vocab)
+{
+    es_gguf *g = NULL;
+    ES_TRY(es_gguf_open(path, &g));
+    es_status st = ES_OK;
+    char **toks = NULL;
+    int32_t *types = NULL;
+    float *scores = NULL;
+    es_gguf_type et;
+    uint64_t n = 0;
+    if (!es_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n) || et != ES_GGUF_STRING || n == 0) {
+        st = es_fail(ES_E_FORMAT, "%s: no tokenizer.ggml.tokens string array", path);
+        goto done;
+    }
+    if (n > (1u << 22)) { st = es_fail(ES_E_FORMAT, "%s: too many tokens", path); goto done; }
+    if ((st = es_gguf_writer_copy_kv(w, g, "tokenizer.")) != ES_OK) goto done;
+    if ((int64_t)n >= *n_vocab) {
+        *n_vocab = (int)n;
+        goto done;
+    }
+    const uint64_t nv = (uint64_t)*n_vocab;
+    toks = calloc(nv, sizeof(char *));
+    types = calloc(nv, sizeof(int32_t));
+    scores = calloc(nv, sizeof(float));
+    if (!toks || !types || !scores) { st = es_fail(ES_E_NOMEM, "out of memory"); goto done; }
+    es_gguf_type tt, stt;
+    uint64_t ntt = 0, nst = 0;
+    const bool has_types = es_gguf_get_arr(g, "tokenizer.ggml.token_type", &tt, &ntt) && tt == ES_GGUF_INT32 && ntt == n;
+    const bool has_scores = es_gguf_get_arr(g, "tokenizer.ggml.scores", &stt, &nst) && stt == ES_GGUF_FLOAT32 && nst == n;
+    for (uint64_t i = 0; i < nv; i++) {
+        if (i < n) {
+            es_str s = es_gguf_arr_str(g, "tokenizer.ggml.tokens", i);
+            toks[i] = strndup(s.ptr, s.len);
+            types[i] = ES_TOKEN_TYPE_NORMAL;
+            if (has_types) memcpy(&types[i], (const uint8_t *)es_gguf_arr_data(g, "tokenizer.ggml.token_type") + 4 * i, 4);
+            if (has_scores) memcpy(&scores[i], (const uint8_t *)es_gguf_arr_data(g, "tokenizer.ggml.scores") + 4 * i, 4);
+        } else {
+            char buf[40];
+            snprintf(buf, sizeof(buf), "<|estream_pad_%llu|>", (unsigned long long)i);
+            toks[i] = strdup(buf);
+            types[i] = ES_TOKEN_TYPE_UNUSED;
+        }
+        if (!toks[i]) { st = es_fail(ES_E_NOMEM, "out of memory"); goto done; }
+    }
+    st = es_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, NULL, nv);
+    if (!st) st = es_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", ES_GGUF_INT32, types, nv);
+    if (!st && has_scores) st = es_gguf_writer_set_arr(w, "tokenizer.ggml.scores", ES_GGUF_FLOAT32, scores, nv);
+done:
+    if (toks)
+        for (uint64_t i = 0; i < (uint64_t)*n_vocab; i++) free(toks[i]);
+    free(toks);
+    free(types);
+    free(scores);
+    es_gguf_close(g);
+    return st;
+}
+
+static es_status parse_type(const char *name, uint32_t *out)
+{
+    es_qtype t;
+    if (!name) name = "f32";
+    if (!es_qtype_parse(name, &t) ||
+        (t != ES_QTYPE_F32 && t != ES_QTYPE_F16 && t != ES_QTYPE_Q8_0 && t != ES_QTYPE_Q4_0))
+        return es_fail(ES_E_INVAL, "unknown weight type '%s' (use f32, f16, q8_0 or q4_0)", name);
+    *out = t;
+    return ES_OK;
+}
+
+/* llama.cpp's general.file_type (llama_ftype) for the main weight type. */
+static uint32_t file_type_of(uint32_t t)
+{
+    switch (t) {
+    case ES_QTYPE_F32: return 0;
+    case ES_QTYPE_F16: return 1;
+    case ES_QTYPE_Q4_0: return 2;
+    case ES_QTYPE_Q8_0: return 7;
+    default: return 0;
+    }
+}
+
+es_status es_synth(const es_synth_opts *o, const char *path)
+{
+    if (!o || !path) return es_fail(ES_E_INVAL, "synth: missing options or output path");
+    if (o->arch && strcmp(o->arch, "olmoe") != 0)
+        return es_fail(ES_E_UNSUPPORTED, "synth: unknown architecture '%s' (supported: olmoe)", o->arch);
+    const preset *p = NULL;
+    for (size_t i = 0; i < ES_LEN(presets); i++)
+        if (o->preset && strcmp(o->preset, presets[i].name) == 0) p = &presets[i];
+    if (!p)
+        return es_fail(ES_E_INVAL, "synth: unknown preset '%s' (use tiny, mini or olmoe-1b-7b)",
+                       o->preset ? o->preset : "");
+    uint32_t wtype = ES_QTYPE_F32;
+    ES_TRY(parse_type(o->type, &wtype));
+    if (es_qtype_row_bytes(wtype, p->n_embd) == 0 || es_qtype_row_bytes(wtype, p->n_ff_exp) == 0)
+        return es_fail(ES_E_INVAL, "synth: preset %s rows do not fit type %s", p->name, o->type);
+    /* llama-quantize keeps a Q4_0 model's output head in Q6_K; do the same where rows allow. */
+    uint32_t out_type = wtype;
+    if (wtype == ES_QTYPE_Q4_0) out_type = p->n_embd % 256 == 0 ? ES_QTYPE_Q6_K : ES_QTYPE_Q8_0;
+
+    es_gguf_writer *w = NULL;
+    synth_ctx c = {0};
+    es_status st = es_gguf_writer_create(&w);
+    if (st) return st;
+    int n_vocab = p->n_vocab;
+    const int d = p->n_embd, L = p->n_layer, E = p->n_expert;
+    const int dkv = d / p->n_head * p->n_head_kv;
+    char name[64];
+
+    st = es_gguf_writer_set_str(w, "general.architecture", "olmoe");
+    snprintf(name, sizeof(name), "estream synthetic olmoe %s", p->name);
+    if (!st) st = es_gguf_writer_set_str(w, "general.name", name);
+    if (!st) st = es_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype));
+    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.context_length", (uint32_t)p->n_ctx);
+    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.embedding_length", (uint32_t)d);
+    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.block_count", (uint32_t)L);
+    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.feed_forward_length", (uint32_t)p->n_ff_exp);
+    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.attention.head_count", (uint32_t)p->n_head);
+    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.attention.head_count_kv", (uint32_t)p->n_head_kv);
+    if (!st) st = es_gguf_writer_set_f32(w, "olmoe.rope.freq_base", 10000.0f);
+    if (!st) st = es_gguf_writer_set_f32(w, "olmoe.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.expert_count", (uint32_t)E);
+    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.expert_used_count", (uint32_t)p->n_expert_used);
+    if (!st) st = o->vocab_path ? set_tokenizer_from(w, o->vocab_path, &n_vocab)
+                                : set_tokenizer_builtin(w, n_vocab);
+    if (st) goto done;
+
+    c.cap_gens = 3 + 12 * L;
+    c.gens = calloc((size_t)c.cap_gens, sizeof(gen));
+    c.common = malloc(sizeof(float) * (size_t)d);
+    c.bias = malloc(sizeof(float) * (size_t)(L * E));
+    if (!c.gens || !c.common || !c.bias) { st = es_fail(ES_E_NOMEM, "out of memory"); goto done; }
+    uint64_t s = mix64(o->seed ^ 0x5eed);
+    for (int k = 0; k < d; k++) c.common[k] = (mix64(++s) & 1) ? 1.0f : -1.0f;
+    /* router logit shift bias_e * (h . c): h . c is about 0.6 d for rms-normed h */
+    for (int i = 0; i < L * E; i++) {
+        const double u = (double)(mix64(++s) >> 11) / 9007199254740992.0;
+        c.bias[i] = (float)(2.5 * u * u * u / (0.6 * d));
+    }
+    const float sd = 1.0f / sqrtf((float)d), sf = 1.0f / sqrtf((float)p->n_ff_exp);
+    const float res = 1.0f / sqrtf((float)L);
+    gen *g;
+#define GEN(...) do { if (!(g = add_gen(&c, __VA_ARGS__))) { st = es_fail(ES_E_NOMEM, "out of memory"); goto done; } } while (0)
+    GEN("token_embd.weight", GEN_EMBED, wtype, 2, d, n_vocab, 1, 1.0f, o->seed);
+    g->common = c.common;
+    for (int il = 0; il < L; il++) {
+#define LNAME(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix ".weight", il), name)
+        GEN(LNAME("attn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+        GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, d, 1, sd, o->seed);
+        GEN(LNAME("attn_k"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
+        GEN(LNAME("attn_v"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
+        GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, d, d, 1, 0.7f * sd * res, o->seed);
+        GEN(LNAME("attn_q_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+        GEN(LNAME("attn_k_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, dkv, 1, 1, 1.0f, o->seed);
+        GEN(LNAME("ffn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+        GEN(LNAME("ffn_gate_inp"), GEN_ROUTER, ES_QTYPE_F32, 2, d, E, 1, sd, o->seed);
+        g->common = c.common;
+        g->bias = c.bias + il * E;
+        GEN(LNAME("ffn_gate_exps"), GEN_NORMAL, wtype, 3, d, p->n_ff_exp, E, sd, o->seed);
+        GEN(LNAME("ffn_down_exps"), GEN_NORMAL, wtype, 3, p->n_ff_exp, d, E, 1.5f * sf * res, o->seed);
+        GEN(LNAME("ffn_up_exps"), GEN_NORMAL, wtype, 3, d, p->n_ff_exp, E, sd, o->seed);
+#undef LNAME
+    }
+    GEN("output_norm.weight", GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+    GEN("output.weight", GEN_NORMAL, out_type, 2, d, n_vocab, 1, 3.0f * sd, o->seed);
+#undef GEN
+    for (int i = 0; i < c.n_gens; i++) {
+        gen *t = &c.gens[i];
+        const uint64_t rows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2];
+        const uint64_t nbytes = rows * es_qtype_row_bytes(t->type, t->ne[0]);
+        st = es_gguf_writer_add_tensor_fn(w, t->name, t->type, (uint32_t)t->n_dims, t->ne, nbytes,
+                                          gen_fill, t);
+        if (st) goto done;
+    }
+    if (o->progress) es_gguf_writer_set_progress(w, o->progress, o->user);
+    st = es_gguf_writer_write(w, path);
+done:
+    for (int i = 0; i < c.n_gens; i++) {
+        free(c.gens[i].row);
+        free(c.gens[i].qrow);
+    }
+    free(c.gens);
+    free(c.common);
+    free(c.bias);
+    es_gguf_writer_destroy(w);
+    return st;
+}

@@ -1,0 +1,265 @@
+/* The fused expert operator (see plan.h for the design and the determinism argument). */
+#include "moe/plan.h"
+
+#include "quant/kern.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    ROW_BLOCK = 256, /* RB: routed rows per gate/up -> down pass; bounds the SwiGLU block */
+    FF_CHUNK = 64,   /* FFN columns per gate/up work item */
+    OUT_CHUNK = 64,  /* hidden columns per down work item */
+};
+
+/* One block of at most ROW_BLOCK routed rows of one expert. */
+typedef struct plan_block {
+    int32_t slot;
+    int32_t first; /* index into the CSR arrays */
+    int32_t n;
+} plan_block;
+
+typedef struct thread_buf {
+    void *scratch;     /* es_gemm scratch, sized for the larger K */
+    float *tile;       /* [ROW_BLOCK][OUT_CHUNK] down outputs before the weighted scatter-add */
+} thread_buf;
+
+struct es_plan {
+    es_expert_shape shape;
+    int capacity, t_max, n_slots, n_threads;
+    es_pool *pool;
+    /* input X, prepared once per layer for the gate (and up, if its type differs) kernels */
+    void *x_gate, *x_up;
+    int64_t T;
+    /* CSR by slot: slot_start[P+1], routes' tokens and weights in slot order */
+    int32_t *slot_count; /* [P + 1] */
+    int32_t *slot_owner; /* [P] expert held by the slot in this invocation, -1 none */
+    int32_t *csr_token;  /* [C] */
+    float *csr_weight;   /* [C] */
+    plan_block *blocks;  /* [n_expert + C / ROW_BLOCK + 1] */
+    int n_blocks;
+    /* per block: gate outputs then SwiGLU (g), up outputs (u), SwiGLU quantized for down */
+    float *g, *u;        /* [ROW_BLOCK][n_ff] */
+    void *h_act;         /* es_act_bytes(down_type, ROW_BLOCK, n_ff) */
+    thread_buf *tb;      /* [n_threads] */
+    /* invocation arguments for the job */
+    const es_expert_slot *slots;
+    float *Y;
+    int64_t ldy;
+    es_pool_counter next_ff, next_out;
+};
+
+static size_t big_bytes(size_t n) { return es_align_up(n ? n : 1, 64); }
+
+es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, int n_slots,
+                         es_pool *pool, es_plan **out)
+{
+    *out = NULL;
+    const int64_t d = shape->n_embd, ff = shape->n_ff;
+    if (capacity < 1 || t_max < 1 || n_slots < 1 || shape->n_expert < 1 || d < 1 || ff < 1 ||
+        !pool)
+        return es_fail(ES_E_INVAL, "expert plan: bad capacities");
+    if (!es_kern_supports(shape->gate_type) || !es_kern_supports(shape->up_type) ||
+        !es_kern_supports(shape->down_type))
+        return es_fail(ES_E_UNSUPPORTED, "expert plan: no kernel for weight types %s/%s/%s",
+                       es_qtype_name(shape->gate_type), es_qtype_name(shape->up_type),
+                       es_qtype_name(shape->down_type));
+    es_plan *p = calloc(1, sizeof(*p));
+    if (!p) return es_fail(ES_E_NOMEM, "out of memory");
+    p->shape = *shape;
+    p->capacity = capacity;
+    p->t_max = t_max;
+    p->n_slots = n_slots;
+    p->pool = pool;
+    p->n_threads = es_pool_size(pool);
+    const int max_blocks = shape->n_expert + capacity / ROW_BLOCK + 1;
+    p->x_gate = es_alloc_big(es_act_bytes(shape->gate_type, t_max, d));
+    if (shape->up_type != shape->gate_type)
+        p->x_up = es_alloc_big(es_act_bytes(shape->up_type, t_max, d));
+    p->slot_count = calloc((size_t)n_slots + 1, sizeof(int32_t));
+    p->slot_owner = calloc((size_t)n_slots, sizeof(int32_t));
+    p->csr_token = calloc((size_t)capacity, sizeof(int32_t));
+    p->csr_weight = calloc((size_t)capacity, sizeof(float));
+    p->blocks = calloc((size_t)max_blocks, sizeof(plan_block));
+    p->g = es_alloc_big(sizeof(float) * ROW_BLOCK * (size_t)ff);
+    p->u = es_alloc_big(sizeof(float) * ROW_BLOCK * (size_t)ff);
+    p->h_act = es_alloc_big(es_act_bytes(shape->down_type, ROW_BLOCK, ff));
+    p->tb = calloc((size_t)p->n_threads, sizeof(thread_buf));
+    bool ok = p->x_gate && (p->x_up || shape->up_type == shape->gate_type) && p->slot_count &&
+              p->slot_owner && p->csr_token && p->csr_weight && p->blocks && p->g && p->u &&
+              p->h_act && p->tb;
+    size_t sb = es_gemm_scratch_bytes(shape->gate_type, d);
+    sb = sb > es_gemm_scratch_bytes(shape->up_type, d) ? sb : es_gemm_scratch_bytes(shape->up_type, d);
+    sb = sb > es_gemm_scratch_bytes(shape->down_type, ff) ? sb : es_gemm_scratch_bytes(shape->down_type, ff);
+    for (int i = 0; ok && i < p->n_threads; i++) {
+        p->tb[i].scratch = es_alloc_big(big_bytes(sb));
+        p->tb[i].tile = es_alloc_big(sizeof(float) * ROW_BLOCK * OUT_CHUNK);
+        ok = p->tb[i].scratch && p->tb[i].tile;
+    }
+    if (!ok) {
+        es_plan_destroy(p);
+        return es_fail(ES_E_NOMEM, "expert plan: out of memory");
+    }
+    *out = p;
+    return ES_OK;
+}
+
+void es_plan_destroy(es_plan *p)
+{
+    if (!p) return;
+    const es_expert_shape *s = &p->shape;
+    es_free_big(p->x_gate, es_act_bytes(s->gate_type, p->t_max, s->n_embd));
+    if (p->x_up) es_free_big(p->x_up, es_act_bytes(s->up_type, p->t_max, s->n_embd));
+    free(p->slot_count);
+    free(p->slot_owner);
+    free(p->csr_token);
+    free(p->csr_weight);
+    free(p->blocks);
+    es_free_big(p->g, sizeof(float) * ROW_BLOCK * (size_t)s->n_ff);
+    es_free_big(p->u, sizeof(float) * ROW_BLOCK * (size_t)s->n_ff);
+    es_free_big(p->h_act, es_act_bytes(s->down_type, ROW_BLOCK, s->n_ff));
+    if (p->tb) {
+        size_t sb = es_gemm_scratch_bytes(s->gate_type, s->n_embd);
+        sb = sb > es_gemm_scratch_bytes(s->up_type, s->n_embd) ? sb : es_gemm_scratch_bytes(s->up_type, s->n_embd);
+        sb = sb > es_gemm_scratch_bytes(s->down_type, s->n_ff) ? sb : es_gemm_scratch_bytes(s->down_type, s->n_ff);
+        for (int i = 0; i < p->n_threads; i++) {
+            es_free_big(p->tb[i].scratch, big_bytes(sb));
+            es_free_big(p->tb[i].tile, sizeof(float) * ROW_BLOCK * OUT_CHUNK);
+        }
+        free(p->tb);
+    }
+    free(p);
+}
+
+int es_plan_capacity(const es_plan *p) { return p->capacity; }
+
+typedef struct prep_job { es_plan *p; const float *x; int64_t ldx, T; } prep_job;
+
+static void prep_worker(void *arg, int ith, int nth)
+{
+    prep_job *j = arg;
+    es_plan *p = j->p;
+    const int64_t d = p->shape.n_embd;
+    const int64_t r0 = j->T * ith / nth, r1 = j->T * (ith + 1) / nth;
+    if (r1 <= r0) return;
+    const size_t rbg = es_act_row_bytes(p->shape.gate_type, d);
+    es_act_prepare(p->shape.gate_type, j->x + r0 * j->ldx, j->ldx, r1 - r0, d,
+                   (uint8_t *)p->x_gate + (size_t)r0 * rbg);
+    if (p->x_up) {
+        const size_t rbu = es_act_row_bytes(p->shape.up_type, d);
+        es_act_prepare(p->shape.up_type, j->x + r0 * j->ldx, j->ldx, r1 - r0, d,
+                       (uint8_t *)p->x_up + (size_t)r0 * rbu);
+    }
+}
+
+void es_plan_set_input(es_plan *p, const float *x, int64_t ldx, int64_t T)
+{
+    ES_ASSERT(T >= 1 && T <= p->t_max);
+    prep_job j = {p, x, ldx, T};
+    p->T = T;
+    es_pool_run(p->pool, prep_worker, &j);
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* Runs every block: gate/up (+SwiGLU) -> quantize -> down (+weighted scatter-add). */
+static void invoke_worker(void *arg, int ith, int nth)
+{
+    es_plan *p = arg;
+    const es_expert_shape *s = &p->shape;
+    const int64_t d = s->n_embd, ff = s->n_ff;
+    const void *x_up = p->x_up ? p->x_up : p->x_gate;
+    thread_buf *tb = &p->tb[ith];
+    const size_t h_row = es_act_row_bytes(s->down_type, ff);
+    for (int b = 0; b < p->n_blocks; b++) {
+        const plan_block *blk = &p->blocks[b];
+        const es_expert_slot *slot = &p->slots[blk->slot];
+        const int32_t *rows = p->csr_token + blk->first;
+        const float *w = p->csr_weight + blk->first;
+        const int64_t n = blk->n;
+        /* gate and up over FFN column chunks, SwiGLU on each chunk while it is hot */
+        for (long j0; (j0 = es_pool_counter_next(&p->next_ff, FF_CHUNK)) < ff;) {
+            const int64_t j1 = j0 + FF_CHUNK < ff ? j0 + FF_CHUNK : ff;
+            es_gemm(s->gate_type, slot->gate, d, j0, j1, p->x_gate, rows, n, p->g, ff, 0, tb->scratch);
+            es_gemm(s->up_type, slot->up, d, j0, j1, x_up, rows, n, p->u, ff, 0, tb->scratch);
+            for (int64_t r = 0; r < n; r++) {
+                float *gr = p->g + r * ff, *ur = p->u + r * ff;
+                for (int64_t j = j0; j < j1; j++) gr[j] = silu(gr[j]) * ur[j];
+            }
+        }
+        es_pool_barrier(p->pool);
+        if (ith == 0) es_pool_counter_set(&p->next_out, 0); /* nobody uses it in this phase */
+        /* quantize the SwiGLU block once for the down kernel, rows split across threads */
+        const int64_t r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
+        if (r1 > r0)
+            es_act_prepare(s->down_type, p->g + r0 * ff, ff, r1 - r0, ff,
+                           (uint8_t *)p->h_act + (size_t)r0 * h_row);
+        es_pool_barrier(p->pool);
+        if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
+        /* down over hidden column chunks: a thread owns its columns of every Y row it touches */
+        for (long c0; (c0 = es_pool_counter_next(&p->next_out, OUT_CHUNK)) < d;) {
+            const int64_t c1 = c0 + OUT_CHUNK < d ? c0 + OUT_CHUNK : d;
+            /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride OUT_CHUNK */
+            es_gemm(s->down_type, slot->down, ff, c0, c1, p->h_act, NULL, n, tb->tile - c0,
+                    OUT_CHUNK, 0, tb->scratch);
+            for (int64_t r = 0; r < n; r++) {
+                float *y = p->Y + (int64_t)rows[r] * p->ldy;
+                const float *t = tb->tile + r * OUT_CHUNK - c0;
+                for (int64_t c = c0; c < c1; c++) y[c] += w[r] * t[c];
+            }
+        }
+        es_pool_barrier(p->pool);
+    }
+}
+
+es_status es_plan_invoke(es_plan *p, const es_route *routes, int R, const int32_t *phi,
+                         const es_expert_slot *slots, float *Y, int64_t ldy)
+{
+    const int E = p->shape.n_expert, P = p->n_slots;
+    if (R < 0 || R > p->capacity)
+        return es_fail(ES_E_INVAL, "expert plan: %d routes exceed the capacity %d", R, p->capacity);
+    if (R == 0) return ES_OK;
+    /* CSR by slot: count, prefix sum, place. Slots are then visited in increasing order of the
+     * expert they hold, so contributions reach Y in expert order whatever the placement. */
+    memset(p->slot_count, 0, sizeof(int32_t) * ((size_t)P + 1));
+    for (int s = 0; s < P; s++) p->slot_owner[s] = -1;
+    for (int i = 0; i < R; i++) {
+        const es_route *r = &routes[i];
+        if (r->token < 0 || r->token >= p->T || r->expert < 0 || r->expert >= E)
+            return es_fail(ES_E_INVAL, "expert plan: route %d (token %d, expert %d) out of range",
+                           i, r->token, r->expert);
+        const int32_t s = phi[r->expert];
+        if (s < 0 || s >= P)
+            return es_fail(ES_E_INVAL, "expert plan: expert %d placed in slot %d of %d",
+                           r->expert, s, P);
+        if (p->slot_owner[s] >= 0 && p->slot_owner[s] != r->expert)
+            return es_fail(ES_E_INVAL, "expert plan: experts %d and %d share slot %d",
+                           p->slot_owner[s], r->expert, s);
+        p->slot_owner[s] = r->expert;
+        p->slot_count[s + 1]++;
+    }
+    for (int s = 0; s < P; s++) p->slot_count[s + 1] += p->slot_count[s];
+    /* place: slot_count[s] walks from the start of slot s's segment to its end */
+    for (int i = 0; i < R; i++) {
+        const int32_t at = p->slot_count[phi[routes[i].expert]]++;
+        p->csr_token[at] = routes[i].token;
+        p->csr_weight[at] = routes[i].weight;
+    }
+    /* now slot_count[s] is the end of segment s; its start is slot_count[s-1] (0 for s = 0) */
+    p->n_blocks = 0;
+    for (int e = 0; e < E; e++) {
+        const int32_t s = phi[e];
+        if (s < 0 || s >= P || p->slot_owner[s] != e) continue;
+        const int32_t start = s ? p->slot_count[s - 1] : 0, end = p->slot_count[s];
+        for (int32_t f = start; f < end; f += ROW_BLOCK)
+            p->blocks[p->n_blocks++] = (plan_block){s, f, end - f < ROW_BLOCK ? end - f : ROW_BLOCK};
+    }
+    p->slots = slots;
+    p->Y = Y;
+    p->ldy = ldy;
+    es_pool_counter_set(&p->next_ff, 0);
+    es_pool_counter_set(&p->next_out, 0);
+    es_pool_run(p->pool, invoke_worker, p);
+    return ES_OK;
+}

@@ -1,0 +1,67 @@
+/*
+ * The expert plan: the fused expert operator of DESIGN §4 for one shape class.
+ *
+ * DESIGN: es_plan_create() is called once per shape class (hidden size, FFN size, weight types)
+ * with capacities C (routes per invocation) and T_max (tokens), and allocates every buffer the
+ * operator will ever use: CSR arrays, the SwiGLU block, its quantized form and the per-thread
+ * tiles. es_plan_invoke() allocates nothing. It receives the routes (token, expert, weight) and
+ * the placement map phi (expert -> physical slot), builds the CSR-by-slot descriptors with a
+ * counting sort in O(P + R), then walks the slots in increasing order of the expert they hold:
+ * for each block of at most RB routed rows it runs gate and up over the gathered rows (threads
+ * split the FFN columns), applies SwiGLU while the tiles are hot, quantizes the block once, and
+ * runs down (threads split the hidden columns) into a per-thread tile that is scaled by the
+ * router weight and added into Y[token]. No two threads write the same Y element, and every Y
+ * element receives its expert contributions in increasing expert id, each a dot product reduced
+ * in a fixed order: Y is bit-identical for any thread count, route order, placement or C.
+ *
+ * In the all-resident configuration phi maps every expert to a slot that points into the model;
+ * with streaming, the loader fills arena slots and the residency table provides phi. The plan
+ * does not care who filled a slot.
+ */
+#ifndef ES_PLAN_H
+#define ES_PLAN_H
+
+#include "core/util.h"
+#include "sched/pool.h"
+
+typedef struct es_route {
+    int32_t token;  /* row of X and Y */
+    int32_t expert; /* logical expert id */
+    float weight;   /* router probability */
+} es_route;
+
+/* Experts of one shape class: all share sizes, weight types and layout. */
+typedef struct es_expert_shape {
+    int64_t n_embd;     /* hidden size: gate/up row length, down output rows */
+    int64_t n_ff;       /* expert FFN size */
+    uint32_t gate_type, up_type, down_type;
+    int n_expert;       /* logical experts per layer */
+} es_expert_shape;
+
+/* A physical slot: where one expert's three matrices are. gate, up: n_ff rows of n_embd;
+ * down: n_embd rows of n_ff, each in its type's GGUF row layout. */
+typedef struct es_expert_slot {
+    const void *gate, *up, *down;
+} es_expert_slot;
+
+typedef struct es_plan es_plan;
+
+/* capacity: C, the most routes one invocation takes; t_max: most tokens (rows of X and Y);
+ * n_slots: P, the physical slots phi may point to. pool: the threads that run invocations. */
+es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, int n_slots,
+                         es_pool *pool, es_plan **out);
+void es_plan_destroy(es_plan *p); /* NULL is a no-op */
+int es_plan_capacity(const es_plan *p);
+
+/* Prepares X [T][n_embd] (row stride ldx floats) once per layer in the form the gate/up kernels
+ * read; every later invocation on this X gathers its rows from it. T <= t_max. */
+void es_plan_set_input(es_plan *p, const float *x, int64_t ldx, int64_t T);
+
+/* Y[t] += sum over routes r with token t of weight_r * down_e(silu(gate_e x_t) * up_e x_t).
+ * routes[0..R) with R <= capacity; phi[e] in [0, n_slots) is the slot of expert e (entries of
+ * experts without routes are not read); slots[phi[e]] holds its weights. Y: [T][ldy] floats.
+ * Returns ES_E_INVAL for R > capacity or a route whose token or expert is out of range. */
+es_status es_plan_invoke(es_plan *p, const es_route *routes, int R, const int32_t *phi,
+                         const es_expert_slot *slots, float *Y, int64_t ldy);
+
+#endif

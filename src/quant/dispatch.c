@@ -1,0 +1,140 @@
+/*
+ * Kernel dispatch: picks the ISA once, fills es_kern_active, and forwards the engine's calls.
+ *
+ * DESIGN: one table of function pointers indexed by weight type (STYLE §6). The scalar table is
+ * filled first, then each ISA the CPU has overrides the entries it implements, in increasing
+ * order (avx2, then avx512), up to the ISA requested by ESTREAM_ISA. After es_kern_init() the
+ * table is read-only; the wrappers below read it without locks. A wrapper called before any
+ * es_kern_init() initializes once (pthread_once) with the environment's choice.
+ */
+#include "quant/kern.h"
+
+#include "core/cpu.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+es_kern es_kern_active;
+
+static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_COUNT };
+
+static bool isa_ok(int isa)
+{
+    switch (isa) {
+    case ISA_SCALAR: return true;
+    case ISA_AVX2: return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C);
+    case ISA_AVX512:
+        return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX512_CORE |
+                          ES_CPU_AVX512_VNNI);
+    }
+    return false;
+}
+
+static int isa_index(const char *name)
+{
+    for (int i = 0; i < ISA_COUNT; i++)
+        if (strcmp(name, isa_names[i]) == 0) return i;
+    return -1;
+}
+
+static void fill_upto(es_kern *k, int isa)
+{
+    es_kern_fill_scalar(k);
+    if (isa >= ISA_AVX2) es_kern_fill_avx2(k);
+    if (isa >= ISA_AVX512) es_kern_fill_avx512(k);
+}
+
+bool es_kern_isa_available(const char *isa)
+{
+    int i = isa ? isa_index(isa) : -1;
+    return i >= 0 && isa_ok(i);
+}
+
+bool es_kern_get(const char *isa, es_kern *k)
+{
+    if (!es_kern_isa_available(isa)) return false;
+    fill_upto(k, isa_index(isa));
+    return true;
+}
+
+const char *es_kern_init(const char *force)
+{
+    if (!force) force = getenv("ESTREAM_ISA");
+    int best = ISA_SCALAR;
+    for (int i = ISA_COUNT - 1; i > ISA_SCALAR; i--)
+        if (isa_ok(i)) {
+            best = i;
+            break;
+        }
+    int want = best;
+    if (force && *force) {
+        int i = isa_index(force);
+        if (i < 0) {
+            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: unknown ISA (scalar, avx2, avx512); using %s",
+                   force, isa_names[best]);
+        } else if (!isa_ok(i)) {
+            while (i > ISA_SCALAR && !isa_ok(i)) i--;
+            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: this CPU or OS lacks it; using %s", force,
+                   isa_names[i]);
+            want = i;
+        } else {
+            want = i;
+        }
+    }
+    fill_upto(&es_kern_active, want);
+    es_log(ES_LOG_INFO, "kernels: %s", es_kern_active.isa);
+    return es_kern_active.isa;
+}
+
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static void default_init(void)
+{
+    /* Skip if an explicit es_kern_init() came first. */
+    if (!es_kern_active.isa) es_kern_init(NULL);
+}
+
+static inline const es_kern *active(void)
+{
+    if (__builtin_expect(es_kern_active.isa == NULL, 0)) pthread_once(&default_once, default_init);
+    return &es_kern_active;
+}
+
+const char *es_kern_isa_name(void) { return active()->isa; }
+
+bool es_kern_supports(uint32_t wtype)
+{
+    return wtype < ES_QTYPE_COUNT && active()->op[wtype].gemm != NULL;
+}
+
+static const es_kern_ops *ops(uint32_t wtype)
+{
+    ES_ASSERT(es_kern_supports(wtype));
+    return &es_kern_active.op[wtype];
+}
+
+size_t es_act_row_bytes(uint32_t wtype, int64_t K) { return ops(wtype)->act_row_bytes(K); }
+
+size_t es_act_bytes(uint32_t wtype, int64_t n_rows, int64_t K)
+{
+    return (size_t)n_rows * ops(wtype)->act_row_bytes(K);
+}
+
+void es_act_prepare(uint32_t wtype, const float *X, int64_t ldx, int64_t n_rows, int64_t K,
+                    void *act)
+{
+    ES_DASSERT(((uintptr_t)act & 63) == 0);
+    ops(wtype)->act_prepare(X, ldx, n_rows, K, act);
+}
+
+size_t es_gemm_scratch_bytes(uint32_t wtype, int64_t K) { return ops(wtype)->scratch_bytes(K); }
+
+void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
+             const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
+             void *scratch)
+{
+    ES_DASSERT(((uintptr_t)scratch & 63) == 0 && n0 <= n1 && n1 <= ldy);
+    if (n0 >= n1 || n_rows <= 0) return;
+    ops(wtype)->gemm(W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
+}

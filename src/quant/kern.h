@@ -1,0 +1,160 @@
+/*
+ * Matrix kernels for prefill: Y = X * W^T over many token rows at once, with quantized weights.
+ *
+ *   Y[r][n] (+)= sum_k X[rows[r]][k] * W[n][k]      n in [n0, n1), r in [0, n_rows)
+ *
+ * W is N rows of K weights in GGUF layout (row stride es_qtype_row_bytes(wtype, K)), of type
+ * Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16 or F32. X is first turned into an "act" buffer by
+ * es_act_prepare(): for the integer weight types each row is quantized per block of 32 values to
+ * int8 with one float scale per block (like Q8_0, never per tensor: residual streams reach
+ * several hundred), plus per-block sums the kernels need; for float weight types the act holds
+ * the floats (or bf16 pairs where the kernel uses vdpbf16ps). The act format is private to the
+ * kernel table that prepared it: prepare and multiply with the same table (es_kern_active).
+ *
+ * DESIGN (how the SIMD kernels are fast): es_gemm() is not a loop of dot products. For each tile
+ * of 16 output rows (8 on AVX2) and a K-slice, it decodes the weights ONCE into an interleaved
+ * operand layout in the caller's per-thread scratch buffer (sized to stay in L1/L2), then runs a
+ * register-blocked micro-kernel over every token row with that tile: on AVX-512 VNNI, vpdpbusd
+ * with the 16 output rows in the 16 lanes of a zmm and 4 activation bytes broadcast, 8 tokens per
+ * register block, an int32 sum per block of 32, then one float scale-and-accumulate per block.
+ * Decoding once per tile and reusing it across all rows is what makes the unpack cost small.
+ *
+ * Determinism: every Y element is reduced over k in one fixed order (block by block, increasing
+ * k; within a block the integer sum is exact), with the same float operations whatever the split
+ * of [0, N) into [n0, n1) ranges, the number or order of rows, the gather list or the K-slice
+ * size. So results are bit-identical across thread counts and row orders for one kernel table.
+ * Different ISAs may differ from the scalar table slightly (the bf16 dot-product path rounds
+ * activations to bf16); tests hold them to a per-type tolerance.
+ *
+ * Thread-safety: es_kern_init() writes es_kern_active and must run before other threads use the
+ * kernels (es_gemm etc. call it with NULL on first use if nobody did). Everything else is
+ * reentrant; es_gemm() calls on disjoint [n0, n1) ranges (or disjoint Y) may run concurrently
+ * with their own scratch buffers.
+ */
+#ifndef ES_KERN_H
+#define ES_KERN_H
+
+#include "quant/qtypes.h"
+
+/* Per-type operations of one kernel table. NULL entries: type not supported by any table. */
+typedef struct es_kern_ops {
+    /* Bytes of one prepared activation row of K values (a multiple of 64). */
+    size_t (*act_row_bytes)(int64_t K);
+    /* Prepares n_rows rows: X rows of K floats at stride ldx floats -> act rows (consecutive, each
+     * act_row_bytes(K), act 64-byte aligned). */
+    void (*act_prepare)(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act);
+    /* See es_gemm(). */
+    void (*gemm)(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
+                 const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
+                 void *scratch);
+    /* Bytes of per-thread scratch es_gemm() needs for rows of K weights. */
+    size_t (*scratch_bytes)(int64_t K);
+} es_kern_ops;
+
+typedef struct es_kern {
+    const char *isa;                   /* "scalar", "avx2", "avx512" */
+    es_kern_ops op[ES_QTYPE_COUNT];    /* indexed by es_qtype */
+} es_kern;
+
+/* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
+extern es_kern es_kern_active;
+
+/* Fills the active table with the best ISA this CPU has, or the one force names ("scalar",
+ * "avx2", "avx512"). force NULL: the value of the environment variable ESTREAM_ISA, if set and
+ * not empty. An unknown name, or an ISA this CPU (or OS) lacks, logs a warning and falls back to
+ * the best available ISA not above the request. Returns the ISA chosen (a static string). */
+const char *es_kern_init(const char *force);
+
+/* Name of the active ISA ("scalar", "avx2", "avx512"); initializes the table if needed. */
+const char *es_kern_isa_name(void);
+
+/* True if this CPU and OS can run the named ISA's kernels. */
+bool es_kern_isa_available(const char *isa);
+
+/* Fills *k with the named ISA's table (for tests and benchmarks that compare ISAs). Returns false
+ * (and leaves *k untouched) if the name is unknown or the ISA is not available. */
+bool es_kern_get(const char *isa, es_kern *k);
+
+/* Fills for each ISA. Each starts from the table it is given and overrides the entries it
+ * implements, so call es_kern_fill_scalar() first. Only call an ISA's fill if it is available. */
+void es_kern_fill_scalar(es_kern *k);
+void es_kern_fill_avx2(es_kern *k);
+void es_kern_fill_avx512(es_kern *k);
+
+/* ---- the calls the engine makes (through es_kern_active) ----------------------------------- */
+
+/* True if es_gemm() supports weights of this type. */
+bool es_kern_supports(uint32_t wtype);
+
+/* Bytes of one activation row, and of n_rows rows. Row r of an act buffer starts at
+ * act + r * es_act_row_bytes(wtype, K), so row ranges may be prepared separately (by different
+ * threads) by offsetting X and act. Integer weight types need K % 32 == 0. */
+size_t es_act_row_bytes(uint32_t wtype, int64_t K);
+size_t es_act_bytes(uint32_t wtype, int64_t n_rows, int64_t K);
+
+/* Prepares activations for weights of wtype: X is n_rows rows of K floats, row r at X + r*ldx.
+ * act must be 64-byte aligned and es_act_bytes() long. */
+void es_act_prepare(uint32_t wtype, const float *X, int64_t ldx, int64_t n_rows, int64_t K,
+                    void *act);
+
+/* Per-thread scratch bytes for es_gemm() with rows of K weights (sized from the caches that
+ * es_cpu_get() reports). The scratch must be 64-byte aligned. */
+size_t es_gemm_scratch_bytes(uint32_t wtype, int64_t K);
+
+/*
+ * Y[r*ldy + n] = (accumulate ? Y[r*ldy + n] : 0) + sum_k X[rows ? rows[r] : r][k] * W[n][k]
+ * for n in [n0, n1) and r in [0, n_rows).
+ *   W        the whole weight matrix (row n at W + n * es_qtype_row_bytes(wtype, K))
+ *   act      prepared rows (es_act_prepare); rows[] indexes them (NULL: 0..n_rows-1), and may
+ *            repeat and be in any order
+ *   Y        output, row r at Y + r*ldy (ldy >= n1); only columns [n0, n1) are written
+ *   scratch  es_gemm_scratch_bytes(wtype, K) bytes, 64-byte aligned, owned by the calling thread
+ * The per-element result does not depend on n0, n1, n_rows, the order of rows or the thread that
+ * computes it (see DESIGN above). When accumulating, the old value starts the k-reduction.
+ */
+void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
+             const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
+             void *scratch);
+
+/* ---- shared by the kernel tables (not for engine code) ------------------------------------ */
+
+/*
+ * Activation rows for the integer weight types, all ISAs (K % 32 == 0, nb = K/32 blocks):
+ *   int8  q[K]          x / d rounded to nearest even, |q| <= 127
+ *   float d[nb]         block scale: max|x| / 127 (0 for an all-zero block)
+ *   float ds[nb]        d * sum(q) of the block (the K-quant min term uses it)
+ *   int32 c[nb]         c_mult * sum(q): the correction the ISA's weight encoding needs
+ *   int32 c2[nb][2]     c2_mult * sum(q) over each half (16 values) of the block (Q6_K)
+ * then zero padding to a multiple of 64 bytes. q, d and ds are bit-identical across ISAs.
+ */
+static inline int64_t es_act_q8_off_d(int64_t K) { return K; }
+static inline int64_t es_act_q8_off_ds(int64_t K) { return K + K / 32 * 4; }
+static inline int64_t es_act_q8_off_c(int64_t K) { return K + K / 32 * 8; }
+static inline int64_t es_act_q8_off_c2(int64_t K) { return K + K / 32 * 12; }
+static inline size_t es_act_q8_row_bytes(int64_t K)
+{
+    return (size_t)(K + K / 32 * 20 + 63) / 64 * 64;
+}
+/* Float activation rows (F32/F16/BF16 weights in the float kernels): K floats, zero padded to a
+ * multiple of 16 floats. */
+static inline size_t es_act_f32_row_bytes(int64_t K) { return (size_t)(K + 15) / 16 * 64; }
+
+/* Q4_K/Q5_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes (layout in
+ * qtypes.c next to the decoder). */
+static inline void es_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* The portable act preparation (scalar code): the SIMD tables produce bit-identical q, d, ds. */
+void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                       int32_t c_mult, int32_t c2_mult);
+void es_act_f32_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act);
+
+#endif

@@ -1,0 +1,258 @@
+/*
+ * Scalar kernel table: the oracle every SIMD table is tested against, and the fallback on CPUs
+ * without AVX2. Also the portable activation preparation that all tables share.
+ *
+ * DESIGN: one weight row at a time is decoded to its integer values (the signed value of the
+ * quantized weight: q-8 for Q4_0, q for Q8_0, the unsigned 4/5-bit q for Q4_K/Q5_K, q-32 for
+ * Q6_K) plus float scales, then multiplied with every token row. The float operations per block
+ * are exactly the ones the SIMD micro-kernels do, in the same order, written out with fmaf():
+ *
+ *   Q4_0, Q8_0   t = (float)dot * d_w;              y = fma(t, d_x, y)
+ *   Q4_K, Q5_K   t = (float)dot * (d*sc);           y = fma(t, d_x, y);
+ *                                                   y = fma(-(dmin*m), d_x*sum(q_x), y)
+ *   Q6_K         t = (float)dot_lo * (d*sc_lo);     t = fma((float)dot_hi, d*sc_hi, t);
+ *                                                   y = fma(t, d_x, y)
+ *   F32/F16/BF16 y = fma(w[k], x[k], y) for k = 0, 1, ...
+ *
+ * where dot is the exact int32 sum over the block of 32 (Q6_K: over each half of 16). y starts
+ * at 0, or at the old Y when accumulating.
+ */
+#include "quant/kern.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- activations ---------------------------------------------------------------------------- */
+
+void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                       int32_t c_mult, int32_t c2_mult)
+{
+    ES_ASSERT(K % 32 == 0);
+    const int64_t nb = K / 32;
+    const size_t rb = es_act_q8_row_bytes(K);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *x = X + r * ldx;
+        uint8_t *row = (uint8_t *)act + r * rb;
+        int8_t *q = (int8_t *)row;
+        float *d = (float *)(row + es_act_q8_off_d(K));
+        float *ds = (float *)(row + es_act_q8_off_ds(K));
+        int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
+        int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
+        for (int64_t b = 0; b < nb; b++, x += 32, q += 32) {
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+            const float db = amax / 127.0f;
+            const float id = db != 0.0f ? 1.0f / db : 0.0f;
+            int32_t s[2] = {0, 0};
+            for (int i = 0; i < 32; i++) {
+                /* lrintf rounds to nearest even, as vcvtps2dq does in the SIMD versions */
+                const int v = (int)lrintf(x[i] * id);
+                q[i] = (int8_t)v;
+                s[i >> 4] += v;
+            }
+            d[b] = db;
+            ds[b] = db * (float)(s[0] + s[1]);
+            c[b] = c_mult * (s[0] + s[1]);
+            c2[2 * b] = c2_mult * s[0];
+            c2[2 * b + 1] = c2_mult * s[1];
+        }
+        const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
+        memset(row + used, 0, rb - used);
+    }
+}
+
+void es_act_f32_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
+{
+    const size_t rb = es_act_f32_row_bytes(K);
+    for (int64_t r = 0; r < n_rows; r++) {
+        uint8_t *row = (uint8_t *)act + r * rb;
+        memcpy(row, X + r * ldx, (size_t)K * sizeof(float));
+        memset(row + K * sizeof(float), 0, rb - (size_t)K * sizeof(float));
+    }
+}
+
+static void act_prepare_q(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    /* The scalar kernel computes dot products directly and ignores c/c2; the values match the
+     * AVX-512 encoding so the buffers are comparable byte for byte in tests. */
+    es_act_q8_prepare(X, ldx, n, K, act, -128, -128);
+}
+
+/* ---- weight row decoding ---------------------------------------------------------------- */
+
+/* Scratch layout: int8 q[K], then float s[2*nb] (scales), float m[nb] (negated mins). */
+static size_t scratch_q(int64_t K) { return (size_t)K + (size_t)(K / 32) * 12 + 64; }
+static size_t scratch_f(int64_t K) { return (size_t)K * sizeof(float) + 64; }
+
+static void decode_q4_0(const es_block_q4_0 *x, int64_t nb, int8_t *q, float *s)
+{
+    for (int64_t b = 0; b < nb; b++, q += 32) {
+        s[b] = es_f16_to_f32(x[b].d);
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)((x[b].qs[j] & 15) - 8);
+            q[j + 16] = (int8_t)((x[b].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+static void decode_q8_0(const es_block_q8_0 *x, int64_t nb, int8_t *q, float *s)
+{
+    for (int64_t b = 0; b < nb; b++, q += 32) {
+        s[b] = es_f16_to_f32(x[b].d);
+        memcpy(q, x[b].qs, 32);
+    }
+}
+
+/* Q4_K/Q5_K: s[sub-block] = d*sc, m[sub-block] = -(dmin*m). q5 == NULL for Q4_K. */
+static void decode_k45(const uint8_t *sc12, float d, float dmin, const uint8_t *qs,
+                       const uint8_t *qh, int8_t *q, float *s, float *m)
+{
+    for (int c = 0; c < 4; c++, qs += 32) {
+        for (int h = 0; h < 2; h++) {
+            const int j = 2 * c + h;
+            int sc, mn;
+            es_k4_scale_min(j, sc12, &sc, &mn);
+            s[j] = d * (float)sc;
+            m[j] = -(dmin * (float)mn);
+            for (int l = 0; l < 32; l++) {
+                int v = h ? qs[l] >> 4 : qs[l] & 15;
+                if (qh && (qh[l] >> j & 1)) v += 16;
+                q[32 * j + l] = (int8_t)v;
+            }
+        }
+    }
+}
+
+static void decode_q6_K(const es_block_q6_K *x, int8_t *q, float *s)
+{
+    const float d = es_f16_to_f32(x->d);
+    for (int i = 0; i < 16; i++) s[i] = d * (float)x->scales[i];
+    const uint8_t *ql = x->ql, *qh = x->qh;
+    for (int h = 0; h < 2; h++, ql += 64, qh += 32, q += 128) {
+        for (int l = 0; l < 32; l++) {
+            q[l] = (int8_t)(((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4) - 32);
+            q[l + 32] = (int8_t)(((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32);
+            q[l + 64] = (int8_t)(((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32);
+            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
+        }
+    }
+}
+
+static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, float *s, float *m)
+{
+    const int64_t nb = K / 32, nsb = K / 256;
+    switch (type) {
+    case ES_QTYPE_Q4_0: decode_q4_0(w, nb, q, s); break;
+    case ES_QTYPE_Q8_0: decode_q8_0(w, nb, q, s); break;
+    case ES_QTYPE_Q4_K:
+        for (int64_t i = 0; i < nsb; i++) {
+            const es_block_q4_K *x = (const es_block_q4_K *)w + i;
+            decode_k45(x->scales, es_f16_to_f32(x->d), es_f16_to_f32(x->dmin), x->qs, NULL,
+                       q + 256 * i, s + 8 * i, m + 8 * i);
+        }
+        break;
+    case ES_QTYPE_Q5_K:
+        for (int64_t i = 0; i < nsb; i++) {
+            const es_block_q5_K *x = (const es_block_q5_K *)w + i;
+            decode_k45(x->scales, es_f16_to_f32(x->d), es_f16_to_f32(x->dmin), x->qs, x->qh,
+                       q + 256 * i, s + 8 * i, m + 8 * i);
+        }
+        break;
+    case ES_QTYPE_Q6_K:
+        for (int64_t i = 0; i < nsb; i++)
+            decode_q6_K((const es_block_q6_K *)w + i, q + 256 * i, s + 16 * i);
+        break;
+    default: ES_ASSERT(0);
+    }
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------------ */
+
+static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1,
+                   const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+                   int accumulate, void *scratch)
+{
+    ES_ASSERT(K % 32 == 0);
+    const int64_t nb = K / 32;
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
+    int8_t *wq = scratch;
+    float *ws = (float *)((uint8_t *)scratch + K);
+    float *wm = ws + 2 * nb;
+    for (int64_t n = n0; n < n1; n++) {
+        decode_row_q(type, (const uint8_t *)W + n * wrb, K, wq, ws, wm);
+        for (int64_t r = 0; r < n_rows; r++) {
+            const uint8_t *row = (const uint8_t *)act + (rows ? rows[r] : r) * arb;
+            const int8_t *xq = (const int8_t *)row;
+            const float *xd = (const float *)(row + es_act_q8_off_d(K));
+            const float *xds = (const float *)(row + es_act_q8_off_ds(K));
+            float y = accumulate ? Y[r * ldy + n] : 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const int8_t *a = wq + 32 * b, *x = xq + 32 * b;
+                int32_t lo = 0, hi = 0;
+                for (int i = 0; i < 16; i++) lo += a[i] * x[i];
+                for (int i = 16; i < 32; i++) hi += a[i] * x[i];
+                if (type == ES_QTYPE_Q6_K) {
+                    float t = (float)lo * ws[2 * b];
+                    t = fmaf((float)hi, ws[2 * b + 1], t);
+                    y = fmaf(t, xd[b], y);
+                } else {
+                    const float t = (float)(lo + hi) * ws[b];
+                    y = fmaf(t, xd[b], y);
+                    if (type == ES_QTYPE_Q4_K || type == ES_QTYPE_Q5_K) y = fmaf(wm[b], xds[b], y);
+                }
+            }
+            Y[r * ldy + n] = y;
+        }
+    }
+}
+
+static void gemm_f(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1,
+                   const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+                   int accumulate, void *scratch)
+{
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
+    float *w = scratch;
+    for (int64_t n = n0; n < n1; n++) {
+        es_dequantize_row(type, (const uint8_t *)W + n * wrb, w, K); /* exact for float types */
+        for (int64_t r = 0; r < n_rows; r++) {
+            const float *x = (const float *)((const uint8_t *)act + (rows ? rows[r] : r) * arb);
+            float y = accumulate ? Y[r * ldy + n] : 0.0f;
+            for (int64_t k = 0; k < K; k++) y = fmaf(w[k], x[k], y);
+            Y[r * ldy + n] = y;
+        }
+    }
+}
+
+#define GEMM_WRAP(name, kind, type)                                                                \
+    static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
+                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
+                     void *scratch)                                                                \
+    {                                                                                              \
+        kind(type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);                  \
+    }
+GEMM_WRAP(gemm_q4_0, gemm_q, ES_QTYPE_Q4_0)
+GEMM_WRAP(gemm_q8_0, gemm_q, ES_QTYPE_Q8_0)
+GEMM_WRAP(gemm_q4_K, gemm_q, ES_QTYPE_Q4_K)
+GEMM_WRAP(gemm_q5_K, gemm_q, ES_QTYPE_Q5_K)
+GEMM_WRAP(gemm_q6_K, gemm_q, ES_QTYPE_Q6_K)
+GEMM_WRAP(gemm_f32, gemm_f, ES_QTYPE_F32)
+GEMM_WRAP(gemm_f16, gemm_f, ES_QTYPE_F16)
+GEMM_WRAP(gemm_bf16, gemm_f, ES_QTYPE_BF16)
+
+void es_kern_fill_scalar(es_kern *k)
+{
+    memset(k, 0, sizeof(*k));
+    k->isa = "scalar";
+    static const struct { uint32_t type; void (*gemm)(const void *, int64_t, int64_t, int64_t,
+        const void *, const int32_t *, int64_t, float *, int64_t, int, void *); } q[] = {
+        {ES_QTYPE_Q4_0, gemm_q4_0}, {ES_QTYPE_Q8_0, gemm_q8_0}, {ES_QTYPE_Q4_K, gemm_q4_K},
+        {ES_QTYPE_Q5_K, gemm_q5_K}, {ES_QTYPE_Q6_K, gemm_q6_K},
+    }, f[] = {
+        {ES_QTYPE_F32, gemm_f32}, {ES_QTYPE_F16, gemm_f16}, {ES_QTYPE_BF16, gemm_bf16},
+    };
+    for (size_t i = 0; i < ES_LEN(q); i++)
+        k->op[q[i].type] = (es_kern_ops){es_act_q8_row_bytes, act_prepare_q, q[i].gemm, scratch_q};
+    for (size_t i = 0; i < ES_LEN(f); i++)
+        k->op[f[i].type] =
+            (es_kern_ops){es_act_f32_row_bytes, es_act_f32_prepare, f[i].gemm, scratch_f};
+}

@@ -1,0 +1,93 @@
+/*
+ * Shared test helpers. Every tests/test_<module>.c is a cmocka program linking libestream.a;
+ * tests/run.sh runs them all and prints "N passed, N failed".
+ *
+ * Environment (set by tests/run.sh):
+ *   ESTREAM_DATA  the shared data folder (vocabularies, WikiText-2); default ../shared/data
+ *   ESTREAM_BIN   the estream CLI of this build, for end-to-end tests
+ *   TMPDIR        where tests may write files (each test removes what it writes)
+ */
+#ifndef ES_TEST_H
+#define ES_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define T_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline const char *t_data_dir(void)
+{
+    const char *d = getenv("ESTREAM_DATA");
+    return d && *d ? d : "../shared/data";
+}
+
+static inline const char *t_bin(void)
+{
+    const char *b = getenv("ESTREAM_BIN");
+    return b && *b ? b : "build/estream";
+}
+
+/* A fresh path under $TMPDIR for this process: "<tmp>/es-<pid>-<name>". */
+static inline const char *t_tmp_path(const char *name)
+{
+    static char buf[8][512];
+    static int k;
+    const char *tmp = getenv("TMPDIR");
+    char *p = buf[k++ & 7];
+    snprintf(p, 512, "%s/es-%d-%s", tmp && *tmp ? tmp : "/tmp", (int)getpid(), name);
+    return p;
+}
+
+/* Deterministic pseudo-random numbers (splitmix64): tests never depend on rand(). */
+typedef struct t_rng { uint64_t s; } t_rng;
+static inline uint64_t t_next(t_rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* Uniform in [-1, 1). */
+static inline float t_uniform(t_rng *r) { return (float)((t_next(r) >> 40) * (2.0 / 16777216.0) - 1.0); }
+
+/* Reads a whole file; returns malloc'd buffer (NUL-terminated) or NULL. */
+static inline char *t_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    fclose(f);
+    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
+    return b;
+}
+
+/* Runs a shell command, returns its exit status (or -1), capturing stdout into out (cap bytes). */
+static inline int t_run(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = 0;
+    if (out && cap) {
+        size_t r;
+        while (n + 1 < cap && (r = fread(out + n, 1, cap - 1 - n, p)) > 0) n += r;
+        out[n] = 0;
+    }
+    char sink[4096];
+    while (fread(sink, 1, sizeof(sink), p) > 0) {}
+    int st = pclose(p);
+    return st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
+#endif

@@ -1,0 +1,136 @@
+/*
+ * The fast path against the reference path (the oracle) on the committed tiny models, and its
+ * determinism: bit-identical logits for 1, 2, 3 and 4 threads.
+ */
+#include "t.h"
+
+#include "estream.h"
+
+#include <math.h>
+
+#define DATA "tests/data/"
+
+static int32_t *read_ids(const char *path, size_t *n)
+{
+    size_t len;
+    char *text = t_read_file(path, &len);
+    assert_non_null(text);
+    int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
+    size_t k = 0;
+    char *p = text, *end;
+    for (long v; (v = strtol(p, &end, 10)), end != p; p = end) ids[k++] = (int32_t)v;
+    free(text);
+    *n = k;
+    return ids;
+}
+
+static es_model *open_ok(const char *path)
+{
+    es_model *m = NULL;
+    if (es_model_open(path, 0, &m)) fail_msg("open %s: %s", path, es_last_error());
+    return m;
+}
+
+/* Fast vs reference: max |diff| of logits relative to their spread, and top-1 agreement. */
+static void compare(const char *model, double tol)
+{
+    size_t n;
+    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    es_model *m = open_ok(model);
+    const size_t nv = (size_t)es_model_n_vocab(m);
+    float *ref = malloc(sizeof(float) * n * nv), *fast = malloc(sizeof(float) * n * nv);
+    es_prefill_opts o = {.reference = 1, .all_logits = 1, .n_threads = 2};
+    assert_int_equal(es_prefill(m, ids, n, &o, ref), ES_OK);
+    o.reference = 0;
+    assert_int_equal(es_prefill(m, ids, n, &o, fast), ES_OK);
+    double max_abs = 0, spread = 0;
+    size_t agree = 0;
+    for (size_t t = 0; t < n; t++) {
+        size_t ar = 0, af = 0;
+        for (size_t v = 0; v < nv; v++) {
+            max_abs = fmax(max_abs, fabs(ref[t * nv + v] - fast[t * nv + v]));
+            spread = fmax(spread, fabs(ref[t * nv + v]));
+            if (ref[t * nv + v] > ref[t * nv + ar]) ar = v;
+            if (fast[t * nv + v] > fast[t * nv + af]) af = v;
+        }
+        agree += ar == af;
+    }
+    print_message("%s: fast vs reference max |diff| %.3g (max |logit| %.3g), top-1 %zu/%zu\n",
+                  model, max_abs, spread, agree, n);
+    assert_true(max_abs <= tol);
+    assert_true(agree >= n - n / 16);
+    free(ref);
+    free(fast);
+    free(ids);
+    es_model_close(m);
+}
+
+static void test_fast_f32(void **s) { (void)s; compare(DATA "tiny-f32.gguf", 2e-3); }
+static void test_fast_q8_0(void **s) { (void)s; compare(DATA "tiny-q8_0.gguf", 0.05); }
+static void test_fast_q4_0(void **s) { (void)s; compare(DATA "tiny-q4_0.gguf", 0.08); }
+
+static void test_fast_threads_bit_identical(void **state)
+{
+    (void)state;
+    size_t n;
+    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    const char *models[] = {DATA "tiny-q4_0.gguf", DATA "tiny-f32.gguf"};
+    for (size_t mi = 0; mi < T_LEN(models); mi++) {
+        es_model *m = open_ok(models[mi]);
+        const size_t nv = (size_t)es_model_n_vocab(m);
+        float *first = malloc(sizeof(float) * n * nv), *other = malloc(sizeof(float) * n * nv);
+        es_prefill_opts o = {.all_logits = 1, .n_threads = 1};
+        assert_int_equal(es_prefill(m, ids, n, &o, first), ES_OK);
+        for (int t = 2; t <= 4; t++) {
+            o.n_threads = t;
+            assert_int_equal(es_prefill(m, ids, n, &o, other), ES_OK);
+            assert_memory_equal(first, other, sizeof(float) * n * nv);
+        }
+        /* a shorter prompt after a longer one (buffers reused) gives the prefix's logits */
+        o.n_threads = 3;
+        assert_int_equal(es_prefill(m, ids, n / 2, &o, other), ES_OK);
+        assert_memory_equal(first, other, sizeof(float) * (n / 2) * nv);
+        free(first);
+        free(other);
+        es_model_close(m);
+    }
+    free(ids);
+}
+
+/* Fast-path perplexity equals the reference path's within 0.1%. */
+static void test_fast_ppl(void **state)
+{
+    (void)state;
+    size_t len;
+    char *text = t_read_file(DATA "ppl-text.txt", &len);
+    assert_non_null(text);
+    const char *models[] = {DATA "tiny-f32.gguf", DATA "tiny-q4_0.gguf"};
+    for (size_t mi = 0; mi < T_LEN(models); mi++) {
+        es_model *m = open_ok(models[mi]);
+        int32_t *ids = malloc(sizeof(int32_t) * (len + 2));
+        size_t n;
+        assert_int_equal(es_tokenize(m, text, len, 1, 0, ids, len + 2, &n), ES_OK);
+        es_prefill_opts o = {.reference = 1, .n_threads = 2};
+        es_ppl_result ref, fast;
+        assert_int_equal(es_perplexity(m, ids, n, 128, 4, &o, NULL, NULL, &ref), ES_OK);
+        o.reference = 0;
+        assert_int_equal(es_perplexity(m, ids, n, 128, 4, &o, NULL, NULL, &fast), ES_OK);
+        print_message("%s: ppl reference %.6f fast %.6f\n", models[mi], ref.ppl, fast.ppl);
+        assert_true(fabs(ref.ppl - fast.ppl) / ref.ppl < 1e-3);
+        free(ids);
+        es_model_close(m);
+    }
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fast_f32),
+        cmocka_unit_test(test_fast_q8_0),
+        cmocka_unit_test(test_fast_q4_0),
+        cmocka_unit_test(test_fast_threads_bit_identical),
+        cmocka_unit_test(test_fast_ppl),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

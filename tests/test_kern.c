@@ -1,0 +1,493 @@
+/*
+ * Matrix kernels: the scalar table against an independent float computation, every ISA table the
+ * machine has against scalar (an ISA it lacks is skipped, not passed), determinism across splits
+ * of [0, N), row orders and gather lists, accumulation, activation preparation, and ESTREAM_ISA.
+ */
+#include <unistd.h>
+
+#include "t.h"
+
+#include "core/cpu.h"
+#include "quant/kern.h"
+
+#include <math.h>
+
+static const uint32_t all_types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0, ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
+                                     ES_QTYPE_Q6_K, ES_QTYPE_F16,  ES_QTYPE_BF16, ES_QTYPE_F32};
+
+static int is_k_type(uint32_t t)
+{
+    return t == ES_QTYPE_Q4_K || t == ES_QTYPE_Q5_K || t == ES_QTYPE_Q6_K;
+}
+static int is_float_type(uint32_t t)
+{
+    return t == ES_QTYPE_F32 || t == ES_QTYPE_F16 || t == ES_QTYPE_BF16;
+}
+
+/* ---- fixtures --------------------------------------------------------------------------------- */
+
+typedef struct mat {
+    uint32_t type;
+    int64_t N, K;
+    size_t row_bytes;
+    uint8_t *w;  /* quantized rows */
+    float *wf;   /* the same rows dequantized (es_dequantize_row) */
+} mat;
+
+/* Random weights; rows get different magnitudes, a few rows are all zero. */
+static mat make_mat(uint32_t type, int64_t N, int64_t K, uint64_t seed)
+{
+    mat m = {.type = type, .N = N, .K = K, .row_bytes = es_qtype_row_bytes(type, K)};
+    assert_true(m.row_bytes > 0);
+    m.w = malloc(m.row_bytes * N + 64);
+    m.wf = malloc(sizeof(float) * N * K);
+    float *tmp = malloc(sizeof(float) * K);
+    assert_true(m.w && m.wf && tmp);
+    t_rng r = {seed};
+    for (int64_t n = 0; n < N; n++) {
+        const float scale = (n % 7 == 3) ? 0.0f : 0.02f * (1 + n % 5);
+        for (int64_t k = 0; k < K; k++) tmp[k] = scale * t_uniform(&r);
+        assert_true(es_quantize_row(type, tmp, m.w + n * m.row_bytes, K));
+        es_dequantize_row(type, m.w + n * m.row_bytes, m.wf + n * K, K);
+    }
+    free(tmp);
+    return m;
+}
+
+static void free_mat(mat *m)
+{
+    free(m->w);
+    free(m->wf);
+}
+
+/* Activations like a residual stream: mostly O(1), some blocks with outliers of several
+ * hundred, a few exact zeros. Row stride ldx > K to check it is honoured. */
+static float *make_x(int64_t rows, int64_t K, int64_t ldx, uint64_t seed)
+{
+    float *x = malloc(sizeof(float) * rows * ldx);
+    assert_non_null(x);
+    t_rng r = {seed};
+    for (int64_t i = 0; i < rows * ldx; i++) {
+        float v = t_uniform(&r) * 2.0f;
+        if (t_next(&r) % 97 == 0) v *= 300.0f;
+        if (t_next(&r) % 53 == 0) v = 0.0f;
+        x[i] = v;
+    }
+    return x;
+}
+
+static void *aalloc(size_t n)
+{
+    void *p = NULL;
+    assert_int_equal(posix_memalign(&p, 64, n ? n : 64), 0);
+    memset(p, 0, n);
+    return p;
+}
+
+/* Runs table k's kernel for type: prepares act from X (n_x rows), then Y[n_rows][ldy]. */
+typedef struct run {
+    const es_kern *k;
+    const mat *m;
+    const float *X;
+    int64_t ldx, n_x;
+} run;
+
+static void *prep_act(const run *u)
+{
+    const es_kern_ops *o = &u->k->op[u->m->type];
+    void *act = aalloc(o->act_row_bytes(u->m->K) * u->n_x);
+    o->act_prepare(u->X, u->ldx, u->n_x, u->m->K, act);
+    return act;
+}
+
+static void do_gemm(const run *u, const void *act, int64_t n0, int64_t n1, const int32_t *rows,
+                    int64_t n_rows, float *Y, int64_t ldy, int accumulate)
+{
+    const es_kern_ops *o = &u->k->op[u->m->type];
+    void *scratch = aalloc(o->scratch_bytes(u->m->K));
+    o->gemm(u->m->w, u->m->K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
+    free(scratch);
+}
+
+/* sum_k |w| |x|: the scale a dot product's rounding error is measured against. */
+static double abs_dot(const float *w, const float *x, int64_t K)
+{
+    double s = 0;
+    for (int64_t k = 0; k < K; k++) s += fabs((double)w[k] * x[k]);
+    return s;
+}
+
+/* The activation row r of a prepared buffer, as floats (what the kernel multiplies with). */
+static void act_row_floats(const es_kern *k, uint32_t type, const void *act, int64_t r,
+                           int64_t K, float *out)
+{
+    const uint8_t *row = (const uint8_t *)act + r * k->op[type].act_row_bytes(K);
+    if (is_float_type(type)) {
+        memcpy(out, row, sizeof(float) * K);
+        return;
+    }
+    const int8_t *q = (const int8_t *)row;
+    const float *d = (const float *)(row + es_act_q8_off_d(K));
+    for (int64_t i = 0; i < K; i++) out[i] = q[i] * d[i / 32];
+}
+
+/* ---- scalar against an independent float computation ------------------------------------- */
+
+static void test_scalar_vs_float(void **state)
+{
+    (void)state;
+    es_kern ks;
+    assert_true(es_kern_get("scalar", &ks));
+    static const int64_t rows_list[] = {1, 3, 17};
+    for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
+        const uint32_t type = all_types[ti];
+        const int64_t Ks[] = {is_k_type(type) ? 256 : 32, is_k_type(type) ? 768 : 96,
+                              is_k_type(type) ? 2048 : 2080};
+        for (size_t ki = 0; ki < ES_LEN(Ks); ki++) {
+            const int64_t K = Ks[ki], N = 19, ldx = K + 5;
+            mat m = make_mat(type, N, K, 100 + ti * 10 + ki);
+            for (size_t ri = 0; ri < ES_LEN(rows_list); ri++) {
+                const int64_t nr = rows_list[ri];
+                float *X = make_x(nr, K, ldx, 7 + ri);
+                run u = {&ks, &m, X, ldx, nr};
+                void *act = prep_act(&u);
+                float *Y = aalloc(sizeof(float) * nr * N), *xf = malloc(sizeof(float) * K);
+                do_gemm(&u, act, 0, N, NULL, nr, Y, N, 0);
+                for (int64_t r = 0; r < nr; r++) {
+                    act_row_floats(&ks, type, act, r, K, xf);
+                    for (int64_t n = 0; n < N; n++) {
+                        double want = 0;
+                        for (int64_t k = 0; k < K; k++) want += (double)m.wf[n * K + k] * xf[k];
+                        const double tol = 2e-5 * abs_dot(m.wf + n * K, xf, K) + 1e-30;
+                        if (fabs(Y[r * N + n] - want) > tol)
+                            fail_msg("%s K=%ld rows=%ld r=%ld n=%ld: got %.9g want %.9g (tol %g)",
+                                     es_qtype_name(type), (long)K, (long)nr, (long)r, (long)n,
+                                     Y[r * N + n], want, tol);
+                    }
+                }
+                free(xf);
+                free(Y);
+                free(act);
+                free(X);
+            }
+            free_mat(&m);
+        }
+    }
+}
+
+/* The prepared activations approximate X: |q*d - x| <= d/2 (plus rounding of x*(1/d)). */
+static void test_act_quant(void **state)
+{
+    (void)state;
+    es_kern ks;
+    assert_true(es_kern_get("scalar", &ks));
+    const int64_t K = 1024, nr = 9;
+    float *X = make_x(nr, K, K, 5);
+    const es_kern_ops *o = &ks.op[ES_QTYPE_Q8_0];
+    void *act = aalloc(o->act_row_bytes(K) * nr);
+    o->act_prepare(X, K, nr, K, act);
+    float *xf = malloc(sizeof(float) * K);
+    for (int64_t r = 0; r < nr; r++) {
+        act_row_floats(&ks, ES_QTYPE_Q8_0, act, r, K, xf);
+        const float *d = (const float *)((uint8_t *)act + r * o->act_row_bytes(K) +
+                                         es_act_q8_off_d(K));
+        for (int64_t i = 0; i < K; i++)
+            assert_true(fabsf(xf[i] - X[r * K + i]) <= d[i / 32] * 0.5001f + 1e-30f);
+    }
+    free(xf);
+    free(act);
+    free(X);
+}
+
+/* ---- every ISA against scalar --------------------------------------------------------------- */
+
+/* Tolerance relative to sum |w x|: integer types and exact float paths only differ by float
+ * rounding (in practice not at all); bf16 dot products round activations to 8 bits. */
+static double isa_rtol(const es_kern *k, uint32_t type)
+{
+    (void)k;
+    return type == ES_QTYPE_BF16 ? 8e-3 : 1e-5;
+}
+
+static void check_isa(const char *isa)
+{
+    es_kern ks, kv;
+    assert_true(es_kern_get("scalar", &ks));
+    if (!es_kern_get(isa, &kv)) {
+        print_message("%s: not available on this CPU, skipped\n", isa);
+        skip();
+    }
+    static const int64_t rows_list[] = {1, 3, 17, 130};
+    static const int64_t N_list[] = {1, 17, 45};
+    for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
+        const uint32_t type = all_types[ti];
+        double worst = 0;
+        long exact = 0, total = 0;
+        int64_t Ks[4];
+        size_t nK = 0;
+        if (is_k_type(type)) {
+            Ks[nK++] = 256, Ks[nK++] = 768, Ks[nK++] = 2048;
+        } else if (is_float_type(type)) {
+            Ks[nK++] = 1, Ks[nK++] = 7, Ks[nK++] = 33, Ks[nK++] = 300;
+        } else {
+            Ks[nK++] = 32, Ks[nK++] = 96, Ks[nK++] = 2080;
+        }
+        for (size_t ki = 0; ki < nK; ki++)
+            for (size_t ni = 0; ni < ES_LEN(N_list); ni++) {
+                const int64_t K = Ks[ki], N = N_list[ni], ldx = K + 3;
+                mat m = make_mat(type, N, K, 1000 + ti * 100 + ki * 10 + ni);
+                for (size_t ri = 0; ri < ES_LEN(rows_list); ri++) {
+                    const int64_t nr = rows_list[ri], nx = nr + 3;
+                    float *X = make_x(nx, K, ldx, 77 + ri);
+                    run us = {&ks, &m, X, ldx, nx}, uv = {&kv, &m, X, ldx, nx};
+                    void *as = prep_act(&us), *av = prep_act(&uv);
+                    /* a gather list with repeats, out of order */
+                    int32_t *rows = malloc(sizeof(int32_t) * nr);
+                    t_rng rg = {ri + 1};
+                    for (int64_t r = 0; r < nr; r++) rows[r] = (int32_t)(t_next(&rg) % nx);
+                    const int64_t ldy = N + 2;
+                    float *Ys = aalloc(sizeof(float) * nr * ldy);
+                    float *Yv = aalloc(sizeof(float) * nr * ldy);
+                    const int acc = (int)(ri & 1);
+                    for (int64_t i = 0; i < nr * ldy; i++) Ys[i] = Yv[i] = (float)(i % 13) - 6;
+                    do_gemm(&us, as, 0, N, rows, nr, Ys, ldy, acc);
+                    do_gemm(&uv, av, 0, N, rows, nr, Yv, ldy, acc);
+                    float *xf = malloc(sizeof(float) * K);
+                    for (int64_t r = 0; r < nr; r++) {
+                        act_row_floats(&ks, type, as, rows[r], K, xf);
+                        for (int64_t n = 0; n < ldy; n++) {
+                            const float a = Ys[r * ldy + n], b = Yv[r * ldy + n];
+                            if (n >= N) { /* columns past n1 untouched */
+                                assert_true(a == b);
+                                continue;
+                            }
+                            const double base = abs_dot(m.wf + n * K, xf, K);
+                            const double tol = isa_rtol(&kv, type) * base + 1e-6 * fabs(a) + 1e-30;
+                            total++;
+                            exact += a == b;
+                            if (base > 0 && fabs(a - b) / base > worst) worst = fabs(a - b) / base;
+                            if (!(fabs(a - b) <= tol))
+                                fail_msg("%s %s K=%ld N=%ld rows=%ld acc=%d r=%ld n=%ld: "
+                                         "%.9g vs scalar %.9g (tol %g)",
+                                         isa, es_qtype_name(type), (long)K, (long)N, (long)nr,
+                                         acc, (long)r, (long)n, b, a, tol);
+                        }
+                    }
+                    free(xf);
+                    free(Ys);
+                    free(Yv);
+                    free(rows);
+                    free(as);
+                    free(av);
+                    free(X);
+                }
+                free_mat(&m);
+            }
+        print_message("%s vs scalar, %-5s: %6ld/%6ld elements bit-identical, worst "
+                      "|diff|/sum|wx| %.2g\n", isa, es_qtype_name(type), exact, total, worst);
+    }
+}
+
+static void test_avx2_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("avx2");
+}
+
+static void test_avx512_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("avx512");
+}
+
+/* The integer act preparation of every ISA is bit-identical to scalar in q, d and ds. */
+static void test_act_identical(void **state)
+{
+    (void)state;
+    es_kern ks, kv;
+    assert_true(es_kern_get("scalar", &ks));
+    const int64_t K = 2048, nr = 11;
+    float *X = make_x(nr, K, K, 9);
+    const char *isas[] = {"avx2", "avx512"};
+    int ran = 0;
+    for (size_t i = 0; i < ES_LEN(isas); i++) {
+        if (!es_kern_get(isas[i], &kv)) continue;
+        ran++;
+        const es_kern_ops *os = &ks.op[ES_QTYPE_Q4_0], *ov = &kv.op[ES_QTYPE_Q4_0];
+        assert_int_equal(os->act_row_bytes(K), ov->act_row_bytes(K));
+        const size_t rb = os->act_row_bytes(K);
+        uint8_t *a = aalloc(rb * nr), *b = aalloc(rb * nr);
+        os->act_prepare(X, K, nr, K, a);
+        ov->act_prepare(X, K, nr, K, b);
+        for (int64_t r = 0; r < nr; r++) /* q, d, ds; c and c2 are ISA-specific */
+            assert_memory_equal(a + r * rb, b + r * rb, (size_t)es_act_q8_off_c(K));
+        free(a);
+        free(b);
+    }
+    free(X);
+    if (!ran) skip();
+}
+
+/* ---- determinism: splits of [0,N), row order and subsets are bit-identical -------------------- */
+
+static void check_determinism(const char *isa)
+{
+    es_kern k;
+    if (!es_kern_get(isa, &k)) skip();
+    for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
+        const uint32_t type = all_types[ti];
+        const int64_t K = is_k_type(type) ? 2048 : is_float_type(type) ? 517 : 2080;
+        const int64_t N = 77, nx = 37;
+        mat m = make_mat(type, N, K, 4242 + ti);
+        float *X = make_x(nx, K, K, 99);
+        run u = {&k, &m, X, K, nx};
+        void *act = prep_act(&u);
+        for (int acc = 0; acc < 2; acc++) {
+            /* reference: all columns, rows in natural order */
+            float *Y0 = aalloc(sizeof(float) * nx * N);
+            for (int64_t i = 0; i < nx * N; i++) Y0[i] = (float)(i % 11) * 0.25f;
+            float *init = malloc(sizeof(float) * nx * N);
+            memcpy(init, Y0, sizeof(float) * nx * N);
+            do_gemm(&u, act, 0, N, NULL, nx, Y0, N, acc);
+            t_rng rg = {acc + 3 + ti};
+            for (int trial = 0; trial < 4; trial++) {
+                /* a shuffled gather list of a random subset size (with one repeat) */
+                const int64_t nr = 1 + (int64_t)(t_next(&rg) % nx);
+                int32_t *perm = malloc(sizeof(int32_t) * nx);
+                for (int64_t i = 0; i < nx; i++) perm[i] = (int32_t)i;
+                for (int64_t i = nx - 1; i > 0; i--) {
+                    int64_t j = (int64_t)(t_next(&rg) % (uint64_t)(i + 1));
+                    int32_t tmp = perm[i];
+                    perm[i] = perm[j];
+                    perm[j] = tmp;
+                }
+                if (nr > 1) perm[nr - 1] = perm[0];
+                float *Y1 = aalloc(sizeof(float) * nr * N);
+                for (int64_t r = 0; r < nr; r++)
+                    memcpy(Y1 + r * N, init + perm[r] * N, sizeof(float) * N);
+                /* three column ranges at awkward split points */
+                int64_t s1 = 1 + (int64_t)(t_next(&rg) % (N - 2));
+                int64_t s2 = s1 + 1 + (int64_t)(t_next(&rg) % (N - s1 - 1));
+                do_gemm(&u, act, s2, N, perm, nr, Y1, N, acc);
+                do_gemm(&u, act, 0, s1, perm, nr, Y1, N, acc);
+                do_gemm(&u, act, s1, s2, perm, nr, Y1, N, acc);
+                for (int64_t r = 0; r < nr; r++)
+                    if (memcmp(Y1 + r * N, Y0 + perm[r] * N, sizeof(float) * N) != 0)
+                        fail_msg("%s %s acc=%d: split %ld/%ld rows %ld differs at row %ld", isa,
+                                 es_qtype_name(type), acc, (long)s1, (long)s2, (long)nr,
+                                 (long)r);
+                free(Y1);
+                free(perm);
+            }
+            free(init);
+            free(Y0);
+        }
+        free(act);
+        free(X);
+        free_mat(&m);
+    }
+}
+
+static void test_determinism_scalar(void **state)
+{
+    (void)state;
+    check_determinism("scalar");
+}
+static void test_determinism_avx2(void **state)
+{
+    (void)state;
+    check_determinism("avx2");
+}
+static void test_determinism_avx512(void **state)
+{
+    (void)state;
+    check_determinism("avx512");
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------------- */
+
+static void test_init_forcing(void **state)
+{
+    (void)state;
+    const char *best = es_kern_isa_available("avx512") ? "avx512"
+                       : es_kern_isa_available("avx2") ? "avx2"
+                                                        : "scalar";
+    assert_string_equal(es_kern_init("scalar"), "scalar");
+    assert_string_equal(es_kern_isa_name(), "scalar");
+    assert_string_equal(es_kern_init("bogus"), best); /* warning, then the best */
+    assert_string_equal(es_kern_init("avx2"), es_kern_isa_available("avx2") ? "avx2" : "scalar");
+    assert_string_equal(es_kern_init("avx512"), best);
+    setenv("ESTREAM_ISA", "scalar", 1);
+    assert_string_equal(es_kern_init(NULL), "scalar");
+    setenv("ESTREAM_ISA", "", 1);
+    assert_string_equal(es_kern_init(NULL), best);
+    unsetenv("ESTREAM_ISA");
+    assert_string_equal(es_kern_init(NULL), best);
+    es_kern k;
+    assert_false(es_kern_get("avx1024", &k));
+    assert_true(es_kern_isa_available("scalar"));
+    assert_false(es_kern_isa_available(NULL));
+    for (size_t i = 0; i < ES_LEN(all_types); i++) assert_true(es_kern_supports(all_types[i]));
+    assert_false(es_kern_supports(ES_QTYPE_Q2_K));
+    assert_false(es_kern_supports(9999));
+}
+
+/* The public wrappers go through the active table. */
+static void test_wrappers(void **state)
+{
+    (void)state;
+    es_kern_init(NULL);
+    es_kern ka;
+    assert_true(es_kern_get(es_kern_isa_name(), &ka));
+    const uint32_t type = ES_QTYPE_Q4_0;
+    const int64_t K = 256, N = 40, nr = 5;
+    mat m = make_mat(type, N, K, 1);
+    float *X = make_x(nr, K, K, 2);
+    assert_int_equal(es_act_bytes(type, nr, K), nr * es_act_row_bytes(type, K));
+    void *act = aalloc(es_act_bytes(type, nr, K));
+    es_act_prepare(type, X, K, nr, K, act);
+    void *scratch = aalloc(es_gemm_scratch_bytes(type, K));
+    float *Y = aalloc(sizeof(float) * nr * N), *Y2 = aalloc(sizeof(float) * nr * N);
+    es_gemm(type, m.w, K, 0, N, act, NULL, nr, Y, N, 0, scratch);
+    run u = {&ka, &m, X, K, nr};
+    do_gemm(&u, act, 0, N, NULL, nr, Y2, N, 0);
+    assert_memory_equal(Y, Y2, sizeof(float) * nr * N);
+    es_gemm(type, m.w, K, 3, 3, act, NULL, nr, Y, N, 0, scratch); /* empty range: no-op */
+    free(Y);
+    free(Y2);
+    free(scratch);
+    free(act);
+    free(X);
+    free_mat(&m);
+}
+
+static void test_cpu(void **state)
+{
+    (void)state;
+    const es_cpu_info *c = es_cpu_get();
+    char buf[256];
+    print_message("cpu: %s (%s), L1d %zu KiB, L2 %zu KiB, L3 %zu KiB%s; %s\n", c->brand, c->vendor,
+                  c->l1d_bytes >> 10, c->l2_bytes >> 10, c->l3_bytes >> 10,
+                  c->cache_from_cpuid ? "" : " (defaults)", es_cpu_flags_str(c->flags, buf, 256));
+    assert_true(c->l1d_bytes >= 16 << 10 && c->l2_bytes >= c->l1d_bytes);
+    assert_true(es_cpu_has(0));
+    if (es_cpu_has(ES_CPU_AVX512_VNNI)) assert_true(es_cpu_has(ES_CPU_AVX512F));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu),
+        cmocka_unit_test(test_act_quant),
+        cmocka_unit_test(test_scalar_vs_float),
+        cmocka_unit_test(test_act_identical),
+        cmocka_unit_test(test_avx2_vs_scalar),
+        cmocka_unit_test(test_avx512_vs_scalar),
+        cmocka_unit_test(test_determinism_scalar),
+        cmocka_unit_test(test_determinism_avx2),
+        cmocka_unit_test(test_determinism_avx512),
+        cmocka_unit_test(test_init_forcing),
+        cmocka_unit_test(test_wrappers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

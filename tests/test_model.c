@@ -1,0 +1,232 @@
+/*
+ * Model loading, synthetic models and the reference forward pass.
+ *
+ * Golden data (tests/data/, see tests/data/README.md): tiny synthetic models written by
+ * `estream synth`, and llama.cpp's logits and perplexities for them (llama.cpp built locally,
+ * flash attention off, F32 KV cache). The reference path must match llama.cpp within the stated
+ * tolerances; synth must reproduce the committed files byte for byte.
+ */
+#include "t.h"
+
+#include "estream.h"
+#include "model/model.h"
+
+#include <math.h>
+
+#define DATA "tests/data/"
+
+typedef struct golden {
+    const char *model;  /* committed model */
+    const char *type;   /* synth --type that wrote it */
+    const char *logits; /* llama.cpp logits for DATA "tiny-ids.txt", all positions */
+    float max_abs;      /* tolerance on any logit */
+} golden;
+
+/* F32: both sides compute in float, only summation order differs. Quantized: llama.cpp
+ * quantizes activations to 8 bits per block before each product, the reference does not. */
+static const golden goldens[] = {
+    {DATA "tiny-f32.gguf", "f32", DATA "tiny-f32.llama-logits.bin", 1e-3f},
+    {DATA "tiny-q8_0.gguf", "q8_0", DATA "tiny-q8_0.llama-logits.bin", 0.05f},
+    {DATA "tiny-q4_0.gguf", "q4_0", DATA "tiny-q4_0.llama-logits.bin", 0.08f},
+};
+
+static int32_t *read_ids(const char *path, size_t *n)
+{
+    size_t len;
+    char *text = t_read_file(path, &len);
+    assert_non_null(text);
+    int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
+    size_t k = 0;
+    char *p = text, *end;
+    for (long v; (v = strtol(p, &end, 10)), end != p; p = end) ids[k++] = (int32_t)v;
+    free(text);
+    *n = k;
+    return ids;
+}
+
+static es_model *open_ok(const char *path)
+{
+    es_model *m = NULL;
+    es_status st = es_model_open(path, 0, &m);
+    if (st) fail_msg("open %s: %s", path, es_last_error());
+    return m;
+}
+
+static void test_synth_is_deterministic(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < T_LEN(goldens); i++) {
+        const char *out = t_tmp_path("synth.gguf");
+        es_synth_opts o = {.arch = "olmoe", .preset = "tiny", .type = goldens[i].type, .seed = 1};
+        assert_int_equal(es_synth(&o, out), ES_OK);
+        size_t la, lb;
+        char *a = t_read_file(out, &la), *b = t_read_file(goldens[i].model, &lb);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_int_equal(la, lb);
+        assert_memory_equal(a, b, la);
+        free(a);
+        free(b);
+        unlink(out);
+    }
+}
+
+static void test_hparams(void **state)
+{
+    (void)state;
+    es_model *m = open_ok(DATA "tiny-f32.gguf");
+    assert_string_equal(es_model_arch(m), "olmoe");
+    assert_int_equal(m->hp.n_embd, 64);
+    assert_int_equal(m->hp.n_layer, 2);
+    assert_int_equal(m->hp.n_head, 4);
+    assert_int_equal(m->hp.n_head_kv, 2);
+    assert_int_equal(m->hp.n_expert, 8);
+    assert_int_equal(m->hp.n_expert_used, 2);
+    assert_int_equal(m->hp.n_ff_exp, 64);
+    assert_int_equal(es_model_n_vocab(m), 320);
+    /* one expert = gate + up (64x64) + down (64x64) in f32 */
+    assert_int_equal(es_model_expert_bytes(m, 0), 3 * 64 * 64 * 4);
+    es_model_close(m);
+}
+
+/* The reference path matches llama.cpp's logits for the same file and ids. */
+static void test_reference_matches_llama_cpp(void **state)
+{
+    (void)state;
+    size_t n;
+    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    assert_true(n >= 32);
+    for (size_t g = 0; g < T_LEN(goldens); g++) {
+        es_model *m = open_ok(goldens[g].model);
+        const size_t nv = (size_t)es_model_n_vocab(m);
+        size_t len;
+        float *want = (float *)t_read_file(goldens[g].logits, &len);
+        assert_non_null(want);
+        assert_int_equal(len, n * nv * sizeof(float));
+        float *got = malloc(len);
+        es_prefill_opts o = {.reference = 1, .all_logits = 1};
+        assert_int_equal(es_prefill(m, ids, n, &o, got), ES_OK);
+        float max_abs = 0;
+        size_t top1_agree = 0;
+        for (size_t t = 0; t < n; t++) {
+            size_t aw = 0, ag = 0;
+            for (size_t v = 0; v < nv; v++) {
+                float d = fabsf(got[t * nv + v] - want[t * nv + v]);
+                max_abs = d > max_abs ? d : max_abs;
+                if (want[t * nv + v] > want[t * nv + aw]) aw = v;
+                if (got[t * nv + v] > got[t * nv + ag]) ag = v;
+            }
+            top1_agree += aw == ag;
+        }
+        print_message("%s: max |logit diff| %.3g over %zu x %zu, top-1 agreement %zu/%zu\n",
+                      goldens[g].model, (double)max_abs, n, nv, top1_agree, n);
+        assert_true(max_abs <= goldens[g].max_abs);
+        assert_true(top1_agree >= n - n / 16);
+        free(want);
+        free(got);
+        es_model_close(m);
+    }
+    free(ids);
+}
+
+/* Causality: the logits of a prefix are exactly the first rows of the full sequence's. */
+static void test_reference_is_causal(void **state)
+{
+    (void)state;
+    size_t n;
+    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    es_model *m = open_ok(DATA "tiny-q8_0.gguf");
+    const size_t nv = (size_t)es_model_n_vocab(m), half = n / 2;
+    float *full = malloc(sizeof(float) * n * nv), *pre = malloc(sizeof(float) * half * nv);
+    es_prefill_opts o = {.reference = 1, .all_logits = 1};
+    assert_int_equal(es_prefill(m, ids, n, &o, full), ES_OK);
+    assert_int_equal(es_prefill(m, ids, half, &o, pre), ES_OK);
+    assert_memory_equal(full, pre, sizeof(float) * half * nv);
+    /* and the last-position mode returns the last row */
+    o.all_logits = 0;
+    assert_int_equal(es_prefill(m, ids, n, &o, pre), ES_OK);
+    assert_memory_equal(full + (n - 1) * nv, pre, sizeof(float) * nv);
+    free(full);
+    free(pre);
+    free(ids);
+    es_model_close(m);
+}
+
+static void test_prefill_rejects_bad_input(void **state)
+{
+    (void)state;
+    es_model *m = open_ok(DATA "tiny-f32.gguf");
+    float logits[320];
+    int32_t ids[4] = {1, 2, 3, 320};
+    es_prefill_opts o = {.reference = 1};
+    assert_int_equal(es_prefill(m, ids, 0, &o, logits), ES_E_INVAL);
+    assert_int_equal(es_prefill(m, ids, 4, &o, logits), ES_E_INVAL); /* id 320 out of range */
+    assert_non_null(strstr(es_last_error(), "outside the vocabulary"));
+    ids[3] = -1;
+    assert_int_equal(es_prefill(m, ids, 4, &o, logits), ES_E_INVAL);
+    int32_t *many = calloc(513, sizeof(int32_t)); /* tiny's context is 512 */
+    assert_int_equal(es_prefill(m, many, 513, &o, NULL), ES_E_INVAL);
+    float *big = malloc(sizeof(float) * 320);
+    assert_int_equal(es_prefill(m, many, 513, &o, big), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "context"));
+    free(big);
+    free(many);
+    es_model_close(m);
+}
+
+/* Perplexity matches llama-perplexity on the same file, text and context. */
+static void test_ppl_matches_llama_cpp(void **state)
+{
+    (void)state;
+    size_t len;
+    char *want_txt = t_read_file(DATA "tiny-f32.llama-ppl.txt", &len);
+    assert_non_null(want_txt);
+    double want = strtod(want_txt, NULL);
+    free(want_txt);
+    char *text = t_read_file(DATA "ppl-text.txt", &len);
+    assert_non_null(text);
+    es_model *m = open_ok(DATA "tiny-f32.gguf");
+    int32_t *ids = malloc(sizeof(int32_t) * (len + 2));
+    size_t n;
+    assert_int_equal(es_tokenize(m, text, len, 1, 0, ids, len + 2, &n), ES_OK);
+    es_prefill_opts o = {.reference = 1};
+    es_ppl_result r;
+    assert_int_equal(es_perplexity(m, ids, n, 128, 0, &o, NULL, NULL, &r), ES_OK);
+    print_message("ppl estream %.6f llama.cpp %.6f (%lld scored, %d chunks)\n", r.ppl, want,
+                  (long long)r.n_scored, r.chunks);
+    assert_true(fabs(r.ppl - want) / want < 1e-3);
+    assert_int_equal(r.n_scored, (int64_t)r.chunks * (128 - 1 - 64));
+    /* too little text for the context: a clear error */
+    assert_int_equal(es_perplexity(m, ids, 200, 128, 0, &o, NULL, NULL, &r), ES_E_INVAL);
+    free(ids);
+    free(text);
+    es_model_close(m);
+}
+
+static void test_open_errors(void **state)
+{
+    (void)state;
+    es_model *m = NULL;
+    assert_int_equal(es_model_open("/nonexistent/model.gguf", 0, &m), ES_E_IO);
+    assert_null(m);
+    /* a vocabulary-only file has no weights: refused for prefill, fine for tokenizing */
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-gpt-2.gguf", t_data_dir());
+    assert_int_not_equal(es_model_open(path, 0, &m), ES_OK);
+    assert_int_equal(es_model_open(path, ES_OPEN_VOCAB_ONLY, &m), ES_OK);
+    es_model_close(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_synth_is_deterministic),
+        cmocka_unit_test(test_hparams),
+        cmocka_unit_test(test_reference_matches_llama_cpp),
+        cmocka_unit_test(test_reference_is_causal),
+        cmocka_unit_test(test_prefill_rejects_bad_input),
+        cmocka_unit_test(test_ppl_matches_llama_cpp),
+        cmocka_unit_test(test_open_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

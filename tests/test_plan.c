@@ -1,0 +1,244 @@
+/*
+ * The expert plan (fused expert operator): numbers against an independent double-precision
+ * computation, bit-identical results across thread counts, route orders, placements and
+ * capacities, errors for bad routes, and no allocation inside es_plan_invoke().
+ *
+ * Allocation counting: this program is linked with -Wl,--wrap for malloc, calloc, realloc,
+ * posix_memalign and mmap (Makefile), so every call the library makes passes through the
+ * counters below.
+ */
+#include "t.h"
+
+#include "moe/plan.h"
+#include "quant/kern.h"
+#include "quant/qtypes.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+
+static atomic_long n_allocs;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t a, size_t b);
+void *__real_realloc(void *p, size_t n);
+int __real_posix_memalign(void **p, size_t a, size_t n);
+void *__real_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t a, size_t b);
+void *__wrap_realloc(void *p, size_t n);
+int __wrap_posix_memalign(void **p, size_t a, size_t n);
+void *__wrap_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off);
+void *__wrap_malloc(size_t n) { n_allocs++; return __real_malloc(n); }
+void *__wrap_calloc(size_t a, size_t b) { n_allocs++; return __real_calloc(a, b); }
+void *__wrap_realloc(void *p, size_t n) { n_allocs++; return __real_realloc(p, n); }
+int __wrap_posix_memalign(void **p, size_t a, size_t n) { n_allocs++; return __real_posix_memalign(p, a, n); }
+void *__wrap_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+    n_allocs++;
+    return __real_mmap(a, n, prot, flags, fd, off);
+}
+
+enum { D = 128, FF = 96, E = 6, T = 45, TOPK = 2 };
+
+typedef struct fixture {
+    uint32_t type;
+    uint8_t *gate, *up, *down; /* [E] experts, GGUF row layout */
+    size_t g_bytes, d_bytes;   /* bytes of one expert's gate (= up) and down */
+    float x[T][D];
+    es_route routes[T * TOPK];
+} fixture;
+
+static void make_fixture(fixture *f, uint32_t type, uint64_t seed)
+{
+    t_rng r = {seed};
+    f->type = type;
+    f->g_bytes = FF * es_qtype_row_bytes(type, D);
+    f->d_bytes = D * es_qtype_row_bytes(type, FF);
+    f->gate = malloc(E * f->g_bytes);
+    f->up = malloc(E * f->g_bytes);
+    f->down = malloc(E * f->d_bytes);
+    float row[D > FF ? D : FF];
+    for (int e = 0; e < E; e++) {
+        for (int j = 0; j < FF; j++) {
+            for (int k = 0; k < D; k++) row[k] = 0.2f * t_uniform(&r);
+            es_quantize_row(type, row, f->gate + e * f->g_bytes + j * es_qtype_row_bytes(type, D), D);
+            for (int k = 0; k < D; k++) row[k] = 0.2f * t_uniform(&r);
+            es_quantize_row(type, row, f->up + e * f->g_bytes + j * es_qtype_row_bytes(type, D), D);
+        }
+        for (int j = 0; j < D; j++) {
+            for (int k = 0; k < FF; k++) row[k] = 0.2f * t_uniform(&r);
+            es_quantize_row(type, row, f->down + e * f->d_bytes + j * es_qtype_row_bytes(type, FF), FF);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < D; k++) f->x[t][k] = 2.0f * t_uniform(&r) + (k == 3 ? 50.0f : 0.0f);
+    for (int t = 0; t < T; t++) {
+        int e0 = (int)(t_next(&r) % E), e1 = (int)(t_next(&r) % (E - 1));
+        if (e1 >= e0) e1++;
+        f->routes[t * TOPK] = (es_route){t, e0, 0.25f + 0.5f * (t_uniform(&r) + 1.0f) / 2};
+        f->routes[t * TOPK + 1] = (es_route){t, e1, 0.1f};
+    }
+}
+
+static void free_fixture(fixture *f)
+{
+    free(f->gate);
+    free(f->up);
+    free(f->down);
+}
+
+/* Independent: dequantize, double precision, loop over routes. */
+static void expected(const fixture *f, double y[T][D])
+{
+    memset(y, 0, sizeof(double) * T * D);
+    float *wg = malloc(sizeof(float) * FF * D), *wu = malloc(sizeof(float) * FF * D);
+    float *wd = malloc(sizeof(float) * D * FF);
+    for (int i = 0; i < T * TOPK; i++) {
+        const es_route *r = &f->routes[i];
+        es_dequantize_row(f->type, f->gate + r->expert * f->g_bytes, wg, FF * D);
+        es_dequantize_row(f->type, f->up + r->expert * f->g_bytes, wu, FF * D);
+        es_dequantize_row(f->type, f->down + r->expert * f->d_bytes, wd, D * FF);
+        double h[FF];
+        for (int j = 0; j < FF; j++) {
+            double g = 0, u = 0;
+            for (int k = 0; k < D; k++) {
+                g += (double)wg[j * D + k] * f->x[r->token][k];
+                u += (double)wu[j * D + k] * f->x[r->token][k];
+            }
+            h[j] = g / (1.0 + exp(-g)) * u;
+        }
+        for (int n = 0; n < D; n++) {
+            double s = 0;
+            for (int j = 0; j < FF; j++) s += (double)wd[n * FF + j] * h[j];
+            y[r->token][n] += r->weight * s;
+        }
+    }
+    free(wg);
+    free(wu);
+    free(wd);
+}
+
+/* Runs the plan with n_threads, capacity cap, the routes in the given order and placement phi;
+ * returns Y [T][D]. */
+static float *run_plan(const fixture *f, int n_threads, int cap, const es_route *routes,
+                       const int32_t *phi, long *allocs_in_invoke)
+{
+    es_pool *pool;
+    assert_int_equal(es_pool_create(n_threads, &pool), ES_OK);
+    es_expert_shape sh = {D, FF, f->type, f->type, f->type, E};
+    es_plan *p;
+    assert_int_equal(es_plan_create(&sh, cap, T, E, pool, &p), ES_OK);
+    es_expert_slot slots[E];
+    for (int e = 0; e < E; e++) /* slot phi[e] holds expert e */
+        slots[phi[e]] = (es_expert_slot){f->gate + e * f->g_bytes, f->up + e * f->g_bytes,
+                                         f->down + e * f->d_bytes};
+    float *y = calloc(T * D, sizeof(float));
+    es_plan_set_input(p, &f->x[0][0], D, T);
+    long before = n_allocs;
+    for (int r0 = 0; r0 < T * TOPK; r0 += cap) {
+        int nr = T * TOPK - r0 < cap ? T * TOPK - r0 : cap;
+        assert_int_equal(es_plan_invoke(p, routes + r0, nr, phi, slots, y, D), ES_OK);
+    }
+    if (allocs_in_invoke) *allocs_in_invoke = n_allocs - before;
+    es_plan_destroy(p);
+    es_pool_destroy(pool);
+    return y;
+}
+
+static const int32_t identity[E] = {0, 1, 2, 3, 4, 5};
+
+static void check_type(uint32_t type, double tol)
+{
+    fixture *f = malloc(sizeof(*f));
+    make_fixture(f, type, 42 + type);
+    static double want[T][D];
+    expected(f, want);
+    long allocs = -1;
+    float *y = run_plan(f, 2, T * TOPK, f->routes, identity, &allocs);
+    assert_int_equal(allocs, 0); /* invoke never allocates */
+    double max_err = 0, max_val = 0;
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < D; n++) {
+            max_err = fmax(max_err, fabs(y[t * D + n] - want[t][n]));
+            max_val = fmax(max_val, fabs(want[t][n]));
+        }
+    print_message("%s: max |err| %.3g (max |y| %.3g)\n", es_qtype_name(type), max_err, max_val);
+    assert_true(max_val > 0.1);
+    assert_true(max_err <= tol * max_val);
+
+    /* bit-identical across threads, capacities (split invocations), orders and placements */
+    es_route shuffled[T * TOPK];
+    memcpy(shuffled, f->routes, sizeof(shuffled));
+    t_rng r = {7};
+    for (int i = T * TOPK - 1; i > 0; i--) {
+        int j = (int)(t_next(&r) % (uint64_t)(i + 1));
+        es_route tmp = shuffled[i];
+        shuffled[i] = shuffled[j];
+        shuffled[j] = tmp;
+    }
+    /* routes sorted by expert, so that splitting keeps each token's contributions in order */
+    es_route by_expert[T * TOPK];
+    int k = 0;
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < T * TOPK; i++)
+            if (f->routes[i].expert == e) by_expert[k++] = f->routes[i];
+    const int32_t permuted[E] = {3, 5, 0, 1, 4, 2};
+    for (int threads = 1; threads <= 4; threads++) {
+        float *a = run_plan(f, threads, T * TOPK, shuffled, identity, NULL);
+        float *b = run_plan(f, threads, T * TOPK, f->routes, permuted, NULL);
+        float *c = run_plan(f, threads, 7, by_expert, identity, NULL);
+        assert_memory_equal(a, y, sizeof(float) * T * D);
+        assert_memory_equal(b, y, sizeof(float) * T * D);
+        assert_memory_equal(c, y, sizeof(float) * T * D);
+        free(a);
+        free(b);
+        free(c);
+    }
+    free(y);
+    free_fixture(f);
+    free(f);
+}
+
+static void test_plan_q4_0(void **s) { (void)s; check_type(ES_QTYPE_Q4_0, 0.02); }
+static void test_plan_q8_0(void **s) { (void)s; check_type(ES_QTYPE_Q8_0, 0.02); }
+static void test_plan_f32(void **s) { (void)s; check_type(ES_QTYPE_F32, 1e-4); }
+
+static void test_plan_rejects_bad_routes(void **state)
+{
+    (void)state;
+    fixture *f = malloc(sizeof(*f));
+    make_fixture(f, ES_QTYPE_Q8_0, 1);
+    es_pool *pool;
+    assert_int_equal(es_pool_create(2, &pool), ES_OK);
+    es_expert_shape sh = {D, FF, f->type, f->type, f->type, E};
+    es_plan *p;
+    assert_int_equal(es_plan_create(&sh, 8, T, E, pool, &p), ES_OK);
+    es_expert_slot slots[E] = {{0}};
+    float *y = calloc(T * D, sizeof(float));
+    es_plan_set_input(p, &f->x[0][0], D, T);
+    es_route bad[2] = {{0, 1, 0.5f}, {T, 1, 0.5f}}; /* token T is out of range */
+    assert_int_equal(es_plan_invoke(p, bad, 2, identity, slots, y, D), ES_E_INVAL);
+    bad[1] = (es_route){1, E, 0.5f}; /* expert E is out of range */
+    assert_int_equal(es_plan_invoke(p, bad, 2, identity, slots, y, D), ES_E_INVAL);
+    assert_int_equal(es_plan_invoke(p, f->routes, 9, identity, slots, y, D), ES_E_INVAL); /* > C */
+    const int32_t clash[E] = {0, 0, 1, 2, 3, 4}; /* experts 0 and 1 in one slot */
+    bad[1] = (es_route){1, 0, 0.5f};
+    assert_int_equal(es_plan_invoke(p, bad, 2, clash, slots, y, D), ES_E_INVAL);
+    for (int i = 0; i < T * D; i++) assert_true(y[i] == 0.0f); /* nothing ran */
+    free(y);
+    es_plan_destroy(p);
+    es_pool_destroy(pool);
+    free_fixture(f);
+    free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_q4_0),
+        cmocka_unit_test(test_plan_q8_0),
+        cmocka_unit_test(test_plan_f32),
+        cmocka_unit_test(test_plan_rejects_bad_routes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

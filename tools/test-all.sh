@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The whole test suite: Release, ASan+UBSan, TSan (concurrent parts) and a bounded fuzz run.
+# Prints "N passed, N failed" per configuration and a final total.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+total_p=0 total_f=0 status=0
+run() { # name, make args...
+    local name=$1; shift
+    echo "=== $name ==="
+    if ! make -j"$jobs" "$@" tests >/dev/null; then
+        echo "$name: build failed"; make "$@" tests 2>&1 | tail -n 30; total_f=$((total_f + 1)); status=1; return
+    fi
+    local out
+    out=$(make --no-print-directory "$@" test 2>&1 | tee /dev/stderr | tail -n 1)
+    local p f
+    p=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
+    f=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+    [ -n "$p" ] || { p=0; f=1; }
+    total_p=$((total_p + p)) total_f=$((total_f + f))
+    [ "$f" -eq 0 ] || status=1
+}
+run release
+run "asan+ubsan" SAN=1
+# ThreadSanitizer: the thread pool and the tests that drive threads.
+echo "=== tsan ==="
+if make -j"$jobs" TSAN=1 build-tsan/estream >/dev/null 2>&1; then
+    for t in test_pool test_kern test_forward; do
+        [ -f "tests/$t.c" ] || continue
+        make -j"$jobs" TSAN=1 "build-tsan/tests/$t" >/dev/null || { total_f=$((total_f + 1)); status=1; continue; }
+        out=$(ESTREAM_DATA=${ESTREAM_DATA:-$PWD/../shared/data} ESTREAM_BIN=$PWD/build-tsan/estream \
+              CMOCKA_MESSAGE_OUTPUT=stdout TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" 2>&1)
+        rc=$?
+        p=$(echo "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | head -n 1)
+        echo "tsan $t: rc=$rc ${p:-0} passed"
+        if [ $rc -ne 0 ]; then echo "$out" | tail -n 40; total_f=$((total_f + 1)); status=1; else total_p=$((total_p + ${p:-0})); fi
+    done
+else
+    echo "tsan: build failed"; total_f=$((total_f + 1)); status=1
+fi
+# Fuzz the GGUF reader for a bounded time (libFuzzer, clang).
+echo "=== fuzz (gguf reader, ${ESTREAM_FUZZ_SECONDS:-60} s) ==="
+if make fuzz >/dev/null 2>&1; then
+    corpus=$(mktemp -d)
+    cp tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
+    if build-fuzz/fuzz_gguf -max_total_time="${ESTREAM_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
+        -print_final_stats=1 "$corpus" >"$corpus.log" 2>&1; then
+        echo "fuzz: no crash ($(grep -o 'stat::number_of_executed_units: *[0-9]*' "$corpus.log" | grep -o '[0-9]*$') runs)"
+        total_p=$((total_p + 1))
+    else
+        tail -n 40 "$corpus.log"; total_f=$((total_f + 1)); status=1
+    fi
+    rm -rf "$corpus" "$corpus.log"
+else
+    echo "fuzz: build failed"; make fuzz 2>&1 | tail -n 20; total_f=$((total_f + 1)); status=1
+fi
+echo "all: $total_p passed, $total_f failed"
+exit $status
