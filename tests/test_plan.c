@@ -71,7 +71,7 @@ static void make_fixture(fixture *f, uint32_t type, uint64_t seed)
         }
     }
     for (int t = 0; t < T; t++)
-        for (int k = 0; k < D; k++) f->x[t][k] = 2.0f * t_uniform(&r) + (k == 3 ? 50.0f : 0.0f);
+        for (int k = 0; k < D; k++) f->x[t][k] = 2.0f * t_uniform(&r) + (k == 3 ? 8.0f : 0.0f);
     for (int t = 0; t < T; t++) {
         int e0 = (int)(t_next(&r) % E), e1 = (int)(t_next(&r) % (E - 1));
         if (e1 >= e0) e1++;

@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: estream synth [--arch olmoe] --preset tiny|mini|olmoe-1b-7b [--type f32|f16|q8_0|q4_0]\n"
+    "usage: estream synth [--arch olmoe] --preset tiny|tiny-gqa|mini|olmoe-1b-7b [--type f32|f16|q8_0|q4_0]\n"
     "                     [--seed N] [--vocab VOCAB.gguf] -o FILE\n"
     "\n"
     "Writes a model with random weights and llama.cpp's tensor names, shapes and metadata for the\n"
     "architecture, so llama.cpp loads the same file. Presets:\n"
-    "  tiny         hidden 64, 2 layers, 4 heads (2 KV), 8 experts, top-2, expert FFN 64 (tests)\n"
+    "  tiny         hidden 64, 2 layers, 4 heads, 8 experts, top-2, expert FFN 64 (tests)\n"
+    "  tiny-gqa     tiny with 2 KV heads (grouped-query attention; llama.cpp's olmoe cannot load\n"
+    "               it: it wants attn_k_norm over the whole hidden size)\n"
     "  mini         hidden 512, 4 layers, 8 heads, 32 experts, top-4, expert FFN 512\n"
     "  olmoe-1b-7b  OLMoE-1B-7B's shape: hidden 2048, 16 layers, 16 heads, 64 experts, top-8,\n"
     "               expert FFN 1024, vocab 50304, context 4096\n"
@@ -44,7 +46,7 @@ int cmd_synth(int argc, char **argv)
         else if (!strcmp(s, "-o") || !strcmp(s, "--output")) out = cli_value(&a, s);
         else cli_unknown(&a, s);
     }
-    if (!o.preset) cli_die("synth: give --preset tiny, mini or olmoe-1b-7b");
+    if (!o.preset) cli_die("synth: give --preset tiny, tiny-gqa, mini or olmoe-1b-7b");
     if (!out) cli_die("synth: give the output file with -o FILE");
     o.progress = progress;
     es_status st = es_synth(&o, out);

@@ -25,12 +25,15 @@ typedef struct preset {
 } preset;
 
 static const preset presets[] = {
-    /* tiny: every code path (several experts, top-k > 1, GQA, 32-multiple rows), tests only */
-    {"tiny", 320, 512, 64, 2, 4, 2, 64, 8, 2},
+    /* tiny: every code path (several experts, top-k > 1, 32-multiple rows), for tests. llama.cpp's
+     * olmoe wants attn_k_norm over n_embd, so it cannot load grouped-query attention: tiny-gqa
+     * (2 KV heads) covers GQA for estream's own paths only. */
+    {"tiny", 320, 512, 64, 2, 4, 4, 64, 8, 2},
+    {"tiny-gqa", 320, 512, 64, 2, 4, 2, 64, 8, 2},
     {"mini", 1024, 2048, 512, 4, 8, 8, 512, 32, 4},
     {"olmoe-1b-7b", 50304, 4096, 2048, 16, 16, 16, 1024, 64, 8},
 };
-static const char *const preset_names[] = {"tiny", "mini", "olmoe-1b-7b", NULL};
+static const char *const preset_names[] = {"tiny", "tiny-gqa", "mini", "olmoe-1b-7b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
@@ -246,7 +249,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     for (size_t i = 0; i < ES_LEN(presets); i++)
         if (o->preset && strcmp(o->preset, presets[i].name) == 0) p = &presets[i];
     if (!p)
-        return es_fail(ES_E_INVAL, "synth: unknown preset '%s' (use tiny, mini or olmoe-1b-7b)",
+        return es_fail(ES_E_INVAL, "synth: unknown preset '%s' (use tiny, tiny-gqa, mini or olmoe-1b-7b)",
                        o->preset ? o->preset : "");
     uint32_t wtype = ES_QTYPE_F32;
     ES_TRY(parse_type(o->type, &wtype));

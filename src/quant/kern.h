@@ -107,7 +107,7 @@ size_t es_gemm_scratch_bytes(uint32_t wtype, int64_t K);
  *   W        the whole weight matrix (row n at W + n * es_qtype_row_bytes(wtype, K))
  *   act      prepared rows (es_act_prepare); rows[] indexes them (NULL: 0..n_rows-1), and may
  *            repeat and be in any order
- *   Y        output, row r at Y + r*ldy (ldy >= n1); only columns [n0, n1) are written
+ *   Y        output, row r at Y + r*ldy; only Y[r*ldy + n] for n in [n0, n1) is read or written
  *   scratch  es_gemm_scratch_bytes(wtype, K) bytes, 64-byte aligned, owned by the calling thread
  * The per-element result does not depend on n0, n1, n_rows, the order of rows or the thread that
  * computes it (see DESIGN above). When accumulating, the old value starts the k-reduction.

@@ -297,7 +297,7 @@ static bool str_contains(es_str hay, const char *needle)
     return hay.len >= n && memmem(hay.ptr, hay.len, needle, n) != NULL;
 }
 
-static void fix_attributes(es_tok *t, const es_gguf *g)
+static void fix_attributes(es_tok *t)
 {
     for (size_t i = 0; i < ES_LEN(k_control_texts); i++) {
         int32_t id = find_cstr(t, k_control_texts[i]);
@@ -320,7 +320,6 @@ static void fix_attributes(es_tok *t, const es_gguf *g)
     /* gemma4 / paddleocr: "</s>" is a normal token when "<|tool_response>" exists */
     int32_t s_end = find_cstr(t, "</s>");
     if (s_end >= 0 && find_cstr(t, "<|tool_response>") >= 0) t->attr[s_end] = TOK_ATTR_NORMAL;
-    (void)g;
 }
 
 static int cmp_special(const void *a, const void *b, void *arg)
@@ -590,7 +589,7 @@ es_status es_tok_create(const es_gguf *g, es_tok **out)
         t->add_eos = false;
     }
 
-    fix_attributes(t, g);
+    fix_attributes(t);
     if ((st = build_specials(t, g)) != ES_OK) goto fail;
     build_byte_tables(t);
     if ((st = build_pieces(t)) != ES_OK) goto fail;
