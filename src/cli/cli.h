@@ -42,5 +42,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_prefill(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

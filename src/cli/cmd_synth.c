@@ -21,13 +21,19 @@ static const char help[] =
     "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file.\n"
     "The file is written atomically: on failure nothing is left at FILE.\n";
 
+/* On a terminal one line redrawn in place; otherwise a line per 10%. */
 static void progress(void *user, uint64_t done, uint64_t total)
 {
-    (void)user;
+    int *last_tenth = user;
     if (total < ((uint64_t)64 << 20)) return;
-    fprintf(stderr, "\rsynth: %5.1f%% of %.2f GiB", 100.0 * (double)done / (double)total,
-            (double)total / (1u << 30));
-    if (done == total) fputc('\n', stderr);
+    const double pct = 100.0 * (double)done / (double)total;
+    if (isatty(STDERR_FILENO)) {
+        fprintf(stderr, "\rsynth: %5.1f%% of %.2f GiB", pct, (double)total / (1u << 30));
+        if (done == total) fputc('\n', stderr);
+    } else if ((int)(pct / 10) > *last_tenth) {
+        *last_tenth = (int)(pct / 10);
+        fprintf(stderr, "synth: %3.0f%% of %.2f GiB\n", pct, (double)total / (1u << 30));
+    }
 }
 
 int cmd_synth(int argc, char **argv)
@@ -48,7 +54,9 @@ int cmd_synth(int argc, char **argv)
     }
     if (!o.preset) cli_die("synth: give --preset tiny, tiny-gqa, mini or olmoe-1b-7b");
     if (!out) cli_die("synth: give the output file with -o FILE");
+    int last_tenth = 0;
     o.progress = progress;
+    o.user = &last_tenth;
     es_status st = es_synth(&o, out);
     if (st) cli_die_status(st, "synth");
     fprintf(stderr, "synth: wrote %s (%s, preset %s, %s, seed %llu)\n", out, o.arch, o.preset,

@@ -20,6 +20,7 @@ static const char usage[] =
     "  synth     --preset P --type T -o FILE   write a synthetic model\n"
     "  prefill   -m MODEL (-p|-f|--ids)        run the prefill, print the next-token top-k\n"
     "  ppl       -m MODEL -f TEXT [-c CTX]     perplexity (llama-perplexity convention)\n"
+    "  bench     -m MODEL [-p 128,512,...]     prompt-processing speed (like llama-bench)\n"
     "\n"
     "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avx512\n";
 
@@ -162,7 +163,20 @@ void cli_json_str(FILE *f, const char *s, size_t len)
         else if (c == '\t') fputs("\\t", f);
         else if (c == '\r') fputs("\\r", f);
         else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
-        else fputc(c, f); /* UTF-8 passes through; invalid bytes are the token's own */
+        else if (c < 0x80) fputc(c, f);
+        else {
+            /* a whole valid UTF-8 sequence passes through; a stray byte (a token that is part of
+             * a multi-byte character) becomes U+FFFD so the output stays valid JSON */
+            size_t k = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+            bool ok = k && i + k <= len;
+            for (size_t j = 1; ok && j < k; j++) ok = ((unsigned char)s[i + j] & 0xC0) == 0x80;
+            if (ok) {
+                fwrite(s + i, 1, k, f);
+                i += k - 1;
+            } else {
+                fputs("\\ufffd", f);
+            }
+        }
     }
     fputc('"', f);
 }
@@ -179,5 +193,6 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "prefill")) return cmd_prefill(argc - 1, argv + 1);
     if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     cli_die("unknown command '%s' (run estream --help)", cmd);
 }
