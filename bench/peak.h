@@ -1,0 +1,142 @@
+/*
+ * Machine peaks for the benchmarks: loops of independent vpdpbusd (int8, AVX-512 VNNI),
+ * vpmaddubsw (int8, AVX2) and vfmadd (float) instructions with 12 accumulators, timed on one
+ * thread and on every thread of a pool. Header-only (static functions) so each benchmark
+ * program is one file.
+ */
+#ifndef ES_BENCH_PEAK_H
+#define ES_BENCH_PEAK_H
+
+#include "sched/pool.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#define PEAK_ITERS 20000000L
+
+__attribute__((target("avx512f,avx512vnni"))) static void vnni_loop(long n)
+{
+    __asm__ volatile("vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+                     "vpternlogd $0xff, %%zmm30, %%zmm30, %%zmm30\n\t"
+                     "vpxord %%zmm31, %%zmm31, %%zmm31\n\t" ::
+                         : "zmm0", "zmm30", "zmm31");
+    for (long i = 0; i < n; i++)
+        __asm__ volatile(
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t vpdpbusd %%zmm30, %%zmm31, %%zmm1\n\t"
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm2\n\t vpdpbusd %%zmm30, %%zmm31, %%zmm3\n\t"
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n\t vpdpbusd %%zmm30, %%zmm31, %%zmm5\n\t"
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm6\n\t vpdpbusd %%zmm30, %%zmm31, %%zmm7\n\t"
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm8\n\t vpdpbusd %%zmm30, %%zmm31, %%zmm9\n\t"
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm10\n\t vpdpbusd %%zmm30, %%zmm31, %%zmm11\n\t" ::
+                : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",
+                  "zmm10", "zmm11");
+}
+
+__attribute__((target("avx2"))) static void maddubs_loop(long n)
+{
+    for (long i = 0; i < n; i++)
+        __asm__ volatile(
+            "vpmaddubsw %%ymm14, %%ymm15, %%ymm0\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm1\n\t"
+            "vpmaddubsw %%ymm14, %%ymm15, %%ymm2\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm3\n\t"
+            "vpmaddubsw %%ymm14, %%ymm15, %%ymm4\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm5\n\t"
+            "vpmaddubsw %%ymm14, %%ymm15, %%ymm6\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm7\n\t"
+            "vpmaddubsw %%ymm14, %%ymm15, %%ymm8\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm9\n\t"
+            "vpmaddubsw %%ymm14, %%ymm15, %%ymm10\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm11\n\t" ::
+                : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                  "xmm10", "xmm11");
+}
+
+__attribute__((target("avx512f"), unused)) static void fma512_loop(long n)
+{
+    __asm__ volatile("vpxord %%zmm30, %%zmm30, %%zmm30\n\t vpxord %%zmm31, %%zmm31, %%zmm31" ::
+                         : "zmm30", "zmm31");
+    for (long i = 0; i < n; i++)
+        __asm__ volatile(
+            "vfmadd231ps %%zmm30, %%zmm31, %%zmm0\n\t vfmadd231ps %%zmm30, %%zmm31, %%zmm1\n\t"
+            "vfmadd231ps %%zmm30, %%zmm31, %%zmm2\n\t vfmadd231ps %%zmm30, %%zmm31, %%zmm3\n\t"
+            "vfmadd231ps %%zmm30, %%zmm31, %%zmm4\n\t vfmadd231ps %%zmm30, %%zmm31, %%zmm5\n\t"
+            "vfmadd231ps %%zmm30, %%zmm31, %%zmm6\n\t vfmadd231ps %%zmm30, %%zmm31, %%zmm7\n\t"
+            "vfmadd231ps %%zmm30, %%zmm31, %%zmm8\n\t vfmadd231ps %%zmm30, %%zmm31, %%zmm9\n\t"
+            "vfmadd231ps %%zmm30, %%zmm31, %%zmm10\n\t vfmadd231ps %%zmm30, %%zmm31, %%zmm11\n\t" ::
+                : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",
+                  "zmm10", "zmm11");
+}
+
+__attribute__((target("avx2,fma"), unused)) static void fma256_loop(long n)
+{
+    for (long i = 0; i < n; i++)
+        __asm__ volatile(
+            "vfmadd231ps %%ymm14, %%ymm15, %%ymm0\n\t vfmadd231ps %%ymm14, %%ymm15, %%ymm1\n\t"
+            "vfmadd231ps %%ymm14, %%ymm15, %%ymm2\n\t vfmadd231ps %%ymm14, %%ymm15, %%ymm3\n\t"
+            "vfmadd231ps %%ymm14, %%ymm15, %%ymm4\n\t vfmadd231ps %%ymm14, %%ymm15, %%ymm5\n\t"
+            "vfmadd231ps %%ymm14, %%ymm15, %%ymm6\n\t vfmadd231ps %%ymm14, %%ymm15, %%ymm7\n\t"
+            "vfmadd231ps %%ymm14, %%ymm15, %%ymm8\n\t vfmadd231ps %%ymm14, %%ymm15, %%ymm9\n\t"
+            "vfmadd231ps %%ymm14, %%ymm15, %%ymm10\n\t vfmadd231ps %%ymm14, %%ymm15, %%ymm11\n\t" ::
+                : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                  "xmm10", "xmm11");
+}
+
+typedef struct peak_job {
+    void (*loop)(long);
+    long iters;
+} peak_job;
+
+static void peak_fn(void *arg, int ith, int nth)
+{
+    (void)ith, (void)nth;
+    peak_job *j = arg;
+    j->loop(j->iters);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+__attribute__((unused)) static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ops per iteration: 12 instructions x ops per instruction */
+__attribute__((unused)) static void measure_peak(void (*loop)(long), double ops_per_iter, es_pool *p1, es_pool *p2,
+                         double out[2])
+{
+    enum { REPS = 5 };
+    double t[2][REPS];
+    peak_job j = {loop, PEAK_ITERS / 4};
+    es_pool_run(p1, peak_fn, &j); /* warm up (frequency, page-in) */
+    j.iters = PEAK_ITERS;
+    for (int r = 0; r < REPS; r++)
+        for (int k = 0; k < 2; k++) {
+            es_pool *p = k ? p2 : p1;
+            double t0 = now_s();
+            es_pool_run(p, peak_fn, &j);
+            t[k][r] = now_s() - t0;
+        }
+    for (int k = 0; k < 2; k++)
+        out[k] = ops_per_iter * PEAK_ITERS * (k ? es_pool_size(p2) : 1) / median(t[k], REPS) / 1e9;
+}
+
+/* The int8 peak of the best ISA this CPU has, 1 thread and all of p2's threads (G ops/s), and
+ * the ISA's name. */
+static const char *measure_int8_peak(es_pool *p1, es_pool *p2, double out[2])
+{
+    if (__builtin_cpu_supports("avx512vnni")) {
+        measure_peak(vnni_loop, 12 * 128.0, p1, p2, out);
+        return "avx512 vpdpbusd";
+    }
+    measure_peak(maddubs_loop, 12 * 64.0, p1, p2, out);
+    return "avx2 vpmaddubsw";
+}
+
+#endif
