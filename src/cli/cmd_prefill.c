@@ -80,6 +80,7 @@ int cmd_prefill(int argc, char **argv)
     } else {
         size_t len;
         char *prompt = cli_prompt(text, file, &len);
+        if (len == 0) cli_die("prefill: the prompt is empty");
         ids = cli_tokenize(m, prompt, len, true, true, &n);
         free(prompt);
     }
