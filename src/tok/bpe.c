@@ -13,7 +13,8 @@
  *   by a placeholder first), so those ranges leave the whitespace code points out.
  * - Input text is first re-encoded code point by code point the way llama.cpp decodes it:
  *   invalid bytes become U+FFFD. PCRE2 then sees valid UTF-8 only (surrogates, which llama.cpp
- *   lets through, are matched as U+FFFD but keep their bytes for the merges).
+ *   lets through, are matched as U+E000, a code point of the same class, but keep their bytes
+ *   for the merges).
  * - Merges. A word's symbols start as single bytes (each is one GPT-2 character). A heap holds
  *   adjacent pairs keyed by (merge rank, left position); the lowest is merged, stale entries are
  *   recognised by their byte size and skipped. Every symbol carries its token id, so the rank
@@ -275,12 +276,14 @@ static es_status sanitize(tok_work *w, const char *text, size_t len, const uint8
     *n = k;
     *src = w->buf;
     if (!surrogates) return ES_OK;
-    /* keep the surrogate bytes for the merges, match U+FFFD (same length) in their place */
+    /* keep the surrogate bytes for the merges; the regexes see U+E000 in their place: same
+     * length, and like a surrogate in llama.cpp's tables a "control" code point that is neither
+     * letter, number, punctuation, symbol, mark nor whitespace */
     ES_TRY(tok_reserve((void **)&w->buf2, &w->buf2_cap, k + 4, 1));
     memcpy(w->buf2, w->buf, k);
     for (size_t j = 0; j + 2 < k; j++) {
         if (w->buf[j] == 0xED && (w->buf[j + 1] & 0xE0) == 0xA0) {
-            memcpy(w->buf + j, "\xEF\xBF\xBD", 3);
+            memcpy(w->buf + j, "\xEE\x80\x80", 3); /* U+E000 */
             j += 2;
         }
     }
