@@ -23,7 +23,8 @@ static void sum_fn(void *arg, int ith, int nth)
 {
     sum_job *j = arg;
     int64_t a = j->n * ith / nth, b = j->n * (ith + 1) / nth, s = 0;
-    for (int64_t i = a; i < b; i++) s += j->v[i];
+    for (int64_t i = a; i < b; i++)
+        s += j->v[i];
     j->part[ith][0] = s;
     j->calls[ith]++;
 }
@@ -41,13 +42,16 @@ static void test_sums(void **state)
         sum_job j = {.v = v, .n = N};
         for (int r = 0; r < RUNS; r++) {
             int64_t want = 0;
-            for (int64_t i = 0; i < N; i++) want += v[i] = (i * 31 + r * 7) % 1000 - 500;
+            for (int64_t i = 0; i < N; i++)
+                want += v[i] = (i * 31 + r * 7) % 1000 - 500;
             es_pool_run(p, sum_fn, &j);
             int64_t got = 0;
-            for (int t = 0; t < nt; t++) got += j.part[t][0];
+            for (int t = 0; t < nt; t++)
+                got += j.part[t][0];
             assert_int_equal(got, want);
         }
-        for (int t = 0; t < nt; t++) assert_int_equal(j.calls[t], RUNS);
+        for (int t = 0; t < nt; t++)
+            assert_int_equal(j.calls[t], RUNS);
         es_pool_destroy(p);
     }
     free(v);
@@ -67,7 +71,8 @@ static void chunk_fn(void *arg, int ith, int nth)
     chunk_job *j = arg;
     long i0;
     while ((i0 = es_pool_counter_next(&j->next, j->step)) < j->n)
-        for (long i = i0; i < i0 + j->step && i < j->n; i++) j->hits[i]++;
+        for (long i = i0; i < i0 + j->step && i < j->n; i++)
+            j->hits[i]++;
 }
 
 static void test_chunks(void **state)
@@ -85,7 +90,8 @@ static void test_chunks(void **state)
             j.step = 1 + r % 17;
             es_pool_counter_set(&j.next, 0);
             es_pool_run(p, chunk_fn, &j);
-            for (int i = 0; i < N; i++) assert_int_equal(hits[i], 1);
+            for (int i = 0; i < N; i++)
+                assert_int_equal(hits[i], 1);
         }
         es_pool_destroy(p);
     }
@@ -121,7 +127,8 @@ static void test_barrier(void **state)
         assert_non_null(j);
         j->pool = p;
         uint64_t want[PHASES][MAX_T];
-        for (int t = 0; t < nt; t++) want[0][t] = t + 1;
+        for (int t = 0; t < nt; t++)
+            want[0][t] = t + 1;
         for (int ph = 1; ph < PHASES; ph++)
             for (int t = 0; t < nt; t++)
                 want[ph][t] = want[ph - 1][(t + 1) % nt] * 3 + want[ph - 1][t];
@@ -137,7 +144,10 @@ static void test_barrier(void **state)
 
 /* ---- an idle pool sleeps ------------------------------------------------------------------ */
 
-static void noop_fn(void *arg, int ith, int nth) { (void)arg, (void)ith, (void)nth; }
+static void noop_fn(void *arg, int ith, int nth)
+{
+    (void)arg, (void)ith, (void)nth;
+}
 
 static double cpu_seconds(void)
 {
@@ -151,7 +161,8 @@ static void test_idle(void **state)
     (void)state;
     es_pool *p = NULL;
     assert_int_equal(es_pool_create(MAX_T, &p), ES_OK);
-    for (int r = 0; r < 1000; r++) es_pool_run(p, noop_fn, NULL);
+    for (int r = 0; r < 1000; r++)
+        es_pool_run(p, noop_fn, NULL);
     usleep(20000); /* let the workers finish spinning */
     double c0 = cpu_seconds();
     usleep(200000);
@@ -175,8 +186,8 @@ static void test_bad_args(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sums),    cmocka_unit_test(test_chunks),
-        cmocka_unit_test(test_barrier), cmocka_unit_test(test_idle),
+        cmocka_unit_test(test_sums),     cmocka_unit_test(test_chunks),
+        cmocka_unit_test(test_barrier),  cmocka_unit_test(test_idle),
         cmocka_unit_test(test_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,7 +27,9 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 #define DEFAULT_L2 ((size_t)256 << 10)
 
 #if HAVE_X86
-typedef struct { uint32_t a, b, c, d; } regs4;
+typedef struct {
+    uint32_t a, b, c, d;
+} regs4;
 
 static regs4 cpuid(uint32_t leaf, uint32_t sub)
 {
@@ -81,7 +83,8 @@ static void detect(void)
             memcpy(b + 16 * i, &s, 16);
         }
         const char *p = b;
-        while (*p == ' ') p++;
+        while (*p == ' ')
+            p++;
         snprintf(info.brand, sizeof(info.brand), "%s", p);
     }
 
@@ -96,9 +99,9 @@ static void detect(void)
     if (l1.c & (1u << 20)) f |= ES_CPU_SSE42;
     /* The OS must have enabled XSAVE (OSXSAVE) before xgetbv may be executed at all. */
     uint64_t xcr0 = (l1.c & (1u << 27)) ? xgetbv0() : 0;
-    bool os_avx = (xcr0 & 0x6) == 0x6;             /* XMM and YMM state */
-    bool os_avx512 = (xcr0 & 0xE6) == 0xE6;        /* plus opmask, ZMM_Hi256, Hi16_ZMM */
-    bool os_amx = (xcr0 & 0x60000) == 0x60000;     /* XTILECFG and XTILEDATA */
+    bool os_avx = (xcr0 & 0x6) == 0x6;         /* XMM and YMM state */
+    bool os_avx512 = (xcr0 & 0xE6) == 0xE6;    /* plus opmask, ZMM_Hi256, Hi16_ZMM */
+    bool os_amx = (xcr0 & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA */
 
     if (os_avx && (l1.c & (1u << 28))) f |= ES_CPU_AVX;
     if (os_avx && (l1.c & (1u << 12))) f |= ES_CPU_FMA;
@@ -124,9 +127,9 @@ static void detect(void)
         }
     }
     /* An AVX-512 extension is useless without the foundation. */
-    if (!(f & ES_CPU_AVX512F)) f &= ~(ES_CPU_AVX512BW | ES_CPU_AVX512VL | ES_CPU_AVX512DQ |
-                                    ES_CPU_AVX512_VNNI | ES_CPU_AVX512_BF16 |
-                                    ES_CPU_AVX512_FP16 | ES_CPU_AVX512_VBMI);
+    if (!(f & ES_CPU_AVX512F))
+        f &= ~(ES_CPU_AVX512BW | ES_CPU_AVX512VL | ES_CPU_AVX512DQ | ES_CPU_AVX512_VNNI |
+               ES_CPU_AVX512_BF16 | ES_CPU_AVX512_FP16 | ES_CPU_AVX512_VBMI);
     info.flags = f;
 
     size_t l1d = 0, l2 = 0, l3 = 0;
@@ -165,19 +168,33 @@ const es_cpu_info *es_cpu_get(void)
     return &info;
 }
 
-bool es_cpu_has(uint64_t flags) { return (es_cpu_get()->flags & flags) == flags; }
+bool es_cpu_has(uint64_t flags)
+{
+    return (es_cpu_get()->flags & flags) == flags;
+}
 
 char *es_cpu_flags_str(uint64_t flags, char *buf, size_t cap)
 {
-    static const struct { uint64_t bit; const char *name; } names[] = {
-        {ES_CPU_SSE42, "sse4.2"},          {ES_CPU_AVX, "avx"},
-        {ES_CPU_AVX2, "avx2"},             {ES_CPU_FMA, "fma"},
-        {ES_CPU_F16C, "f16c"},             {ES_CPU_AVX_VNNI, "avx_vnni"},
-        {ES_CPU_AVX512F, "avx512f"},       {ES_CPU_AVX512BW, "avx512bw"},
-        {ES_CPU_AVX512VL, "avx512vl"},     {ES_CPU_AVX512DQ, "avx512dq"},
-        {ES_CPU_AVX512_VNNI, "avx512_vnni"}, {ES_CPU_AVX512_BF16, "avx512_bf16"},
-        {ES_CPU_AVX512_FP16, "avx512_fp16"}, {ES_CPU_AVX512_VBMI, "avx512_vbmi"},
-        {ES_CPU_AMX_TILE, "amx_tile"},     {ES_CPU_AMX_INT8, "amx_int8"},
+    static const struct {
+        uint64_t bit;
+        const char *name;
+    } names[] = {
+        {ES_CPU_SSE42, "sse4.2"},
+        {ES_CPU_AVX, "avx"},
+        {ES_CPU_AVX2, "avx2"},
+        {ES_CPU_FMA, "fma"},
+        {ES_CPU_F16C, "f16c"},
+        {ES_CPU_AVX_VNNI, "avx_vnni"},
+        {ES_CPU_AVX512F, "avx512f"},
+        {ES_CPU_AVX512BW, "avx512bw"},
+        {ES_CPU_AVX512VL, "avx512vl"},
+        {ES_CPU_AVX512DQ, "avx512dq"},
+        {ES_CPU_AVX512_VNNI, "avx512_vnni"},
+        {ES_CPU_AVX512_BF16, "avx512_bf16"},
+        {ES_CPU_AVX512_FP16, "avx512_fp16"},
+        {ES_CPU_AVX512_VBMI, "avx512_vbmi"},
+        {ES_CPU_AMX_TILE, "amx_tile"},
+        {ES_CPU_AMX_INT8, "amx_int8"},
         {ES_CPU_AMX_BF16, "amx_bf16"},
     };
     if (cap == 0) return buf;

@@ -22,7 +22,7 @@
 #define ES_CPU_AVX2 (1ull << 2)
 #define ES_CPU_FMA (1ull << 3)
 #define ES_CPU_F16C (1ull << 4)
-#define ES_CPU_AVX_VNNI (1ull << 5)      /* VEX-encoded vpdpbusd on ymm (Alder Lake, Zen 5) */
+#define ES_CPU_AVX_VNNI (1ull << 5) /* VEX-encoded vpdpbusd on ymm (Alder Lake, Zen 5) */
 #define ES_CPU_AVX512F (1ull << 8)
 #define ES_CPU_AVX512BW (1ull << 9)
 #define ES_CPU_AVX512VL (1ull << 10)
@@ -31,7 +31,7 @@
 #define ES_CPU_AVX512_BF16 (1ull << 13)
 #define ES_CPU_AVX512_FP16 (1ull << 14)
 #define ES_CPU_AVX512_VBMI (1ull << 15)
-#define ES_CPU_AMX_TILE (1ull << 16)     /* reported only; Linux also needs arch_prctl to use it */
+#define ES_CPU_AMX_TILE (1ull << 16) /* reported only; Linux also needs arch_prctl to use it */
 #define ES_CPU_AMX_INT8 (1ull << 17)
 #define ES_CPU_AMX_BF16 (1ull << 18)
 
@@ -39,14 +39,14 @@
 #define ES_CPU_AVX512_CORE (ES_CPU_AVX512F | ES_CPU_AVX512BW | ES_CPU_AVX512VL | ES_CPU_AVX512DQ)
 
 typedef struct es_cpu_info {
-    char vendor[13];        /* "GenuineIntel", "AuthenticAMD" */
-    char brand[49];         /* brand string, leading spaces trimmed */
-    int family, model;      /* display family and model */
-    uint64_t flags;         /* ES_CPU_* */
-    size_t l1d_bytes;       /* per core; never 0 (a conservative default if CPUID has none) */
-    size_t l2_bytes;        /* per core (or per the group that shares it); never 0 */
-    size_t l3_bytes;        /* 0 if none reported */
-    bool cache_from_cpuid;  /* false: the sizes above are defaults, CPUID gave nothing */
+    char vendor[13];       /* "GenuineIntel", "AuthenticAMD" */
+    char brand[49];        /* brand string, leading spaces trimmed */
+    int family, model;     /* display family and model */
+    uint64_t flags;        /* ES_CPU_* */
+    size_t l1d_bytes;      /* per core; never 0 (a conservative default if CPUID has none) */
+    size_t l2_bytes;       /* per core (or per the group that shares it); never 0 */
+    size_t l3_bytes;       /* 0 if none reported */
+    bool cache_from_cpuid; /* false: the sizes above are defaults, CPUID gave nothing */
 } es_cpu_info;
 
 /* The detected CPU. The pointer is valid for the life of the process. */

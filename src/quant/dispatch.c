@@ -23,8 +23,10 @@ enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_COUNT };
 static bool isa_ok(int isa)
 {
     switch (isa) {
-    case ISA_SCALAR: return true;
-    case ISA_AVX2: return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C);
+    case ISA_SCALAR:
+        return true;
+    case ISA_AVX2:
+        return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C);
     case ISA_AVX512:
         return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX512_CORE |
                           ES_CPU_AVX512_VNNI);
@@ -75,7 +77,8 @@ const char *es_kern_init(const char *force)
             es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: unknown ISA (scalar, avx2, avx512); using %s",
                    force, isa_names[best]);
         } else if (!isa_ok(i)) {
-            while (i > ISA_SCALAR && !isa_ok(i)) i--;
+            while (i > ISA_SCALAR && !isa_ok(i))
+                i--;
             es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: this CPU or OS lacks it; using %s", force,
                    isa_names[i]);
             want = i;
@@ -101,7 +104,10 @@ static inline const es_kern *active(void)
     return &es_kern_active;
 }
 
-const char *es_kern_isa_name(void) { return active()->isa; }
+const char *es_kern_isa_name(void)
+{
+    return active()->isa;
+}
 
 bool es_kern_supports(uint32_t wtype)
 {
@@ -114,7 +120,10 @@ static const es_kern_ops *ops(uint32_t wtype)
     return &es_kern_active.op[wtype];
 }
 
-size_t es_act_row_bytes(uint32_t wtype, int64_t K) { return ops(wtype)->act_row_bytes(K); }
+size_t es_act_row_bytes(uint32_t wtype, int64_t K)
+{
+    return ops(wtype)->act_row_bytes(K);
+}
 
 size_t es_act_bytes(uint32_t wtype, int64_t n_rows, int64_t K)
 {
@@ -128,7 +137,10 @@ void es_act_prepare(uint32_t wtype, const float *X, int64_t ldx, int64_t n_rows,
     ops(wtype)->act_prepare(X, ldx, n_rows, K, act);
 }
 
-size_t es_gemm_scratch_bytes(uint32_t wtype, int64_t K) { return ops(wtype)->scratch_bytes(K); }
+size_t es_gemm_scratch_bytes(uint32_t wtype, int64_t K)
+{
+    return ops(wtype)->scratch_bytes(K);
+}
 
 void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
              const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,

@@ -8,23 +8,27 @@
  * es_act_prepare(): for the integer weight types each row is quantized per block of 32 values to
  * int8 with one float scale per block (like Q8_0, never per tensor: residual streams reach
  * several hundred), plus per-block sums the kernels need; for float weight types the act holds
- * the floats (or bf16 pairs where the kernel uses vdpbf16ps). The act format is private to the
- * kernel table that prepared it: prepare and multiply with the same table (es_kern_active).
+ * the floats. The act format is private to the kernel table that prepared it: prepare and
+ * multiply with the same table (es_kern_active).
  *
  * DESIGN (how the SIMD kernels are fast): es_gemm() is not a loop of dot products. For each tile
- * of 16 output rows (8 on AVX2) and a K-slice, it decodes the weights ONCE into an interleaved
- * operand layout in the caller's per-thread scratch buffer (sized to stay in L1/L2), then runs a
- * register-blocked micro-kernel over every token row with that tile: on AVX-512 VNNI, vpdpbusd
- * with the 16 output rows in the 16 lanes of a zmm and 4 activation bytes broadcast, 8 tokens per
+ * of output rows (32 on AVX-512, 8 on AVX2) and a K-slice, it decodes the weights ONCE into an
+ * interleaved int8 (or float) operand layout in the caller's per-thread scratch buffer (sized
+ * from the L2 that es_cpu_get() reports), then runs a register-blocked micro-kernel over every
+ * token row of the call with that tile: on AVX-512 VNNI, vpdpbusd with 16 output rows in the 16
+ * lanes of a zmm, two zmm per tile, 4 activation bytes broadcast once for both, 6 tokens per
  * register block, an int32 sum per block of 32, then one float scale-and-accumulate per block.
- * Decoding once per tile and reusing it across all rows is what makes the unpack cost small.
+ * Decoding once per tile and reusing it across all rows is what makes the unpack cost small
+ * (measured on the bench machine: ~4 % of the GEMM at 128 rows, ~30 % at 16). bench/README.md
+ * has the numbers and what limits them.
  *
  * Determinism: every Y element is reduced over k in one fixed order (block by block, increasing
  * k; within a block the integer sum is exact), with the same float operations whatever the split
  * of [0, N) into [n0, n1) ranges, the number or order of rows, the gather list or the K-slice
  * size. So results are bit-identical across thread counts and row orders for one kernel table.
- * Different ISAs may differ from the scalar table slightly (the bf16 dot-product path rounds
- * activations to bf16); tests hold them to a per-type tolerance.
+ * The SIMD tables do the scalar table's float operations in the same order, so today all tables
+ * agree bit for bit; tests still allow a small per-type tolerance between ISAs, so a future
+ * kernel may reorder float work (it must stay deterministic within its own table).
  *
  * Thread-safety: es_kern_init() writes es_kern_active and must run before other threads use the
  * kernels (es_gemm etc. call it with NULL on first use if nobody did). Everything else is
@@ -52,8 +56,8 @@ typedef struct es_kern_ops {
 } es_kern_ops;
 
 typedef struct es_kern {
-    const char *isa;                   /* "scalar", "avx2", "avx512" */
-    es_kern_ops op[ES_QTYPE_COUNT];    /* indexed by es_qtype */
+    const char *isa;                /* "scalar", "avx2", "avx512" */
+    es_kern_ops op[ES_QTYPE_COUNT]; /* indexed by es_qtype */
 } es_kern;
 
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
@@ -127,17 +131,32 @@ void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, c
  *   int32 c2[nb][2]     c2_mult * sum(q) over each half (16 values) of the block (Q6_K)
  * then zero padding to a multiple of 64 bytes. q, d and ds are bit-identical across ISAs.
  */
-static inline int64_t es_act_q8_off_d(int64_t K) { return K; }
-static inline int64_t es_act_q8_off_ds(int64_t K) { return K + K / 32 * 4; }
-static inline int64_t es_act_q8_off_c(int64_t K) { return K + K / 32 * 8; }
-static inline int64_t es_act_q8_off_c2(int64_t K) { return K + K / 32 * 12; }
+static inline int64_t es_act_q8_off_d(int64_t K)
+{
+    return K;
+}
+static inline int64_t es_act_q8_off_ds(int64_t K)
+{
+    return K + K / 32 * 4;
+}
+static inline int64_t es_act_q8_off_c(int64_t K)
+{
+    return K + K / 32 * 8;
+}
+static inline int64_t es_act_q8_off_c2(int64_t K)
+{
+    return K + K / 32 * 12;
+}
 static inline size_t es_act_q8_row_bytes(int64_t K)
 {
     return (size_t)(K + K / 32 * 20 + 63) / 64 * 64;
 }
 /* Float activation rows (F32/F16/BF16 weights in the float kernels): K floats, zero padded to a
  * multiple of 16 floats. */
-static inline size_t es_act_f32_row_bytes(int64_t K) { return (size_t)(K + 15) / 16 * 64; }
+static inline size_t es_act_f32_row_bytes(int64_t K)
+{
+    return (size_t)(K + 15) / 16 * 64;
+}
 
 /* Q4_K/Q5_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes (layout in
  * qtypes.c next to the decoder). */

@@ -40,7 +40,8 @@ void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, v
         int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
         for (int64_t b = 0; b < nb; b++, x += 32, q += 32) {
             float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+            for (int i = 0; i < 32; i++)
+                amax = fmaxf(amax, fabsf(x[i]));
             const float db = amax / 127.0f;
             const float id = db != 0.0f ? 1.0f / db : 0.0f;
             int32_t s[2] = {0, 0};
@@ -81,8 +82,14 @@ static void act_prepare_q(const float *X, int64_t ldx, int64_t n, int64_t K, voi
 /* ---- weight row decoding ---------------------------------------------------------------- */
 
 /* Scratch layout: int8 q[K], then float s[2*nb] (scales), float m[nb] (negated mins). */
-static size_t scratch_q(int64_t K) { return (size_t)K + (size_t)(K / 32) * 12 + 64; }
-static size_t scratch_f(int64_t K) { return (size_t)K * sizeof(float) + 64; }
+static size_t scratch_q(int64_t K)
+{
+    return (size_t)K + (size_t)(K / 32) * 12 + 64;
+}
+static size_t scratch_f(int64_t K)
+{
+    return (size_t)K * sizeof(float) + 64;
+}
 
 static void decode_q4_0(const es_block_q4_0 *x, int64_t nb, int8_t *q, float *s)
 {
@@ -126,7 +133,8 @@ static void decode_k45(const uint8_t *sc12, float d, float dmin, const uint8_t *
 static void decode_q6_K(const es_block_q6_K *x, int8_t *q, float *s)
 {
     const float d = es_f16_to_f32(x->d);
-    for (int i = 0; i < 16; i++) s[i] = d * (float)x->scales[i];
+    for (int i = 0; i < 16; i++)
+        s[i] = d * (float)x->scales[i];
     const uint8_t *ql = x->ql, *qh = x->qh;
     for (int h = 0; h < 2; h++, ql += 64, qh += 32, q += 128) {
         for (int l = 0; l < 32; l++) {
@@ -142,8 +150,12 @@ static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, flo
 {
     const int64_t nb = K / 32, nsb = K / 256;
     switch (type) {
-    case ES_QTYPE_Q4_0: decode_q4_0(w, nb, q, s); break;
-    case ES_QTYPE_Q8_0: decode_q8_0(w, nb, q, s); break;
+    case ES_QTYPE_Q4_0:
+        decode_q4_0(w, nb, q, s);
+        break;
+    case ES_QTYPE_Q8_0:
+        decode_q8_0(w, nb, q, s);
+        break;
     case ES_QTYPE_Q4_K:
         for (int64_t i = 0; i < nsb; i++) {
             const es_block_q4_K *x = (const es_block_q4_K *)w + i;
@@ -162,15 +174,16 @@ static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, flo
         for (int64_t i = 0; i < nsb; i++)
             decode_q6_K((const es_block_q6_K *)w + i, q + 256 * i, s + 16 * i);
         break;
-    default: ES_ASSERT(0);
+    default:
+        ES_ASSERT(0);
     }
 }
 
 /* ---- GEMM ------------------------------------------------------------------------------------ */
 
-static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1,
-                   const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                   int accumulate, void *scratch)
+static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
+                   const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
+                   void *scratch)
 {
     ES_ASSERT(K % 32 == 0);
     const int64_t nb = K / 32;
@@ -189,8 +202,10 @@ static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t 
             for (int64_t b = 0; b < nb; b++) {
                 const int8_t *a = wq + 32 * b, *x = xq + 32 * b;
                 int32_t lo = 0, hi = 0;
-                for (int i = 0; i < 16; i++) lo += a[i] * x[i];
-                for (int i = 16; i < 32; i++) hi += a[i] * x[i];
+                for (int i = 0; i < 16; i++)
+                    lo += a[i] * x[i];
+                for (int i = 16; i < 32; i++)
+                    hi += a[i] * x[i];
                 if (type == ES_QTYPE_Q6_K) {
                     float t = (float)lo * ws[2 * b];
                     t = fmaf((float)hi, ws[2 * b + 1], t);
@@ -206,9 +221,9 @@ static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t 
     }
 }
 
-static void gemm_f(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1,
-                   const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                   int accumulate, void *scratch)
+static void gemm_f(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
+                   const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
+                   void *scratch)
 {
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
     float *w = scratch;
@@ -217,7 +232,8 @@ static void gemm_f(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t 
         for (int64_t r = 0; r < n_rows; r++) {
             const float *x = (const float *)((const uint8_t *)act + (rows ? rows[r] : r) * arb);
             float y = accumulate ? Y[r * ldy + n] : 0.0f;
-            for (int64_t k = 0; k < K; k++) y = fmaf(w[k], x[k], y);
+            for (int64_t k = 0; k < K; k++)
+                y = fmaf(w[k], x[k], y);
             Y[r * ldy + n] = y;
         }
     }
@@ -243,13 +259,20 @@ void es_kern_fill_scalar(es_kern *k)
 {
     memset(k, 0, sizeof(*k));
     k->isa = "scalar";
-    static const struct { uint32_t type; void (*gemm)(const void *, int64_t, int64_t, int64_t,
-        const void *, const int32_t *, int64_t, float *, int64_t, int, void *); } q[] = {
-        {ES_QTYPE_Q4_0, gemm_q4_0}, {ES_QTYPE_Q8_0, gemm_q8_0}, {ES_QTYPE_Q4_K, gemm_q4_K},
-        {ES_QTYPE_Q5_K, gemm_q5_K}, {ES_QTYPE_Q6_K, gemm_q6_K},
-    }, f[] = {
-        {ES_QTYPE_F32, gemm_f32}, {ES_QTYPE_F16, gemm_f16}, {ES_QTYPE_BF16, gemm_bf16},
-    };
+    static const struct {
+        uint32_t type;
+        void (*gemm)(const void *, int64_t, int64_t, int64_t, const void *, const int32_t *,
+                     int64_t, float *, int64_t, int, void *);
+    } q[] =
+        {
+            {ES_QTYPE_Q4_0, gemm_q4_0}, {ES_QTYPE_Q8_0, gemm_q8_0}, {ES_QTYPE_Q4_K, gemm_q4_K},
+            {ES_QTYPE_Q5_K, gemm_q5_K}, {ES_QTYPE_Q6_K, gemm_q6_K},
+        },
+      f[] = {
+          {ES_QTYPE_F32, gemm_f32},
+          {ES_QTYPE_F16, gemm_f16},
+          {ES_QTYPE_BF16, gemm_bf16},
+      };
     for (size_t i = 0; i < ES_LEN(q); i++)
         k->op[q[i].type] = (es_kern_ops){es_act_q8_row_bytes, act_prepare_q, q[i].gemm, scratch_q};
     for (size_t i = 0; i < ES_LEN(f); i++)

@@ -1,4 +1,702 @@
-/* AVX2 kernel table (placeholder while the AVX-512 table is built: scalar entries). */
+/*
+ * AVX2 kernel table (AVX2, FMA, F16C; no VNNI needed). Built with its own -m flags; exports only
+ * es_kern_fill_avx2() (STYLE §6).
+ *
+ * DESIGN: the structure of x86_avx512.c on 256-bit registers: tiles of 8 output rows (one lane
+ * per row) decoded once per K-slice into the per-thread scratch, then a register-blocked
+ * micro-kernel over the token rows, groups g outer and tokens inner.
+ *
+ * Integer dot products without VNNI: vpmaddubsw multiplies unsigned weight bytes by signed
+ * activation bytes and adds pairs into int16 with saturation, vpmaddwd by ones widens to int32.
+ * The int16 stage must never saturate (|x| <= 127):
+ *   Q4_0, Q4_K  weights 0..15 (Q4_0: nibble, corrected by -8*sum(x) from the act), pair sums
+ *               <= 3810, all 8 groups of a block summed in int16 (<= 30480)
+ *   Q5_K        0..31: sums of 4 groups (<= 31496)
+ *   Q6_K        0..63 (corrected by -32*sum(x) per half): sums of 2 groups (<= 32004)
+ *   Q8_0        signed weights: |w| times x with w's sign moved onto x (vpsignb), each group
+ *               widened on its own (pair sums <= 32512)
+ * so the int32 result is the exact dot product, and the float operations per block are those of
+ * kern_scalar.c in the same order: results match the scalar table bit for bit.
+ *
+ * Tile record per block of 32 (REC bytes): u8 q[8 groups][8 rows][4], f32 s[8], f32 m[8]
+ * (Q4_K/Q5_K: -(dmin*m); Q6_K: second-half scale). Float weights: tiles of 16 rows x K-slice,
+ * [k][16] floats, 6 tokens x 2 vectors of accumulators.
+ */
 #include "quant/kern.h"
 
-void es_kern_fill_avx2(es_kern *k) { k->isa = "avx2"; }
+#include "core/cpu.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define NR 8    /* output rows per integer tile */
+#define NRF 16  /* output rows per float tile: two ymm */
+#define TBMAX 6 /* most token rows per register block */
+#define REC 320 /* record bytes per block */
+#define ACT256 416
+
+enum { A_Q40, A_Q80, A_Q4K, A_Q5K, A_Q6K };
+
+/* ---- slices (as in x86_avx512.c) --------------------------------------------------------- */
+
+typedef struct plan {
+    int64_t ks, rg;
+} plan;
+
+static plan make_plan(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u, size_t act_u)
+{
+    const size_t l2 = es_cpu_get()->l2_bytes;
+    const int64_t k_units = (K + unit - 1) / unit;
+    int64_t n = (int64_t)(l2 / 4 / tile_u); /* the tile in a quarter of L2 */
+    if (n > k_units) n = k_units;
+    if (n < 1) n = 1;
+    /* rows whose act slice fits half of L2; at least 96 (decode amortized), else thinner slices */
+    int64_t rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
+    if (rg < 96) {
+        n = (int64_t)(l2 / 2 / (act_u * 96));
+        if (n < 1) n = 1;
+        rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
+    }
+    if (rg < 24) rg = 24;
+    plan p = {n * unit, n_rows};
+    if (p.rg > rg) p.rg = rg / 24 * 24; /* a multiple of every register block height */
+    return p;
+}
+
+static int64_t max_slice(int64_t unit, size_t tile_u)
+{
+    size_t n = es_cpu_get()->l2_bytes / 4 / tile_u;
+    return (int64_t)(n < 1 ? 1 : n) * unit;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static inline __m256i bcst4(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+static inline __m256 bcstf(const void *p)
+{
+    float v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_ps(v);
+}
+
+static inline __m128i ld16(const uint8_t *p)
+{
+    return _mm_loadu_si128((const __m128i *)p);
+}
+static inline __m256i and8(__m256i v, int m)
+{
+    return _mm256_and_si256(v, _mm256_set1_epi8((char)m));
+}
+static inline __m256i srl16(__m256i v, int n)
+{
+    return _mm256_srli_epi16(v, n);
+}
+static inline __m256i sll16(__m256i v, int n)
+{
+    return _mm256_slli_epi16(v, n);
+}
+
+/* 8 rows (row j at base + j*wrb; rows >= nr read as zero) of 4 dwords -> out[g] lane j = dword g
+ * of row j: rows j and j+4 share a register, then two unpack rounds. */
+static inline __attribute__((always_inline)) void tr8x4(const uint8_t *base, size_t wrb, int nr,
+                                                        __m256i out[4])
+{
+    __m256i y[4];
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        __m128i lo = i < nr ? ld16(base + i * wrb) : _mm_setzero_si128();
+        __m128i hi = i + 4 < nr ? ld16(base + (i + 4) * wrb) : _mm_setzero_si128();
+        y[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    }
+    const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+static inline __attribute__((always_inline)) void tr8x8(const uint8_t *base, size_t wrb, int nr,
+                                                        __m256i out[8])
+{
+    tr8x4(base, wrb, nr, out);
+    tr8x4(base + 16, wrb, nr, out + 4);
+}
+
+/* 8 f16 values at base + j*wrb (j < nr; others 0) -> floats. */
+static inline __m256 gather_f16(const uint8_t *base, size_t wrb, int nr)
+{
+    uint16_t h[8] = {0};
+    for (int j = 0; j < nr; j++)
+        memcpy(&h[j], base + j * wrb, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* ---- weight tile decoders ------------------------------------------------------------------ */
+
+typedef void (*decode_fn)(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
+                          uint8_t *tile);
+
+/* Q4_0: u = nibble (the -8 is in the act correction). */
+static void dec_q4_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i raw[4];
+        tr8x4(W + b * 18 + 2, wrb, nr, raw);
+#pragma GCC unroll 16
+        for (int g = 0; g < 4; g++) {
+            _mm256_store_si256((__m256i *)(rec + 32 * g), and8(raw[g], 15));
+            _mm256_store_si256((__m256i *)(rec + 32 * (g + 4)), and8(srl16(raw[g], 4), 15));
+        }
+        _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 18, wrb, nr));
+    }
+}
+
+/* Q8_0: signed bytes as they are (the kernel uses the sign trick). */
+static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i raw[8];
+        tr8x8(W + b * 34 + 2, wrb, nr, raw);
+#pragma GCC unroll 16
+        for (int g = 0; g < 8; g++)
+            _mm256_store_si256((__m256i *)(rec + 32 * g), raw[g]);
+        _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 34, wrb, nr));
+    }
+}
+
+/* Q4_K/Q5_K: u = q (0..15 / 0..31); scales and mins per sub-block, computed per row. */
+static inline void dec_k45(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
+                           uint8_t *tile, const int q5)
+{
+    const size_t sbb = q5 ? 176 : 144, oqs = q5 ? 48 : 16;
+    for (int64_t b = kb0; b < kb1; b += 8) {
+        const uint8_t *sb = W + b / 8 * sbb;
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i qh[8];
+        if (q5) tr8x8(sb + 16, wrb, nr, qh);
+#pragma GCC unroll 16
+        for (int cc = 0; cc < 4; cc++) {
+            __m256i raw[8];
+            tr8x8(sb + oqs + 32 * cc, wrb, nr, raw);
+#pragma GCC unroll 16
+            for (int g = 0; g < 8; g++) {
+                __m256i lo = and8(raw[g], 15), hi = and8(srl16(raw[g], 4), 15);
+                if (q5) { /* bit 2cc (2cc+1) of each qh byte -> bit 4 */
+                    lo = _mm256_or_si256(lo, and8(sll16(srl16(qh[g], 2 * cc), 4), 0x10));
+                    hi = _mm256_or_si256(hi, and8(sll16(srl16(qh[g], 2 * cc + 1), 4), 0x10));
+                }
+                _mm256_store_si256((__m256i *)(rec + 2 * cc * REC + 32 * g), lo);
+                _mm256_store_si256((__m256i *)(rec + (2 * cc + 1) * REC + 32 * g), hi);
+            }
+        }
+        float s[8][8] = {{0}}, m[8][8] = {{0}}; /* [sub-block][row] */
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *x = sb + j * wrb;
+            es_f16 hd, hm;
+            memcpy(&hd, x, 2);
+            memcpy(&hm, x + 2, 2);
+            const float d = es_f16_to_f32(hd), dmin = es_f16_to_f32(hm);
+#pragma GCC unroll 16
+            for (int sub = 0; sub < 8; sub++) {
+                int sc, mn;
+                es_k4_scale_min(sub, x + 4, &sc, &mn);
+                s[sub][j] = d * (float)sc;
+                m[sub][j] = -(dmin * (float)mn);
+            }
+        }
+#pragma GCC unroll 16
+        for (int sub = 0; sub < 8; sub++) {
+            memcpy(rec + sub * REC + 256, s[sub], 32);
+            memcpy(rec + sub * REC + 288, m[sub], 32);
+        }
+    }
+}
+
+static void dec_q4_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    dec_k45(W, wrb, nr, kb0, kb1, tile, 0);
+}
+
+static void dec_q5_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    dec_k45(W, wrb, nr, kb0, kb1, tile, 1);
+}
+
+/* Q6_K: u = q (0..63; the -32 is in the act correction per half). Layout as in x86_avx512.c. */
+static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b += 8) {
+        const uint8_t *sb = W + b / 8 * 210;
+        uint8_t *rec = tile + (b - kb0) * REC;
+#pragma GCC unroll 16
+        for (int h = 0; h < 2; h++) {
+            __m256i l0[8], l1[8], qh[8];
+            tr8x8(sb + 64 * h, wrb, nr, l0);
+            tr8x8(sb + 64 * h + 32, wrb, nr, l1);
+            tr8x8(sb + 128 + 32 * h, wrb, nr, qh);
+            uint8_t *r = rec + 4 * h * REC;
+#pragma GCC unroll 16
+            for (int g = 0; g < 8; g++) {
+                const __m256i q0 = _mm256_or_si256(and8(l0[g], 15), sll16(and8(qh[g], 3), 4));
+                const __m256i q1 = _mm256_or_si256(and8(l1[g], 15), and8(sll16(qh[g], 2), 0x30));
+                const __m256i q2 = _mm256_or_si256(and8(srl16(l0[g], 4), 15), and8(qh[g], 0x30));
+                const __m256i q3 =
+                    _mm256_or_si256(and8(srl16(l1[g], 4), 15), and8(srl16(qh[g], 2), 0x30));
+                _mm256_store_si256((__m256i *)(r + 0 * REC + 32 * g), q0);
+                _mm256_store_si256((__m256i *)(r + 1 * REC + 32 * g), q1);
+                _mm256_store_si256((__m256i *)(r + 2 * REC + 32 * g), q2);
+                _mm256_store_si256((__m256i *)(r + 3 * REC + 32 * g), q3);
+            }
+        }
+        float s[16][8] = {{0}}; /* [scale index][row] */
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *x = sb + j * wrb;
+            es_f16 hd;
+            memcpy(&hd, x + 208, 2);
+            const float d = es_f16_to_f32(hd);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                s[i][j] = d * (float)(int8_t)x[192 + i];
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            memcpy(rec + (i / 2) * REC + 256 + 32 * (i % 2), s[i], 32);
+    }
+}
+
+/* ---- integer micro-kernel ----------------------------------------------------------------------
+ */
+
+typedef struct mk_args {
+    const uint8_t *tile;
+    int64_t nbs, kb0, K;
+    const uint8_t *xr[TBMAX];
+    float *yp[TBMAX];
+    __m256i m; /* valid lanes (all ones per valid row) */
+    int load_y;
+} mk_args;
+
+static inline int tb_of(int kind)
+{
+    switch (kind) {
+    case A_Q40:
+    case A_Q4K:
+    case A_Q80:
+        return 5;
+    case A_Q5K:
+        return 4;
+    default:
+        return 3;
+    }
+}
+
+static inline __attribute__((always_inline)) void mk_int(const int kind, const int T,
+                                                         const mk_args *a)
+{
+    const int gs = kind == A_Q40 || kind == A_Q4K ? 8 : kind == A_Q5K ? 4 : kind == A_Q6K ? 2 : 1;
+    const int64_t K = a->K, kb0 = a->kb0;
+    const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
+    const int64_t oc = es_act_q8_off_c(K) + 4 * kb0, oc2 = es_act_q8_off_c2(K) + 8 * kb0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 y[TBMAX];
+    const uint8_t *xr[TBMAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        xr[t] = a->xr[t];
+        y[t] = a->load_y ? _mm256_maskload_ps(a->yp[t], a->m) : _mm256_setzero_ps();
+    }
+    const uint8_t *rec = a->tile;
+    for (int64_t b = 0; b < a->nbs; b++, rec += REC) {
+        const int64_t oq = 32 * (kb0 + b);
+        __m256i acc[TBMAX], s16[TBMAX];
+        __m256 flo[TBMAX];
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++)
+            acc[t] = kind == A_Q40   ? bcst4(xr[t] + oc + 4 * b)
+                     : kind == A_Q6K ? bcst4(xr[t] + oc2 + 8 * b)
+                                     : _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m256i w = _mm256_load_si256((const __m256i *)(rec + 32 * g));
+            const __m256i aw = kind == A_Q80 ? _mm256_abs_epi8(w) : w;
+#pragma GCC unroll 6
+            for (int t = 0; t < T; t++) {
+                const __m256i xb = bcst4(xr[t] + oq + 4 * g);
+                if (kind == A_Q80) {
+                    const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xb, w));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, ones));
+                    __asm__("" : "+x"(acc[t]));
+                } else {
+                    const __m256i p = _mm256_maddubs_epi16(w, xb);
+                    s16[t] = g % gs == 0 ? p : _mm256_add_epi16(s16[t], p);
+                    /* keeps the running sum in one register: without it gcc reassociates the
+                     * adds into a tree over all 8 products and spills most of them */
+                    __asm__("" : "+x"(s16[t]));
+                }
+            }
+            if (kind != A_Q80 && g % gs == gs - 1)
+#pragma GCC unroll 6
+                for (int t = 0; t < T; t++)
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t], ones));
+            if (kind == A_Q6K && g == 3) {
+                const __m256 s = _mm256_load_ps((const float *)(rec + 256));
+#pragma GCC unroll 6
+                for (int t = 0; t < T; t++) {
+                    flo[t] = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]), s);
+                    acc[t] = bcst4(xr[t] + oc2 + 8 * b + 4);
+                }
+            }
+        }
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m256 xd = bcstf(xr[t] + od + 4 * b);
+            __m256 f;
+            if (kind == A_Q6K)
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
+                                    _mm256_load_ps((const float *)(rec + 288)), flo[t]);
+            else
+                f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]),
+                                  _mm256_load_ps((const float *)(rec + 256)));
+            y[t] = _mm256_fmadd_ps(f, xd, y[t]);
+            if (kind == A_Q4K || kind == A_Q5K)
+                y[t] = _mm256_fmadd_ps(_mm256_load_ps((const float *)(rec + 288)),
+                                       bcstf(xr[t] + ods + 4 * b), y[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+        _mm256_maskstore_ps(a->yp[t], a->m, y[t]);
+}
+
+#define MK(kind, T)                                                                                \
+    __attribute__((unused)) static void mk_##kind##_##T(const mk_args *a)                          \
+    {                                                                                              \
+        mk_int(kind, T, a);                                                                        \
+    }
+#define MK_ALL(kind) MK(kind, 1) MK(kind, 2) MK(kind, 3) MK(kind, 4) MK(kind, 5)
+MK_ALL(A_Q40)
+MK_ALL(A_Q80)
+MK_ALL(A_Q4K)
+MK_ALL(A_Q5K)
+MK_ALL(A_Q6K)
+typedef void (*mk_fn)(const mk_args *a);
+#define MK_ROW(kind)                                                                               \
+    {                                                                                              \
+        NULL, mk_##kind##_1, mk_##kind##_2, mk_##kind##_3, mk_##kind##_4, mk_##kind##_5, NULL      \
+    }
+static const mk_fn mk_table[5][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
+                                             MK_ROW(A_Q5K), MK_ROW(A_Q6K)};
+
+static inline __m256i lane_mask(int n)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
+}
+
+static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int64_t K, int64_t n0,
+                     int64_t n1, const void *act, const int32_t *rows, int64_t n_rows, float *Y,
+                     int64_t ldy, int accumulate, void *scratch)
+{
+    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
+    const int64_t nb = K / 32;
+    const plan pl = make_plan(K, n_rows, 256, 8 * REC, ACT256);
+    const int64_t ksb = pl.ks / 32;
+    const int tb = tb_of(kind);
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
+    mk_args a;
+    a.tile = scratch;
+    a.K = K;
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
+            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
+            a.nbs = kb1 - kb0;
+            a.kb0 = kb0;
+            a.load_y = accumulate || kb0 > 0;
+            for (int64_t nt = n0; nt < n1; nt += NR) {
+                const int nr = (int)(n1 - nt < NR ? n1 - nt : NR);
+                a.m = lane_mask(nr);
+                dec((const uint8_t *)W + nt * wrb, wrb, nr, kb0, kb1, scratch);
+                for (int64_t r = rg; r < rg1; r += tb) {
+                    const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
+                        a.yp[t] = Y + (r + t) * ldy + nt;
+                    }
+                    mk_table[kind][T](&a);
+                }
+            }
+        }
+    }
+}
+
+static size_t scratch_int(int64_t K)
+{
+    const int64_t nb = K / 32, ksb = max_slice(256, 8 * REC) / 32;
+    return (size_t)(nb < ksb ? nb : ksb) * REC + 64;
+}
+
+#define GEMM_INT(name, kind, dec, type)                                                            \
+    static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
+                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
+                     void *scratch)                                                                \
+    {                                                                                              \
+        gemm_int(kind, dec, type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);   \
+    }
+GEMM_INT(gemm_q4_0, A_Q40, dec_q4_0, ES_QTYPE_Q4_0)
+GEMM_INT(gemm_q8_0, A_Q80, dec_q8_0, ES_QTYPE_Q8_0)
+GEMM_INT(gemm_q4_K, A_Q4K, dec_q4_K, ES_QTYPE_Q4_K)
+GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
+GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
+
+/* ---- activations ---------------------------------------------------------------------------- */
+
+static inline float hmax8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+static inline int32_t hsum8i(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Bit-identical to es_act_q8_prepare() in q, d, ds (see the argument in x86_avx512.c). */
+static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                   int32_t c_mult, int32_t c2_mult)
+{
+    ES_ASSERT(K % 32 == 0);
+    const int64_t nb = K / 32;
+    const size_t rb = es_act_q8_row_bytes(K);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *x = X + r * ldx;
+        uint8_t *row = (uint8_t *)act + r * rb;
+        float *d = (float *)(row + es_act_q8_off_d(K));
+        float *ds = (float *)(row + es_act_q8_off_ds(K));
+        int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
+        int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
+        for (int64_t b = 0; b < nb; b++) {
+            __m256 v[4], amax = _mm256_setzero_ps();
+#pragma GCC unroll 16
+            for (int i = 0; i < 4; i++) {
+                v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+                amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+            }
+            const float db = hmax8(amax) / 127.0f;
+            const float id = db != 0.0f ? 1.0f / db : 0.0f;
+            const __m256 vid = _mm256_set1_ps(id);
+            __m256i q[4];
+#pragma GCC unroll 16
+            for (int i = 0; i < 4; i++)
+                q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
+            const int32_t s0 = hsum8i(_mm256_add_epi32(q[0], q[1]));
+            const int32_t s1 = hsum8i(_mm256_add_epi32(q[2], q[3]));
+            /* int32 -> int8: values are within [-127, 127], so the saturating packs are exact;
+             * packs interleave 128-bit lanes, the permute puts them back in order */
+            __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+            __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+            p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(row + 32 * b), p8);
+            d[b] = db;
+            ds[b] = db * (float)(s0 + s1);
+            c[b] = c_mult * (s0 + s1);
+            c2[2 * b] = c2_mult * s0;
+            c2[2 * b + 1] = c2_mult * s1;
+        }
+        const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
+        memset(row + used, 0, rb - used);
+    }
+}
+
+static void act_q4_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, -8, 0);
+}
+static void act_plain(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, 0, 0);
+}
+static void act_q6_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, 0, -32);
+}
+
+/* ---- float weights ----------------------------------------------------------------------------
+ */
+
+/* tile[k - k0][16] floats for rows [0, nr) (others zero), k in [k0, k1). */
+static void dec_f(uint32_t type, const uint8_t *W, size_t wrb, int nr, int64_t k0, int64_t k1,
+                  float *tile)
+{
+    for (int j = 0; j < NRF; j++) {
+        if (j >= nr) {
+            for (int64_t k = k0; k < k1; k++)
+                tile[(k - k0) * NRF + j] = 0.0f;
+            continue;
+        }
+        const uint8_t *p = W + j * wrb;
+        int64_t k = k0;
+        float buf[8];
+        for (; k + 8 <= k1; k += 8) {
+            __m256 v;
+            if (type == ES_QTYPE_F32)
+                v = _mm256_loadu_ps((const float *)p + k);
+            else if (type == ES_QTYPE_F16)
+                v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + k)));
+            else
+                v = _mm256_castsi256_ps(
+                    _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+                                          (const __m128i *)((const uint16_t *)p + k))),
+                                      16));
+            _mm256_storeu_ps(buf, v);
+#pragma GCC unroll 16
+            for (int i = 0; i < 8; i++)
+                tile[(k - k0 + i) * NRF + j] = buf[i];
+        }
+        for (; k < k1; k++) {
+            float v;
+            if (type == ES_QTYPE_F32)
+                memcpy(&v, p + 4 * k, 4);
+            else {
+                uint16_t h;
+                memcpy(&h, p + 2 * k, 2);
+                v = type == ES_QTYPE_F16 ? es_f16_to_f32(h) : es_bf16_to_f32(h);
+            }
+            tile[(k - k0) * NRF + j] = v;
+        }
+    }
+}
+
+typedef struct mkf_args {
+    const float *tile;
+    int64_t nk;
+    const float *xr[TBMAX];
+    float *yp[TBMAX];
+    __m256i m0, m1;
+    int load_y;
+} mkf_args;
+
+static inline __attribute__((always_inline)) void mk_flt(const int T, const mkf_args *a)
+{
+    __m256 y0[TBMAX], y1[TBMAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        y0[t] = a->load_y ? _mm256_maskload_ps(a->yp[t], a->m0) : _mm256_setzero_ps();
+        y1[t] = a->load_y ? _mm256_maskload_ps(a->yp[t] + 8, a->m1) : _mm256_setzero_ps();
+    }
+    const float *tp = a->tile;
+    for (int64_t k = 0; k < a->nk; k++, tp += NRF) {
+        const __m256 w0 = _mm256_load_ps(tp), w1 = _mm256_load_ps(tp + 8);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m256 x = _mm256_broadcast_ss(a->xr[t] + k);
+            y0[t] = _mm256_fmadd_ps(w0, x, y0[t]);
+            y1[t] = _mm256_fmadd_ps(w1, x, y1[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        _mm256_maskstore_ps(a->yp[t], a->m0, y0[t]);
+        _mm256_maskstore_ps(a->yp[t] + 8, a->m1, y1[t]);
+    }
+}
+
+#define MKF(T)                                                                                     \
+    static void mkf_##T(const mkf_args *a)                                                         \
+    {                                                                                              \
+        mk_flt(T, a);                                                                              \
+    }
+MKF(1)
+MKF(2) MKF(3) MKF(4) MKF(5) MKF(6) static void (*const mkf_table[TBMAX + 1])(const mkf_args *) = {
+    NULL, mkf_1, mkf_2, mkf_3, mkf_4, mkf_5, mkf_6};
+
+static void gemm_flt(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1,
+                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+                     int accumulate, void *scratch)
+{
+    ES_ASSERT(((uintptr_t)scratch & 63) == 0);
+    const plan pl = make_plan(K, n_rows, 32, 32 * NRF * 4, 128);
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
+    mkf_args a;
+    a.tile = scratch;
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
+        for (int64_t k0 = 0; k0 < K; k0 += pl.ks) {
+            const int64_t k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
+            a.nk = k1 - k0;
+            a.load_y = accumulate || k0 > 0;
+            for (int64_t nt = n0; nt < n1; nt += NRF) {
+                const int nr = (int)(n1 - nt < NRF ? n1 - nt : NRF);
+                a.m0 = lane_mask(nr);
+                a.m1 = lane_mask(nr - 8);
+                dec_f(type, (const uint8_t *)W + nt * wrb, wrb, nr, k0, k1, scratch);
+                for (int64_t r = rg; r < rg1; r += TBMAX) {
+                    const int T = (int)(rg1 - r < TBMAX ? rg1 - r : TBMAX);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        a.xr[t] = (const float *)((const uint8_t *)act +
+                                                  (rows ? rows[r + t] : r + t) * arb) +
+                                  k0;
+                        a.yp[t] = Y + (r + t) * ldy + nt;
+                    }
+                    mkf_table[T](&a);
+                }
+            }
+        }
+    }
+}
+
+static size_t scratch_f(int64_t K)
+{
+    const int64_t ks = max_slice(32, 32 * NRF * 4);
+    const int64_t n = K < ks ? K : ks;
+    return (size_t)n * NRF * 4 + 64;
+}
+
+#define GEMM_F(name, type)                                                                         \
+    static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
+                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
+                     void *scratch)                                                                \
+    {                                                                                              \
+        gemm_flt(type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);              \
+    }
+GEMM_F(gemm_f32, ES_QTYPE_F32)
+GEMM_F(gemm_f16, ES_QTYPE_F16)
+GEMM_F(gemm_bf16, ES_QTYPE_BF16)
+
+void es_kern_fill_avx2(es_kern *k)
+{
+    k->isa = "avx2";
+    static const struct {
+        uint32_t type;
+        es_kern_ops ops;
+    } tab[] = {
+        {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_q4_0, gemm_q4_0, scratch_int}},
+        {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_plain, gemm_q8_0, scratch_int}},
+        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_plain, gemm_q4_K, scratch_int}},
+        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_plain, gemm_q5_K, scratch_int}},
+        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int}},
+        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f}},
+        {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f}},
+        {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16, scratch_f}},
+    };
+    for (size_t i = 0; i < ES_LEN(tab); i++)
+        k->op[tab[i].type] = tab[i].ops;
+}

@@ -1,37 +1,41 @@
 /*
- * AVX-512 kernel table (F, BW, VL, DQ, VNNI; BF16 when present). Built with its own -m flags;
- * exports only es_kern_fill_avx512() (STYLE §6).
+ * AVX-512 kernel table (F, BW, VL, DQ, VNNI). Built with its own -m flags; exports only
+ * es_kern_fill_avx512() (STYLE §6).
  *
- * DESIGN. es_gemm() walks tiles of NR = 16 output rows. For each tile and K-slice it decodes the
- * weights once into the per-thread scratch, then runs a register-blocked micro-kernel over all
- * token rows, TB = 8 tokens at a time, before moving to the next tile.
+ * DESIGN. es_gemm() walks tiles of 32 output rows (two zmm "columns" of 16 int32/float lanes).
+ * For each tile and K-slice it decodes the weights once into the per-thread scratch, then runs a
+ * register-blocked micro-kernel over all token rows of the call before moving to the next tile.
  *
- * Integer weights. Tile layout, per block of 32 weights ("block record", bs bytes):
- *     u8  q[8][16][4]   group g (weights 4g..4g+3 of the block) of output row j in lane j
- *     f32 s[16]         per-row scale (Q4_0/Q8_0: d; Q4_K/Q5_K: d*sc; Q6_K: d*sc of half 0)
- *     f32 m[16]         Q4_K/Q5_K: -(dmin*m); Q6_K: d*sc of half 1 (absent for Q4_0/Q8_0)
- * vpdpbusd multiplies unsigned bytes (first source) by signed bytes (second source, the one that
- * can be broadcast from memory). So the weights are the unsigned side: each is stored as
- * (signed value + 128) for Q4_0 (nibble + 120), Q8_0 (q ^ 0x80) and Q6_K (q + 96), and the
- * accumulator starts at -128 * sum(x) of the block (Q6_K: of each half), which the act
- * preparation stores; Q4_K/Q5_K weights are unsigned already (0..15, 0..31) and start at 0. The
- * int32 result is then the exact dot product of the true integer weights with the int8
- * activations. Per block and token: 8 vpdpbusd (16 rows x 32 k = 512 MACs) and 3 float ops
- * (convert, scale, fused multiply-add into the float accumulator).
+ * Integer weights. Tile record per block of 32 weights (REC_Q / REC_K bytes):
+ *     u8  q[8 groups][2 columns][16 rows][4]   weights 4g..4g+3 of output row 16c+j in lane j
+ *     f32 s[2][16]   per-row scale (Q4_0/Q8_0: d; Q4_K/Q5_K: d*sc; Q6_K: d*sc of half 0)
+ *     f32 m[2][16]   Q4_K/Q5_K: -(dmin*m); Q6_K: d*sc of half 1 (absent for Q4_0/Q8_0)
+ * vpdpbusd multiplies unsigned bytes (first source) by signed bytes (second source). The
+ * weights are the unsigned side: each is stored as (signed value + 128) for Q4_0 (nibble + 120),
+ * Q8_0 (q ^ 0x80) and Q6_K (q + 96), and the accumulator starts at -128 * sum(x) of the block
+ * (Q6_K: of each half), which the act preparation stores; Q4_K/Q5_K weights are unsigned already
+ * (0..15, 0..31) and start at 0. The int32 result is the exact dot product of the true integer
+ * weights with the int8 activations. Micro-kernel: 6 tokens x 2 columns; for each group the 4
+ * activation bytes of a token are broadcast once and feed one vpdpbusd per column (a broadcast
+ * per vpdpbusd made the loads the bottleneck); per block and token, 16 vpdpbusd (1024 MACs) and
+ * 6 float ops (convert, scale, fused multiply-add per column). Those float ops share the two
+ * vector ports with vpdpbusd on Intel, which caps this scheme at 16/22 = 73 % of the vpdpbusd
+ * peak (measured 65 % for the bare micro-kernel).
  *
- * The decode gathers 2 blocks (64 bytes) of each of the 16 rows into one zmm per row, turns them
- * into the unsigned encoding, and transposes the 16x16 dwords (unpack 32/64, then two rounds of
- * 128-bit lane shuffles), which puts group g of every row into one vector. Scales come from
+ * Decoding: 16 rows of 16 bytes (4 dwords) are loaded 4 to a register and transposed with one
+ * vpermt2d round and one 128-bit lane shuffle round, which puts dword g of every row into
+ * vector g; 32-byte rows are two such halves. The unsigned encoding is applied on the
+ * transposed vectors (nibble masks, bit shifts: byte positions are preserved). Scales come from
  * 16-lane gathers of the block headers.
  *
- * Float weights (F32, F16, BF16 without AVX512_BF16): tiles of 32 rows x a K-slice of floats,
- * [k][32]; the micro-kernel keeps 8 tokens x 2 vectors of accumulators and does one FMA per
- * weight vector and broadcast activation, k in increasing order. BF16 with AVX512_BF16: the tile
- * holds bf16 pairs [k/2][32][2], activations are rounded to bf16 pairs, and vdpbf16ps does 2 k
- * per lane per instruction (within tolerance of scalar, not bit-identical).
+ * Float weights (F32, F16, BF16): tiles of 32 rows x a K-slice of floats, [k][32] (16x16
+ * transposes); the micro-kernel keeps 8 tokens x 2 vectors of accumulators and does one FMA per
+ * weight vector and broadcast activation, k in increasing order. (vdpbf16ps was tried for BF16:
+ * on the Intel machine it issues at a quarter of the FMA rate, and it would round activations to
+ * bf16, so BF16 weights are widened to floats instead, exactly.)
  *
- * The float operations per block are those of kern_scalar.c in the same order, so for equal
- * activations the results match the scalar table exactly except on the bf16 dot-product path.
+ * The float operations per block are those of kern_scalar.c in the same order, so the results
+ * match the scalar table bit for bit (act preparation is bit-identical too).
  */
 #include "quant/kern.h"
 
@@ -40,32 +44,61 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define NR 16  /* output rows per integer tile: the 16 int32 lanes of a zmm */
-#define TB 8   /* token rows per register block */
+#define NRI 32 /* output rows per integer tile: two zmm of 16 int32 lanes ("columns" c = 0, 1) */
+#define TB 8   /* most token rows per register block */
 #define NRF 32 /* output rows per float tile: two zmm */
-#define BS_Q 576
-#define BS_K 640
+#define REC_Q 1152   /* record bytes per block: q 8 groups x 2 columns x 64, scales 2 x 64 */
+#define REC_K 1280   /* ... plus 2 x 64 of mins (Q4_K/Q5_K) or second-half scales (Q6_K) */
+#define ACT256_Q 416 /* act bytes per 256 k of a row: q 256, d ds c 32 each, c2 64 */
 
 enum { KQ, KM, K6 }; /* kernel kinds: offset-128 weights; unsigned + mins; Q6_K halves */
 
 /* ---- cache-sized slices -------------------------------------------------------------------- */
 
-/* Blocks of 32 per K-slice for the integer tiles: the decoded tile (bs bytes per block) should
- * stay in L1 together with the activation lines streaming past it; a multiple of 8 so K-quant
- * super-blocks are never split. */
-static int64_t slice_blocks(size_t bs)
+/*
+ * Loop order of a GEMM: for each row group, for each K-slice, for each tile of output rows:
+ * decode the tile, then run the micro-kernel over the group's token rows. The group's activation
+ * slice should stay in L2 (each tile re-reads it from there), and so should the decoded tile (the
+ * micro-kernel loads each weight vector once per register block of tokens, an L2 stream it
+ * sustains; measured: a tile sized for L2 beats one sized for L1 by 5-10 %, because fewer slices
+ * mean fewer Y round trips and kernel calls). Y is read and written once per slice. Slices are
+ * as long as the tile budget (a quarter of L2) allows; rows are then grouped so that a group's
+ * act slice fits half of L2 (each group decodes the tiles again, so groups are at least 96
+ * rows; below that the slices get thinner instead). None of this changes results (kern.h,
+ * determinism).
+ */
+typedef struct plan {
+    int64_t ks; /* k per slice (a multiple of unit) */
+    int64_t rg; /* rows per group */
+} plan;
+
+/* Per unit of k (256 for the integer tiles, 32 for the float ones): tile_u bytes of decoded tile,
+ * act_u bytes of activations per row. */
+static plan make_plan(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u, size_t act_u)
 {
-    size_t l1 = es_cpu_get()->l1d_bytes;
-    int64_t n = (int64_t)(l1 * 3 / 4 / bs) / 8 * 8;
-    return n < 8 ? 8 : n;
+    const size_t l2 = es_cpu_get()->l2_bytes;
+    const int64_t k_units = (K + unit - 1) / unit;
+    int64_t n = (int64_t)(l2 / 4 / tile_u); /* the tile in a quarter of L2 */
+    if (n > k_units) n = k_units;
+    if (n < 1) n = 1;
+    /* rows whose act slice fits half of L2; at least 96 (decode amortized), else thinner slices */
+    int64_t rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
+    if (rg < 96) {
+        n = (int64_t)(l2 / 2 / (act_u * 96));
+        if (n < 1) n = 1;
+        rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
+    }
+    if (rg < 24) rg = 24;
+    plan p = {n * unit, n_rows};
+    if (p.rg > rg) p.rg = rg / 24 * 24; /* a multiple of every register block height */
+    return p;
 }
 
-/* k per slice for the float tiles (multiple of 32). */
-static int64_t slice_k(size_t bytes_per_k)
+/* The largest slice make_plan() can choose (it sizes the scratch). */
+static int64_t max_slice(int64_t unit, size_t tile_u)
 {
-    size_t l1 = es_cpu_get()->l1d_bytes;
-    int64_t n = (int64_t)(l1 / 2 / bytes_per_k) / 32 * 32;
-    return n < 32 ? 32 : n;
+    size_t n = es_cpu_get()->l2_bytes / 4 / tile_u;
+    return (int64_t)(n < 1 ? 1 : n) * unit;
 }
 
 /* ---- helpers ------------------------------------------------------------------------------- */
@@ -77,6 +110,14 @@ static inline __m512i bcst4(const void *p)
     return _mm512_set1_epi32(v);
 }
 
+/* acc += u8 w . s8 broadcast(*x), with the broadcast folded into the instruction ({1to16}), which
+ * the compiler does not do by itself: one fused load+dot uop instead of two instructions. */
+static inline __m512i dp_bcst(__m512i acc, __m512i w, const void *x)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x));
+    return acc;
+}
+
 static inline __m512 bcstf(const void *p)
 {
     float v;
@@ -84,8 +125,73 @@ static inline __m512 bcstf(const void *p)
     return _mm512_set1_ps(v);
 }
 
+static inline __m512i vpermt2d(__m512i a, const int32_t *idx, __m512i b)
+{
+    return _mm512_permutex2var_epi32(a, _mm512_loadu_si512(idx), b);
+}
+
+/*
+ * Transposes of 16 rows (row j at base + j*wrb; rows >= nr read as zero) of D dwords into D
+ * vectors, out[g] lane j = dword g of row j. D = 4: the rows go 4 to a register, then one
+ * vpermt2d round and one 128-bit lane shuffle round; D = 16: unpack 32/64 and two lane shuffle
+ * rounds.
+ */
+static const int32_t idx4[2][16] = {
+    /* lane k of P: g = 2h + k/8, source register (k/4)%2, row-in-register k%4 */
+    {0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29},
+    {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31},
+};
+
+static inline __m128i ld16(const uint8_t *p)
+{
+    return _mm_loadu_si128((const __m128i *)p);
+}
+
+static inline __attribute__((always_inline)) void tr16x4(const uint8_t *base, size_t wrb, int nr,
+                                                         __m512i out[4])
+{
+    __m512i z[4];
+    if (nr == 16) {
+#pragma GCC unroll 16
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *p = base + 4 * r * wrb;
+            __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(ld16(p)), ld16(p + wrb), 1);
+            __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(ld16(p + 2 * wrb)),
+                                                 ld16(p + 3 * wrb), 1);
+            z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+    } else {
+#pragma GCC unroll 16
+        for (int r = 0; r < 4; r++) {
+            __m512i v = _mm512_setzero_si512();
+#pragma GCC unroll 16
+            for (int i = 0; i < 4; i++) {
+                const int j = 4 * r + i;
+                if (j < nr) /* masked 128-bit broadcast = insert into lane i */
+                    v = _mm512_mask_broadcast_i32x4(v, (__mmask16)(0xF << (4 * i)),
+                                                    ld16(base + j * wrb));
+            }
+            z[r] = v;
+        }
+    }
+    __m512i p0 = vpermt2d(z[0], idx4[0], z[1]), p1 = vpermt2d(z[0], idx4[1], z[1]);
+    __m512i p2 = vpermt2d(z[2], idx4[0], z[3]), p3 = vpermt2d(z[2], idx4[1], z[3]);
+    out[0] = _mm512_shuffle_i64x2(p0, p2, 0x44);
+    out[1] = _mm512_shuffle_i64x2(p0, p2, 0xEE);
+    out[2] = _mm512_shuffle_i64x2(p1, p3, 0x44);
+    out[3] = _mm512_shuffle_i64x2(p1, p3, 0xEE);
+}
+
+/* D = 8 as two D = 4 halves (measured faster than a three-round vpermt2d network). */
+static inline __attribute__((always_inline)) void tr16x8(const uint8_t *base, size_t wrb, int nr,
+                                                         __m512i out[8])
+{
+    tr16x4(base, wrb, nr, out);
+    tr16x4(base + 16, wrb, nr, out + 4);
+}
+
 /* 16x16 dword transpose in registers: on return r[i] lane j = old r[j] lane i. */
-static inline void tr16(__m512i r[16])
+static inline __attribute__((always_inline)) void tr16(__m512i r[16])
 {
     __m512i t[16], u[16];
     for (int i = 0; i < 16; i += 2) {
@@ -99,6 +205,7 @@ static inline void tr16(__m512i r[16])
         u[a + 2] = _mm512_unpacklo_epi64(t[a + 1], t[a + 3]);
         u[a + 3] = _mm512_unpackhi_epi64(t[a + 1], t[a + 3]);
     }
+#pragma GCC unroll 16
     for (int m = 0; m < 4; m++) {
         __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44);
         __m512i v1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
@@ -111,22 +218,12 @@ static inline void tr16(__m512i r[16])
     }
 }
 
-/* Transposes r (16 rows x 2 blocks) and stores the groups of both blocks into their records
- * (the second only if two). */
-static inline void store_pair(__m512i r[16], uint8_t *rec0, size_t bs, int two)
-{
-    tr16(r);
-    for (int g = 0; g < 8; g++) _mm512_store_si512(rec0 + 64 * g, r[g]);
-    if (two)
-        for (int g = 0; g < 8; g++) _mm512_store_si512(rec0 + bs + 64 * g, r[8 + g]);
-}
-
-/* Byte offsets of the 16 rows of a tile (rows past nr repeat row 0; their lanes are never
+/* Byte offsets of the 16 rows of a half tile (rows past nr repeat row 0; their lanes are never
  * stored), for gathers of per-row header fields. */
 static inline __m512i row_offsets(size_t wrb, int nr)
 {
     __m512i j = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    j = _mm512_maskz_mov_epi32((__mmask16)((1u << nr) - 1), j);
+    j = _mm512_maskz_mov_epi32((__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1), j);
     return _mm512_mullo_epi32(j, _mm512_set1_epi32((int32_t)wrb));
 }
 
@@ -140,76 +237,86 @@ static inline __m512 f16_hi(__m512i v)
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
 }
 
+static inline __m512i and8(__m512i v, int m)
+{
+    return _mm512_and_si512(v, _mm512_set1_epi8((char)m));
+}
+static inline __m512i srl16(__m512i v, int n)
+{
+    return _mm512_srli_epi16(v, (unsigned)n);
+}
+static inline __m512i sll16(__m512i v, int n)
+{
+    return _mm512_slli_epi16(v, (unsigned)n);
+}
+
 /* ---- weight tile decoders (integer) ---------------------------------------------------------- */
 
+/*
+ * A decoder fills the records of blocks [kb0, kb1) of one tile: rows [0, nr) of W (nr <= 32),
+ * column c = rows 16c..16c+15. Record layout (rec = tile + (b - kb0) * record bytes):
+ *   rec + 128*g + 64*c   group g (weights 4g..4g+3 of the block) of the 16 rows, u8
+ *   rec + 1024 + 64*c    16 float scales
+ *   rec + 1152 + 64*c    16 floats: -(dmin*m) (Q4_K/Q5_K) or the second-half scale (Q6_K)
+ * A column with no rows is not written (the kernel does not read it).
+ */
 typedef void (*decode_fn)(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
                           uint8_t *tile);
 
-/* Q4_0: u = nibble + 120, so u - 128 = nibble - 8. */
-static void dec_q4_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
-                     uint8_t *tile)
+static inline int col_rows(int nr, int c)
 {
-    const __m256i m4 = _mm256_set1_epi8(15);
+    return nr - 16 * c > 16 ? 16 : nr - 16 * c;
+}
+
+/* Q4_0: u = nibble + 120, so u - 128 = nibble - 8. */
+static void dec_q4_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
     const __m512i off = _mm512_set1_epi8(120);
-    const __m512i idx = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
-    const __m512i ro = row_offsets(wrb, nr);
-    for (int64_t b = kb0; b < kb1; b += 2) {
-        const int two = b + 1 < kb1;
-        __m512i r[16];
-        for (int j = 0; j < 16; j++) {
-            if (j >= nr) {
-                r[j] = _mm512_setzero_si512();
-                continue;
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b++) {
+            uint8_t *rec = tile + (b - kb0) * REC_Q + 64 * c;
+            __m512i raw[4];
+            tr16x4(Wc + b * 18 + 2, wrb, n, raw);
+#pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) {
+                _mm512_store_si512(rec + 128 * g, _mm512_add_epi8(and8(raw[g], 15), off));
+                _mm512_store_si512(rec + 128 * (g + 4),
+                                   _mm512_add_epi8(and8(srl16(raw[g], 4), 15), off));
             }
-            const uint8_t *x = W + j * wrb + b * 18 + 2;
-            __m256i y = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)x));
-            if (two) y = _mm256_inserti128_si256(y, _mm_loadu_si128((const __m128i *)(x + 18)), 1);
-            __m256i lo = _mm256_and_si256(y, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(y, 4), m4);
-            /* [lo b, hi b, lo b+1, hi b+1]: elements 0..15, 16..31 of each block */
-            __m512i z = _mm512_permutex2var_epi64(_mm512_castsi256_si512(lo), idx,
-                                                  _mm512_castsi256_si512(hi));
-            r[j] = _mm512_add_epi8(z, off);
-        }
-        uint8_t *rec = tile + (b - kb0) * BS_Q;
-        store_pair(r, rec, BS_Q, two);
-        for (int h = 0; h <= two; h++) {
-            __m512i d = _mm512_i32gather_epi32(ro, W + (b + h) * 18, 1);
-            _mm512_store_ps(rec + h * BS_Q + 512, f16_lo(d));
+            _mm512_store_ps(rec + 1024, f16_lo(_mm512_i32gather_epi32(ro, Wc + b * 18, 1)));
         }
     }
 }
 
 /* Q8_0: u = q ^ 0x80 = q + 128. */
-static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
-                     uint8_t *tile)
+static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const __m512i ro = row_offsets(wrb, nr);
-    for (int64_t b = kb0; b < kb1; b += 2) {
-        const int two = b + 1 < kb1;
-        __m512i r[16];
-        for (int j = 0; j < 16; j++) {
-            if (j >= nr) {
-                r[j] = _mm512_setzero_si512();
-                continue;
-            }
-            const uint8_t *x = W + j * wrb + b * 34 + 2;
-            __m512i z = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)x));
-            if (two) z = _mm512_inserti64x4(z, _mm256_loadu_si256((const __m256i *)(x + 34)), 1);
-            r[j] = _mm512_xor_si512(z, flip);
-        }
-        uint8_t *rec = tile + (b - kb0) * BS_Q;
-        store_pair(r, rec, BS_Q, two);
-        for (int h = 0; h <= two; h++) {
-            __m512i d = _mm512_i32gather_epi32(ro, W + (b + h) * 34, 1);
-            _mm512_store_ps(rec + h * BS_Q + 512, f16_lo(d));
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b++) {
+            uint8_t *rec = tile + (b - kb0) * REC_Q + 64 * c;
+            __m512i raw[8];
+            tr16x8(Wc + b * 34 + 2, wrb, n, raw);
+#pragma GCC unroll 16
+            for (int g = 0; g < 8; g++)
+                _mm512_store_si512(rec + 128 * g, _mm512_xor_si512(raw[g], flip));
+            _mm512_store_ps(rec + 1024, f16_lo(_mm512_i32gather_epi32(ro, Wc + b * 34, 1)));
         }
     }
 }
 
 /* Q4_K/Q5_K scales of one super-block for 16 rows: s = d*sc, m = -(dmin*m) per sub-block j,
- * into the 8 records at rec. hdr points at the super-block of row 0 (d, dmin, scales[12]). */
+ * into the 8 records at rec (already offset to the column). hdr: d, dmin, scales[12] of row 0. */
 static inline void k45_scales(const uint8_t *hdr, __m512i ro, uint8_t *rec)
 {
     const __m512i dd = _mm512_i32gather_epi32(ro, hdr, 1);
@@ -217,8 +324,8 @@ static inline void k45_scales(const uint8_t *hdr, __m512i ro, uint8_t *rec)
     const __m512i B = _mm512_i32gather_epi32(ro, hdr + 8, 1);  /* scales[4..7] */
     const __m512i C = _mm512_i32gather_epi32(ro, hdr + 12, 1); /* scales[8..11] */
     const __m512 d = f16_lo(dd), dmin = f16_hi(dd);
-    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15),
-                  m2 = _mm512_set1_epi32(3);
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+#pragma GCC unroll 16
     for (int j = 0; j < 8; j++) {
         __m512i sc, mn;
         if (j < 4) {
@@ -226,64 +333,71 @@ static inline void k45_scales(const uint8_t *hdr, __m512i ro, uint8_t *rec)
             mn = _mm512_and_si512(_mm512_srli_epi32(B, 8 * j), m6);
         } else {
             const int s = 8 * (j - 4);
-            __m512i c = _mm512_srli_epi32(C, s);
-            sc = _mm512_or_si512(_mm512_and_si512(c, m4),
-                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(A, s + 6), m2), 4));
-            mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), m4),
-                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(B, s + 6), m2), 4));
+            __m512i cc = _mm512_srli_epi32(C, s);
+            sc = _mm512_or_si512(
+                _mm512_and_si512(cc, m4),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(A, s + 6), m2), 4));
+            mn = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(cc, 4), m4),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(B, s + 6), m2), 4));
         }
-        _mm512_store_ps(rec + j * BS_K + 512, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+        _mm512_store_ps(rec + j * REC_K + 1024, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
         const __m512 mm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn));
-        _mm512_store_ps(rec + j * BS_K + 576, _mm512_xor_ps(mm, _mm512_set1_ps(-0.0f)));
+        _mm512_store_ps(rec + j * REC_K + 1152, _mm512_xor_ps(mm, _mm512_set1_ps(-0.0f)));
     }
 }
 
-/* Q4_K (qh == 0) and Q5_K: chunk c of qs holds sub-block 2c (low nibbles) and 2c+1 (high);
+/* Bit p (0..7) of every byte of v, moved to bit 4. */
+static inline __m512i bit_to_4(__m512i v, int p)
+{
+    __m512i s = p < 4 ? sll16(v, 4 - p) : p > 4 ? srl16(v, p - 4) : v;
+    return and8(s, 0x10);
+}
+
+/* Q4_K (q5 = 0) and Q5_K: chunk cc of qs holds sub-block 2cc (low nibbles) and 2cc+1 (high);
  * Q5_K's fifth bit of element l of sub-block s is bit s of qh[l]. u = q, no offset. */
 static inline void dec_k45(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
                            uint8_t *tile, const int q5)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    const __m512i ro = row_offsets(wrb, nr);
     const size_t sbb = q5 ? 176 : 144; /* super-block bytes */
     const size_t oqs = q5 ? 48 : 16;   /* qs offset */
-    for (int64_t b = kb0; b < kb1; b += 8) {
-        const uint8_t *sb0 = W + b / 8 * sbb;
-        uint8_t *rec = tile + (b - kb0) * BS_K;
-        for (int c = 0; c < 4; c++) {
-            __m512i r[16];
-            for (int j = 0; j < 16; j++) {
-                if (j >= nr) {
-                    r[j] = _mm512_setzero_si512();
-                    continue;
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b += 8) {
+            const uint8_t *sb = Wc + b / 8 * sbb;
+            uint8_t *rec = tile + (b - kb0) * REC_K + 64 * c;
+            __m512i qh[8];
+            if (q5) tr16x8(sb + 16, wrb, n, qh);
+#pragma GCC unroll 16
+            for (int cc = 0; cc < 4; cc++) {
+                __m512i raw[8];
+                tr16x8(sb + oqs + 32 * cc, wrb, n, raw);
+#pragma GCC unroll 16
+                for (int g = 0; g < 8; g++) {
+                    __m512i lo = and8(raw[g], 15), hi = and8(srl16(raw[g], 4), 15);
+                    if (q5) {
+                        lo = _mm512_or_si512(lo, bit_to_4(qh[g], 2 * cc));
+                        hi = _mm512_or_si512(hi, bit_to_4(qh[g], 2 * cc + 1));
+                    }
+                    _mm512_store_si512(rec + (2 * cc) * REC_K + 128 * g, lo);
+                    _mm512_store_si512(rec + (2 * cc + 1) * REC_K + 128 * g, hi);
                 }
-                const uint8_t *sb = sb0 + j * wrb;
-                __m256i y = _mm256_loadu_si256((const __m256i *)(sb + oqs + 32 * c));
-                __m256i lo = _mm256_and_si256(y, m4);
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(y, 4), m4);
-                if (q5) {
-                    __m256i qh = _mm256_loadu_si256((const __m256i *)(sb + 16));
-                    __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
-                    __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
-                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
-                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
-                }
-                r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             }
-            store_pair(r, rec + 2 * c * BS_K, BS_K, 1);
+            k45_scales(sb, ro, rec);
         }
-        k45_scales(sb0, ro, rec);
     }
 }
 
-static void dec_q4_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
-                     uint8_t *tile)
+static void dec_q4_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
     dec_k45(W, wrb, nr, kb0, kb1, tile, 0);
 }
 
-static void dec_q5_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
-                     uint8_t *tile)
+static void dec_q5_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
     dec_k45(W, wrb, nr, kb0, kb1, tile, 1);
 }
@@ -291,139 +405,205 @@ static void dec_q5_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
 /* Q6_K: half h (128 weights) of a super-block is 4 blocks of 32: from ql[64h..64h+31] low
  * nibbles, ql[64h+32..] low, ql[64h..] high, ql[64h+32..] high, with 2 bits each from qh[32h+l]
  * (bits 0-1, 2-3, 4-5, 6-7). u = q + 96, so u - 128 = q - 32. Scales: signed byte per 16. */
-static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
-                     uint8_t *tile)
+static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    const __m256i off = _mm256_set1_epi8(96);
-    const __m512i ro = row_offsets(wrb, nr);
-    for (int64_t b = kb0; b < kb1; b += 8) {
-        const uint8_t *sb0 = W + b / 8 * 210;
-        uint8_t *rec = tile + (b - kb0) * BS_K;
-        for (int h = 0; h < 2; h++) {
-            __m512i r0[16], r1[16];
-            for (int j = 0; j < 16; j++) {
-                if (j >= nr) {
-                    r0[j] = r1[j] = _mm512_setzero_si512();
-                    continue;
+    const __m512i off = _mm512_set1_epi8(96);
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b += 8) {
+            const uint8_t *sb = Wc + b / 8 * 210;
+            uint8_t *rec = tile + (b - kb0) * REC_K + 64 * c;
+#pragma GCC unroll 16
+            for (int h = 0; h < 2; h++) {
+                __m512i l0[8], l1[8], qh[8];
+                tr16x8(sb + 64 * h, wrb, n, l0);
+                tr16x8(sb + 64 * h + 32, wrb, n, l1);
+                tr16x8(sb + 128 + 32 * h, wrb, n, qh);
+                uint8_t *r = rec + 4 * h * REC_K;
+#pragma GCC unroll 16
+                for (int g = 0; g < 8; g++) {
+                    const __m512i q0 = _mm512_or_si512(and8(l0[g], 15), sll16(and8(qh[g], 3), 4));
+                    const __m512i q1 =
+                        _mm512_or_si512(and8(l1[g], 15), and8(sll16(qh[g], 2), 0x30));
+                    const __m512i q2 =
+                        _mm512_or_si512(and8(srl16(l0[g], 4), 15), and8(qh[g], 0x30));
+                    const __m512i q3 =
+                        _mm512_or_si512(and8(srl16(l1[g], 4), 15), and8(srl16(qh[g], 2), 0x30));
+                    _mm512_store_si512(r + 0 * REC_K + 128 * g, _mm512_add_epi8(q0, off));
+                    _mm512_store_si512(r + 1 * REC_K + 128 * g, _mm512_add_epi8(q1, off));
+                    _mm512_store_si512(r + 2 * REC_K + 128 * g, _mm512_add_epi8(q2, off));
+                    _mm512_store_si512(r + 3 * REC_K + 128 * g, _mm512_add_epi8(q3, off));
                 }
-                const uint8_t *sb = sb0 + j * wrb;
-                __m256i l0 = _mm256_loadu_si256((const __m256i *)(sb + 64 * h));
-                __m256i l1 = _mm256_loadu_si256((const __m256i *)(sb + 64 * h + 32));
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));
-                __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                             _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-                __m256i q1 = _mm256_or_si256(
-                    _mm256_and_si256(l1, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-                __m256i q2 = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-                __m256i q3 = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-                q0 = _mm256_add_epi8(q0, off);
-                q1 = _mm256_add_epi8(q1, off);
-                q2 = _mm256_add_epi8(q2, off);
-                q3 = _mm256_add_epi8(q3, off);
-                r0[j] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-                r1[j] = _mm512_inserti64x4(_mm512_castsi256_si512(q2), q3, 1);
             }
-            store_pair(r0, rec + (4 * h) * BS_K, BS_K, 1);
-            store_pair(r1, rec + (4 * h + 2) * BS_K, BS_K, 1);
-        }
-        /* scales[16] at 192, d at 208 */
-        const __m512 d = f16_lo(_mm512_i32gather_epi32(ro, sb0 + 208, 1));
-        for (int q = 0; q < 4; q++) {
-            const __m512i s = _mm512_i32gather_epi32(ro, sb0 + 192 + 4 * q, 1);
-            for (int i = 0; i < 4; i++) {
-                /* scale 4q+i: sign-extend byte i of each lane */
-                __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(s, 24 - 8 * i), 24);
-                const int sub = 4 * q + i; /* block sub/2, half sub%2 */
-                _mm512_store_ps(rec + (sub / 2) * BS_K + 512 + 64 * (sub % 2),
-                                _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
+            /* scales[16] at 192, d at 208 */
+            /* d is the last 2 bytes of the block: read scales[14..15] + d, never past the end */
+            const __m512 d = f16_hi(_mm512_i32gather_epi32(ro, sb + 206, 1));
+#pragma GCC unroll 16
+            for (int q = 0; q < 4; q++) {
+                const __m512i sv = _mm512_i32gather_epi32(ro, sb + 192 + 4 * q, 1);
+#pragma GCC unroll 16
+                for (int i = 0; i < 4; i++) {
+                    /* scale 4q+i: sign-extend byte i of each lane */
+                    __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * i), 24);
+                    const int sub = 4 * q + i; /* block sub/2, half sub%2 */
+                    _mm512_store_ps(rec + (sub / 2) * REC_K + 1024 + 128 * (sub % 2),
+                                    _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
+                }
             }
         }
     }
 }
 
-/* ---- integer micro-kernel --------------------------------------------------------------------- */
+/* ---- integer micro-kernel ---------------------------------------------------------------------
+ */
 
 typedef struct mk_args {
     const uint8_t *tile;
-    int64_t nbs;            /* blocks in the slice */
-    int64_t kb0;            /* first block of the slice */
+    int64_t nbs; /* blocks in the slice */
+    int64_t kb0; /* first block of the slice */
     int64_t K;
-    const uint8_t *xr[TB];  /* act rows */
-    float *yp[TB];          /* Y + row*ldy + first column of the tile */
-    __mmask16 m;            /* valid columns */
+    const uint8_t *xr[TB]; /* act rows */
+    float *yp[TB];         /* Y + row*ldy + first column of the tile */
+    __mmask16 m[2];        /* valid lanes of the two columns */
     int load_y;
 } mk_args;
 
-static inline __attribute__((always_inline)) void mk_int(const int kind, const int T,
+/* Token rows per register block for (kind, columns): accumulators, float sums, 2 weight vectors
+ * and a broadcast must fit the 32 zmm registers. */
+static inline int tb_of(int kind, int C)
+{
+    return C == 1 ? 8 : kind == K6 ? 4 : 6;
+}
+
+/*
+ * C columns (16 output rows each) x T tokens. Per block: the int32 accumulators start at the
+ * correction the act stores (KQ: -128*sum(x); K6: per half; KM: 0), take 8 vpdpbusd (groups g,
+ * outer loop, so T*C independent chains run side by side), then per column and token:
+ * f = (float)acc * s; y = fma(f, d_x, y) [KM: y = fma(-(dmin*m), d_x*sum(q_x), y)]
+ * [K6: f = (float)acc_lo * s_lo; f = fma((float)acc_hi, s_hi, f)]. With two columns the 4
+ * activation bytes are broadcast once into a register and feed two vpdpbusd, halving the loads.
+ */
+static inline __attribute__((always_inline)) void mk_int(const int kind, const int C, const int T,
                                                          const mk_args *a)
 {
-    const size_t bs = kind == KQ ? BS_Q : BS_K;
+    const size_t bs = kind == KQ ? REC_Q : REC_K;
     const int64_t K = a->K, kb0 = a->kb0;
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
     const int64_t oc = es_act_q8_off_c(K) + 4 * kb0, oc2 = es_act_q8_off_c2(K) + 8 * kb0;
-    __m512 y[TB];
+    __m512 y[2][TB];
     const uint8_t *xr[TB];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
         xr[t] = a->xr[t];
-        y[t] = a->load_y ? _mm512_maskz_loadu_ps(a->m, a->yp[t]) : _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int c = 0; c < C; c++)
+            y[c][t] =
+                a->load_y ? _mm512_maskz_loadu_ps(a->m[c], a->yp[t] + 16 * c) : _mm512_setzero_ps();
     }
-    const uint8_t *tb = a->tile;
-    for (int64_t b = 0; b < a->nbs; b++, tb += bs) {
-        __m512i w[8];
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) w[g] = _mm512_load_si512(tb + 64 * g);
-        const __m512 ws = _mm512_load_ps(tb + 512);
-        const __m512 w2 = kind == KQ ? ws : _mm512_load_ps(tb + 576);
+    const uint8_t *rec = a->tile;
+    for (int64_t b = 0; b < a->nbs; b++, rec += bs) {
         const int64_t oq = 32 * (kb0 + b);
+        __m512i acc[2][TB], acc2[2][TB];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            const uint8_t *x = xr[t] + oq;
-            __m512 f;
-            if (kind == K6) {
-                __m512i lo = bcst4(xr[t] + oc2 + 8 * b), hi = bcst4(xr[t] + oc2 + 8 * b + 4);
-                lo = _mm512_dpbusd_epi32(lo, w[0], bcst4(x + 0));
-                lo = _mm512_dpbusd_epi32(lo, w[1], bcst4(x + 4));
-                lo = _mm512_dpbusd_epi32(lo, w[2], bcst4(x + 8));
-                lo = _mm512_dpbusd_epi32(lo, w[3], bcst4(x + 12));
-                hi = _mm512_dpbusd_epi32(hi, w[4], bcst4(x + 16));
-                hi = _mm512_dpbusd_epi32(hi, w[5], bcst4(x + 20));
-                hi = _mm512_dpbusd_epi32(hi, w[6], bcst4(x + 24));
-                hi = _mm512_dpbusd_epi32(hi, w[7], bcst4(x + 28));
-                f = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), ws);
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), w2, f);
-            } else {
-                __m512i acc = kind == KQ ? bcst4(xr[t] + oc + 4 * b) : _mm512_setzero_si512();
+            __m512i i0 = kind == KQ   ? bcst4(xr[t] + oc + 4 * b)
+                         : kind == K6 ? bcst4(xr[t] + oc2 + 8 * b)
+                                      : _mm512_setzero_si512();
+            __m512i i1 = kind == K6 ? bcst4(xr[t] + oc2 + 8 * b + 4) : i0;
+#pragma GCC unroll 2
+            for (int c = 0; c < C; c++)
+                acc[c][t] = i0, acc2[c][t] = i1;
+        }
 #pragma GCC unroll 8
-                for (int g = 0; g < 8; g++) acc = _mm512_dpbusd_epi32(acc, w[g], bcst4(x + 4 * g));
-                f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), ws);
+        for (int g = 0; g < 8; g++) {
+            __m512i w[2];
+#pragma GCC unroll 2
+            for (int c = 0; c < C; c++)
+                w[c] = _mm512_load_si512(rec + 128 * g + 64 * c);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                const uint8_t *xv = xr[t] + oq + 4 * g;
+                if (C == 1) {
+                    if (kind == K6 && g >= 4)
+                        acc2[0][t] = dp_bcst(acc2[0][t], w[0], xv);
+                    else
+                        acc[0][t] = dp_bcst(acc[0][t], w[0], xv);
+                } else {
+                    const __m512i xb = bcst4(xv);
+#pragma GCC unroll 2
+                    for (int c = 0; c < C; c++) {
+                        if (kind == K6 && g >= 4)
+                            acc2[c][t] = _mm512_dpbusd_epi32(acc2[c][t], w[c], xb);
+                        else
+                            acc[c][t] = _mm512_dpbusd_epi32(acc[c][t], w[c], xb);
+                    }
+                }
             }
-            y[t] = _mm512_fmadd_ps(f, bcstf(xr[t] + od + 4 * b), y[t]);
-            if (kind == KM) y[t] = _mm512_fmadd_ps(w2, bcstf(xr[t] + ods + 4 * b), y[t]);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const __m512 xd = bcstf(xr[t] + od + 4 * b);
+#pragma GCC unroll 2
+            for (int c = 0; c < C; c++) {
+                const __m512 s = _mm512_load_ps(rec + 1024 + 64 * c);
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][t]), s);
+                if (kind == K6)
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc2[c][t]),
+                                        _mm512_load_ps(rec + 1152 + 64 * c), f);
+                y[c][t] = _mm512_fmadd_ps(f, xd, y[c][t]);
+                if (kind == KM)
+                    y[c][t] = _mm512_fmadd_ps(_mm512_load_ps(rec + 1152 + 64 * c),
+                                              bcstf(xr[t] + ods + 4 * b), y[c][t]);
+            }
         }
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(a->yp[t], a->m, y[t]);
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int c = 0; c < C; c++)
+            _mm512_mask_storeu_ps(a->yp[t] + 16 * c, a->m[c], y[c][t]);
 }
 
-#define MK(kind, T)                                                                                \
-    static void mk_##kind##_##T(const mk_args *a) { mk_int(kind, T, a); }
+#define MK(kind, C, T)                                                                             \
+    __attribute__((unused)) static void mk_##kind##_##C##_##T(const mk_args *a)                    \
+    {                                                                                              \
+        mk_int(kind, C, T, a);                                                                     \
+    }
 #define MK_ALL(kind)                                                                               \
-    MK(kind, 1) MK(kind, 2) MK(kind, 3) MK(kind, 4) MK(kind, 5) MK(kind, 6) MK(kind, 7) MK(kind, 8)
+    MK(kind, 1, 1)                                                                                 \
+    MK(kind, 1, 2) MK(kind, 1, 3) MK(kind, 1, 4) MK(kind, 1, 5) MK(kind, 1, 6) MK(kind, 1, 7)      \
+        MK(kind, 1, 8) MK(kind, 2, 1) MK(kind, 2, 2) MK(kind, 2, 3) MK(kind, 2, 4) MK(kind, 2, 5)  \
+            MK(kind, 2, 6)
 MK_ALL(KQ)
 MK_ALL(KM)
 MK_ALL(K6)
 typedef void (*mk_fn)(const mk_args *a);
-static const mk_fn mk_table[3][TB + 1] = {
-    {NULL, mk_KQ_1, mk_KQ_2, mk_KQ_3, mk_KQ_4, mk_KQ_5, mk_KQ_6, mk_KQ_7, mk_KQ_8},
-    {NULL, mk_KM_1, mk_KM_2, mk_KM_3, mk_KM_4, mk_KM_5, mk_KM_6, mk_KM_7, mk_KM_8},
-    {NULL, mk_K6_1, mk_K6_2, mk_K6_3, mk_K6_4, mk_K6_5, mk_K6_6, mk_K6_7, mk_K6_8},
+#define MK_ROW(kind, C)                                                                            \
+    {                                                                                              \
+        NULL, mk_##kind##_##C##_1, mk_##kind##_##C##_2, mk_##kind##_##C##_3, mk_##kind##_##C##_4,  \
+            mk_##kind##_##C##_5, mk_##kind##_##C##_6, mk_##kind##_##C##_7, mk_##kind##_##C##_8     \
+    }
+static void mk_none(const mk_args *a)
+{
+    (void)a;
+    ES_ASSERT(0);
+}
+#define mk_KQ_2_7 mk_none
+#define mk_KQ_2_8 mk_none
+#define mk_KM_2_7 mk_none
+#define mk_KM_2_8 mk_none
+#define mk_K6_2_7 mk_none
+#define mk_K6_2_8 mk_none
+#define mk_K6_2_5 mk_none
+#define mk_K6_2_6 mk_none
+static const mk_fn mk_table[3][2][TB + 1] = {
+    {MK_ROW(KQ, 1), MK_ROW(KQ, 2)},
+    {MK_ROW(KM, 1), MK_ROW(KM, 2)},
+    {MK_ROW(K6, 1), MK_ROW(K6, 2)},
 };
 
 static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int64_t K, int64_t n0,
@@ -431,28 +611,36 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
                      int64_t ldy, int accumulate, void *scratch)
 {
     ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
-    const size_t bs = kind == KQ ? BS_Q : BS_K;
-    const int64_t nb = K / 32, ksb = slice_blocks(bs);
+    const size_t bs = kind == KQ ? REC_Q : REC_K;
+    const int64_t nb = K / 32;
+    const plan pl = make_plan(K, n_rows, 256, 8 * bs, ACT256_Q);
+    const int64_t ksb = pl.ks / 32;
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
     mk_args a;
     a.tile = scratch;
     a.K = K;
-    for (int64_t nt = n0; nt < n1; nt += NR) {
-        const int nr = (int)(n1 - nt < NR ? n1 - nt : NR);
-        a.m = (__mmask16)((1u << nr) - 1);
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
         for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
             const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            dec((const uint8_t *)W + nt * wrb, wrb, nr, kb0, kb1, scratch);
             a.nbs = kb1 - kb0;
             a.kb0 = kb0;
             a.load_y = accumulate || kb0 > 0;
-            for (int64_t r = 0; r < n_rows; r += TB) {
-                const int T = (int)(n_rows - r < TB ? n_rows - r : TB);
-                for (int t = 0; t < T; t++) {
-                    a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                    a.yp[t] = Y + (r + t) * ldy + nt;
+            for (int64_t nt = n0; nt < n1; nt += NRI) {
+                const int nr = (int)(n1 - nt < NRI ? n1 - nt : NRI);
+                const int C = nr > 16 ? 2 : 1, tb = tb_of(kind, C);
+                a.m[0] = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
+                a.m[1] = (__mmask16)(nr <= 16 ? 0 : nr >= 32 ? 0xFFFF : (1u << (nr - 16)) - 1);
+                dec((const uint8_t *)W + nt * wrb, wrb, nr, kb0, kb1, scratch);
+                for (int64_t r = rg; r < rg1; r += tb) {
+                    const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
+                        a.yp[t] = Y + (r + t) * ldy + nt;
+                    }
+                    mk_table[kind][C - 1][T](&a);
                 }
-                mk_table[kind][T](&a);
             }
         }
     }
@@ -460,12 +648,17 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
 
 static size_t scratch_int(size_t bs, int64_t K)
 {
-    const int64_t nb = K / 32, ksb = slice_blocks(bs);
-    const int64_t n = nb < ksb ? (nb + 1) / 2 * 2 : ksb; /* pairs are decoded whole */
-    return (size_t)n * bs + 64;
+    const int64_t nb = K / 32, ksb = max_slice(256, 8 * bs) / 32;
+    return (size_t)(nb < ksb ? nb : ksb) * bs + 64;
 }
-static size_t scratch_q(int64_t K) { return scratch_int(BS_Q, K); }
-static size_t scratch_k(int64_t K) { return scratch_int(BS_K, K); }
+static size_t scratch_q(int64_t K)
+{
+    return scratch_int(REC_Q, K);
+}
+static size_t scratch_k(int64_t K)
+{
+    return scratch_int(REC_K, K);
+}
 
 #define GEMM_INT(name, kind, dec, type)                                                            \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
@@ -520,76 +713,69 @@ static void act_prepare_q(const float *X, int64_t ldx, int64_t n_rows, int64_t K
     }
 }
 
-/* ---- float weights ----------------------------------------------------------------------------- */
+/* ---- float weights -----------------------------------------------------------------------------
+ */
+
+/* Row j of a float-type matrix, k .. k+15 (mask km), as 16 floats. */
+static inline __m512i load_f(const uint32_t type, const uint8_t *p, int64_t k, __mmask16 km)
+{
+    if (type == ES_QTYPE_F32) return _mm512_maskz_loadu_epi32(km, (const float *)p + k);
+    const __m256i h = _mm256_maskz_loadu_epi16(km, (const uint16_t *)p + k);
+    if (type == ES_QTYPE_F16) return _mm512_castps_si512(_mm512_cvtph_ps(h));
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16); /* bf16: the top half of a float */
+}
 
 /* Decodes rows [0, nr) x k [k0, k1) of a float-type matrix into tile[k - k0][32] floats. Rows
  * past nr are zero. */
-static void dec_f(uint32_t type, const uint8_t *W, size_t wrb, int nr, int64_t k0, int64_t k1,
-                  float *tile)
+static inline __attribute__((always_inline)) void dec_f(const uint32_t type, const uint8_t *W,
+                                                        size_t wrb, int nr, int64_t k0, int64_t k1,
+                                                        float *tile)
 {
     for (int half = 0; half < 2; half++) {
+        const int n = col_rows(nr, half);
+        const uint8_t *Wh = W + 16 * half * wrb;
         for (int64_t k = k0; k < k1; k += 16) {
             const int nk = (int)(k1 - k < 16 ? k1 - k : 16);
+            float *dst = tile + (k - k0) * NRF + 16 * half;
+            __m512i r[16];
+            if (n == 16 && nk == 16) { /* the common case, fully in registers */
+#pragma GCC unroll 16
+                for (int j = 0; j < 16; j++)
+                    r[j] = load_f(type, Wh + j * wrb, k, 0xFFFF);
+                tr16(r);
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++)
+                    _mm512_store_si512(dst + i * NRF, r[i]);
+                continue;
+            }
             const __mmask16 km = (__mmask16)((1u << nk) - 1);
-            __m512i r[16];
-            for (int j = 0; j < 16; j++) {
-                const int row = 16 * half + j;
-                if (row >= nr) {
-                    r[j] = _mm512_setzero_si512();
-                    continue;
-                }
-                const uint8_t *p = W + row * wrb;
-                if (type == ES_QTYPE_F32) {
-                    r[j] = _mm512_maskz_loadu_epi32(km, (const float *)p + k);
-                } else {
-                    __m256i h = _mm256_maskz_loadu_epi16(km, (const uint16_t *)p + k);
-                    if (type == ES_QTYPE_F16)
-                        r[j] = _mm512_castps_si512(_mm512_cvtph_ps(h));
-                    else
-                        r[j] = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-                }
-            }
+            _Alignas(64) float tmp[16][16];
+            for (int j = 0; j < 16; j++)
+                _mm512_store_si512(tmp[j], j < n ? load_f(type, Wh + j * wrb, k, km)
+                                                 : _mm512_setzero_si512());
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++)
+                r[j] = _mm512_load_si512(tmp[j]);
             tr16(r);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                _mm512_store_si512(tmp[i], r[i]);
             for (int i = 0; i < nk; i++)
-                _mm512_store_si512(tile + (k - k0 + i) * NRF + 16 * half, r[i]);
-        }
-    }
-}
-
-/* BF16 pairs: tile[p][32] dwords, p = pair index within the slice (k0 even). */
-static void dec_bf16_pairs(const uint8_t *W, size_t wrb, int64_t K, int nr, int64_t k0,
-                           int64_t k1, uint32_t *tile)
-{
-    for (int half = 0; half < 2; half++) {
-        for (int64_t k = k0; k < k1; k += 32) {
-            const int nk = (int)(k1 - k < 32 ? k1 - k : 32);  /* weights in this chunk */
-            const int64_t kv = K - k < nk ? K - k : nk;     /* of them inside the row */
-            const __mmask32 km = (__mmask32)(kv >= 32 ? 0xFFFFFFFFu : (1u << kv) - 1);
-            __m512i r[16];
-            for (int j = 0; j < 16; j++) {
-                const int row = 16 * half + j;
-                r[j] = row < nr ? _mm512_maskz_loadu_epi16(km, (const uint16_t *)(W + row * wrb) + k)
-                                : _mm512_setzero_si512();
-            }
-            tr16(r);
-            for (int i = 0; i < (nk + 1) / 2; i++)
-                _mm512_store_si512(tile + ((k - k0) / 2 + i) * NRF + 16 * half, r[i]);
+                _mm512_store_si512(dst + i * NRF, _mm512_load_si512(tmp[i]));
         }
     }
 }
 
 typedef struct mkf_args {
     const void *tile;
-    int64_t nk;             /* k (or k pairs) in the slice */
-    const void *xr[TB];     /* act rows at the slice start */
-    float *yp[TB];          /* Y + row*ldy + first column */
-    __mmask16 m0, m1;       /* valid columns of the two vectors */
+    int64_t nk;         /* k (or k pairs) in the slice */
+    const void *xr[TB]; /* act rows at the slice start */
+    float *yp[TB];      /* Y + row*ldy + first column */
+    __mmask16 m0, m1;   /* valid columns of the two vectors */
     int load_y;
 } mkf_args;
 
-/* bf16: 0 = float FMA over k, 1 = vdpbf16ps over k pairs. */
-static inline __attribute__((always_inline)) void mk_flt(const int bf16, const int T,
-                                                         const mkf_args *a)
+static inline __attribute__((always_inline)) void mk_flt(const int T, const mkf_args *a)
 {
     __m512 y0[TB], y1[TB];
     const uint8_t *xr[TB];
@@ -605,13 +791,8 @@ static inline __attribute__((always_inline)) void mk_flt(const int bf16, const i
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const __m512 x = bcstf(xr[t] + 4 * k);
-            if (bf16) {
-                y0[t] = _mm512_dpbf16_ps(y0[t], (__m512bh)w0, (__m512bh)x);
-                y1[t] = _mm512_dpbf16_ps(y1[t], (__m512bh)w1, (__m512bh)x);
-            } else {
-                y0[t] = _mm512_fmadd_ps(w0, x, y0[t]);
-                y1[t] = _mm512_fmadd_ps(w1, x, y1[t]);
-            }
+            y0[t] = _mm512_fmadd_ps(w0, x, y0[t]);
+            y1[t] = _mm512_fmadd_ps(w1, x, y1[t]);
         }
     }
 #pragma GCC unroll 8
@@ -621,54 +802,46 @@ static inline __attribute__((always_inline)) void mk_flt(const int bf16, const i
     }
 }
 
-#define MKF(bf, T)                                                                                 \
-    static void mkf_##bf##_##T(const mkf_args *a) { mk_flt(bf, T, a); }
-#define MKF_ALL(bf)                                                                                \
-    MKF(bf, 1) MKF(bf, 2) MKF(bf, 3) MKF(bf, 4) MKF(bf, 5) MKF(bf, 6) MKF(bf, 7) MKF(bf, 8)
-MKF_ALL(0)
-MKF_ALL(1)
-typedef void (*mkf_fn)(const mkf_args *a);
-static const mkf_fn mkf_table[2][TB + 1] = {
-    {NULL, mkf_0_1, mkf_0_2, mkf_0_3, mkf_0_4, mkf_0_5, mkf_0_6, mkf_0_7, mkf_0_8},
-    {NULL, mkf_1_1, mkf_1_2, mkf_1_3, mkf_1_4, mkf_1_5, mkf_1_6, mkf_1_7, mkf_1_8},
-};
+#define MKF(T)                                                                                     \
+    static void mkf_##T(const mkf_args *a)                                                         \
+    {                                                                                              \
+        mk_flt(T, a);                                                                              \
+    }
+MKF(1)
+MKF(2) MKF(3) MKF(4) MKF(5) MKF(6) MKF(7)
+    MKF(8) static void (*const mkf_table[TB + 1])(const mkf_args *) = {
+        NULL, mkf_1, mkf_2, mkf_3, mkf_4, mkf_5, mkf_6, mkf_7, mkf_8};
 
-static size_t act_row_bf16(int64_t K) { return (size_t)(K + 31) / 32 * 64; }
-
-static void gemm_flt(uint32_t type, int bf16, const void *W, int64_t K, int64_t n0, int64_t n1,
-                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                     int accumulate, void *scratch)
+static inline __attribute__((always_inline)) void
+gemm_flt(const uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
+         const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate, void *scratch)
 {
     ES_ASSERT(((uintptr_t)scratch & 63) == 0);
-    const int64_t ks = slice_k(NRF * 4);
-    const size_t wrb = es_qtype_row_bytes(type, K);
-    const size_t arb = bf16 ? act_row_bf16(K) : es_act_f32_row_bytes(K);
+    const plan pl = make_plan(K, n_rows, 32, 32 * NRF * 4, 128);
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
     mkf_args a;
     a.tile = scratch;
-    for (int64_t nt = n0; nt < n1; nt += NRF) {
-        const int nr = (int)(n1 - nt < NRF ? n1 - nt : NRF);
-        a.m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
-        a.m1 = (__mmask16)(nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
-        const uint8_t *Wt = (const uint8_t *)W + nt * wrb;
-        for (int64_t k0 = 0; k0 < K; k0 += ks) {
-            const int64_t k1 = k0 + ks < K ? k0 + ks : K;
-            if (bf16) {
-                dec_bf16_pairs(Wt, wrb, K, nr, k0, k1, scratch);
-                a.nk = (k1 - k0 + 1) / 2;
-            } else {
-                dec_f(type, Wt, wrb, nr, k0, k1, scratch);
-                a.nk = k1 - k0;
-            }
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
+        for (int64_t k0 = 0; k0 < K; k0 += pl.ks) {
+            const int64_t k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
+            a.nk = k1 - k0;
             a.load_y = accumulate || k0 > 0;
-            for (int64_t r = 0; r < n_rows; r += TB) {
-                const int T = (int)(n_rows - r < TB ? n_rows - r : TB);
-                for (int t = 0; t < T; t++) {
-                    /* bf16 rows: 2 bytes per k; float rows: 4 */
-                    a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb +
-                              (bf16 ? 2 : 4) * k0;
-                    a.yp[t] = Y + (r + t) * ldy + nt;
+            for (int64_t nt = n0; nt < n1; nt += NRF) {
+                const int nr = (int)(n1 - nt < NRF ? n1 - nt : NRF);
+                a.m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
+                a.m1 = (__mmask16)(nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
+                dec_f(type, (const uint8_t *)W + nt * wrb, wrb, nr, k0, k1, scratch);
+                for (int64_t r = rg; r < rg1; r += TB) {
+                    const int T = (int)(rg1 - r < TB ? rg1 - r : TB);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        a.xr[t] =
+                            (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb + 4 * k0;
+                        a.yp[t] = Y + (r + t) * ldy + nt;
+                    }
+                    mkf_table[T](&a);
                 }
-                mkf_table[bf16][T](&a);
             }
         }
     }
@@ -676,55 +849,29 @@ static void gemm_flt(uint32_t type, int bf16, const void *W, int64_t K, int64_t 
 
 static size_t scratch_f(int64_t K)
 {
-    const int64_t ks = slice_k(NRF * 4);
+    const int64_t ks = max_slice(32, 32 * NRF * 4);
     const int64_t n = K < ks ? (K + 15) / 16 * 16 : ks;
     return (size_t)n * NRF * 4 + 64;
 }
 
-static void gemm_f32(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
-                     void *scratch)
-{
-    gemm_flt(ES_QTYPE_F32, 0, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
-}
-static void gemm_f16(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
-                     void *scratch)
-{
-    gemm_flt(ES_QTYPE_F16, 0, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
-}
-static void gemm_bf16_f32(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-                          const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                          int accumulate, void *scratch)
-{
-    gemm_flt(ES_QTYPE_BF16, 0, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
-}
-static void gemm_bf16_dp(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-                         const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                         int accumulate, void *scratch)
-{
-    gemm_flt(ES_QTYPE_BF16, 1, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
-}
-
-/* bf16 activation rows: X rounded to bf16 (nearest even), zero padded to a multiple of 32. */
-static void act_prepare_bf16(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
-{
-    const size_t rb = act_row_bf16(K);
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *x = X + r * ldx;
-        uint16_t *row = (uint16_t *)((uint8_t *)act + r * rb);
-        for (int64_t k = 0; k < (int64_t)rb / 2; k += 16) {
-            const int64_t n = K - k < 16 ? (K - k > 0 ? K - k : 0) : 16;
-            const __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), x + k);
-            _mm256_store_si256((__m256i *)(row + k), (__m256i)_mm512_cvtneps_pbh(v));
-        }
+#define GEMM_F(name, type)                                                                         \
+    static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
+                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
+                     void *scratch)                                                                \
+    {                                                                                              \
+        gemm_flt(type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);              \
     }
-}
+GEMM_F(gemm_f32, ES_QTYPE_F32)
+GEMM_F(gemm_f16, ES_QTYPE_F16)
+GEMM_F(gemm_bf16, ES_QTYPE_BF16)
 
 void es_kern_fill_avx512(es_kern *k)
 {
     k->isa = "avx512";
-    static const struct { uint32_t type; es_kern_ops ops; } tab[] = {
+    static const struct {
+        uint32_t type;
+        es_kern_ops ops;
+    } tab[] = {
         {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q4_0, scratch_q}},
         {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q8_0, scratch_q}},
         {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q4_K, scratch_k}},
@@ -732,9 +879,8 @@ void es_kern_fill_avx512(es_kern *k)
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q6_K, scratch_k}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f}},
-        {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16_f32, scratch_f}},
+        {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16, scratch_f}},
     };
-    for (size_t i = 0; i < ES_LEN(tab); i++) k->op[tab[i].type] = tab[i].ops;
-    if (es_cpu_has(ES_CPU_AVX512_BF16))
-        k->op[ES_QTYPE_BF16] = (es_kern_ops){act_row_bf16, act_prepare_bf16, gemm_bf16_dp, scratch_f};
+    for (size_t i = 0; i < ES_LEN(tab); i++)
+        k->op[tab[i].type] = tab[i].ops;
 }

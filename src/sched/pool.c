@@ -40,13 +40,13 @@ typedef struct worker {
 } worker;
 
 struct es_pool {
-    int n; /* threads per job, caller included */
+    int n;           /* threads per job, caller included */
     worker *workers; /* [n-1] */
 
     es_pool_fn fn; /* current job: written by the caller before gen is bumped */
     void *arg;
-    bool quit;     /* written before the final gen bump in destroy */
-    bool running;  /* caller-side only: catches a nested es_pool_run */
+    bool quit;    /* written before the final gen bump in destroy */
+    bool running; /* caller-side only: catches a nested es_pool_run */
 
     _Alignas(64) atomic_uint gen;
     atomic_uint gen_sleepers;
@@ -166,7 +166,10 @@ void es_pool_destroy(es_pool *p)
     free(p);
 }
 
-int es_pool_size(const es_pool *p) { return p->n; }
+int es_pool_size(const es_pool *p)
+{
+    return p->n;
+}
 
 void es_pool_run(es_pool *p, es_pool_fn fn, void *arg)
 {
@@ -182,7 +185,8 @@ void es_pool_run(es_pool *p, es_pool_fn fn, void *arg)
     fn(arg, 0, p->n);
     const unsigned want = (unsigned)(p->n - 1);
     unsigned d = atomic_load_explicit(&p->n_done, memory_order_acquire);
-    while (d != want) d = wait_change(&p->n_done, d, &p->done_sleepers);
+    while (d != want)
+        d = wait_change(&p->n_done, d, &p->done_sleepers);
     p->running = false;
 }
 
