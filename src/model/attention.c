@@ -154,11 +154,7 @@ static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
                 mx = srow[j] > mx ? srow[j] : mx;
             }
             const float alpha = expf(t->m[i] - mx); /* 0 on the first block (m = -inf) */
-            float sum = 0.0f;
-            for (int64_t j = 0; j < valid; j++) {
-                srow[j] = expf(srow[j] - mx);
-                sum += srow[j];
-            }
+            const float sum = es_exp_sum(srow, mx, valid);
             for (int64_t j = valid > 0 ? valid : 0; j < ATTN_BK; j++) srow[j] = 0.0f;
             t->l[i] = t->l[i] * alpha + sum;
             t->m[i] = mx;

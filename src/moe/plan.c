@@ -161,8 +161,6 @@ void es_plan_set_input(es_plan *p, const float *x, int64_t ldx, int64_t T)
     es_pool_run(p->pool, prep_worker, &j);
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
 /* Runs every block: gate/up (+SwiGLU) -> quantize -> down (+weighted scatter-add). */
 static void invoke_worker(void *arg, int ith, int nth)
 {
@@ -183,10 +181,7 @@ static void invoke_worker(void *arg, int ith, int nth)
             const int64_t j1 = j0 + FF_CHUNK < ff ? j0 + FF_CHUNK : ff;
             es_gemm(s->gate_type, slot->gate, d, j0, j1, p->x_gate, rows, n, p->g, ff, 0, tb->scratch);
             es_gemm(s->up_type, slot->up, d, j0, j1, x_up, rows, n, p->u, ff, 0, tb->scratch);
-            for (int64_t r = 0; r < n; r++) {
-                float *gr = p->g + r * ff, *ur = p->u + r * ff;
-                for (int64_t j = j0; j < j1; j++) gr[j] = silu(gr[j]) * ur[j];
-            }
+            for (int64_t r = 0; r < n; r++) es_swiglu(p->g + r * ff + j0, p->u + r * ff + j0, j1 - j0);
         }
         es_pool_barrier(p->pool);
         if (ith == 0) es_pool_counter_set(&p->next_out, 0); /* nobody uses it in this phase */
@@ -203,11 +198,8 @@ static void invoke_worker(void *arg, int ith, int nth)
             /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride OUT_CHUNK */
             es_gemm(s->down_type, slot->down, ff, c0, c1, p->h_act, NULL, n, tb->tile - c0,
                     OUT_CHUNK, 0, tb->scratch);
-            for (int64_t r = 0; r < n; r++) {
-                float *y = p->Y + (int64_t)rows[r] * p->ldy;
-                const float *t = tb->tile + r * OUT_CHUNK - c0;
-                for (int64_t c = c0; c < c1; c++) y[c] += w[r] * t[c];
-            }
+            for (int64_t r = 0; r < n; r++)
+                es_axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * OUT_CHUNK, c1 - c0);
         }
         es_pool_barrier(p->pool);
     }

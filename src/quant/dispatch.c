@@ -44,8 +44,15 @@ static int isa_index(const char *name)
 static void fill_upto(es_kern *k, int isa)
 {
     es_kern_fill_scalar(k);
-    if (isa >= ISA_AVX2) es_kern_fill_avx2(k);
-    if (isa >= ISA_AVX512) es_kern_fill_avx512(k);
+    es_vec_fill_scalar(k);
+    if (isa >= ISA_AVX2) {
+        es_kern_fill_avx2(k);
+        es_vec_fill_avx2(k);
+    }
+    if (isa >= ISA_AVX512) {
+        es_kern_fill_avx512(k);
+        es_vec_fill_avx512(k);
+    }
 }
 
 bool es_kern_isa_available(const char *isa)
@@ -150,3 +157,7 @@ void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, c
     if (n0 >= n1 || n_rows <= 0) return;
     ops(wtype)->gemm(W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
 }
+
+void es_swiglu(float *g, const float *u, int64_t n) { active()->swiglu(g, u, n); }
+void es_axpy(float *y, float a, const float *x, int64_t n) { active()->axpy(y, a, x, n); }
+float es_exp_sum(float *x, float sub, int64_t n) { return active()->exp_sum(x, sub, n); }

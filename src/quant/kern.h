@@ -58,6 +58,13 @@ typedef struct es_kern_ops {
 typedef struct es_kern {
     const char *isa;                /* "scalar", "avx2", "avx512" */
     es_kern_ops op[ES_QTYPE_COUNT]; /* indexed by es_qtype */
+    /* Element-wise steps of the fast path (vec_<isa>.c). Each element's result depends only on
+     * its inputs (SIMD tails use masks or padding, never a different formula), so splitting an
+     * array across threads does not change any value. */
+    void (*swiglu)(float *g, const float *u, int64_t n);        /* g[i] = silu(g[i]) * u[i] */
+    void (*axpy)(float *y, float a, const float *x, int64_t n); /* y[i] += a * x[i] */
+    /* x[i] = exp(x[i] - sub) for i < n; returns their sum (reduced in a fixed order for n). */
+    float (*exp_sum)(float *x, float sub, int64_t n);
 } es_kern;
 
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
@@ -84,6 +91,9 @@ bool es_kern_get(const char *isa, es_kern *k);
 void es_kern_fill_scalar(es_kern *k);
 void es_kern_fill_avx2(es_kern *k);
 void es_kern_fill_avx512(es_kern *k);
+void es_vec_fill_scalar(es_kern *k);
+void es_vec_fill_avx2(es_kern *k);
+void es_vec_fill_avx512(es_kern *k);
 
 /* ---- the calls the engine makes (through es_kern_active) ----------------------------------- */
 
@@ -119,6 +129,11 @@ size_t es_gemm_scratch_bytes(uint32_t wtype, int64_t K);
 void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
              const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
              void *scratch);
+
+/* Element-wise steps through the active table (see es_kern). */
+void es_swiglu(float *g, const float *u, int64_t n);
+void es_axpy(float *y, float a, const float *x, int64_t n);
+float es_exp_sum(float *x, float sub, int64_t n);
 
 /* ---- shared by the kernel tables (not for engine code) ------------------------------------ */
 

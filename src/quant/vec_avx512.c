@@ -1,0 +1,71 @@
+/*
+ * Element-wise steps, AVX-512: SwiGLU, y += a x, and exp-and-sum for the softmax.
+ *
+ * exp(x): x = n ln2 + r with n = round(x / ln2) and r in [-ln2/2, ln2/2] (ln2 split in two parts
+ * so r is exact to float precision), e^r by Cephes' degree-6 polynomial (relative error about
+ * 2e-7 over that range), then scaled by 2^n with vscalefps, which also gives 0 and infinity at
+ * the ends. Tails are done with masked loads and stores, so every element takes the same path.
+ */
+#include "quant/kern.h"
+
+#include <immintrin.h>
+
+static inline __m512 exp16(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+static inline __mmask16 tail_mask(int64_t left) { return left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1); }
+
+static void swiglu(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(m, g + i), v = _mm512_maskz_loadu_ps(m, u + i);
+        const __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)));
+        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(_mm512_div_ps(x, den), v));
+    }
+}
+
+static void axpy(float *y, float a, const float *x, int64_t n)
+{
+    const __m512 va = _mm512_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i),
+                                       _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i)));
+        _mm512_mask_storeu_ps(y + i, m, s);
+    }
+}
+
+static float exp_sum(float *x, float sub, int64_t n)
+{
+    const __m512 vs = _mm512_set1_ps(sub);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(m, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+void es_vec_fill_avx512(es_kern *k)
+{
+    k->swiglu = swiglu;
+    k->axpy = axpy;
+    k->exp_sum = exp_sum;
+}
