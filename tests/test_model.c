@@ -101,7 +101,7 @@ static void test_reference_matches_llama_cpp(void **state)
     for (size_t g = 0; g < T_LEN(goldens); g++) {
         es_model *m = open_ok(goldens[g].model);
         const size_t nv = (size_t)es_model_n_vocab(m);
-        size_t len;
+        size_t len = 0;
         float *want = (float *)t_read_file(goldens[g].logits, &len);
         assert_non_null(want);
         assert_int_equal(len, n * nv * sizeof(float));

@@ -472,8 +472,8 @@ es_status es_tok_bpe_encode(const es_tok *t, tok_work *w, const char *text, size
         if (!w->md || !w->mctx) return es_fail(ES_E_NOMEM, "tokenizer: out of memory");
         if (w->jit) pcre2_jit_stack_assign(w->mctx, NULL, w->jit);
     }
-    const uint8_t *src;
-    size_t n;
+    const uint8_t *src = NULL;
+    size_t n = 0;
     ES_TRY(sanitize(w, text, len, &src, &n));
 
     /* spans ping-pong between the two halves of w->span; a split never makes more spans than
@@ -483,7 +483,7 @@ es_status es_tok_bpe_encode(const es_tok *t, tok_work *w, const char *text, size
     size_t na = 1;
     a[0] = (span){0, n};
     for (int i = 0; i < t->n_re; i++) {
-        size_t nb;
+        size_t nb = 0;
         ES_TRY(split_spans(t->re[i], w, w->buf, a, na, b, &nb));
         span *tmp = a;
         a = b;
