@@ -8,9 +8,9 @@
 #include <string.h>
 
 enum {
-    ROW_BLOCK = 256, /* RB: routed rows per gate/up -> down pass; bounds the SwiGLU block */
-    FF_CHUNK = 64,   /* FFN columns per gate/up work item */
-    OUT_CHUNK = 64,  /* hidden columns per down work item */
+    ROW_BLOCK = 512, /* RB: routed rows per gate/up -> down pass; bounds the SwiGLU block */
+    FF_CHUNK = 128,   /* FFN columns per gate/up work item */
+    OUT_CHUNK = 128,  /* hidden columns per down work item */
 };
 
 /* One block of at most ROW_BLOCK routed rows of one expert. */
