@@ -29,7 +29,7 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) CPUs;" \
-     "estream ISA: $(ESTREAM_LOG=2 build/estream bench -m "$model" -p 1 -r 1 2>&1 >/dev/null | sed -n 's/.*kernels: //p' | head -n1)"
+     "estream kernels: $(build/estream bench -m "$model" -p 1 -r 1 --json | sed -n 's/.*"kernels": "\([a-z0-9]*\)".*/\1/p')"
 echo "model: $model ($(du -h "$model" | cut -f1)); threads $threads; $rounds interleaved rounds"
 for r in $(seq 1 "$rounds"); do
     build/estream bench -m "$model" -p "$lengths" -t "$threads" -r 3 --json >"$out/es.$r"

@@ -70,6 +70,10 @@ typedef struct es_prefill_opts {
     int all_logits; /* 1 = logits for every position, 0 = only the last position */
 } es_prefill_opts;
 
+/* The kernel table the fast path uses: "scalar", "avx2" or "avx512" (the best this CPU and OS
+ * support, or the one ESTREAM_ISA names). */
+const char *es_kernels_name(void);
+
 /* Runs the prefill over ids[0..n). Writes logits to out: [n][n_vocab] if opts->all_logits,
  * else [n_vocab] for the last position. The caller owns out. Ids out of range, n == 0 or
  * n > n_ctx give ES_E_INVAL. Not thread-safe for one model: one prefill at a time. */

@@ -71,7 +71,8 @@ int cmd_bench(int argc, char **argv)
         ids[i] = (int32_t)((s >> 33) % (uint64_t)nv);
     }
     if (!json)
-        printf("%-8s %8s %12s %21s %12s\n", "n_prompt", "threads", "tokens/s", "(min .. max)",
+        printf("model %s, %s kernels, %s path\n%-8s %8s %12s %21s %12s\n", model,
+               es_kernels_name(), o.reference ? "reference" : "fast", "n_prompt", "threads", "tokens/s", "(min .. max)",
                "peak RSS MiB");
     for (int i = 0; i < n_lens; i++) {
         const size_t n = (size_t)lens[i];
@@ -88,9 +89,9 @@ int cmd_bench(int argc, char **argv)
         if (json)
             printf("{\"n_prompt\": %d, \"tokens_per_second\": %.3f, \"tokens_per_second_min\": %.3f, "
                    "\"tokens_per_second_max\": %.3f, \"seconds_median\": %.6f, \"reps\": %d, "
-                   "\"n_threads\": %d, \"peak_rss_bytes\": %zu, \"path\": \"%s\"}\n", lens[i],
-                   (double)n / med, (double)n / secs[reps - 1], (double)n / secs[0], med, reps,
-                   o.n_threads, rss, o.reference ? "reference" : "fast");
+                   "\"n_threads\": %d, \"peak_rss_bytes\": %zu, \"path\": \"%s\", \"kernels\": \"%s\"}\n",
+                   lens[i], (double)n / med, (double)n / secs[reps - 1], (double)n / secs[0], med,
+                   reps, o.n_threads, rss, o.reference ? "reference" : "fast", es_kernels_name());
         else
             printf("%-8d %8d %12.1f %9.1f .. %-9.1f %12.1f\n", lens[i], o.n_threads,
                    (double)n / med, (double)n / secs[reps - 1], (double)n / secs[0],

@@ -120,8 +120,8 @@ int cmd_prefill(int argc, char **argv)
             printf(", \"prob\": %.9g}", e[i].prob);
         }
         printf("], \"seconds\": %.6f, \"tokens_per_second\": %.3f, \"peak_rss_bytes\": %zu, "
-               "\"path\": \"%s\"}\n", secs, (double)n / secs, rss,
-               o.reference ? "reference" : "fast");
+               "\"path\": \"%s\", \"kernels\": \"%s\", \"n_threads\": %d}\n", secs, (double)n / secs,
+               rss, o.reference ? "reference" : "fast", es_kernels_name(), o.n_threads);
     } else {
         printf("tokens:     %zu\n", n);
         printf("top %d next tokens:\n", top);
@@ -132,8 +132,8 @@ int cmd_prefill(int argc, char **argv)
             cli_json_str(stdout, piece ? piece : "", piece ? plen : 0);
             putchar('\n');
         }
-        printf("time:       %.3f s (%.1f tokens/s, %s path, %d threads)\n", secs,
-               (double)n / secs, o.reference ? "reference" : "fast", o.n_threads);
+        printf("time:       %.3f s (%.1f tokens/s, %s path, %s kernels, %d threads)\n", secs,
+               (double)n / secs, o.reference ? "reference" : "fast", es_kernels_name(), o.n_threads);
         printf("peak RSS:   %.1f MiB\n", (double)rss / (1 << 20));
     }
     free(e);

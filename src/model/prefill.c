@@ -4,12 +4,15 @@
  */
 #include "model/model.h"
 #include "model/forward.h"
+#include "quant/kern.h"
 
 #include <unistd.h>
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+const char *es_kernels_name(void) { return es_kern_isa_name(); }
 
 static es_status check_ids(const es_model *m, const int32_t *ids, size_t n)
 {
