@@ -54,6 +54,26 @@ static void check_isa(const es_kern *ref, const es_kern *k)
                 fail_msg("%s exp n=%lld i=%lld: %g vs %g", k->isa, (long long)n, (long long)i, g2[i], g1[i]);
         for (int64_t i = n; i < N; i++) assert_true(g2[i] == g[i]);
         assert_true(fabsf(s1 - s2) <= 1e-5f * s1 + 1e-30f);
+
+        /* scale and max: a multiply per element, exact; the max of the same values */
+        fill(g, N, 30.0f, 6 + n);
+        memcpy(g1, g, sizeof(g));
+        memcpy(g2, g, sizeof(g));
+        const float m1 = ref->scale_max(g1, 0.125f, n), m2 = k->scale_max(g2, 0.125f, n);
+        assert_memory_equal(g1, g2, sizeof(g));
+        assert_true(m1 == m2);
+
+        /* rmsnorm: float lanes vs the double-sum oracle, close; splitting rows is not a thing
+         * here (one call per row), so only accuracy is checked */
+        if (n > 0) {
+            fill(g, N, 300.0f, 7 + n);
+            fill(u, N, 1.0f, 8 + n);
+            ref->rmsnorm(g1, g, u, n, 1e-5f);
+            k->rmsnorm(g2, g, u, n, 1e-5f);
+            for (int64_t i = 0; i < n; i++)
+                if (fabsf(g1[i] - g2[i]) > 2e-6f * fabsf(g1[i]) + 1e-6f)
+                    fail_msg("%s rmsnorm n=%lld i=%lld: %g vs %g", k->isa, (long long)n, (long long)i, g2[i], g1[i]);
+        }
     }
 }
 
@@ -89,6 +109,14 @@ static void test_vec_scalar_values(void **state)
     assert_float_equal(x[0], 1.0f, 1e-7f);
     assert_float_equal(x[1], 0.36787944f, 1e-7f);
     assert_float_equal(s, 1.36787944f, 1e-6f);
+    /* rmsnorm of (3, 4): mean square 12.5, so out = x / sqrt(12.5) * w */
+    float v[2] = {3.0f, 4.0f}, w[2] = {1.0f, 2.0f}, o[2];
+    k.rmsnorm(o, v, w, 2, 0.0f);
+    assert_float_equal(o[0], 0.8485281f, 1e-6f);
+    assert_float_equal(o[1], 2.2627417f, 1e-6f);
+    float z[3] = {-1.0f, 4.0f, 2.0f};
+    assert_float_equal(k.scale_max(z, 0.5f, 3), 2.0f, 0.0f);
+    assert_float_equal(z[0], -0.5f, 0.0f);
 }
 
 int main(void)

@@ -148,18 +148,15 @@ static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
         for (int64_t i = 0; i < nq; i++) {
             float *srow = t->s + i * ATTN_BK;
             const int64_t q = q0 + i, valid = (q + 1 < s_end ? q + 1 : s_end) - s0;
-            float mx = t->m[i];
-            for (int64_t j = 0; j < valid; j++) {
-                srow[j] *= a->scale;
-                mx = srow[j] > mx ? srow[j] : mx;
-            }
+            const float bmx = es_scale_max(srow, a->scale, valid);
+            const float mx = bmx > t->m[i] ? bmx : t->m[i];
             const float alpha = expf(t->m[i] - mx); /* 0 on the first block (m = -inf) */
             const float sum = es_exp_sum(srow, mx, valid);
             for (int64_t j = valid > 0 ? valid : 0; j < ATTN_BK; j++) srow[j] = 0.0f;
             t->l[i] = t->l[i] * alpha + sum;
             t->m[i] = mx;
             float *orow = t->o + i * dh;
-            for (int k = 0; k < dh; k++) orow[k] *= alpha;
+            (void)es_scale_max(orow, alpha, dh); /* rescale the partial output */
         }
         es_act_prepare(ES_QTYPE_F32, t->s, ATTN_BK, nq, ATTN_BK, t->p_act);
         const float *vt = a->vtb + (((size_t)hk * (size_t)a->n_blocks + (size_t)(s0 / ATTN_BK)) * (size_t)dh) * ATTN_BK;

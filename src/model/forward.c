@@ -263,10 +263,7 @@ typedef struct row_job {
 
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
 {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+    es_rmsnorm(out, x, w, n, eps);
 }
 
 static void rope_neox(float *v, int n_rot, const float *cs)

@@ -161,3 +161,8 @@ void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, c
 void es_swiglu(float *g, const float *u, int64_t n) { active()->swiglu(g, u, n); }
 void es_axpy(float *y, float a, const float *x, int64_t n) { active()->axpy(y, a, x, n); }
 float es_exp_sum(float *x, float sub, int64_t n) { return active()->exp_sum(x, sub, n); }
+float es_scale_max(float *x, float s, int64_t n) { return active()->scale_max(x, s, n); }
+void es_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    active()->rmsnorm(out, x, w, n, eps);
+}

@@ -65,6 +65,10 @@ typedef struct es_kern {
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y[i] += a * x[i] */
     /* x[i] = exp(x[i] - sub) for i < n; returns their sum (reduced in a fixed order for n). */
     float (*exp_sum)(float *x, float sub, int64_t n);
+    /* x[i] *= s; returns max(x[i]) (-inf for n = 0). */
+    float (*scale_max)(float *x, float s, int64_t n);
+    /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; out may be x. */
+    void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
 } es_kern;
 
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
@@ -134,6 +138,8 @@ void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, c
 void es_swiglu(float *g, const float *u, int64_t n);
 void es_axpy(float *y, float a, const float *x, int64_t n);
 float es_exp_sum(float *x, float sub, int64_t n);
+float es_scale_max(float *x, float s, int64_t n);
+void es_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
 /* ---- shared by the kernel tables (not for engine code) ------------------------------------ */
 

@@ -8,6 +8,7 @@
 #include "quant/kern.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 static inline __m256 exp8(__m256 x)
@@ -82,8 +83,59 @@ static float exp_sum(float *x, float sub, int64_t n)
     return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
+static float hmax8(__m256 v)
+{
+    float l[8];
+    _mm256_storeu_ps(l, v);
+    float m = l[0];
+    for (int j = 1; j < 8; j++) m = l[j] > m ? l[j] : m;
+    return m;
+}
+
+static float scale_max(float *x, float s, int64_t n)
+{
+    const __m256 vs = _mm256_set1_ps(s);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+        _mm256_storeu_ps(x + i, v);
+        mx = _mm256_max_ps(mx, v);
+    }
+    float m = hmax8(mx);
+    for (; i < n; i++) { /* same multiply, one lane */
+        x[i] *= s;
+        m = x[i] > m ? x[i] : m;
+    }
+    return m;
+}
+
+/* Sum of squares in 8 float lanes (tail lanes zero-padded), lanes added in a fixed tree. */
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    if (i < n) {
+        float t[8] = {0};
+        memcpy(t, x + i, sizeof(float) * (size_t)(n - i));
+        const __m256 v = _mm256_loadu_ps(t);
+        acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    const float sum = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+    const float scale = 1.0f / sqrtf(sum / (float)n + eps);
+    for (i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
 void es_vec_fill_avx2(es_kern *k)
 {
+    k->scale_max = scale_max;
+    k->rmsnorm = rmsnorm;
     k->swiglu = swiglu;
     k->axpy = axpy;
     k->exp_sum = exp_sum;

@@ -20,8 +20,29 @@ static float exp_sum(float *x, float sub, int64_t n)
     return s;
 }
 
+static float scale_max(float *x, float s, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] *= s;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    return mx;
+}
+
+/* The sum of squares in double, as ggml (and the reference path) do. */
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
 void es_vec_fill_scalar(es_kern *k)
 {
+    k->scale_max = scale_max;
+    k->rmsnorm = rmsnorm;
     k->swiglu = swiglu;
     k->axpy = axpy;
     k->exp_sum = exp_sum;
