@@ -36,6 +36,8 @@ struct es_fast {
     float *rope_cs;       /* [t_cap][n_rot/2][2] cos, sin */
     float *router;        /* [t_cap][n_expert] logits */
     es_route *routes;     /* [t_cap * n_expert_used], sorted by expert then token */
+    es_route *routes_tmp; /* [t_cap * n_expert_used] counting-sort scratch */
+    int64_t *route_start; /* [n_expert + 1] counting-sort offsets */
     int32_t *phi;         /* [n_expert] identity placement */
     es_expert_slot *slots;/* [n_layer][n_expert] */
     void *act;            /* prepared activations for dense products */
@@ -63,10 +65,11 @@ static void free_buffers(es_fast *f, const es_hparams *hp)
     es_free_big(f->rope_cs, fbytes(T, hp->n_rot));
     es_free_big(f->router, fbytes(T, hp->n_expert));
     es_free_big(f->routes, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
+    es_free_big(f->routes_tmp, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     es_free_big(f->act, f->act_bytes);
     es_attn_destroy(f->attn);
     f->x = f->h = f->q = f->k = f->v = f->att = f->tmp = f->moe = f->rope_cs = f->router = NULL;
-    f->routes = NULL;
+    f->routes = f->routes_tmp = NULL;
     f->act = NULL;
     f->attn = NULL;
     f->t_cap = 0;
@@ -81,6 +84,7 @@ void es_fast_destroy(es_fast *f, const es_hparams *hp)
         for (int i = 0; i < f->n_threads; i++) es_free_big(f->scratch[i], f->scratch_bytes);
     free(f->scratch);
     free(f->phi);
+    free(f->route_start);
     free(f->slots);
     es_pool_destroy(f->pool);
     free(f);
@@ -118,10 +122,11 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
     f->rope_cs = es_alloc_big(fbytes(T, hp->n_rot));
     f->router = es_alloc_big(fbytes(T, hp->n_expert));
     f->routes = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
+    f->routes_tmp = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     f->act_bytes = max_act_bytes(m, T);
     f->act = es_alloc_big(f->act_bytes);
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->moe ||
-        !f->rope_cs || !f->router || !f->routes || !f->act)
+        !f->rope_cs || !f->router || !f->routes || !f->routes_tmp || !f->act)
         return es_fail(ES_E_NOMEM, "out of memory for the activations of %lld tokens", (long long)T);
     return es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, f->pool, &f->attn);
 }
@@ -160,7 +165,8 @@ static es_status fast_create(es_model *m, int n_threads, es_fast **out)
     f->phi = calloc((size_t)hp->n_expert, sizeof(int32_t));
     f->slots = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof(es_expert_slot));
     f->scratch = calloc((size_t)n_threads, sizeof(void *));
-    if (!f->phi || !f->slots || !f->scratch) {
+    f->route_start = calloc((size_t)hp->n_expert + 1, sizeof(int64_t));
+    if (!f->phi || !f->slots || !f->scratch || !f->route_start) {
         es_fast_destroy(f, hp);
         return es_fail(ES_E_NOMEM, "out of memory");
     }
@@ -395,15 +401,12 @@ static void sort_routes(es_fast *f, const es_hparams *hp, int64_t T)
 {
     const int E = hp->n_expert;
     const int64_t R = T * hp->n_expert_used;
-    int64_t *start = calloc((size_t)E + 1, sizeof(int64_t));
-    es_route *tmp = malloc(sizeof(es_route) * (size_t)R);
-    ES_ASSERT(start && tmp);
+    int64_t *start = f->route_start;
+    memset(start, 0, sizeof(int64_t) * ((size_t)E + 1));
     for (int64_t i = 0; i < R; i++) start[f->routes[i].expert + 1]++;
     for (int e = 0; e < E; e++) start[e + 1] += start[e];
-    for (int64_t i = 0; i < R; i++) tmp[start[f->routes[i].expert]++] = f->routes[i];
-    memcpy(f->routes, tmp, sizeof(es_route) * (size_t)R);
-    free(tmp);
-    free(start);
+    for (int64_t i = 0; i < R; i++) f->routes_tmp[start[f->routes[i].expert]++] = f->routes[i];
+    memcpy(f->routes, f->routes_tmp, sizeof(es_route) * (size_t)R);
 }
 
 es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threads,
