@@ -80,6 +80,13 @@ const char *es_kernels_name(void);
 es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill_opts *opts,
                      float *out);
 
+/* Layers and experts per layer (0 for a vocabulary-only model). */
+int es_model_n_layer(const es_model *m);
+int es_model_n_expert(const es_model *m);
+/* Routes each expert of layer il received in the last fast-path prefill: counts[0..n_expert).
+ * ES_E_INVAL if no fast prefill has run, il is out of range or cap < n_expert. */
+es_status es_route_counts(const es_model *m, int il, int64_t *counts, int cap);
+
 /* Perplexity with llama.cpp's llama-perplexity convention: the ids (tokenized with BOS when the
  * tokenizer adds one) are cut into non-overlapping chunks of n_ctx; when the model adds BOS, the
  * first id of each chunk is replaced by BOS; only the second half of each chunk is scored

@@ -22,7 +22,9 @@ static const char help[] =
     "                     tokens_per_second, peak_rss_bytes\n"
     "  --dump-logits OUT  write the logits of every position as little-endian float32,\n"
     "                     row-major [n_tokens x n_vocab]\n"
-    "  --reference        use the plain reference path (the oracle) instead of the fast path\n";
+    "  --reference        use the plain reference path (the oracle) instead of the fast path\n"
+    "  --route-stats      per layer: routes of the busiest and idlest expert against the mean,\n"
+    "                     and experts that got none (fast path; in JSON as route_stats)\n";
 
 typedef struct top_entry { int32_t id; double prob; } top_entry;
 
@@ -50,12 +52,42 @@ static void dump_logits(const char *path, const float *logits, size_t count)
     }
 }
 
+/* Per layer: the busiest and idlest expert's routes over the mean, and experts with none. */
+static void print_route_stats(const es_model *m, bool json)
+{
+    const int L = es_model_n_layer(m), E = es_model_n_expert(m);
+    int64_t *c = malloc(sizeof(int64_t) * (size_t)E);
+    if (!c) cli_die("out of memory");
+    for (int il = 0; il < L; il++) {
+        es_status st = es_route_counts(m, il, c, E);
+        if (st) cli_die_status(st, "prefill");
+        int64_t mx = c[0], mn = c[0], sum = 0;
+        int idle = 0;
+        for (int e = 0; e < E; e++) {
+            mx = c[e] > mx ? c[e] : mx;
+            mn = c[e] < mn ? c[e] : mn;
+            sum += c[e];
+            idle += c[e] == 0;
+        }
+        const double mean = (double)sum / E;
+        if (json)
+            printf("%s{\"layer\": %d, \"max_over_mean\": %.3f, \"min_over_mean\": %.3f, "
+                   "\"idle_experts\": %d}%s", il ? ", " : "{\"route_stats\": [", il, mx / mean,
+                   mn / mean, idle, il == L - 1 ? "]}\n" : "");
+        else
+            printf("layer %2d: busiest expert %.2fx the mean (%lld routes), idlest %.2fx (%lld), "
+                   "%d without routes\n", il, mx / mean, (long long)mx, mn / mean, (long long)mn,
+                   idle);
+    }
+    free(c);
+}
+
 int cmd_prefill(int argc, char **argv)
 {
     cli_args a = {argc, 1, argv, "prefill"};
     const char *model = NULL, *text = NULL, *file = NULL, *ids_file = NULL, *dump = NULL;
     int top = 5;
-    bool json = false;
+    bool json = false, route_stats = false;
     es_prefill_opts o = {.n_threads = cli_default_threads()};
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];
@@ -69,8 +101,10 @@ int cmd_prefill(int argc, char **argv)
         else if (!strcmp(s, "--json")) json = true;
         else if (!strcmp(s, "--dump-logits")) dump = cli_value(&a, s);
         else if (!strcmp(s, "--reference")) o.reference = 1;
+        else if (!strcmp(s, "--route-stats")) route_stats = true;
         else cli_unknown(&a, s);
     }
+    if (route_stats && o.reference) cli_die("prefill: --route-stats needs the fast path");
     if ((text || file) && ids_file) cli_die("prefill: give a prompt (-p/-f) or --ids, not both");
     es_model *m = cli_open_model(model, 0);
     size_t n;
@@ -110,6 +144,7 @@ int cmd_prefill(int argc, char **argv)
     qsort(e, nv, sizeof(*e), by_prob);
     if ((size_t)top > nv) top = (int)nv;
     const size_t rss = es_peak_rss_bytes();
+    if (route_stats) print_route_stats(m, json);
     if (json) {
         printf("{\"n_tokens\": %zu, \"top\": [", n);
         for (int i = 0; i < top; i++) {

@@ -38,6 +38,8 @@ struct es_fast {
     es_route *routes;     /* [t_cap * n_expert_used], sorted by expert then token */
     es_route *routes_tmp; /* [t_cap * n_expert_used] counting-sort scratch */
     int64_t *route_start; /* [n_expert + 1] counting-sort offsets */
+    int64_t *route_counts;/* [n_layer][n_expert] routes per expert in the last prefill */
+    bool have_counts;
     int32_t *phi;         /* [n_expert] identity placement */
     es_expert_slot *slots;/* [n_layer][n_expert] */
     void *act;            /* prepared activations for dense products */
@@ -85,6 +87,7 @@ void es_fast_destroy(es_fast *f, const es_hparams *hp)
     free(f->scratch);
     free(f->phi);
     free(f->route_start);
+    free(f->route_counts);
     free(f->slots);
     es_pool_destroy(f->pool);
     free(f);
@@ -166,7 +169,8 @@ static es_status fast_create(es_model *m, int n_threads, es_fast **out)
     f->slots = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof(es_expert_slot));
     f->scratch = calloc((size_t)n_threads, sizeof(void *));
     f->route_start = calloc((size_t)hp->n_expert + 1, sizeof(int64_t));
-    if (!f->phi || !f->slots || !f->scratch || !f->route_start) {
+    f->route_counts = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof(int64_t));
+    if (!f->phi || !f->slots || !f->scratch || !f->route_start || !f->route_counts) {
         es_fast_destroy(f, hp);
         return es_fail(ES_E_NOMEM, "out of memory");
     }
@@ -396,14 +400,16 @@ static void prepare(es_fast *f, const es_model *m, const float *src, int64_t K, 
     es_pool_run(f->pool, row_worker, &j);
 }
 
-/* Counting sort of the routes by expert (stable: tokens stay increasing within an expert). */
-static void sort_routes(es_fast *f, const es_hparams *hp, int64_t T)
+/* Counting sort of the routes by expert (stable: tokens stay increasing within an expert);
+ * keeps layer il's counts for es_route_counts(). */
+static void sort_routes(es_fast *f, const es_hparams *hp, int64_t T, int il)
 {
     const int E = hp->n_expert;
     const int64_t R = T * hp->n_expert_used;
     int64_t *start = f->route_start;
     memset(start, 0, sizeof(int64_t) * ((size_t)E + 1));
     for (int64_t i = 0; i < R; i++) start[f->routes[i].expert + 1]++;
+    memcpy(f->route_counts + (size_t)il * (size_t)E, start + 1, sizeof(int64_t) * (size_t)E);
     for (int e = 0; e < E; e++) start[e + 1] += start[e];
     for (int64_t i = 0; i < R; i++) f->routes_tmp[start[f->routes[i].expert]++] = f->routes[i];
     memcpy(f->routes, f->routes_tmp, sizeof(es_route) * (size_t)R);
@@ -463,7 +469,7 @@ es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threa
         gemm_task rt = {&L->gate_inp, f->act, f->router, hp->n_expert, T};
         run_gemms(f, &rt, 1);
         run_rows(f, m, L, ROW_ROUTE, T);
-        sort_routes(f, hp, T);
+        sort_routes(f, hp, T, il);
         es_plan *plan = plan_for(f, m, L, &st);
         ES_ASSERT(plan); /* made for every layer's type mix at create */
         es_plan_set_input(plan, f->h, d, T);
@@ -478,6 +484,7 @@ es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threa
         es_pool_run(f->pool, row_worker, &addm);
     }
 
+    f->have_counts = true;
     /* output head: every row, or the last */
     const int64_t t0 = all_logits ? 0 : T - 1;
     run_rows(f, m, NULL, ROW_OUT_NORM, T);
@@ -486,3 +493,18 @@ es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threa
     run_gemms(f, &out, 1);
     return ES_OK;
 }
+
+es_status es_route_counts(const es_model *m, int il, int64_t *counts, int cap)
+{
+    const es_hparams *hp = &m->hp;
+    if (!m->fast || !m->fast->have_counts)
+        return es_fail(ES_E_INVAL, "route counts: no fast-path prefill has run on this model");
+    if (il < 0 || il >= hp->n_layer || cap < hp->n_expert)
+        return es_fail(ES_E_INVAL, "route counts: bad layer %d or capacity %d", il, cap);
+    memcpy(counts, m->fast->route_counts + (size_t)il * (size_t)hp->n_expert,
+           sizeof(int64_t) * (size_t)hp->n_expert);
+    return ES_OK;
+}
+
+int es_model_n_layer(const es_model *m) { return m->hp.n_layer; }
+int es_model_n_expert(const es_model *m) { return m->hp.n_expert; }
