@@ -91,6 +91,21 @@ static inline int t_run(const char *cmd, char *out, size_t cap)
     return st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
 }
 
+/* Whitespace-separated integer ids from a file (tests/data/tiny-ids.txt); malloc'd. */
+static inline int32_t *t_read_ids(const char *path, size_t *n)
+{
+    size_t len = 0;
+    char *text = t_read_file(path, &len);
+    if (!text) fail_msg("cannot read %s", path);
+    int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
+    size_t k = 0;
+    char *p = text, *end;
+    for (long v; (v = strtol(p, &end, 10)), end != p; p = end) ids[k++] = (int32_t)v;
+    free(text);
+    *n = k;
+    return ids;
+}
+
 /* Agreement of two logit matrices [n][nv]: the largest |difference| per position, summarised
  * over positions (median, 90th percentile, max), and the share of positions whose top-1 agrees.
  * Quantized models are compared by percentiles: a near-tie in an MoE router can send one token

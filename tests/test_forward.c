@@ -10,20 +10,6 @@
 
 #define DATA "tests/data/"
 
-static int32_t *read_ids(const char *path, size_t *n)
-{
-    size_t len = 0;
-    char *text = t_read_file(path, &len);
-    assert_non_null(text);
-    int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
-    size_t k = 0;
-    char *p = text, *end;
-    for (long v; (v = strtol(p, &end, 10)), end != p; p = end) ids[k++] = (int32_t)v;
-    free(text);
-    *n = k;
-    return ids;
-}
-
 static es_model *open_ok(const char *path)
 {
     es_model *m = NULL;
@@ -35,7 +21,7 @@ static es_model *open_ok(const char *path)
 static void compare(const char *model, const char *llama_logits, double p90, double max)
 {
     size_t n;
-    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
     es_model *m = open_ok(model);
     const size_t nv = (size_t)es_model_n_vocab(m);
     float *ref = malloc(sizeof(float) * n * nv), *fast = malloc(sizeof(float) * n * nv);
@@ -101,7 +87,7 @@ static void test_fast_threads_bit_identical(void **state)
 {
     (void)state;
     size_t n;
-    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
     const char *models[] = {DATA "tiny-q4_0.gguf", DATA "tiny-f32.gguf"};
     for (size_t mi = 0; mi < T_LEN(models); mi++) {
         es_model *m = open_ok(models[mi]);
@@ -157,7 +143,7 @@ static void test_route_skew(void **state)
 {
     (void)state;
     size_t n;
-    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
     es_model *m = open_ok(DATA "tiny-q8_0.gguf");
     int64_t counts[8];
     assert_int_equal(es_route_counts(m, 0, counts, 8), ES_E_INVAL); /* no fast prefill yet */

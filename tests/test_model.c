@@ -32,20 +32,6 @@ static const golden goldens[] = {
     {DATA "tiny-q4_0.gguf", "q4_0", DATA "tiny-q4_0.llama-logits.bin", 0.12, 3.0},
 };
 
-static int32_t *read_ids(const char *path, size_t *n)
-{
-    size_t len = 0;
-    char *text = t_read_file(path, &len);
-    assert_non_null(text);
-    int32_t *ids = malloc(sizeof(int32_t) * (len + 1));
-    size_t k = 0;
-    char *p = text, *end;
-    for (long v; (v = strtol(p, &end, 10)), end != p; p = end) ids[k++] = (int32_t)v;
-    free(text);
-    *n = k;
-    return ids;
-}
-
 static es_model *open_ok(const char *path)
 {
     es_model *m = NULL;
@@ -96,7 +82,7 @@ static void test_reference_matches_llama_cpp(void **state)
 {
     (void)state;
     size_t n;
-    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
     assert_true(n >= 32);
     for (size_t g = 0; g < T_LEN(goldens); g++) {
         es_model *m = open_ok(goldens[g].model);
@@ -127,7 +113,7 @@ static void test_reference_is_causal(void **state)
 {
     (void)state;
     size_t n;
-    int32_t *ids = read_ids(DATA "tiny-ids.txt", &n);
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
     es_model *m = open_ok(DATA "tiny-q8_0.gguf");
     const size_t nv = (size_t)es_model_n_vocab(m), half = n / 2;
     float *full = malloc(sizeof(float) * n * nv), *pre = malloc(sizeof(float) * half * nv);

@@ -271,11 +271,6 @@ typedef struct row_job {
     int64_t K;            /* ROW_PREP */
 } row_job;
 
-static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
-{
-    es_rmsnorm(out, x, w, n, eps);
-}
-
 static void rope_neox(float *v, int n_rot, const float *cs)
 {
     const int half = n_rot / 2;
@@ -338,14 +333,14 @@ static void row_worker(void *arg, int ith, int nth)
         break;
     }
     case ROW_ATTN_NORM:
-        for (int64_t t = r0; t < r1; t++) rmsnorm(f->h + t * d, f->x + t * d, L->attn_norm.data, d, hp->rms_eps);
+        for (int64_t t = r0; t < r1; t++) es_rmsnorm(f->h + t * d, f->x + t * d, L->attn_norm.data, d, hp->rms_eps);
         break;
     case ROW_FFN_NORM:
-        for (int64_t t = r0; t < r1; t++) rmsnorm(f->h + t * d, f->x + t * d, L->ffn_norm.data, d, hp->rms_eps);
+        for (int64_t t = r0; t < r1; t++) es_rmsnorm(f->h + t * d, f->x + t * d, L->ffn_norm.data, d, hp->rms_eps);
         break;
     case ROW_OUT_NORM:
         for (int64_t t = r0; t < r1; t++)
-            rmsnorm(f->h + t * d, f->x + t * d, j->m->output_norm.data, d, hp->rms_eps);
+            es_rmsnorm(f->h + t * d, f->x + t * d, j->m->output_norm.data, d, hp->rms_eps);
         break;
     case ROW_PREP: {
         const size_t rb = es_act_row_bytes(j->wtype, j->K);
@@ -355,8 +350,8 @@ static void row_worker(void *arg, int ith, int nth)
     }
     case ROW_QK_NORM_ROPE:
         for (int64_t t = r0; t < r1; t++) {
-            rmsnorm(f->q + t * d, f->q + t * d, L->q_norm.data, d, hp->rms_eps);
-            rmsnorm(f->k + t * dkv, f->k + t * dkv, L->k_norm.data, dkv, hp->rms_eps);
+            es_rmsnorm(f->q + t * d, f->q + t * d, L->q_norm.data, d, hp->rms_eps);
+            es_rmsnorm(f->k + t * dkv, f->k + t * dkv, L->k_norm.data, dkv, hp->rms_eps);
             const float *cs = f->rope_cs + t * hp->n_rot;
             for (int hh = 0; hh < hp->n_head; hh++) rope_neox(f->q + t * d + hh * hp->n_embd_head, hp->n_rot, cs);
             for (int hh = 0; hh < hp->n_head_kv; hh++) rope_neox(f->k + t * dkv + hh * hp->n_embd_head, hp->n_rot, cs);
