@@ -73,6 +73,12 @@ typedef struct es_prefill_opts {
 /* The kernel table the fast path uses: "scalar", "avx2" or "avx512" (the best this CPU and OS
  * support, or the one ESTREAM_ISA names). */
 const char *es_kernels_name(void);
+/* Whether this CPU and OS can run the named kernel table. */
+int es_kernels_available(const char *isa);
+/* Selects a kernel table ("scalar", "avx2", "avx512"; NULL: the best available, or ESTREAM_ISA).
+ * ES_E_INVAL for an unknown name, ES_E_UNSUPPORTED for a table this CPU lacks. Not thread-safe:
+ * call it while no prefill runs. */
+es_status es_kernels_select(const char *isa);
 
 /* Runs the prefill over ids[0..n). Writes logits to out: [n][n_vocab] if opts->all_logits,
  * else [n_vocab] for the last position. The caller owns out. Ids out of range, n == 0 or

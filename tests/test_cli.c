@@ -173,6 +173,16 @@ static void test_synth_and_ppl_json(void **state)
     assert_non_null(strstr(out, "\"n_prompt\": 16"));
     assert_non_null(strstr(out, "\"n_prompt\": 32"));
     assert_non_null(strstr(out, "\"tokens_per_second\": "));
+    /* --vocab copies a real tokenizer: gpt-neox ids for "Hello world" are 12092 1533 */
+    snprintf(args, sizeof(args), "synth --preset tiny --type q8_0 --vocab %s/vocab/ggml-vocab-gpt-neox.gguf -o %s",
+             t_data_dir(), model);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    snprintf(args, sizeof(args), "tokenize -m %s -p 'Hello world'", model);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_string_equal(out, "12092 1533\n");
+    snprintf(args, sizeof(args), "prefill -m %s -p 'Hello world' --json", model);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "\"n_tokens\": 2"));
     /* a synth into a missing directory leaves no file behind */
     expect_error("synth --preset tiny -o /nonexistent-dir/m.gguf", "/nonexistent-dir/m.gguf");
     unlink(model);

@@ -171,6 +171,45 @@ static void test_route_skew(void **state)
     es_model_close(m);
 }
 
+/* The fast path with each kernel table this CPU has (scalar, avx2, avx512) gives the same
+ * logits within a small tolerance: the tables differ only in the exp approximation and the
+ * float lane order of a few element-wise steps. */
+static void test_fast_every_isa(void **state)
+{
+    (void)state;
+    size_t n;
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    const char *models[] = {DATA "tiny-q4_0.gguf", DATA "tiny-f32.gguf"};
+    for (size_t mi = 0; mi < T_LEN(models); mi++) {
+        float *base = NULL;
+        for (size_t i = 0; i < T_LEN(isas); i++) {
+            if (!es_kernels_available(isas[i])) continue;
+            assert_int_equal(es_kernels_select(isas[i]), ES_OK);
+            assert_string_equal(es_kernels_name(), isas[i]);
+            es_model *m = open_ok(models[mi]);
+            const size_t nv = (size_t)es_model_n_vocab(m);
+            float *got = malloc(sizeof(float) * n * nv);
+            es_prefill_opts o = {.all_logits = 1, .n_threads = 2};
+            assert_int_equal(es_prefill(m, ids, n, &o, got), ES_OK);
+            if (!base) {
+                base = got;
+            } else {
+                t_logit_stats s = t_compare_logits(got, base, n, nv);
+                print_message("%s: %s vs scalar kernels: max |diff| %.3g, top-1 %.1f%%\n",
+                              models[mi], isas[i], s.max, 100 * s.top1);
+                assert_true(s.max <= 2e-3);
+                free(got);
+            }
+            es_model_close(m);
+        }
+        free(base);
+    }
+    assert_int_equal(es_kernels_select(NULL), ES_OK); /* back to the best table */
+    assert_int_equal(es_kernels_select("sse9"), ES_E_INVAL);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +220,7 @@ int main(void)
         cmocka_unit_test(test_fast_threads_bit_identical),
         cmocka_unit_test(test_fast_ppl),
         cmocka_unit_test(test_route_skew),
+        cmocka_unit_test(test_fast_every_isa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

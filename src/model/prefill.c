@@ -13,6 +13,17 @@
 #include <string.h>
 
 const char *es_kernels_name(void) { return es_kern_isa_name(); }
+int es_kernels_available(const char *isa) { return es_kern_isa_available(isa); }
+
+es_status es_kernels_select(const char *isa)
+{
+    if (isa && strcmp(isa, "scalar") && strcmp(isa, "avx2") && strcmp(isa, "avx512"))
+        return es_fail(ES_E_INVAL, "unknown kernel table '%s' (scalar, avx2, avx512)", isa);
+    if (isa && !es_kern_isa_available(isa))
+        return es_fail(ES_E_UNSUPPORTED, "this CPU or OS cannot run the %s kernels", isa);
+    es_kern_init(isa);
+    return ES_OK;
+}
 
 static es_status check_ids(const es_model *m, const int32_t *ids, size_t n)
 {
