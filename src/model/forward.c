@@ -70,6 +70,8 @@ static void free_buffers(es_fast *f, const es_hparams *hp)
     es_free_big(f->routes_tmp, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     es_free_big(f->act, f->act_bytes);
     es_attn_destroy(f->attn);
+    for (int i = 0; i < f->n_plans; i++) es_plan_destroy(f->plans[i].plan);
+    f->n_plans = 0;
     f->x = f->h = f->q = f->k = f->v = f->att = f->tmp = f->moe = f->rope_cs = f->router = NULL;
     f->routes = f->routes_tmp = NULL;
     f->act = NULL;
@@ -81,7 +83,6 @@ void es_fast_destroy(es_fast *f, const es_hparams *hp)
 {
     if (!f) return;
     free_buffers(f, hp);
-    for (int i = 0; i < f->n_plans; i++) es_plan_destroy(f->plans[i].plan);
     if (f->scratch)
         for (int i = 0; i < f->n_threads; i++) es_free_big(f->scratch[i], f->scratch_bytes);
     free(f->scratch);
@@ -108,6 +109,10 @@ static size_t max_act_bytes(const es_model *m, int64_t T)
     return mx;
 }
 
+static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_status *st);
+
+/* Activation buffers and expert plans for prompts of up to T tokens (plans are sized to T, not
+ * to the model's context, which may be far longer than any prompt). */
 static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
 {
     const es_hparams *hp = &m->hp;
@@ -131,7 +136,9 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->moe ||
         !f->rope_cs || !f->router || !f->routes || !f->routes_tmp || !f->act)
         return es_fail(ES_E_NOMEM, "out of memory for the activations of %lld tokens", (long long)T);
-    return es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, f->pool, &f->attn);
+    es_status st = es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, f->pool, &f->attn);
+    for (int il = 0; il < hp->n_layer && st == ES_OK; il++) plan_for(f, m, &m->layers[il], &st);
+    return st;
 }
 
 static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_status *st)
@@ -147,8 +154,7 @@ static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_st
     es_expert_shape sh = {m->hp.n_embd, m->hp.n_ff_exp, L->gate_exps.type, L->up_exps.type,
                           L->down_exps.type, m->hp.n_expert};
     es_plan *p = NULL;
-    /* t_max: the model's context, so one plan serves every prompt length */
-    if ((*st = es_plan_create(&sh, PLAN_CAPACITY, m->hp.n_ctx, m->hp.n_expert, f->pool, &p)))
+    if ((*st = es_plan_create(&sh, PLAN_CAPACITY, (int)f->t_cap, m->hp.n_expert, f->pool, &p)))
         return NULL;
     f->plans[f->n_plans++] = (plan_entry){sh.gate_type, sh.up_type, sh.down_type, p};
     return p;
@@ -193,10 +199,13 @@ static es_status fast_create(es_model *m, int n_threads, es_fast **out)
             s->up = (const uint8_t *)L->up_exps.data + (size_t)e * (size_t)hp->n_ff_exp * L->up_exps.row_bytes;
             s->down = (const uint8_t *)L->down_exps.data + (size_t)e * (size_t)hp->n_embd * L->down_exps.row_bytes;
         }
-        if (!plan_for(f, m, L, &st)) {
-            es_fast_destroy(f, hp);
-            return st;
-        }
+        const es_tensor *ex[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t i = 0; i < ES_LEN(ex); i++)
+            if (!es_kern_supports(ex[i]->type)) {
+                es_fast_destroy(f, hp);
+                return es_fail(ES_E_UNSUPPORTED, "no fast kernel for %s (%s); use --reference",
+                               ex[i]->name, es_qtype_name(ex[i]->type));
+            }
     }
     for (int e = 0; e < hp->n_expert; e++) f->phi[e] = e;
     f->scratch_bytes = es_align_up(sb, 64);
