@@ -36,7 +36,7 @@ for r in $(seq 1 "$rounds"); do
     "$llama_bench" -m "$model" -p "$lengths" -n 0 -t "$threads" -r 3 -o jsonl >"$out/ll.$r" 2>/dev/null
     echo "round $r done" >&2
 done
-python_free_table() { # awk only: no Python needed
+print_table() { # awk only: no Python needed
     awk -v rounds="$rounds" -v fsize="$(stat -c %s "$model")" '
     function median(a, n,   i, j, t) {
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -69,4 +69,4 @@ python_free_table() { # awk only: no Python needed
         }
     }' "$out"/es.* "$out"/ll.*
 }
-python_free_table
+print_table

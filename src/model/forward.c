@@ -491,7 +491,8 @@ es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threa
     f->have_counts = true;
     /* output head: every row, or the last */
     const int64_t t0 = all_logits ? 0 : T - 1;
-    run_rows(f, m, NULL, ROW_OUT_NORM, T);
+    row_job on = {.f = f, .m = m, .op = ROW_OUT_NORM, .T = T, .r_begin = t0}; /* rows that get logits */
+    es_pool_run(f->pool, row_worker, &on);
     prepare(f, m, f->h, d, m->output.type, t0, T);
     gemm_task out = {&m->output, f->act, logits, hp->n_vocab, T - t0};
     run_gemms(f, &out, 1);

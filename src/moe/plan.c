@@ -3,7 +3,6 @@
 
 #include "quant/kern.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
