@@ -5,6 +5,7 @@
 #   make test       build and run the test suite (ends with "N passed, N failed")
 #   make bench      build the benchmarks under bench/
 #   make fuzz       build the GGUF reader fuzzer (clang, libFuzzer)
+#   make mutants    plant each bug of tests/mutants.txt in a scratch copy; the suite must fail
 #   make debug      -O0 -g -DES_DEBUG            -> build-debug/
 
 CC       ?= cc
@@ -60,7 +61,7 @@ $(BUILD)/src/quant/x86_avx2.o $(BUILD)/src/quant/vec_avx2.o: CFLAGS += -mavx2 -m
 $(BUILD)/src/quant/x86_avx512.o $(BUILD)/src/quant/vec_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl \
                                            -mavx512dq -mavx512vnni
 
-.PHONY: all lib cli tests bench fuzz test debug clean
+.PHONY: all lib cli tests bench fuzz test mutants debug clean
 all: $(BUILD)/estream
 lib: $(BUILD)/libestream.a
 
@@ -96,6 +97,9 @@ bench: $(BENCH_BIN) $(BUILD)/estream
 
 test: tests
 	bash tests/run.sh $(BUILD)
+
+mutants:
+	bash tools/mutants.sh
 
 # libFuzzer harness for the GGUF reader; run it with (new inputs go to the first folder):
 #   mkdir -p build-fuzz/corpus && build-fuzz/fuzz_gguf -max_total_time=60 \

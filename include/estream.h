@@ -68,6 +68,9 @@ typedef struct es_prefill_opts {
     int n_threads;  /* 0 = number of online CPUs */
     int reference;  /* 1 = plain reference path (the oracle), 0 = fast path */
     int all_logits; /* 1 = logits for every position, 0 = only the last position */
+    int plan_capacity; /* routes per expert-operator invocation (0 = 16384); a layer with more
+                        * routes is split into several invocations. Results do not depend on it:
+                        * tests set it small to exercise the split. */
 } es_prefill_opts;
 
 /* The kernel table the fast path uses: "scalar", "avx2" or "avx512" (the best this CPU and OS

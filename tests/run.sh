@@ -41,6 +41,11 @@ for t in "$build"/tests/test_*; do
     else
         echo "ok   $name: $p passed, $s skipped (${secs}s)"
     fi
+    # A skipped test says which and why (the line the test printed before skipping), so an ISA
+    # or a data file that is missing never passes unnoticed.
+    if [ "$s" -ne 0 ]; then
+        awk '/^\[  SKIPPED \] / && !/test\(s\)/ { sub(/^\[  SKIPPED \] /, ""); print "     skipped " $0 ": " (prev ~ /^\[ RUN/ ? "(no reason given)" : prev) } { prev = $0 }' "$log"
+    fi
 done
 [ ${#failed_names[@]} -eq 0 ] || echo "failed programs: ${failed_names[*]}"
 echo "$passed passed, $failed failed, $skipped skipped"

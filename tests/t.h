@@ -12,6 +12,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +59,13 @@ static inline uint64_t t_next(t_rng *r)
 }
 /* Uniform in [-1, 1). */
 static inline float t_uniform(t_rng *r) { return (float)((t_next(r) >> 40) * (2.0 / 16777216.0) - 1.0); }
+
+/* Whether got is within tol of want, with both finite: a NaN or an infinity on either side is a
+ * failure (a plain `fabs(got - want) > tol` check lets NaN through, since NaN > tol is false). */
+static inline int t_near(double got, double want, double tol)
+{
+    return isfinite(got) && isfinite(want) && fabs(got - want) <= tol;
+}
 
 /* Reads a whole file; returns malloc'd buffer (NUL-terminated) or NULL. */
 static inline char *t_read_file(const char *path, size_t *len)
@@ -108,6 +116,8 @@ static inline int32_t *t_read_ids(const char *path, size_t *n)
 
 /* Agreement of two logit matrices [n][nv]: the largest |difference| per position, summarised
  * over positions (median, 90th percentile, max), and the share of positions whose top-1 agrees.
+ * A NaN or infinity in either matrix makes that position's difference infinite and its top-1
+ * a disagreement, so no tolerance passes garbage.
  * Quantized models are compared by percentiles: a near-tie in an MoE router can send one token
  * to another expert in one engine, which moves that token's logits a lot and nothing else. */
 typedef struct t_logit_stats { double median, p90, max, top1; } t_logit_stats;
@@ -123,13 +133,17 @@ static inline t_logit_stats t_compare_logits(const float *a, const float *b, siz
     for (size_t t = 0; t < n; t++) {
         size_t ia = 0, ib = 0;
         d[t] = 0;
+        bool finite = true;
         for (size_t v = 0; v < nv; v++) {
-            double x = fabs((double)a[t * nv + v] - (double)b[t * nv + v]);
+            const double av = a[t * nv + v], bv = b[t * nv + v];
+            if (!isfinite(av) || !isfinite(bv)) finite = false;
+            double x = fabs(av - bv);
             d[t] = x > d[t] ? x : d[t];
             if (a[t * nv + v] > a[t * nv + ia]) ia = v;
             if (b[t * nv + v] > b[t * nv + ib]) ib = v;
         }
-        agree += ia == ib;
+        if (!finite) d[t] = INFINITY;
+        agree += finite && ia == ib;
     }
     qsort(d, n, sizeof(double), t_cmp_double);
     t_logit_stats s = {d[n / 2], d[(n * 9) / 10], d[n - 1], (double)agree / (double)n};

@@ -83,6 +83,87 @@ static void test_fast_gqa(void **s)
     unlink(path);
 }
 
+/* ---- the sizes where the fast path splits its work ---------------------------------------------
+ * The tiny models fit every phase in one work item: hidden and FFN 64 (< the 128-column chunks),
+ * 114 tokens (< one 128-key attention block), 228 routes per layer (< one plan invocation). The
+ * `small` preset (hidden 320, FFN 288, top-4 of 8 experts) with SMALL_T tokens splits all of
+ * them: 7 key blocks (the last query alone in its block and on a key block's first key), 3
+ * column chunks with a tail in gate/up and down, a busy expert past the 512-row block, and with
+ * a small plan capacity several invocations per layer. */
+enum { SMALL_T = 769 };
+
+/* A small model written to TMPDIR and SMALL_T ids drawn from its vocabulary (BOS first). */
+static es_model *small_model(const char *type, int32_t **ids_out)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "small-%s.gguf", type);
+    const char *path = t_tmp_path(name);
+    es_synth_opts so = {.arch = "olmoe", .preset = "small", .type = type, .seed = 11};
+    assert_int_equal(es_synth(&so, path), ES_OK);
+    es_model *m = open_ok(path);
+    unlink(path); /* the mapping stays valid */
+    int32_t *ids = malloc(sizeof(int32_t) * SMALL_T);
+    t_rng r = {99};
+    ids[0] = es_model_bos(m);
+    for (int i = 1; i < SMALL_T; i++) ids[i] = (int32_t)(t_next(&r) % (uint64_t)es_model_n_vocab(m));
+    *ids_out = ids;
+    return m;
+}
+
+/* The split really happens: some expert of some layer takes more routes than a 512-row block. */
+static void assert_busy_expert(const es_model *m)
+{
+    int64_t busiest = 0, counts[8];
+    for (int il = 0; il < es_model_n_layer(m); il++) {
+        assert_int_equal(es_route_counts(m, il, counts, 8), ES_OK);
+        for (int e = 0; e < 8; e++) busiest = counts[e] > busiest ? counts[e] : busiest;
+    }
+    print_message("busiest expert: %lld routes\n", (long long)busiest);
+    assert_true(busiest > 512);
+}
+
+static void check_small(const char *type, double p90, double max, double top1)
+{
+    int32_t *ids;
+    es_model *m = small_model(type, &ids);
+    const size_t nv = (size_t)es_model_n_vocab(m), bytes = sizeof(float) * SMALL_T * nv;
+    float *ref = malloc(bytes), *fast = malloc(bytes), *other = malloc(bytes);
+    es_prefill_opts o = {.reference = 1, .all_logits = 1, .n_threads = 2};
+    assert_int_equal(es_prefill(m, ids, SMALL_T, &o, ref), ES_OK);
+    o.reference = 0;
+    assert_int_equal(es_prefill(m, ids, SMALL_T, &o, fast), ES_OK);
+    assert_busy_expert(m);
+    t_logit_stats s = t_compare_logits(fast, ref, SMALL_T, nv);
+    print_message("small %s, %d tokens: fast vs reference per-position max |diff|: median %.3g, "
+                  "p90 %.3g, max %.3g; top-1 %.1f%%\n", type, SMALL_T, s.median, s.p90, s.max,
+                  100 * s.top1);
+    assert_true(s.p90 <= p90);
+    assert_true(s.max <= max);
+    assert_true(s.top1 >= top1);
+    /* bit-identical for 1-4 threads and plan capacities that split every layer's 3,076 routes
+     * into 3-10 invocations (one of them not a multiple of top-k, so a token's routes straddle) */
+    static const int caps[] = {0, 1200, 333};
+    for (int t = 1; t <= 4; t++)
+        for (size_t c = 0; c < T_LEN(caps); c++) {
+            if (t == 2 && caps[c] == 0) continue; /* that is `fast` */
+            o.n_threads = t;
+            o.plan_capacity = caps[c];
+            assert_int_equal(es_prefill(m, ids, SMALL_T, &o, other), ES_OK);
+            if (memcmp(other, fast, bytes) != 0)
+                fail_msg("small %s: %d threads, capacity %d differ from 2 threads", type, t, caps[c]);
+        }
+    free(ref);
+    free(fast);
+    free(other);
+    free(ids);
+    es_model_close(m);
+}
+
+/* F32: only the float kernels' summation order differs from the reference. */
+static void test_small_f32(void **s) { (void)s; check_small("f32", 1e-4, 1e-4, 0.99); }
+/* Q4_0: the fast path quantizes activations per block of 32, the reference does not. */
+static void test_small_q4_0(void **s) { (void)s; check_small("q4_0", 0.12, 3.0, 0.93); }
+
 static void test_fast_threads_bit_identical(void **state)
 {
     (void)state;
@@ -95,6 +176,8 @@ static void test_fast_threads_bit_identical(void **state)
         float *first = malloc(sizeof(float) * n * nv), *other = malloc(sizeof(float) * n * nv);
         es_prefill_opts o = {.all_logits = 1, .n_threads = 1};
         assert_int_equal(es_prefill(m, ids, n, &o, first), ES_OK);
+        for (size_t i = 0; i < n * nv; i++) /* equal garbage would compare equal */
+            if (!isfinite(first[i])) fail_msg("%s: logit %zu is not finite", models[mi], i);
         for (int t = 2; t <= 4; t++) {
             o.n_threads = t;
             assert_int_equal(es_prefill(m, ids, n, &o, other), ES_OK);
@@ -181,6 +264,13 @@ static void test_fast_every_isa(void **state)
     int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
     const char *isas[] = {"scalar", "avx2", "avx512"};
     const char *models[] = {DATA "tiny-q4_0.gguf", DATA "tiny-f32.gguf"};
+    int n_tables = 0;
+    for (size_t i = 0; i < T_LEN(isas); i++) n_tables += es_kernels_available(isas[i]);
+    if (n_tables < 2) {
+        print_message("only the scalar kernel table runs on this CPU: nothing to compare, skipped\n");
+        free(ids);
+        skip();
+    }
     for (size_t mi = 0; mi < T_LEN(models); mi++) {
         float *base = NULL;
         for (size_t i = 0; i < T_LEN(isas); i++) {
@@ -210,13 +300,41 @@ static void test_fast_every_isa(void **state)
     free(ids);
 }
 
+/* The comparison itself: NaN or infinity anywhere must fail every tolerance. */
+static void test_compare_rejects_garbage(void **state)
+{
+    (void)state;
+    float a[2][4] = {{0, 1, 2, 3}, {3, 2, 1, 0}}, b[2][4];
+    memcpy(b, a, sizeof(a));
+    t_logit_stats s = t_compare_logits(&a[0][0], &b[0][0], 2, 4);
+    assert_true(s.max == 0 && s.top1 == 1);
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (size_t i = 0; i < T_LEN(bad); i++) {
+        memcpy(b, a, sizeof(a));
+        b[1][2] = bad[i];
+        s = t_compare_logits(&a[0][0], &b[0][0], 2, 4);
+        assert_false(s.max <= 1e30);
+        assert_true(s.top1 <= 0.5);
+        s = t_compare_logits(&b[0][0], &a[0][0], 2, 4); /* either side */
+        assert_false(s.max <= 1e30);
+    }
+    assert_false(t_near(NAN, NAN, 1.0));
+    assert_false(t_near(1.0, NAN, 1.0));
+    assert_false(t_near(INFINITY, INFINITY, 1.0));
+    assert_true(t_near(1.0, 1.5, 0.5));
+    assert_false(t_near(1.0, 1.6, 0.5));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compare_rejects_garbage),
         cmocka_unit_test(test_fast_f32),
         cmocka_unit_test(test_fast_q8_0),
         cmocka_unit_test(test_fast_q4_0),
         cmocka_unit_test(test_fast_gqa),
+        cmocka_unit_test(test_small_f32),
+        cmocka_unit_test(test_small_q4_0),
         cmocka_unit_test(test_fast_threads_bit_identical),
         cmocka_unit_test(test_fast_ppl),
         cmocka_unit_test(test_route_skew),

@@ -166,7 +166,7 @@ static void test_scalar_vs_float(void **state)
                         for (int64_t k = 0; k < K; k++)
                             want += (double)m.wf[n * K + k] * xf[k];
                         const double tol = 2e-5 * abs_dot(m.wf + n * K, xf, K) + 1e-30;
-                        if (fabs(Y[r * N + n] - want) > tol)
+                        if (!t_near(Y[r * N + n], want, tol))
                             fail_msg("%s K=%ld rows=%ld r=%ld n=%ld: got %.9g want %.9g (tol %g)",
                                      es_qtype_name(type), (long)K, (long)nr, (long)r, (long)n,
                                      Y[r * N + n], want, tol);

@@ -1,7 +1,8 @@
 /*
  * The expert plan (fused expert operator): numbers against an independent double-precision
- * computation, bit-identical results across thread counts, route orders, placements and
- * capacities, errors for bad routes, and no allocation inside es_plan_invoke().
+ * computation, bit-identical results across thread counts, route orders, placements (with
+ * unused slots), capacities and invocations split by group of experts, at sizes where every
+ * phase splits its work; errors for bad routes; no allocation inside es_plan_invoke().
  *
  * Allocation counting: this program is linked with -Wl,--wrap for malloc, calloc, realloc,
  * posix_memalign and mmap (Makefile), so every call the library makes passes through the
@@ -38,14 +39,17 @@ void *__wrap_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
     return __real_mmap(a, n, prot, flags, fd, off);
 }
 
-enum { D = 128, FF = 96, E = 6, T = 45, TOPK = 2 };
+/* Sizes where every phase of the operator splits (plan.c: 128-column chunks in gate/up and down,
+ * 512-row blocks): D and FF exceed the chunks with a tail, expert BUSY takes more than 512 of
+ * the T tokens, expert IDLE takes none, and P = E + 3 slots leave some unused. */
+enum { D = 320, FF = 288, E = 6, T = 700, TOPK = 2, P = E + 3, BUSY = 2, IDLE = 5, NR = T * TOPK };
 
 typedef struct fixture {
     uint32_t type;
     uint8_t *gate, *up, *down; /* [E] experts, GGUF row layout */
     size_t g_bytes, d_bytes;   /* bytes of one expert's gate (= up) and down */
     float x[T][D];
-    es_route routes[T * TOPK];
+    es_route routes[NR];
 } fixture;
 
 static void make_fixture(fixture *f, uint32_t type, uint64_t seed)
@@ -72,9 +76,12 @@ static void make_fixture(fixture *f, uint32_t type, uint64_t seed)
     }
     for (int t = 0; t < T; t++)
         for (int k = 0; k < D; k++) f->x[t][k] = 2.0f * t_uniform(&r) + (k == 3 ? 8.0f : 0.0f);
+    /* 85 % of tokens go to BUSY first; nobody goes to IDLE */
     for (int t = 0; t < T; t++) {
-        int e0 = (int)(t_next(&r) % E), e1 = (int)(t_next(&r) % (E - 1));
-        if (e1 >= e0) e1++;
+        int e0 = t_next(&r) % 100 < 85 ? BUSY : (int)(t_next(&r) % (E - 1));
+        int e1 = (int)(t_next(&r) % (E - 1));
+        if (e0 == IDLE) e0 = 0;
+        if (e1 == e0) e1 = (e1 + 1) % (E - 1);
         f->routes[t * TOPK] = (es_route){t, e0, 0.25f + 0.5f * (t_uniform(&r) + 1.0f) / 2};
         f->routes[t * TOPK + 1] = (es_route){t, e1, 0.1f};
     }
@@ -91,25 +98,29 @@ static void free_fixture(fixture *f)
 static void expected(const fixture *f, double y[T][D])
 {
     memset(y, 0, sizeof(double) * T * D);
-    float *wg = malloc(sizeof(float) * FF * D), *wu = malloc(sizeof(float) * FF * D);
-    float *wd = malloc(sizeof(float) * D * FF);
-    for (int i = 0; i < T * TOPK; i++) {
+    float *wg = malloc(sizeof(float) * E * FF * D), *wu = malloc(sizeof(float) * E * FF * D);
+    float *wd = malloc(sizeof(float) * E * D * FF);
+    for (int e = 0; e < E; e++) {
+        es_dequantize_row(f->type, f->gate + e * f->g_bytes, wg + (size_t)e * FF * D, FF * D);
+        es_dequantize_row(f->type, f->up + e * f->g_bytes, wu + (size_t)e * FF * D, FF * D);
+        es_dequantize_row(f->type, f->down + e * f->d_bytes, wd + (size_t)e * D * FF, D * FF);
+    }
+    for (int i = 0; i < NR; i++) {
         const es_route *r = &f->routes[i];
-        es_dequantize_row(f->type, f->gate + r->expert * f->g_bytes, wg, FF * D);
-        es_dequantize_row(f->type, f->up + r->expert * f->g_bytes, wu, FF * D);
-        es_dequantize_row(f->type, f->down + r->expert * f->d_bytes, wd, D * FF);
+        const float *g_w = wg + (size_t)r->expert * FF * D, *u_w = wu + (size_t)r->expert * FF * D;
+        const float *d_w = wd + (size_t)r->expert * D * FF;
         double h[FF];
         for (int j = 0; j < FF; j++) {
             double g = 0, u = 0;
             for (int k = 0; k < D; k++) {
-                g += (double)wg[j * D + k] * f->x[r->token][k];
-                u += (double)wu[j * D + k] * f->x[r->token][k];
+                g += (double)g_w[j * D + k] * f->x[r->token][k];
+                u += (double)u_w[j * D + k] * f->x[r->token][k];
             }
             h[j] = g / (1.0 + exp(-g)) * u;
         }
         for (int n = 0; n < D; n++) {
             double s = 0;
-            for (int j = 0; j < FF; j++) s += (double)wd[n * FF + j] * h[j];
+            for (int j = 0; j < FF; j++) s += (double)d_w[n * FF + j] * h[j];
             y[r->token][n] += r->weight * s;
         }
     }
@@ -118,28 +129,41 @@ static void expected(const fixture *f, double y[T][D])
     free(wd);
 }
 
-/* Runs the plan with n_threads, capacity cap, the routes in the given order and placement phi;
- * returns Y [T][D]. */
-static float *run_plan(const fixture *f, int n_threads, int cap, const es_route *routes,
+/* Runs the plan with n_threads and capacity cap over routes[0..NR) with placement phi (expert ->
+ * slot among P) and returns Y [T][D]. group 0: invocations take the routes in their order, cap at
+ * a time, every slot bound. group G > 0: as the streaming provider will, one group of G experts
+ * in increasing id at a time: its routes (split by cap), and only its slots bound (the others
+ * NULL, so a read of an expert outside the group crashes). */
+static float *run_plan(const fixture *f, int n_threads, int cap, int group, const es_route *routes,
                        const int32_t *phi, long *allocs_in_invoke)
 {
     es_pool *pool;
     assert_int_equal(es_pool_create(n_threads, &pool), ES_OK);
     es_expert_shape sh = {D, FF, f->type, f->type, f->type, E};
     es_plan *p;
-    assert_int_equal(es_plan_create(&sh, cap, T, E, pool, &p), ES_OK);
-    es_expert_slot slots[E];
+    assert_int_equal(es_plan_create(&sh, cap, T, P, pool, &p), ES_OK);
+    es_expert_slot all[P] = {{0}};
     for (int e = 0; e < E; e++) /* slot phi[e] holds expert e */
-        slots[phi[e]] = (es_expert_slot){f->gate + e * f->g_bytes, f->up + e * f->g_bytes,
-                                         f->down + e * f->d_bytes};
+        all[phi[e]] = (es_expert_slot){f->gate + e * f->g_bytes, f->up + e * f->g_bytes,
+                                       f->down + e * f->d_bytes};
     float *y = calloc(T * D, sizeof(float));
+    es_route *sel = malloc(sizeof(es_route) * NR);
     es_plan_set_input(p, &f->x[0][0], D, T);
     long before = n_allocs;
-    for (int r0 = 0; r0 < T * TOPK; r0 += cap) {
-        int nr = T * TOPK - r0 < cap ? T * TOPK - r0 : cap;
-        assert_int_equal(es_plan_invoke(p, routes + r0, nr, phi, slots, y, D), ES_OK);
+    for (int e0 = 0; e0 < E; e0 += group ? group : E) {
+        const int e1 = group && e0 + group < E ? e0 + group : E;
+        es_expert_slot bound[P] = {{0}};
+        int n = 0;
+        for (int i = 0; i < NR; i++)
+            if (routes[i].expert >= e0 && routes[i].expert < e1) sel[n++] = routes[i];
+        for (int e = e0; e < e1; e++) bound[phi[e]] = all[phi[e]];
+        for (int r0 = 0; r0 < n; r0 += cap) {
+            const int nr = n - r0 < cap ? n - r0 : cap;
+            assert_int_equal(es_plan_invoke(p, sel + r0, nr, phi, group ? bound : all, y, D), ES_OK);
+        }
     }
     if (allocs_in_invoke) *allocs_in_invoke = n_allocs - before;
+    free(sel);
     es_plan_destroy(p);
     es_pool_destroy(pool);
     return y;
@@ -151,14 +175,18 @@ static void check_type(uint32_t type, double tol)
 {
     fixture *f = malloc(sizeof(*f));
     make_fixture(f, type, 42 + type);
+    int busy = 0;
+    for (int i = 0; i < NR; i++) busy += f->routes[i].expert == BUSY;
+    assert_true(busy > 512); /* the busy expert spans two row blocks */
     static double want[T][D];
     expected(f, want);
     long allocs = -1;
-    float *y = run_plan(f, 2, T * TOPK, f->routes, identity, &allocs);
+    float *y = run_plan(f, 2, NR, 0, f->routes, identity, &allocs);
     assert_int_equal(allocs, 0); /* invoke never allocates */
     double max_err = 0, max_val = 0;
     for (int t = 0; t < T; t++)
         for (int n = 0; n < D; n++) {
+            if (!isfinite(y[t * D + n])) fail_msg("y[%d][%d] is not finite", t, n);
             max_err = fmax(max_err, fabs(y[t * D + n] - want[t][n]));
             max_val = fmax(max_val, fabs(want[t][n]));
         }
@@ -166,33 +194,39 @@ static void check_type(uint32_t type, double tol)
     assert_true(max_val > 0.1);
     assert_true(max_err <= tol * max_val);
 
-    /* bit-identical across threads, capacities (split invocations), orders and placements */
-    es_route shuffled[T * TOPK];
+    /* bit-identical across threads, capacities (split invocations), groups, orders and placements */
+    es_route shuffled[NR];
     memcpy(shuffled, f->routes, sizeof(shuffled));
     t_rng r = {7};
-    for (int i = T * TOPK - 1; i > 0; i--) {
+    for (int i = NR - 1; i > 0; i--) {
         int j = (int)(t_next(&r) % (uint64_t)(i + 1));
         es_route tmp = shuffled[i];
         shuffled[i] = shuffled[j];
         shuffled[j] = tmp;
     }
     /* routes sorted by expert, so that splitting keeps each token's contributions in order */
-    es_route by_expert[T * TOPK];
+    es_route by_expert[NR];
     int k = 0;
     for (int e = 0; e < E; e++)
-        for (int i = 0; i < T * TOPK; i++)
+        for (int i = 0; i < NR; i++)
             if (f->routes[i].expert == e) by_expert[k++] = f->routes[i];
     const int32_t permuted[E] = {3, 5, 0, 1, 4, 2};
+    const int32_t sparse[E] = {7, 0, 4, 8, 2, 5}; /* slots 1, 3 and 6 unused */
     for (int threads = 1; threads <= 4; threads++) {
-        float *a = run_plan(f, threads, T * TOPK, shuffled, identity, NULL);
-        float *b = run_plan(f, threads, T * TOPK, f->routes, permuted, NULL);
-        float *c = run_plan(f, threads, 7, by_expert, identity, NULL);
-        assert_memory_equal(a, y, sizeof(float) * T * D);
-        assert_memory_equal(b, y, sizeof(float) * T * D);
-        assert_memory_equal(c, y, sizeof(float) * T * D);
-        free(a);
-        free(b);
-        free(c);
+        float *runs[] = {
+            run_plan(f, threads, NR, 0, shuffled, identity, NULL),
+            run_plan(f, threads, NR, 0, f->routes, permuted, NULL),
+            run_plan(f, threads, NR, 0, shuffled, sparse, NULL),
+            run_plan(f, threads, 37, 0, by_expert, sparse, NULL),
+            run_plan(f, threads, 600, 0, by_expert, identity, NULL),
+            run_plan(f, threads, NR, 2, shuffled, sparse, NULL),
+            run_plan(f, threads, 300, 4, f->routes, permuted, NULL),
+        };
+        for (size_t i = 0; i < T_LEN(runs); i++) {
+            if (memcmp(runs[i], y, sizeof(float) * T * D) != 0)
+                fail_msg("%s: %d threads, variant %zu differs", es_qtype_name(type), threads, i);
+            free(runs[i]);
+        }
     }
     free(y);
     free_fixture(f);
@@ -212,8 +246,8 @@ static void test_plan_rejects_bad_routes(void **state)
     assert_int_equal(es_pool_create(2, &pool), ES_OK);
     es_expert_shape sh = {D, FF, f->type, f->type, f->type, E};
     es_plan *p;
-    assert_int_equal(es_plan_create(&sh, 8, T, E, pool, &p), ES_OK);
-    es_expert_slot slots[E] = {{0}};
+    assert_int_equal(es_plan_create(&sh, 8, T, P, pool, &p), ES_OK);
+    es_expert_slot slots[P] = {{0}};
     float *y = calloc(T * D, sizeof(float));
     es_plan_set_input(p, &f->x[0][0], D, T);
     es_route bad[2] = {{0, 1, 0.5f}, {T, 1, 0.5f}}; /* token T is out of range */
@@ -221,6 +255,9 @@ static void test_plan_rejects_bad_routes(void **state)
     bad[1] = (es_route){1, E, 0.5f}; /* expert E is out of range */
     assert_int_equal(es_plan_invoke(p, bad, 2, identity, slots, y, D), ES_E_INVAL);
     assert_int_equal(es_plan_invoke(p, f->routes, 9, identity, slots, y, D), ES_E_INVAL); /* > C */
+    const int32_t outside[E] = {0, 1, P, 2, 3, 4}; /* expert 2 placed past the last slot */
+    bad[1] = (es_route){1, 2, 0.5f};
+    assert_int_equal(es_plan_invoke(p, bad, 2, outside, slots, y, D), ES_E_INVAL);
     const int32_t clash[E] = {0, 0, 1, 2, 3, 4}; /* experts 0 and 1 in one slot */
     bad[1] = (es_route){1, 0, 0.5f};
     assert_int_equal(es_plan_invoke(p, bad, 2, clash, slots, y, D), ES_E_INVAL);

@@ -697,14 +697,13 @@ static void test_rt_float(void **state)
     /* F16: relative error <= 2^-11 (half ulp) for normal halves; absolute <= 2^-25 below 2^-14. */
     roundtrip(ES_QTYPE_F16, x, y, RT_N);
     for (int i = 0; i < RT_N; i++) {
-        const float err = fabsf(x[i] - y[i]);
-        if (err > fmaxf(fabsf(x[i]) * 0x1.0p-11f, 0x1.0p-25f))
+        if (!t_near(y[i], x[i], fmaxf(fabsf(x[i]) * 0x1.0p-11f, 0x1.0p-25f)))
             fail_msg("f16 x[%d]=%g y=%g", i, x[i], y[i]);
     }
     /* BF16: relative error <= 2^-8 (half ulp of an 8-bit significand). */
     roundtrip(ES_QTYPE_BF16, x, y, RT_N);
     for (int i = 0; i < RT_N; i++)
-        if (fabsf(x[i] - y[i]) > fabsf(x[i]) * 0x1.0p-8f)
+        if (!t_near(y[i], x[i], fabsf(x[i]) * 0x1.0p-8f))
             fail_msg("bf16 x[%d]=%g y=%g", i, x[i], y[i]);
 }
 
@@ -746,7 +745,7 @@ static void test_rt_32(void **state)
                 for (int j = 0; j < 32; j++) {
                     const int i = b * 32 + j;
                     const float err = fabsf(x[i] - y[i]);
-                    if (err > bound_clamp ||
+                    if (!t_near(y[i], x[i], bound_clamp) ||
                         (err > bound_in && !(fabsf(x[i]) > (nmax / 2 - 1) * D)))
                         fail_msg("%s seed %d x[%d]=%g y=%g err=%g D=%g", es_qtype_name(type), seed,
                                  i, x[i], y[i], err, D);
@@ -809,7 +808,7 @@ static void test_rt_k(void **state)
                     fail_msg("%s seed %d block %d: rel rmse %g > %g", es_qtype_name(cases[c].type),
                              seed, b, r, lim);
                 for (int i = 0; i < 256; i++)
-                    if (fabsf(xb[i] - yb[i]) > amax / 8)
+                    if (!t_near(yb[i], xb[i], amax / 8))
                         fail_msg("%s seed %d x[%d]=%g y=%g amax=%g", es_qtype_name(cases[c].type),
                                  seed, 256 * b + i, xb[i], yb[i], amax);
             }
@@ -820,8 +819,7 @@ static void test_rt_k(void **state)
         es_quantize_row(ES_QTYPE_Q8_K, x, q, RT_N);
         for (int b = 0; b < RT_N / 256; b++) {
             for (int i = 0; i < 256; i++) {
-                const float err = fabsf(x[256 * b + i] - y[256 * b + i]);
-                if (err > fabsf(q[b].d) * 0.5f * (1 + 1e-5f) + 1e-30f)
+                if (!t_near(y[256 * b + i], x[256 * b + i], fabsf(q[b].d) * 0.5f * (1 + 1e-5f) + 1e-30f))
                     fail_msg("q8_K x[%d]=%g y=%g d=%g", 256 * b + i, x[256 * b + i], y[256 * b + i],
                              q[b].d);
             }
@@ -849,9 +847,9 @@ static void test_rt_k_edge(void **state)
         memset(x, 0, sizeof(x));
         x[77] = -3.0f;
         roundtrip(types[t], x, y, 256);
-        if (fabsf(y[77] + 3.0f) > 3.0f / 8) fail_msg("%s spike: %g", nm, y[77]);
+        if (!t_near(y[77], -3.0f, 3.0f / 8)) fail_msg("%s spike: %g", nm, y[77]);
         for (int i = 0; i < 256; i++)
-            if (i != 77 && fabsf(y[i]) > 3.0f / 8) fail_msg("%s spike y[%d]=%g", nm, i, y[i]);
+            if (i != 77 && !t_near(y[i], 0.0f, 3.0f / 8)) fail_msg("%s spike y[%d]=%g", nm, i, y[i]);
         /* All positive in [1, 2] and all negative in [-2, -1]. */
         for (int sign = -1; sign <= 1; sign += 2) {
             t_rng r = {99};
@@ -859,7 +857,7 @@ static void test_rt_k_edge(void **state)
                 x[i] = sign * (1.5f + 0.5f * t_uniform(&r));
             roundtrip(types[t], x, y, 256);
             for (int i = 0; i < 256; i++)
-                if (fabsf(x[i] - y[i]) > 0.25f)
+                if (!t_near(y[i], x[i], 0.25f))
                     fail_msg("%s sign %d x[%d]=%g y=%g", nm, sign, i, x[i], y[i]);
         }
         /* Small values (|x| < 1e-3): the half-precision scales are still normal numbers, so

@@ -8,8 +8,8 @@
  * Then: decode(encode(s)) == s on the same inputs and on WikiText, BOS/EOS handling,
  * parse_special and Phi-3's right-stripping special tokens, pieces, hand-checked gpt-neox ids,
  * llama3/qwen2 pre-tokenizer splits on a synthetic vocabulary, random bytes (no crash, ids in
- * range), concurrent encoding, malformed metadata (ES_E_FORMAT naming the key) and the time to
- * tokenize WikiText-2's test split with each vocabulary.
+ * range), concurrent encoding, malformed metadata (ES_E_FORMAT naming the key) and a lossless
+ * round trip of WikiText-2's test split with each vocabulary (bench/bench_tok times it).
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -788,10 +788,10 @@ static void test_all_pre(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * speed
+ * a whole text (its speed is measured by bench/bench_tok, never asserted here)
  * ------------------------------------------------------------------------------------------- */
 
-static void test_wikitext_speed(void **state)
+static void test_wikitext_roundtrip(void **state)
 {
     (void)state;
     char path[1024];
@@ -799,24 +799,15 @@ static void test_wikitext_speed(void **state)
     size_t n = 0;
     char *text = t_read_file(path, &n);
     if (!text) skip();
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    const double limit_s = 120.0;
-#else
-    const double limit_s = 3.0;
-#endif
     static const char *names[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf",
                                   "ggml-vocab-deepseek-llm.gguf", "ggml-vocab-gpt-neox.gguf",
                                   "ggml-vocab-falcon.gguf"};
     for (size_t f = 0; f < T_LEN(names); f++) {
         es_tok *t = open_tok(names[f]);
         if (!t) continue;
-        struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
         idvec r = enc(t, text, n, false, false);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        double s = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-        print_message("  %s: %zu bytes -> %zu tokens in %.3f s (%.1f MB/s)\n", names[f], n, r.n, s,
-                      (double)n / s / 1e6);
+        assert_true(r.n > n / 8); /* a real tokenization, not a byte-per-id fallback or nothing */
+        assert_true(r.n < n);
         size_t dl;
         char *d = decode(t, r, &dl);
         assert_int_equal(dl, n); /* WikiText is valid UTF-8: lossless */
@@ -824,7 +815,6 @@ static void test_wikitext_speed(void **state)
         free(d);
         free(r.v);
         es_tok_destroy(t);
-        assert_true(s < limit_s);
     }
     free(text);
 }
@@ -866,7 +856,7 @@ int main(void)
         cmocka_unit_test(test_gpt_neox),       cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_threads),        cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_llama3_split),   cmocka_unit_test(test_all_pre),
-        cmocka_unit_test(test_wikitext_speed),
+        cmocka_unit_test(test_wikitext_roundtrip),
     };
     size_t n = (size_t)n_files + T_LEN(fixed);
     struct CMUnitTest *tests = calloc(n, sizeof(*tests));

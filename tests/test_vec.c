@@ -29,7 +29,7 @@ static void check_isa(const es_kern *ref, const es_kern *k)
         ref->swiglu(g1, u, n);
         k->swiglu(g2, u, n);
         for (int64_t i = 0; i < n; i++)
-            if (fabsf(g1[i] - g2[i]) > 1e-6f * fabsf(g1[i]) + 1e-30f)
+            if (!t_near(g2[i], g1[i], 1e-6f * fabsf(g1[i]) + 1e-30f))
                 fail_msg("%s swiglu n=%lld i=%lld: %g vs %g", k->isa, (long long)n, (long long)i, g2[i], g1[i]);
         for (int64_t i = n; i < N; i++) assert_true(g2[i] == g[i]); /* nothing past n written */
         /* split at an odd point: same bits */
@@ -50,10 +50,10 @@ static void check_isa(const es_kern *ref, const es_kern *k)
         memcpy(g2, g, sizeof(g));
         float s1 = ref->exp_sum(g1, 4.0f, n), s2 = k->exp_sum(g2, 4.0f, n);
         for (int64_t i = 0; i < n; i++)
-            if (fabsf(g1[i] - g2[i]) > 1e-6f * fabsf(g1[i]))
+            if (!t_near(g2[i], g1[i], 1e-6f * fabsf(g1[i])))
                 fail_msg("%s exp n=%lld i=%lld: %g vs %g", k->isa, (long long)n, (long long)i, g2[i], g1[i]);
         for (int64_t i = n; i < N; i++) assert_true(g2[i] == g[i]);
-        assert_true(fabsf(s1 - s2) <= 1e-5f * s1 + 1e-30f);
+        assert_true(t_near(s2, s1, 1e-5f * s1 + 1e-30f));
 
         /* scale and max: a multiply per element, exact; the max of the same values */
         fill(g, N, 30.0f, 6 + n);
@@ -71,7 +71,7 @@ static void check_isa(const es_kern *ref, const es_kern *k)
             ref->rmsnorm(g1, g, u, n, 1e-5f);
             k->rmsnorm(g2, g, u, n, 1e-5f);
             for (int64_t i = 0; i < n; i++)
-                if (fabsf(g1[i] - g2[i]) > 2e-6f * fabsf(g1[i]) + 1e-6f)
+                if (!t_near(g2[i], g1[i], 2e-6f * fabsf(g1[i]) + 1e-6f))
                     fail_msg("%s rmsnorm n=%lld i=%lld: %g vs %g", k->isa, (long long)n, (long long)i, g2[i], g1[i]);
         }
     }

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: estream synth [--arch olmoe] --preset tiny|tiny-gqa|mini|olmoe-1b-7b [--type f32|f16|q8_0|q4_0]\n"
+    "usage: estream synth [--arch olmoe] --preset tiny|tiny-gqa|small|mini|olmoe-1b-7b [--type f32|f16|q8_0|q4_0]\n"
     "                     [--seed N] [--vocab VOCAB.gguf] -o FILE\n"
     "\n"
     "Writes a model with random weights and llama.cpp's tensor names, shapes and metadata for the\n"
@@ -52,7 +52,7 @@ int cmd_synth(int argc, char **argv)
         else if (!strcmp(s, "-o") || !strcmp(s, "--output")) out = cli_value(&a, s);
         else cli_unknown(&a, s);
     }
-    if (!o.preset) cli_die("synth: give --preset tiny, tiny-gqa, mini or olmoe-1b-7b");
+    if (!o.preset) cli_die("synth: give --preset tiny, tiny-gqa, small, mini or olmoe-1b-7b");
     if (!out) cli_die("synth: give the output file with -o FILE");
     int last_tenth = 0;
     o.progress = progress;

@@ -22,7 +22,7 @@
 
 enum {
     GEMM_CHUNK = 64,     /* output rows per work item of a dense product */
-    PLAN_CAPACITY = 16384, /* routes per expert-plan invocation; more are split */
+    PLAN_CAPACITY = 16384, /* default routes per expert-plan invocation; more are split */
     MAX_PLANS = 8,       /* distinct expert shape classes (weight-type mixes) per model */
 };
 
@@ -30,6 +30,7 @@ typedef struct plan_entry { uint32_t gate, up, down; es_plan *plan; } plan_entry
 
 struct es_fast {
     int n_threads;
+    int plan_capacity;    /* routes per expert-plan invocation; more are split */
     es_pool *pool;
     int64_t t_cap;        /* tokens the buffers below hold */
     float *x, *h, *q, *k, *v, *att, *tmp, *moe; /* [t_cap][...] activations */
@@ -154,13 +155,13 @@ static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_st
     es_expert_shape sh = {m->hp.n_embd, m->hp.n_ff_exp, L->gate_exps.type, L->up_exps.type,
                           L->down_exps.type, m->hp.n_expert};
     es_plan *p = NULL;
-    if ((*st = es_plan_create(&sh, PLAN_CAPACITY, (int)f->t_cap, m->hp.n_expert, f->pool, &p)))
+    if ((*st = es_plan_create(&sh, f->plan_capacity, (int)f->t_cap, m->hp.n_expert, f->pool, &p)))
         return NULL;
     f->plans[f->n_plans++] = (plan_entry){sh.gate_type, sh.up_type, sh.down_type, p};
     return p;
 }
 
-static es_status fast_create(es_model *m, int n_threads, es_fast **out)
+static es_status fast_create(es_model *m, int n_threads, int plan_capacity, es_fast **out)
 {
     const es_hparams *hp = &m->hp;
     es_fast *f = calloc(1, sizeof(*f));
@@ -171,6 +172,7 @@ static es_status fast_create(es_model *m, int n_threads, es_fast **out)
         return st;
     }
     f->n_threads = n_threads;
+    f->plan_capacity = plan_capacity;
     f->phi = calloc((size_t)hp->n_expert, sizeof(int32_t));
     f->slots = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof(es_expert_slot));
     f->scratch = calloc((size_t)n_threads, sizeof(void *));
@@ -420,17 +422,18 @@ static void sort_routes(es_fast *f, const es_hparams *hp, int64_t T, int il)
 }
 
 es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threads,
-                          int all_logits, float *logits)
+                          int plan_capacity, int all_logits, float *logits)
 {
     const es_hparams *hp = &m->hp;
     const int64_t T = (int64_t)n, d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
     es_status st;
     if (n_threads < 1) n_threads = 1;
-    if (m->fast && m->fast->n_threads != n_threads) {
+    if (plan_capacity < 1) plan_capacity = PLAN_CAPACITY;
+    if (m->fast && (m->fast->n_threads != n_threads || m->fast->plan_capacity != plan_capacity)) {
         es_fast_destroy(m->fast, hp);
         m->fast = NULL;
     }
-    if (!m->fast && (st = fast_create(m, n_threads, &m->fast))) return st;
+    if (!m->fast && (st = fast_create(m, n_threads, plan_capacity, &m->fast))) return st;
     es_fast *f = m->fast;
     if (f->t_cap < T && (st = alloc_buffers(f, m, T))) {
         free_buffers(f, hp);

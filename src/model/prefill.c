@@ -47,6 +47,7 @@ es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill
     const es_prefill_opts def = {0};
     if (!opts) opts = &def;
     if (opts->n_threads < 0) return es_fail(ES_E_INVAL, "thread count must be >= 0");
+    if (opts->plan_capacity < 0) return es_fail(ES_E_INVAL, "plan capacity must be >= 0");
     if (opts->reference) return es_forward_ref(m, ids, n, opts->all_logits, out);
     int threads = opts->n_threads;
     if (threads == 0) {
@@ -54,7 +55,7 @@ es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill
         threads = c > 0 ? (int)c : 1;
     }
     if (threads > 256) return es_fail(ES_E_INVAL, "at most 256 threads");
-    return es_forward_fast(m, ids, n, threads, opts->all_logits, out);
+    return es_forward_fast(m, ids, n, threads, opts->plan_capacity, opts->all_logits, out);
 }
 
 /* -log softmax(logits)[target], with the sum in double. */
