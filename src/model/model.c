@@ -123,7 +123,7 @@ static es_status bind(es_model *m, const char *name, uint32_t n_dims, const int6
                        (long long)ne[0], (long long)(n_dims > 1 ? ne[1] : 1),
                        (long long)(n_dims > 2 ? ne[2] : 1));
     out->name = strndup(t->name.ptr, t->name.len);
-    if (!out->name) return ES_E_NOMEM;
+    if (!out->name) return es_fail(ES_E_NOMEM, "%s: out of memory binding tensor %s", path, name);
     out->data = t->data;
     out->type = t->type;
     for (int d = 0; d < 4; d++) out->ne[d] = d < (int)t->n_dims ? t->ne[d] : 1;
@@ -151,7 +151,9 @@ static es_status bind_tensors(es_model *m)
     ES_TRY(bind(m, "output_norm.weight", 1, ne, true, &m->output_norm));
     ES_TRY(bind(m, "output.weight", 2, ne, false, &m->output));
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
-    if (!m->layers) return ES_E_NOMEM;
+    if (!m->layers)
+        return es_fail(ES_E_NOMEM, "%s: out of memory for %d layers", es_gguf_path(m->gguf),
+                       hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++) {
         es_layer *L = &m->layers[il];
         ES_TRY(bind_layer(m, il, "attn_norm", 1, d, 1, 1, true, &L->attn_norm));
