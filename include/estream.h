@@ -41,7 +41,9 @@ enum {
 
 /* Opens the GGUF at path: validates the file, reads hyperparameters, tensors and tokenizer.
  * On success *out owns the mapping; release it with es_model_close(). On failure *out is NULL.
- * Errors: ES_E_IO (cannot open), ES_E_FORMAT (malformed), ES_E_UNSUPPORTED (unknown arch). */
+ * Errors: ES_E_IO (cannot open), ES_E_FORMAT (malformed), ES_E_UNSUPPORTED (unknown arch),
+ * ES_E_NOMEM; es_last_error() names the file. Warnings logged while opening (stderr, see
+ * ESTREAM_LOG) are printed only if the open succeeds. */
 es_status es_model_open(const char *path, unsigned flags, es_model **out);
 void es_model_close(es_model *m); /* NULL is a no-op */
 

@@ -108,6 +108,46 @@ static void test_unknown_architecture(void **state)
     unlink(path);
 }
 
+/* A vocabulary-only GGUF with a byte-level BPE tokenizer: tokens a, b, ab, the given merge, and
+ * an unknown pre-tokenizer (which logs a warning while the tokenizer loads). */
+static void write_vocab(const char *path, const char *merge)
+{
+    es_gguf_writer *w;
+    assert_int_equal(es_gguf_writer_create(&w), ES_OK);
+    const char *toks[] = {"a", "b", "ab"};
+    assert_int_equal(es_gguf_writer_set_str(w, "general.architecture", "olmoe"), ES_OK);
+    assert_int_equal(es_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), ES_OK);
+    assert_int_equal(es_gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre"), ES_OK);
+    assert_int_equal(es_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 3), ES_OK);
+    assert_int_equal(es_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", &merge, NULL, 1), ES_OK);
+    assert_int_equal(es_gguf_writer_write(w, path), ES_OK);
+    es_gguf_writer_destroy(w);
+}
+
+/* A broken tokenizer: one line naming the file, and the warnings logged before the error are
+ * not printed; a working one with the same warning prints it. */
+static void test_broken_tokenizer_one_line(void **state)
+{
+    (void)state;
+    const char *path = t_tmp_path("broken-tok.gguf");
+    write_vocab(path, "a c");
+    char args[1024], want[600];
+    snprintf(want, sizeof(want), "%s: tokenizer.ggml.merges[0]", path);
+    snprintf(args, sizeof(args), "prefill -m %s -p hi", path);
+    expect_error(args, want);
+    snprintf(args, sizeof(args), "tokenize -m %s -p ab", path);
+    expect_error(args, want);
+    snprintf(args, sizeof(args), "info -m %s", path);
+    expect_error(args, want);
+    write_vocab(path, "a b");
+    char out[4096], err[4096];
+    snprintf(args, sizeof(args), "tokenize -m %s -p ab", path);
+    assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
+    assert_string_equal(out, "2\n");
+    assert_non_null(strstr(err, "unknown pre-tokenizer 'no-such-pre'"));
+    unlink(path);
+}
+
 static void test_prefill_json_and_dump(void **state)
 {
     (void)state;
@@ -194,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_unknown_architecture),
+        cmocka_unit_test(test_broken_tokenizer_one_line),
         cmocka_unit_test(test_prefill_json_and_dump),
         cmocka_unit_test(test_tokenize_vocab_only),
         cmocka_unit_test(test_synth_and_ppl_json),

@@ -193,25 +193,43 @@ static es_status read_arch(es_model *m)
                    m->arch);
 }
 
+/* Prefixes es_last_error() with "<path>: " unless it names the file already (the tokenizer's
+ * messages name the key only). */
+static es_status name_file(es_status st, const char *path)
+{
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", es_last_error());
+    if (strncmp(msg, path, strlen(path)) == 0) return st;
+    return es_fail(st, "%s: %s", path, msg);
+}
+
+/* Warnings logged while opening are held: printed if the open succeeds, dropped if it fails,
+ * so a failed open reports exactly one line (the error, which names the file). */
 es_status es_model_open(const char *path, unsigned flags, es_model **out)
 {
     *out = NULL;
     if (!path) return es_fail(ES_E_INVAL, "no model path given");
     es_model *m = calloc(1, sizeof(*m));
-    if (!m) return es_fail(ES_E_NOMEM, "out of memory");
+    if (!m) return es_fail(ES_E_NOMEM, "%s: out of memory", path);
+    const size_t log_mark = es_log_hold();
     m->vocab_only = (flags & ES_OPEN_VOCAB_ONLY) != 0;
     es_status st;
     if ((st = es_gguf_open(path, &m->gguf)) != ES_OK) goto fail;
     if ((st = read_arch(m)) != ES_OK) goto fail;
-    if ((st = es_tok_create(m->gguf, &m->tok)) != ES_OK) goto fail;
+    if ((st = es_tok_create(m->gguf, &m->tok)) != ES_OK) {
+        st = name_file(st, path);
+        goto fail;
+    }
     m->hp.n_vocab = es_tok_n_vocab(m->tok);
     if (!m->vocab_only) {
         if ((st = read_hparams(m)) != ES_OK) goto fail;
         if ((st = bind_tensors(m)) != ES_OK) goto fail;
     }
+    es_log_release(log_mark, 1);
     *out = m;
     return ES_OK;
 fail:
+    es_log_release(log_mark, 0);
     es_model_close(m);
     return st;
 }
