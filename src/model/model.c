@@ -21,14 +21,9 @@ static es_status get_int(const es_model *m, const char *key, bool required, int 
 {
     char full[128];
     snprintf(full, sizeof(full), "%s.%s", m->arch, key);
-    int64_t v;
-    if (!es_gguf_get_i64(m->gguf, full, &v)) {
-        if (!required) return ES_OK;
-        if (es_gguf_find_key(m->gguf, full) >= 0)
-            return es_fail(ES_E_FORMAT, "%s: key %s has a non-integer type", es_gguf_path(m->gguf),
-                           full);
-        return es_fail(ES_E_FORMAT, "%s: missing key %s", es_gguf_path(m->gguf), full);
-    }
+    int64_t v = *out;
+    if (es_gguf_find_key(m->gguf, full) < 0 && !required) return ES_OK; /* keep the default */
+    ES_TRY(es_gguf_read_i64(m->gguf, full, required, &v));
     if (v < lo || v > hi)
         return es_fail(ES_E_FORMAT, "%s: %s = %lld is out of range [%d, %d]",
                        es_gguf_path(m->gguf), full, (long long)v, lo, hi);
@@ -40,8 +35,8 @@ static es_status get_float(const es_model *m, const char *key, float lo, float h
 {
     char full[128];
     snprintf(full, sizeof(full), "%s.%s", m->arch, key);
-    float v;
-    if (!es_gguf_get_f32(m->gguf, full, &v)) return ES_OK; /* optional: keep the default */
+    float v = *out; /* optional: absent keeps the default */
+    ES_TRY(es_gguf_read_f32(m->gguf, full, false, &v));
     if (!(v >= lo && v <= hi))
         return es_fail(ES_E_FORMAT, "%s: %s = %g is out of range", es_gguf_path(m->gguf), full,
                        (double)v);
@@ -175,11 +170,9 @@ static es_status bind_tensors(es_model *m)
 static es_status read_arch(es_model *m)
 {
     const char *path = es_gguf_path(m->gguf);
-    es_str arch;
-    if (!es_gguf_get_str(m->gguf, "general.architecture", &arch)) {
-        if (m->vocab_only) return ES_OK;
-        return es_fail(ES_E_FORMAT, "%s: missing key general.architecture", path);
-    }
+    es_str arch = {"", 0};
+    ES_TRY(es_gguf_read_str(m->gguf, "general.architecture", !m->vocab_only, &arch));
+    if (arch.len == 0 && m->vocab_only) return ES_OK;
     if (arch.len >= sizeof(m->arch) || memchr(arch.ptr, 0, arch.len))
         return es_fail(ES_E_FORMAT, "%s: bad general.architecture", path);
     memcpy(m->arch, arch.ptr, arch.len);
