@@ -149,6 +149,15 @@ static void test_prefill_rejects_bad_input(void **state)
     float *big = malloc(sizeof(float) * 320);
     assert_int_equal(es_prefill(m, many, 513, &o, big), ES_E_INVAL);
     assert_non_null(strstr(es_last_error(), "context"));
+    /* threads: 1..ES_MAX_THREADS, or 0 for the CPU count (capped at ES_MAX_THREADS) */
+    ids[3] = 3;
+    es_prefill_opts f = {.n_threads = ES_MAX_THREADS + 1};
+    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "outside 1..256"));
+    f.n_threads = -1;
+    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_E_INVAL);
+    f.n_threads = 0;
+    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_OK);
     free(big);
     free(many);
     es_model_close(m);
