@@ -91,6 +91,8 @@ $(BUILD)/tools/%: tools/%.c $(BUILD)/libestream.a
 
 # test_plan counts the library's allocations through these wrappers (invoke must not allocate).
 $(BUILD)/tests/test_plan: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=mmap
+# test_oom fails the N-th allocation through these wrappers.
+$(BUILD)/tests/test_oom: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=strdup,--wrap=strndup
 
 tests: $(TEST_BIN) $(BUILD)/estream
 bench: $(BENCH_BIN) $(BUILD)/estream

@@ -41,7 +41,9 @@ enum {
 
 /* Opens the GGUF at path: validates the file, reads hyperparameters, tensors and tokenizer.
  * On success *out owns the mapping; release it with es_model_close(). On failure *out is NULL.
- * Errors: ES_E_IO (cannot open), ES_E_FORMAT (malformed), ES_E_UNSUPPORTED (unknown arch). */
+ * Errors: ES_E_IO (cannot open), ES_E_FORMAT (malformed), ES_E_UNSUPPORTED (unknown arch),
+ * ES_E_NOMEM; es_last_error() names the file. Warnings logged while opening (stderr, see
+ * ESTREAM_LOG) are printed only if the open succeeds. */
 es_status es_model_open(const char *path, unsigned flags, es_model **out);
 void es_model_close(es_model *m); /* NULL is a no-op */
 
@@ -63,9 +65,13 @@ int32_t es_model_bos(const es_model *m);
  * range. Valid until es_model_close(). */
 const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
 
+/* The most compute threads a prefill can use. */
+#define ES_MAX_THREADS 256
+
 /* Options for es_prefill(). Zero-initialise, then set what you need. */
 typedef struct es_prefill_opts {
-    int n_threads;  /* 0 = number of online CPUs */
+    int n_threads;  /* 1..ES_MAX_THREADS; 0 = online CPUs, at most ES_MAX_THREADS. The fast path
+                     * only: the reference path is single-threaded. */
     int reference;  /* 1 = plain reference path (the oracle), 0 = fast path */
     int all_logits; /* 1 = logits for every position, 0 = only the last position */
     int plan_capacity; /* routes per expert-operator invocation (0 = 16384); a layer with more

@@ -90,6 +90,87 @@ static void test_bad_input(void **state)
     unlink(ids);
 }
 
+/* -t takes exactly what the library takes (1..ES_MAX_THREADS), other flags refuse garbage with
+ * one line, and the default thread count works whatever the CPU count. */
+static void test_flags(void **state)
+{
+    (void)state;
+    char range[64], out[8192];
+    snprintf(range, sizeof(range), "[1, %d]", ES_MAX_THREADS);
+    const char *cmds[] = {"prefill -m " DATA "tiny-f32.gguf -p hi",
+                          "bench -m " DATA "tiny-f32.gguf -p 8 -r 1",
+                          "ppl -m " DATA "tiny-f32.gguf -f " DATA "ppl-text.txt -c 8"};
+    for (size_t i = 0; i < T_LEN(cmds); i++) {
+        char args[512];
+        snprintf(args, sizeof(args), "%s -t 0", cmds[i]);
+        expect_error(args, range);
+        snprintf(args, sizeof(args), "%s -t %d", cmds[i], ES_MAX_THREADS + 1);
+        expect_error(args, range);
+        snprintf(args, sizeof(args), "%s -t -2", cmds[i]);
+        expect_error(args, range);
+    }
+    char args[512];
+    snprintf(args, sizeof(args), "prefill -m %s -p hi -t %d --json", DATA "tiny-f32.gguf",
+             ES_MAX_THREADS);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    /* the default: online CPUs, at most ES_MAX_THREADS */
+    assert_int_equal(run("prefill -m " DATA "tiny-f32.gguf -p hi --json", out, sizeof(out), NULL, 0), 0);
+    const char *t = strstr(out, "\"n_threads\": ");
+    assert_non_null(t);
+    int n = atoi(t + 13);
+    assert_true(n >= 1 && n <= ES_MAX_THREADS);
+
+    expect_error("ppl -m " DATA "tiny-f32.gguf -f " DATA "ppl-text.txt -c -5", "[4, ");
+    expect_error("ppl -m " DATA "tiny-f32.gguf -f " DATA "ppl-text.txt -c", "needs a value");
+    expect_error("ppl -m " DATA "tiny-f32.gguf -f " DATA "ppl-text.txt --chunks 0", "--chunks");
+    expect_error("bench -m " DATA "tiny-f32.gguf -r abc", "-r");
+    expect_error("bench -m " DATA "tiny-f32.gguf -p ''", "bad -p list");
+    expect_error("bench -m " DATA "tiny-f32.gguf -p 16,,32", "bad -p list");
+    expect_error("bench -m " DATA "tiny-f32.gguf -p 1024", "exceeds the model's context");
+    expect_error("synth --preset tiny --seed -3 -o x.gguf", "--seed");
+    expect_error("prefill -m '' -p hi", "no model");
+    expect_error("prefill -m " DATA "tiny-f32.gguf -p hi --top -1", "--top");
+    /* one "synth:" prefix, not two */
+    char err[4096];
+    assert_int_not_equal(run("synth --arch llama --preset tiny -o x.gguf", out, sizeof(out), err,
+                             sizeof(err)), 0);
+    assert_null(strstr(err, "synth: synth:"));
+    assert_non_null(strstr(err, "unknown architecture 'llama'"));
+    /* the default length list is capped at the context (tiny: 512) instead of failing */
+    assert_int_equal(run("bench -m " DATA "tiny-f32.gguf -r 1 --json", out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "\"n_prompt\": 512"));
+    assert_null(strstr(out, "\"n_prompt\": 1024"));
+}
+
+/* The reference path uses no SIMD kernel table and one thread: its outputs say so. */
+static void test_reference_output(void **state)
+{
+    (void)state;
+    char out[8192];
+    assert_int_equal(run("prefill -m " DATA "tiny-f32.gguf -p hi --reference --json -t 4", out,
+                         sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "\"path\": \"reference\""));
+    assert_non_null(strstr(out, "\"n_threads\": 1}"));
+    assert_null(strstr(out, "kernels"));
+    assert_int_equal(run("prefill -m " DATA "tiny-f32.gguf -p hi --reference", out, sizeof(out),
+                         NULL, 0), 0);
+    assert_non_null(strstr(out, "reference path, 1 thread"));
+    assert_null(strstr(out, "kernels"));
+    assert_int_equal(run("bench -m " DATA "tiny-f32.gguf -p 8 -r 1 --reference --json", out,
+                         sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "\"path\": \"reference\""));
+    assert_null(strstr(out, "kernels"));
+    assert_int_equal(run("bench -m " DATA "tiny-f32.gguf -p 8 -r 1 --reference", out, sizeof(out),
+                         NULL, 0), 0);
+    assert_non_null(strstr(out, "reference path"));
+    assert_null(strstr(out, "kernels"));
+    /* the fast path still names its table */
+    assert_int_equal(run("prefill -m " DATA "tiny-f32.gguf -p hi --json", out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "\"kernels\": \""));
+    assert_int_equal(run("bench -m " DATA "tiny-f32.gguf -p 8 -r 1", out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "kernels, fast path"));
+}
+
 static void test_unknown_architecture(void **state)
 {
     (void)state;
@@ -105,6 +186,46 @@ static void test_unknown_architecture(void **state)
     char args[1024];
     snprintf(args, sizeof(args), "prefill -m %s -p hi", path);
     expect_error(args, "unknown architecture 'mamba'");
+    unlink(path);
+}
+
+/* A vocabulary-only GGUF with a byte-level BPE tokenizer: tokens a, b, ab, the given merge, and
+ * an unknown pre-tokenizer (which logs a warning while the tokenizer loads). */
+static void write_vocab(const char *path, const char *merge)
+{
+    es_gguf_writer *w;
+    assert_int_equal(es_gguf_writer_create(&w), ES_OK);
+    const char *toks[] = {"a", "b", "ab"};
+    assert_int_equal(es_gguf_writer_set_str(w, "general.architecture", "olmoe"), ES_OK);
+    assert_int_equal(es_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), ES_OK);
+    assert_int_equal(es_gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre"), ES_OK);
+    assert_int_equal(es_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 3), ES_OK);
+    assert_int_equal(es_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", &merge, NULL, 1), ES_OK);
+    assert_int_equal(es_gguf_writer_write(w, path), ES_OK);
+    es_gguf_writer_destroy(w);
+}
+
+/* A broken tokenizer: one line naming the file, and the warnings logged before the error are
+ * not printed; a working one with the same warning prints it. */
+static void test_broken_tokenizer_one_line(void **state)
+{
+    (void)state;
+    const char *path = t_tmp_path("broken-tok.gguf");
+    write_vocab(path, "a c");
+    char args[1024], want[600];
+    snprintf(want, sizeof(want), "%s: tokenizer.ggml.merges[0]", path);
+    snprintf(args, sizeof(args), "prefill -m %s -p hi", path);
+    expect_error(args, want);
+    snprintf(args, sizeof(args), "tokenize -m %s -p ab", path);
+    expect_error(args, want);
+    snprintf(args, sizeof(args), "info -m %s", path);
+    expect_error(args, want);
+    write_vocab(path, "a b");
+    char out[4096], err[4096];
+    snprintf(args, sizeof(args), "tokenize -m %s -p ab", path);
+    assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
+    assert_string_equal(out, "2\n");
+    assert_non_null(strstr(err, "unknown pre-tokenizer 'no-such-pre'"));
     unlink(path);
 }
 
@@ -193,7 +314,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_reference_output),
         cmocka_unit_test(test_unknown_architecture),
+        cmocka_unit_test(test_broken_tokenizer_one_line),
         cmocka_unit_test(test_prefill_json_and_dump),
         cmocka_unit_test(test_tokenize_vocab_only),
         cmocka_unit_test(test_synth_and_ppl_json),

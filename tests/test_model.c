@@ -10,6 +10,7 @@
 
 #include "estream.h"
 #include "model/model.h"
+#include "gguf/gguf.h"
 
 #include <math.h>
 
@@ -148,6 +149,15 @@ static void test_prefill_rejects_bad_input(void **state)
     float *big = malloc(sizeof(float) * 320);
     assert_int_equal(es_prefill(m, many, 513, &o, big), ES_E_INVAL);
     assert_non_null(strstr(es_last_error(), "context"));
+    /* threads: 1..ES_MAX_THREADS, or 0 for the CPU count (capped at ES_MAX_THREADS) */
+    ids[3] = 3;
+    es_prefill_opts f = {.n_threads = ES_MAX_THREADS + 1};
+    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "outside 1..256"));
+    f.n_threads = -1;
+    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_E_INVAL);
+    f.n_threads = 0;
+    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_OK);
     free(big);
     free(many);
     es_model_close(m);
@@ -196,6 +206,75 @@ static void test_open_errors(void **state)
     es_model_close(m);
 }
 
+/* The tiny model's metadata (no tensors) without key `skip`, then `set` applied; opened, the
+ * error message must contain want. */
+static void expect_meta_error(const char *skip, es_status (*set)(es_gguf_writer *),
+                              const char *want)
+{
+    const char *path = t_tmp_path("meta.gguf");
+    es_gguf *g = NULL;
+    assert_int_equal(es_gguf_open("tests/data/tiny-f32.gguf", &g), ES_OK);
+    es_gguf_writer *w = NULL;
+    assert_int_equal(es_gguf_writer_create(&w), ES_OK);
+    for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
+        char key[256];
+        es_str k = es_gguf_key(g, i);
+        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
+        if (skip && strcmp(key, skip) == 0) continue;
+        assert_int_equal(es_gguf_writer_copy_kv(w, g, key), ES_OK);
+    }
+    es_gguf_close(g);
+    if (set) assert_int_equal(set(w), ES_OK);
+    assert_int_equal(es_gguf_writer_write(w, path), ES_OK);
+    es_gguf_writer_destroy(w);
+    es_model *m = NULL;
+    assert_int_not_equal(es_model_open(path, 0, &m), ES_OK);
+    assert_null(m);
+    if (!strstr(es_last_error(), want) || !strstr(es_last_error(), path))
+        fail_msg("error '%s' lacks '%s' or the path", es_last_error(), want);
+    unlink(path);
+}
+
+static es_status arch_u32(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "general.architecture", 7);
+}
+static es_status ctx_str(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_str(w, "olmoe.context_length", "4096");
+}
+static es_status experts_f32(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_f32(w, "olmoe.expert_count", 8.0f);
+}
+static es_status kv_heads_str(es_gguf_writer *w) /* optional key, wrong type */
+{
+    return es_gguf_writer_set_str(w, "olmoe.attention.head_count_kv", "4");
+}
+static es_status freq_base_bool(es_gguf_writer *w) /* optional float, wrong type */
+{
+    return es_gguf_writer_set_bool(w, "olmoe.rope.freq_base", true);
+}
+static es_status ctx_huge(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u64(w, "olmoe.context_length", UINT64_MAX);
+}
+
+/* Missing and wrongly typed metadata are told apart, for required and optional keys. */
+static void test_metadata_types(void **state)
+{
+    (void)state;
+    expect_meta_error(NULL, arch_u32, "general.architecture has type uint32, expected string");
+    expect_meta_error("general.architecture", NULL, "missing key general.architecture");
+    expect_meta_error(NULL, ctx_str, "olmoe.context_length has type string, expected an integer");
+    expect_meta_error("olmoe.context_length", NULL, "missing key olmoe.context_length");
+    expect_meta_error(NULL, experts_f32, "olmoe.expert_count has type float32, expected an integer");
+    expect_meta_error(NULL, kv_heads_str,
+                      "olmoe.attention.head_count_kv has type string, expected an integer");
+    expect_meta_error(NULL, freq_base_bool, "olmoe.rope.freq_base has type bool, expected a number");
+    expect_meta_error(NULL, ctx_huge, "olmoe.context_length = 18446744073709551615 is out of range");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -206,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_prefill_rejects_bad_input),
         cmocka_unit_test(test_ppl_matches_llama_cpp),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_metadata_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,7 +32,10 @@ int32_t *cli_tokenize(const es_model *m, const char *text, size_t len, bool add_
                       bool parse_special, size_t *n);
 /* Opens a model or dies. */
 es_model *cli_open_model(const char *path, unsigned flags);
-/* Default thread count: online CPUs. */
+/* A macro's value as a string literal, for help texts ("1.." CLI_XSTR(ES_MAX_THREADS)). */
+#define CLI_STR(x) #x
+#define CLI_XSTR(x) CLI_STR(x)
+/* Default thread count: online CPUs, at most ES_MAX_THREADS (what the library accepts). */
 int cli_default_threads(void);
 /* Writes s as a JSON string literal (quotes included) to f. */
 void cli_json_str(FILE *f, const char *s, size_t len);

@@ -16,6 +16,8 @@ static const char help[] =
     "tokens of text.\n"
     "  -c CTX       chunk length in tokens (default 512)\n"
     "  --chunks N   evaluate at most N chunks (default all)\n"
+    "  -t THREADS   compute threads, 1.." CLI_XSTR(ES_MAX_THREADS) " (default: all CPUs, at most "
+    CLI_XSTR(ES_MAX_THREADS) ")\n"
     "  --json       print {\"ppl\", \"n_scored\", \"chunks\", \"seconds\"} as one JSON object\n"
     "Progress goes to stderr, one line per chunk.\n";
 
@@ -43,7 +45,7 @@ int cmd_ppl(int argc, char **argv)
         else if (!strcmp(s, "-f") || !strcmp(s, "--file")) file = cli_value(&a, s);
         else if (!strcmp(s, "-c") || !strcmp(s, "--ctx")) ctx = (int)cli_int(s, cli_value(&a, s), 4, 1 << 24);
         else if (!strcmp(s, "--chunks")) chunks = (int)cli_int(s, cli_value(&a, s), 1, 1 << 30);
-        else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) o.n_threads = (int)cli_int(s, cli_value(&a, s), 1, 1024);
+        else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) o.n_threads = (int)cli_int(s, cli_value(&a, s), 1, ES_MAX_THREADS);
         else if (!strcmp(s, "--json")) json = true;
         else if (!strcmp(s, "--reference")) o.reference = 1;
         else cli_unknown(&a, s);

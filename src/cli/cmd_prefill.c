@@ -17,9 +17,11 @@ static const char help[] =
     "peak resident memory.\n"
     "  --ids FILE         pre-tokenized ids, whitespace-separated, used exactly as given\n"
     "  --top K            how many next tokens to print (default 5)\n"
-    "  -t THREADS         compute threads (default: all CPUs)\n"
+    "  -t THREADS         compute threads, 1.." CLI_XSTR(ES_MAX_THREADS) " (default: all CPUs, at most "
+    CLI_XSTR(ES_MAX_THREADS) ")\n"
     "  --json             one JSON object: n_tokens, top [{id, piece, prob}], seconds,\n"
-    "                     tokens_per_second, peak_rss_bytes\n"
+    "                     tokens_per_second, peak_rss_bytes, path, kernels (fast path only),\n"
+    "                     n_threads\n"
     "  --dump-logits OUT  write the logits of every position as little-endian float32,\n"
     "                     row-major [n_tokens x n_vocab]\n"
     "  --reference        use the plain reference path (the oracle) instead of the fast path\n"
@@ -97,7 +99,7 @@ int cmd_prefill(int argc, char **argv)
         else if (!strcmp(s, "-f") || !strcmp(s, "--file")) file = cli_value(&a, s);
         else if (!strcmp(s, "--ids")) ids_file = cli_value(&a, s);
         else if (!strcmp(s, "--top")) top = (int)cli_int(s, cli_value(&a, s), 1, 1000000);
-        else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) o.n_threads = (int)cli_int(s, cli_value(&a, s), 1, 1024);
+        else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) o.n_threads = (int)cli_int(s, cli_value(&a, s), 1, ES_MAX_THREADS);
         else if (!strcmp(s, "--json")) json = true;
         else if (!strcmp(s, "--dump-logits")) dump = cli_value(&a, s);
         else if (!strcmp(s, "--reference")) o.reference = 1;
@@ -154,9 +156,13 @@ int cmd_prefill(int argc, char **argv)
             cli_json_str(stdout, piece ? piece : "", piece ? plen : 0);
             printf(", \"prob\": %.9g}", e[i].prob);
         }
-        printf("], \"seconds\": %.6f, \"tokens_per_second\": %.3f, \"peak_rss_bytes\": %zu, "
-               "\"path\": \"%s\", \"kernels\": \"%s\", \"n_threads\": %d}\n", secs, (double)n / secs,
-               rss, o.reference ? "reference" : "fast", es_kernels_name(), o.n_threads);
+        printf("], \"seconds\": %.6f, \"tokens_per_second\": %.3f, \"peak_rss_bytes\": %zu, ",
+               secs, (double)n / secs, rss);
+        if (o.reference) /* single-threaded plain C: no kernel table */
+            printf("\"path\": \"reference\", \"n_threads\": 1}\n");
+        else
+            printf("\"path\": \"fast\", \"kernels\": \"%s\", \"n_threads\": %d}\n",
+                   es_kernels_name(), o.n_threads);
     } else {
         printf("tokens:     %zu\n", n);
         printf("top %d next tokens:\n", top);
@@ -167,8 +173,12 @@ int cmd_prefill(int argc, char **argv)
             cli_json_str(stdout, piece ? piece : "", piece ? plen : 0);
             putchar('\n');
         }
-        printf("time:       %.3f s (%.1f tokens/s, %s path, %s kernels, %d threads)\n", secs,
-               (double)n / secs, o.reference ? "reference" : "fast", es_kernels_name(), o.n_threads);
+        if (o.reference)
+            printf("time:       %.3f s (%.1f tokens/s, reference path, 1 thread)\n", secs,
+                   (double)n / secs);
+        else
+            printf("time:       %.3f s (%.1f tokens/s, fast path, %s kernels, %d threads)\n", secs,
+                   (double)n / secs, es_kernels_name(), o.n_threads);
         printf("peak RSS:   %.1f MiB\n", (double)rss / (1 << 20));
     }
     free(e);

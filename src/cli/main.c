@@ -38,7 +38,10 @@ void cli_die(const char *fmt, ...)
 void cli_die_status(es_status st, const char *what)
 {
     const char *msg = es_last_error();
-    cli_die("%s: %s", what, msg && *msg ? msg : es_status_str(st));
+    if (!msg || !*msg) msg = es_status_str(st);
+    size_t n = strlen(what);
+    if (strncmp(msg, what, n) == 0 && msg[n] == ':') cli_die("%s", msg); /* says "what:" already */
+    cli_die("%s: %s", what, msg);
 }
 
 const char *cli_value(cli_args *a, const char *flag)
@@ -137,7 +140,7 @@ int32_t *cli_tokenize(const es_model *m, const char *text, size_t len, bool add_
 
 es_model *cli_open_model(const char *path, unsigned flags)
 {
-    if (!path) cli_die("no model: give -m MODEL");
+    if (!path || !*path) cli_die("no model: give -m MODEL");
     es_model *m = NULL;
     es_status st = es_model_open(path, flags, &m);
     if (st) {
@@ -150,7 +153,7 @@ es_model *cli_open_model(const char *path, unsigned flags)
 int cli_default_threads(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    return n < 1 ? 1 : n > ES_MAX_THREADS ? ES_MAX_THREADS : (int)n;
 }
 
 void cli_json_str(FILE *f, const char *s, size_t len)

@@ -19,15 +19,55 @@ int es_log_level(void)
     return level;
 }
 
+/* Lines logged while a hold is active (see es_log_hold in util.h). A line that does not fit
+ * is dropped and counted. */
+static _Thread_local struct {
+    int depth;
+    int dropped;
+    size_t len;
+    char buf[4096];
+} held;
+
 void es_log(int level, const char *fmt, ...)
 {
     if (level > es_log_level()) return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("estream: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (held.depth > 0) {
+        char line[512];
+        int n = snprintf(line, sizeof(line), "estream: ");
+        vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+        size_t len = strlen(line);
+        line[len++] = '\n';
+        if (len <= sizeof(held.buf) - held.len) {
+            memcpy(held.buf + held.len, line, len);
+            held.len += len;
+        } else {
+            held.dropped++;
+        }
+    } else {
+        fputs("estream: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
     va_end(ap);
+}
+
+size_t es_log_hold(void)
+{
+    held.depth++;
+    return held.len;
+}
+
+void es_log_release(size_t mark, int emit)
+{
+    if (held.depth <= 0) return;
+    if (!emit && mark <= held.len) held.len = mark;
+    if (--held.depth > 0) return;
+    fwrite(held.buf, 1, held.len, stderr);
+    if (held.dropped) fprintf(stderr, "estream: (%d more log lines dropped)\n", held.dropped);
+    held.len = 0;
+    held.dropped = 0;
 }
 
 uint64_t es_now_ns(void)

@@ -33,6 +33,13 @@ es_status es_fail(es_status code, const char *fmt, ...) __attribute__((format(pr
 enum { ES_LOG_WARN = 1, ES_LOG_INFO = 2, ES_LOG_DEBUG = 3 };
 void es_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int es_log_level(void);
+/* Holding log lines (this thread only): between es_log_hold() and the matching
+ * es_log_release(mark, emit), es_log() keeps its lines instead of printing them. release with
+ * emit = false drops the lines logged since that hold (an operation that failed: its error
+ * message is the one line the user sees); with emit = true they stay, and are printed when the
+ * outermost hold is released. Holds nest. */
+size_t es_log_hold(void);
+void es_log_release(size_t mark, int emit);
 
 static inline int es_min_int(int a, int b) { return a < b ? a : b; }
 static inline int es_max_int(int a, int b) { return a > b ? a : b; }

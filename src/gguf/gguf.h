@@ -91,6 +91,16 @@ bool es_gguf_get_f32(const es_gguf *g, const char *key, float *out);
 bool es_gguf_get_bool(const es_gguf *g, const char *key, bool *out);
 bool es_gguf_get_str(const es_gguf *g, const char *key, es_str *out);
 
+/* The same, with errors: a key that is present but has a type that does not convert fails with
+ * ES_E_FORMAT "<file>: <key> has type uint32, expected string" (a value out of the result's
+ * range: "<file>: <key> = <v> is out of range"). An absent key fails with "<file>: missing key
+ * <key>" if required, else returns ES_OK and leaves *out as it was. */
+es_status es_gguf_read_str(const es_gguf *g, const char *key, bool required, es_str *out);
+es_status es_gguf_read_i64(const es_gguf *g, const char *key, bool required, int64_t *out);
+es_status es_gguf_read_f32(const es_gguf *g, const char *key, bool required, float *out);
+/* "uint32", "string", ...; "unknown" for a value outside the enum. */
+const char *es_gguf_type_name(es_gguf_type t);
+
 /* Arrays: element type and count. For ES_GGUF_ARRAY-typed keys only. */
 bool es_gguf_get_arr(const es_gguf *g, const char *key, es_gguf_type *elem_type, uint64_t *n);
 /* Raw little-endian elements of a scalar-typed array (not STRING/ARRAY): n * elem size bytes.

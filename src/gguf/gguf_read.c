@@ -748,6 +748,42 @@ bool es_gguf_get_str(const es_gguf *g, const char *key, es_str *out)
     return true;
 }
 
+const char *es_gguf_type_name(es_gguf_type t)
+{
+    return (unsigned)t < ES_GGUF_TYPE_COUNT ? type_names[t] : "unknown";
+}
+
+/* The error of a typed read that did not succeed: missing (if required) or wrongly typed. */
+static es_status read_failed(const es_gguf *g, const char *key, bool required, const char *want)
+{
+    const kv *k = find(g, key);
+    if (!k) return required ? es_fail(ES_E_FORMAT, "%s: missing key %s", g->name, key) : ES_OK;
+    return es_fail(ES_E_FORMAT, "%s: %s has type %s, expected %s", g->name, key,
+                   es_gguf_type_name(k->type), want);
+}
+
+es_status es_gguf_read_str(const es_gguf *g, const char *key, bool required, es_str *out)
+{
+    return es_gguf_get_str(g, key, out) ? ES_OK : read_failed(g, key, required, "string");
+}
+
+es_status es_gguf_read_i64(const es_gguf *g, const char *key, bool required, int64_t *out)
+{
+    if (es_gguf_get_i64(g, key, out)) return ES_OK;
+    const kv *k = find(g, key);
+    bool neg;
+    uint64_t mag;
+    if (k && kv_int(g, k, &neg, &mag)) /* an integer, but beyond int64 */
+        return es_fail(ES_E_FORMAT, "%s: %s = %s%llu is out of range", g->name, key,
+                       neg ? "-" : "", (unsigned long long)mag);
+    return read_failed(g, key, required, "an integer");
+}
+
+es_status es_gguf_read_f32(const es_gguf *g, const char *key, bool required, float *out)
+{
+    return es_gguf_get_f32(g, key, out) ? ES_OK : read_failed(g, key, required, "a number");
+}
+
 bool es_gguf_get_arr(const es_gguf *g, const char *key, es_gguf_type *elem_type, uint64_t *n)
 {
     const kv *k = find(g, key);

@@ -21,14 +21,9 @@ static es_status get_int(const es_model *m, const char *key, bool required, int 
 {
     char full[128];
     snprintf(full, sizeof(full), "%s.%s", m->arch, key);
-    int64_t v;
-    if (!es_gguf_get_i64(m->gguf, full, &v)) {
-        if (!required) return ES_OK;
-        if (es_gguf_find_key(m->gguf, full) >= 0)
-            return es_fail(ES_E_FORMAT, "%s: key %s has a non-integer type", es_gguf_path(m->gguf),
-                           full);
-        return es_fail(ES_E_FORMAT, "%s: missing key %s", es_gguf_path(m->gguf), full);
-    }
+    int64_t v = *out;
+    if (es_gguf_find_key(m->gguf, full) < 0 && !required) return ES_OK; /* keep the default */
+    ES_TRY(es_gguf_read_i64(m->gguf, full, required, &v));
     if (v < lo || v > hi)
         return es_fail(ES_E_FORMAT, "%s: %s = %lld is out of range [%d, %d]",
                        es_gguf_path(m->gguf), full, (long long)v, lo, hi);
@@ -40,8 +35,8 @@ static es_status get_float(const es_model *m, const char *key, float lo, float h
 {
     char full[128];
     snprintf(full, sizeof(full), "%s.%s", m->arch, key);
-    float v;
-    if (!es_gguf_get_f32(m->gguf, full, &v)) return ES_OK; /* optional: keep the default */
+    float v = *out; /* optional: absent keeps the default */
+    ES_TRY(es_gguf_read_f32(m->gguf, full, false, &v));
     if (!(v >= lo && v <= hi))
         return es_fail(ES_E_FORMAT, "%s: %s = %g is out of range", es_gguf_path(m->gguf), full,
                        (double)v);
@@ -123,7 +118,7 @@ static es_status bind(es_model *m, const char *name, uint32_t n_dims, const int6
                        (long long)ne[0], (long long)(n_dims > 1 ? ne[1] : 1),
                        (long long)(n_dims > 2 ? ne[2] : 1));
     out->name = strndup(t->name.ptr, t->name.len);
-    if (!out->name) return ES_E_NOMEM;
+    if (!out->name) return es_fail(ES_E_NOMEM, "%s: out of memory binding tensor %s", path, name);
     out->data = t->data;
     out->type = t->type;
     for (int d = 0; d < 4; d++) out->ne[d] = d < (int)t->n_dims ? t->ne[d] : 1;
@@ -151,7 +146,9 @@ static es_status bind_tensors(es_model *m)
     ES_TRY(bind(m, "output_norm.weight", 1, ne, true, &m->output_norm));
     ES_TRY(bind(m, "output.weight", 2, ne, false, &m->output));
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
-    if (!m->layers) return ES_E_NOMEM;
+    if (!m->layers)
+        return es_fail(ES_E_NOMEM, "%s: out of memory for %d layers", es_gguf_path(m->gguf),
+                       hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++) {
         es_layer *L = &m->layers[il];
         ES_TRY(bind_layer(m, il, "attn_norm", 1, d, 1, 1, true, &L->attn_norm));
@@ -173,11 +170,9 @@ static es_status bind_tensors(es_model *m)
 static es_status read_arch(es_model *m)
 {
     const char *path = es_gguf_path(m->gguf);
-    es_str arch;
-    if (!es_gguf_get_str(m->gguf, "general.architecture", &arch)) {
-        if (m->vocab_only) return ES_OK;
-        return es_fail(ES_E_FORMAT, "%s: missing key general.architecture", path);
-    }
+    es_str arch = {"", 0};
+    ES_TRY(es_gguf_read_str(m->gguf, "general.architecture", !m->vocab_only, &arch));
+    if (arch.len == 0 && m->vocab_only) return ES_OK;
     if (arch.len >= sizeof(m->arch) || memchr(arch.ptr, 0, arch.len))
         return es_fail(ES_E_FORMAT, "%s: bad general.architecture", path);
     memcpy(m->arch, arch.ptr, arch.len);
@@ -191,25 +186,43 @@ static es_status read_arch(es_model *m)
                    m->arch);
 }
 
+/* Prefixes es_last_error() with "<path>: " unless it names the file already (the tokenizer's
+ * messages name the key only). */
+static es_status name_file(es_status st, const char *path)
+{
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", es_last_error());
+    if (strncmp(msg, path, strlen(path)) == 0) return st;
+    return es_fail(st, "%s: %s", path, msg);
+}
+
+/* Warnings logged while opening are held: printed if the open succeeds, dropped if it fails,
+ * so a failed open reports exactly one line (the error, which names the file). */
 es_status es_model_open(const char *path, unsigned flags, es_model **out)
 {
     *out = NULL;
     if (!path) return es_fail(ES_E_INVAL, "no model path given");
     es_model *m = calloc(1, sizeof(*m));
-    if (!m) return es_fail(ES_E_NOMEM, "out of memory");
+    if (!m) return es_fail(ES_E_NOMEM, "%s: out of memory", path);
+    const size_t log_mark = es_log_hold();
     m->vocab_only = (flags & ES_OPEN_VOCAB_ONLY) != 0;
     es_status st;
     if ((st = es_gguf_open(path, &m->gguf)) != ES_OK) goto fail;
     if ((st = read_arch(m)) != ES_OK) goto fail;
-    if ((st = es_tok_create(m->gguf, &m->tok)) != ES_OK) goto fail;
+    if ((st = es_tok_create(m->gguf, &m->tok)) != ES_OK) {
+        st = name_file(st, path);
+        goto fail;
+    }
     m->hp.n_vocab = es_tok_n_vocab(m->tok);
     if (!m->vocab_only) {
         if ((st = read_hparams(m)) != ES_OK) goto fail;
         if ((st = bind_tensors(m)) != ES_OK) goto fail;
     }
+    es_log_release(log_mark, 1);
     *out = m;
     return ES_OK;
 fail:
+    es_log_release(log_mark, 0);
     es_model_close(m);
     return st;
 }

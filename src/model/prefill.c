@@ -46,15 +46,16 @@ es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill
     ES_TRY(check_ids(m, ids, n));
     const es_prefill_opts def = {0};
     if (!opts) opts = &def;
-    if (opts->n_threads < 0) return es_fail(ES_E_INVAL, "thread count must be >= 0");
+    if (opts->n_threads < 0 || opts->n_threads > ES_MAX_THREADS)
+        return es_fail(ES_E_INVAL, "thread count %d is outside 1..%d (0: online CPUs)",
+                       opts->n_threads, ES_MAX_THREADS);
     if (opts->plan_capacity < 0) return es_fail(ES_E_INVAL, "plan capacity must be >= 0");
     if (opts->reference) return es_forward_ref(m, ids, n, opts->all_logits, out);
     int threads = opts->n_threads;
     if (threads == 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = c > 0 ? (int)c : 1;
+        threads = c < 1 ? 1 : c > ES_MAX_THREADS ? ES_MAX_THREADS : (int)c;
     }
-    if (threads > 256) return es_fail(ES_E_INVAL, "at most 256 threads");
     return es_forward_fast(m, ids, n, threads, opts->plan_capacity, opts->all_logits, out);
 }
 

@@ -30,7 +30,6 @@
 /* About 20-80 us of spinning (a pause is 40-140 cycles), then sleep. Long enough to bridge the
  * gap between back-to-back kernels, short enough that an idle pool goes quiet at once. */
 #define SPIN_ITERS 2048
-#define MAX_THREADS 256
 
 typedef struct worker {
     es_pool *pool;
@@ -127,16 +126,17 @@ static void publish(es_pool *p)
 es_status es_pool_create(int n_threads, es_pool **out)
 {
     *out = NULL;
-    if (n_threads < 1 || n_threads > MAX_THREADS)
-        return es_fail(ES_E_INVAL, "thread pool: %d threads (1..%d)", n_threads, MAX_THREADS);
+    if (n_threads < 1 || n_threads > ES_MAX_THREADS)
+        return es_fail(ES_E_INVAL, "thread pool: %d threads (1..%d)", n_threads, ES_MAX_THREADS);
     es_pool *p = calloc(1, sizeof(*p));
-    if (!p) return ES_E_NOMEM;
+    if (!p) return es_fail(ES_E_NOMEM, "thread pool: out of memory");
     p->n = n_threads;
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof(worker));
         if (!p->workers) {
             free(p);
-            return ES_E_NOMEM;
+            return es_fail(ES_E_NOMEM, "thread pool: out of memory for %d workers",
+                           n_threads - 1);
         }
     }
     for (int i = 0; i < n_threads - 1; i++) {

@@ -27,7 +27,7 @@ typedef struct es_pool es_pool;
 /* A job body: runs on thread ith of nth (0 <= ith < nth; ith 0 is the caller of es_pool_run). */
 typedef void (*es_pool_fn)(void *arg, int ith, int nth);
 
-/* Starts a pool of n_threads threads (1 <= n_threads <= 256; 1 means no workers: jobs run inline
+/* Starts a pool of n_threads threads (1 <= n_threads <= ES_MAX_THREADS; 1 means no workers: jobs run inline
  * on the caller). On success *out owns the workers; release with es_pool_destroy().
  * Errors: ES_E_INVAL (bad count), ES_E_NOMEM, ES_E_UNSUPPORTED (thread creation failed; details in
  * es_last_error()). */

@@ -207,7 +207,9 @@ es_status es_tok_bpe_load_merges(es_tok *t, const es_gguf *g)
     while (cap < n * 2)
         cap <<= 1;
     t->pairs = malloc(cap * sizeof(*t->pairs));
-    if (!t->pairs) return ES_E_NOMEM;
+    if (!t->pairs)
+        return es_fail(ES_E_NOMEM, "%s: out of memory for the merge table (%zu bytes)", key,
+                       (size_t)cap * sizeof(*t->pairs));
     t->pair_mask = cap - 1;
     for (uint64_t i = 0; i < cap; i++)
         t->pairs[i].key = TOK_PAIR_EMPTY;
@@ -233,7 +235,7 @@ es_status es_tok_bpe_load_merges(es_tok *t, const es_gguf *g)
         /* the merged text, looked up once here instead of at every merge */
         char stackbuf[512];
         char *buf = m.len <= sizeof(stackbuf) ? stackbuf : malloc(m.len);
-        if (!buf) return ES_E_NOMEM;
+        if (!buf) return es_fail(ES_E_NOMEM, "%s[%llu]: out of memory", key, (unsigned long long)i);
         memcpy(buf, m.ptr, ll);
         memcpy(buf + ll, sp + 1, rl);
         int32_t res = es_tok_find(t, buf, ll + rl);

@@ -56,7 +56,8 @@ static es_status build_map(es_tok *t)
     t->map_mask = cap - 1;
     t->map_id = malloc(cap * sizeof(*t->map_id));
     t->map_hash = malloc(cap * sizeof(*t->map_hash));
-    if (!t->map_id || !t->map_hash) return ES_E_NOMEM;
+    if (!t->map_id || !t->map_hash)
+        return es_fail(ES_E_NOMEM, "tokenizer: out of memory for the map of %d tokens", t->n_vocab);
     memset(t->map_id, 0xFF, cap * sizeof(*t->map_id)); /* all -1 */
     for (int32_t id = 0; id < t->n_vocab; id++) {
         size_t n;
@@ -143,7 +144,8 @@ static es_status load_texts(es_tok *t, const es_gguf *g, const char *key)
     }
     t->text = malloc(total + 1);
     t->text_off = malloc(((size_t)t->n_vocab + 1) * sizeof(*t->text_off));
-    if (!t->text || !t->text_off) return ES_E_NOMEM;
+    if (!t->text || !t->text_off)
+        return es_fail(ES_E_NOMEM, "%s: out of memory for %zu bytes of token text", key, total);
     uint32_t off = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         es_str s = es_gguf_arr_str(g, key, (uint64_t)i);
@@ -168,7 +170,8 @@ static es_status load_scores_types(es_tok *t, const es_gguf *g)
     bool present;
     t->score = calloc((size_t)t->n_vocab, sizeof(*t->score));
     t->attr = malloc((size_t)t->n_vocab);
-    if (!t->score || !t->attr) return ES_E_NOMEM;
+    if (!t->score || !t->attr)
+        return es_fail(ES_E_NOMEM, "tokenizer: out of memory for the scores of %d tokens", t->n_vocab);
 
     const char *key = "tokenizer.ggml.scores";
     ES_TRY(get_array(g, key, ES_GGUF_FLOAT32, ES_GGUF_INT32, &ty, &n, &present));
@@ -335,7 +338,7 @@ static int cmp_special(const void *a, const void *b, void *arg)
 static es_status build_specials(es_tok *t, const es_gguf *g)
 {
     t->special = malloc((size_t)t->n_vocab * sizeof(*t->special));
-    if (!t->special) return ES_E_NOMEM;
+    if (!t->special) return es_fail(ES_E_NOMEM, "tokenizer: out of memory for the special tokens");
     for (int32_t id = 0; id < t->n_vocab; id++)
         if (t->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_USER | TOK_ATTR_UNKNOWN))
             t->special[t->n_special++] = id;
@@ -432,7 +435,7 @@ static es_status build_pieces(es_tok *t)
     strbuf b = {0};
     es_status st = ES_OK;
     t->piece_off = malloc(((size_t)t->n_vocab + 1) * sizeof(*t->piece_off));
-    if (!t->piece_off) return ES_E_NOMEM;
+    if (!t->piece_off) return es_fail(ES_E_NOMEM, "tokenizer: out of memory for the token pieces");
     /* Pieces are about as long as the texts; only "[UNK_BYTE_...]" renderings, which repeat the
      * whole text per bad character, can grow them (quadratically). Bound that. */
     size_t limit = ((size_t)64 << 20) + 8 * (size_t)t->text_off[t->n_vocab];
@@ -541,7 +544,7 @@ es_status es_tok_create(const es_gguf *g, es_tok **out)
         return es_fail(ES_E_FORMAT, "%s: %llu tokens is too many", key, (unsigned long long)n);
 
     es_tok *t = calloc(1, sizeof(*t));
-    if (!t) return ES_E_NOMEM;
+    if (!t) return es_fail(ES_E_NOMEM, "tokenizer: out of memory");
     t->kind = kind;
     t->n_vocab = (int32_t)n;
     if ((st = load_texts(t, g, key)) != ES_OK) goto fail;
@@ -596,7 +599,6 @@ es_status es_tok_create(const es_gguf *g, es_tok **out)
     *out = t;
     return ES_OK;
 fail:
-    if (st == ES_E_NOMEM) es_fail(ES_E_NOMEM, "tokenizer: out of memory");
     es_tok_destroy(t);
     return st;
 }
@@ -649,10 +651,10 @@ es_status es_tok_decode(const es_tok *t, const int32_t *ids, size_t n, char **te
         if (i == 0 && t->add_space_prefix && pl > 0 && p[0] == ' ') p++, pl--;
         if (sb_put(&b, p, pl) != ES_OK) {
             free(b.p);
-            return ES_E_NOMEM;
+            return es_fail(ES_E_NOMEM, "decode: out of memory for %zu ids", n);
         }
     }
-    if (!b.p && sb_put(&b, "", 0) != ES_OK) return ES_E_NOMEM;
+    if (!b.p && sb_put(&b, "", 0) != ES_OK) return es_fail(ES_E_NOMEM, "decode: out of memory");
     b.p[b.n] = 0;
     *text = b.p;
     *len = b.n;
