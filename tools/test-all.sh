@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: Release, ASan+UBSan, TSan (concurrent parts) and a bounded fuzz run.
+# The whole test suite: Release, ASan+UBSan, TSan (concurrent parts), the planted-bug check
+# (tools/mutants.sh) and a bounded fuzz run.
 # Prints "N passed, N failed" per configuration and a final total.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,15 @@ if make -j"$jobs" TSAN=1 build-tsan/estream >/dev/null 2>&1; then
 else
     echo "tsan: build failed"; total_f=$((total_f + 1)); status=1
 fi
+# Planted bugs (tests/mutants.txt): each must make the Release suite fail.
+echo "=== mutants ==="
+out=$(bash tools/mutants.sh 2>&1)
+echo "$out" | grep -v '^[0-9]* passed, [0-9]* failed$'
+p=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
+f=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
+[ -n "$p" ] || { p=0; f=1; }
+total_p=$((total_p + p)) total_f=$((total_f + f))
+[ "$f" -eq 0 ] || status=1
 # Fuzz the GGUF reader for a bounded time (libFuzzer, clang).
 echo "=== fuzz (gguf reader, ${ESTREAM_FUZZ_SECONDS:-60} s) ==="
 if make fuzz >/dev/null 2>&1; then
