@@ -106,7 +106,7 @@ static inline char *t_dir_snapshot(const char *dir, const char *except)
         total += strlen(line);
     }
     closedir(d);
-    qsort(lines, n, sizeof(char *), t_cmp_str);
+    if (n) qsort(lines, n, sizeof(char *), t_cmp_str);
     char *out = malloc(total);
     out[0] = 0;
     for (size_t i = 0; i < n; i++) {

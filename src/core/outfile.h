@@ -9,7 +9,9 @@
 #include <stddef.h>
 
 /* One output in progress. Zero-initialising is not enough for abort: use es_outfile_open(),
- * which leaves the struct closed (fd -1) on failure. Used by one thread at a time. */
+ * which leaves the struct closed (fd -1) on failure, or initialise fd to -1. One es_outfile is
+ * used by one thread at a time; different ones may be used on different threads at once (the
+ * list of temporary files is claimed slot by slot with atomics, no lock). */
 typedef struct es_outfile {
     int fd;           /* write here; -1 once committed, aborted or never opened */
     bool direct;      /* FIFO or character device: written in place, no temporary file */
