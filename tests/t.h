@@ -74,8 +74,9 @@ static int t_cmp_str(const void *a, const void *b)
 }
 
 /* What a directory holds, as one malloc'd string of sorted lines "name kind size inode mtime"
- * ("-> target" added for links, mtime 0 for FIFOs), so that two snapshots compare equal exactly when no entry was
- * added, removed, replaced or modified. The entry named except (NULL: none) is left out. */
+ * ("-> target" added for links, mtime 0 for FIFOs), so that two snapshots compare equal exactly
+ * when no entry was added, removed, replaced or modified. The entry named except (NULL: none)
+ * is left out. */
 static inline char *t_dir_snapshot(const char *dir, const char *except)
 {
     DIR *d = opendir(dir);
@@ -90,7 +91,8 @@ static inline char *t_dir_snapshot(const char *dir, const char *except)
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         struct stat sb;
         if (lstat(path, &sb) != 0) continue;
-        const char kind = S_ISREG(sb.st_mode) ? 'f' : S_ISLNK(sb.st_mode) ? 'l' : S_ISFIFO(sb.st_mode) ? 'p' : S_ISDIR(sb.st_mode) ? 'd' : '?';
+        const char kind = S_ISREG(sb.st_mode) ? 'f' : S_ISLNK(sb.st_mode) ? 'l'
+                          : S_ISFIFO(sb.st_mode) ? 'p' : S_ISDIR(sb.st_mode) ? 'd' : '?';
         if (kind == 'l') {
             ssize_t k = readlink(path, target, sizeof(target) - 1);
             target[k > 0 ? k : 0] = 0;

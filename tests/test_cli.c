@@ -337,7 +337,8 @@ static void interrupt_synth(int sig, bool through_link)
     const char *watch = through_link ? tdir : dir;
     int st = 0;
     for (int i = 0; i < 6000 && !has_temp(watch); i++) {
-        if (waitpid(pid, &st, WNOHANG) == pid) fail_msg("synth exited (status %d) before writing", st);
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("synth exited (status %d) before writing", st);
         usleep(10000);
     }
     assert_true(has_temp(watch));

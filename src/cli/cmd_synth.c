@@ -21,8 +21,8 @@ static const char help[] =
     "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file.\n"
     "FILE is written atomically: a temporary file beside it is renamed over it when complete; a\n"
     "failure or an interrupt (Ctrl-C, SIGTERM) leaves neither FILE nor the temporary file. A\n"
-    "symbolic link's target is replaced (the link stays). A FIFO or character device is written in\n"
-    "place; '-o -' writes to stdout.\n";
+    "symbolic link's target is replaced (the link stays). A FIFO or character device is\n"
+    "written in place; '-o -' writes to stdout.\n";
 
 /* On a terminal one line redrawn in place; otherwise a line per 10%. */
 static void progress(void *user, uint64_t done, uint64_t total)

@@ -33,9 +33,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdatomic.h>
-#include <stdio.h>
+#include <stdio.h> /* rename */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -149,12 +148,14 @@ es_status es_outfile_open(const char *path, es_outfile *f)
     if (!path || !*path) return es_fail(ES_E_INVAL, "output: empty path");
     struct stat ls, ts;
     bool exists = lstat(path, &ls) == 0;
-    if (!exists && errno != ENOENT) return es_fail(ES_E_IO, "cannot write %s: %s", path, strerror(errno));
+    if (!exists && errno != ENOENT)
+        return es_fail(ES_E_IO, "cannot write %s: %s", path, strerror(errno));
     const bool link = exists && S_ISLNK(ls.st_mode);
     ts = ls;
     if (link && stat(path, &ts) != 0) {
         if (errno == ENOENT)
-            return es_fail(ES_E_IO, "cannot write %s: it is a symbolic link to a missing file", path);
+            return es_fail(ES_E_IO, "cannot write %s: it is a symbolic link to a missing file",
+                           path);
         return es_fail(ES_E_IO, "cannot write %s: %s", path, strerror(errno));
     }
     if (exists && S_ISDIR(ts.st_mode))

@@ -495,7 +495,7 @@ es_status es_gguf_writer_write(es_gguf_writer *w, const char *path)
     } else if (o.err) {
         st = es_fail(ES_E_IO, "%s: write failed: %s", path, strerror(o.err));
     } else {
-        st = es_outfile_commit(&f); /* fsync, close, rename; removes the temporary file on failure */
+        st = es_outfile_commit(&f); /* fsync, close, rename; on failure removes the temp file */
     }
 done:
     es_outfile_abort(&f); /* no-op after a commit */
