@@ -130,10 +130,32 @@ typedef struct es_synth_opts {
     void (*progress)(void *user, uint64_t done, uint64_t total);
     void *user;
 } es_synth_opts;
-/* Writes the model to path (atomically: a failure leaves no file at path). */
+/* Writes the model to path as described under "Output files" below: a regular file appears only
+ * when complete, a FIFO or character device is written in place. */
 es_status es_synth(const es_synth_opts *opts, const char *path);
 /* Names of the presets, NULL-terminated. */
 const char *const *es_synth_presets(void);
+
+/* Output files. Every file the library writes (es_synth, the GGUF writer) is made this way:
+ * - A regular file, new or replacing an old one, is written to a new temporary file beside it,
+ *   "<path>.tmp.XXXXXXXXXXXX" (random, created exclusively: no existing file is ever touched;
+ *   mode 0666 less the umask), fsync'ed and renamed over path only when complete. Any failure
+ *   removes the temporary file and leaves path as it was.
+ * - A symbolic link to a regular file: its target is replaced that way (temporary file in the
+ *   target's directory); the link stays. A dangling link is refused.
+ * - A FIFO or character device (/dev/stdout, /dev/null), directly or through a link, is written in
+ *   place, without seeking; opening a FIFO waits for a reader.
+ * - A directory, socket or block device is refused before anything is written.
+ *
+ * Removes every temporary file that an output in progress (on any thread) has created, so that a
+ * process killed by a signal leaves none behind. Async-signal-safe: it only reads lock-free
+ * atomics and calls unlink(), and it preserves errno. Meant for a SIGINT/SIGTERM/SIGHUP handler
+ * that then re-raises the signal with the default action (the estream CLI does this); outputs in
+ * progress in a process that goes on fail at their rename with ES_E_IO. Limits: if a random
+ * temporary name is found taken (odds about 2^-71) and the signal lands in the instant before
+ * the next name is tried, that file is removed; with two outputs finishing and starting on other
+ * threads at the moment of the signal, one path may be read torn. */
+void es_cleanup_temp_files(void);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,9 @@
 #include <string.h>
 #include <cmocka.h>
 #include <math.h>
+#include <dirent.h>
+#include <stdbool.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +50,84 @@ static inline const char *t_tmp_path(const char *name)
     snprintf(p, 512, "%s/es-%d-%s", tmp && *tmp ? tmp : "/tmp", (int)getpid(), name);
     return p;
 }
+
+/* A fresh empty directory under $TMPDIR: "<tmp>/es-<pid>-<name>-XXXXXX". The caller owns the
+ * returned string; remove the tree with t_rm_rf(). */
+static inline char *t_mkdtemp(const char *name)
+{
+    char *d = malloc(512);
+    if (!d) return NULL;
+    snprintf(d, 512, "%s-XXXXXX", t_tmp_path(name));
+    if (!mkdtemp(d)) { free(d); return NULL; }
+    return d;
+}
+
+static inline void t_rm_rf(const char *dir)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "t_rm_rf: %s failed\n", cmd);
+}
+
+static int t_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* What a directory holds, as one malloc'd string of sorted lines "name kind size inode mtime"
+ * ("-> target" added for links, mtime 0 for FIFOs), so that two snapshots compare equal exactly
+ * when no entry was added, removed, replaced or modified. The entry named except (NULL: none)
+ * is left out. */
+static inline char *t_dir_snapshot(const char *dir, const char *except)
+{
+    DIR *d = opendir(dir);
+    if (!d) return strdup("(no directory)");
+    char **lines = NULL;
+    size_t n = 0, total = 1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (except && !strcmp(e->d_name, except)) continue;
+        char path[1024], target[512] = "", line[2048];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0) continue;
+        const char kind = S_ISREG(sb.st_mode) ? 'f' : S_ISLNK(sb.st_mode) ? 'l'
+                          : S_ISFIFO(sb.st_mode) ? 'p' : S_ISDIR(sb.st_mode) ? 'd' : '?';
+        if (kind == 'l') {
+            ssize_t k = readlink(path, target, sizeof(target) - 1);
+            target[k > 0 ? k : 0] = 0;
+        }
+        /* a FIFO's times change when it is written through: only its kind and inode count */
+        const bool timed = kind != 'p';
+        snprintf(line, sizeof(line), "%s %c %lld %llu %lld.%09ld%s%s\n", e->d_name, kind,
+                 (long long)sb.st_size, (unsigned long long)sb.st_ino,
+                 timed ? (long long)sb.st_mtim.tv_sec : 0LL, timed ? sb.st_mtim.tv_nsec : 0L,
+                 kind == 'l' ? " -> " : "", target);
+        lines = realloc(lines, (n + 1) * sizeof(char *));
+        lines[n++] = strdup(line);
+        total += strlen(line);
+    }
+    closedir(d);
+    if (n) qsort(lines, n, sizeof(char *), t_cmp_str);
+    char *out = malloc(total);
+    out[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        strcat(out, lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    return out;
+}
+
+/* Fails unless dir's snapshot (leaving out except) equals before. */
+#define T_DIR_UNCHANGED(dir, except, before)                                                       \
+    do {                                                                                           \
+        char *now_ = t_dir_snapshot((dir), (except));                                              \
+        if (strcmp(now_, (before)) != 0)                                                           \
+            fail_msg("%s changed:\n--- before\n%s--- after\n%s", (dir), (before), now_);          \
+        free(now_);                                                                                \
+    } while (0)
 
 /* Deterministic pseudo-random numbers (splitmix64): tests never depend on rand(). */
 typedef struct t_rng { uint64_t s; } t_rng;

@@ -1,22 +1,30 @@
 /*
  * The estream command line, end to end: every command's --help, the outputs users script
  * against (--json, --dump-logits, tokenize ids), and bad input answered by one line on stderr
- * and a non-zero exit, with no partial output file left behind.
+ * and a non-zero exit, with no partial output file left behind. Output files: a user's own
+ * "m.gguf.tmp" is never touched, an interrupted synth leaves its directory as it was, symbolic
+ * links stay links, FIFOs and stdout are written in place.
  */
 #include "t.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+
 #include "estream.h"
+#include "core/util.h"
 #include "gguf/gguf.h"
 
 #define DATA "tests/data/"
 
-/* Runs "estream ARGS" capturing stdout (and stderr into err when given). Returns the exit code. */
-static int run(const char *args, char *out, size_t cap, char *err, size_t ecap)
+/* Runs the shell command line cmd capturing stdout (and stderr into err when given). Returns the
+ * exit code (128 + the signal for a command killed by one). */
+static int run_cmd(const char *cmd, char *out, size_t cap, char *err, size_t ecap)
 {
-    char cmd[4096];
+    char full[8192];
     const char *errf = t_tmp_path("stderr.txt");
-    snprintf(cmd, sizeof(cmd), "%s %s 2>%s", t_bin(), args, errf);
-    int rc = t_run(cmd, out, cap);
+    snprintf(full, sizeof(full), "{ %s; } 2>%s", cmd, errf);
+    int rc = t_run(full, out, cap);
     if (err) {
         size_t len = 0;
         char *e = t_read_file(errf, &len);
@@ -27,16 +35,31 @@ static int run(const char *args, char *out, size_t cap, char *err, size_t ecap)
     return rc;
 }
 
+/* Runs "estream ARGS" capturing stdout (and stderr into err when given). Returns the exit code. */
+static int run(const char *args, char *out, size_t cap, char *err, size_t ecap)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s %s", t_bin(), args);
+    return run_cmd(cmd, out, cap, err, ecap);
+}
+
 /* An error is one line on stderr starting with "estream: ", and a non-zero exit. */
-static void expect_error(const char *args, const char *needle)
+static void expect_error_cmd(const char *cmd, const char *needle)
 {
     char out[4096], err[4096];
-    int rc = run(args, out, sizeof(out), err, sizeof(err));
-    if (rc == 0 || rc >= 128) fail_msg("'%s': exit %d, want a clean non-zero exit", args, rc);
-    if (strncmp(err, "estream: ", 9) != 0) fail_msg("'%s': stderr '%s'", args, err);
+    int rc = run_cmd(cmd, out, sizeof(out), err, sizeof(err));
+    if (rc == 0 || rc >= 128) fail_msg("'%s': exit %d, want a clean non-zero exit", cmd, rc);
+    if (strncmp(err, "estream: ", 9) != 0) fail_msg("'%s': stderr '%s'", cmd, err);
     const char *nl = strchr(err, '\n');
-    if (!nl || nl[1] != 0) fail_msg("'%s': stderr is not one line: '%s'", args, err);
-    if (needle && !strstr(err, needle)) fail_msg("'%s': '%s' lacks '%s'", args, err, needle);
+    if (!nl || nl[1] != 0) fail_msg("'%s': stderr is not one line: '%s'", cmd, err);
+    if (needle && !strstr(err, needle)) fail_msg("'%s': '%s' lacks '%s'", cmd, err, needle);
+}
+
+static void expect_error(const char *args, const char *needle)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s %s", t_bin(), args);
+    expect_error_cmd(cmd, needle);
 }
 
 static void test_help(void **state)
@@ -309,6 +332,311 @@ static void test_synth_and_ppl_json(void **state)
     unlink(model);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Output files: interrupted and hostile writes. Each case works in a fresh directory holding a
+ * user's own "m.gguf.tmp", and checks that the directory is afterwards exactly as it was (or
+ * holds just the new m.gguf).
+ * ------------------------------------------------------------------------------------------- */
+
+/* A fresh directory with the user's m.gguf.tmp in it. */
+static char *user_dir(const char *name)
+{
+    char *dir = t_mkdtemp(name), p[600];
+    assert_non_null(dir);
+    snprintf(p, sizeof(p), "%s/m.gguf.tmp", dir);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    fputs("the user's own file", f);
+    fclose(f);
+    return dir;
+}
+
+static bool files_equal(const char *a, const char *b)
+{
+    size_t la = 0, lb = 0;
+    char *x = t_read_file(a, &la), *y = t_read_file(b, &lb);
+    bool eq = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+/* (a) a user's m.gguf.tmp survives a successful synth, one refused at the start and one that
+ * fails midway (a file size limit: write() fails with EFBIG, which the CLI reports). */
+static void test_user_tmp_untouched(void **state)
+{
+    (void)state;
+    char *dir = user_dir("usertmp");
+    char *before = t_dir_snapshot(dir, NULL);
+    char args[1024], cmd[2048];
+    snprintf(args, sizeof(args), "synth --preset tiny --type q4_0 -o %s/m.gguf", dir);
+    assert_int_equal(run(args, NULL, 0, NULL, 0), 0);
+    T_DIR_UNCHANGED(dir, "m.gguf", before);
+    snprintf(args, sizeof(args), "%s/m.gguf", dir);
+    unlink(args);
+    snprintf(args, sizeof(args), "synth --preset tiny --type q2_k -o %s/m.gguf", dir);
+    expect_error(args, "unknown weight type");
+    T_DIR_UNCHANGED(dir, NULL, before);
+    snprintf(cmd, sizeof(cmd), "ulimit -f 64; exec %s synth --preset tiny -o %s/m.gguf", t_bin(),
+             dir);
+    expect_error_cmd(cmd, "File too large");
+    T_DIR_UNCHANGED(dir, NULL, before);
+    free(before);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+/* Starts argv with default signal dispositions (a test runner may ignore SIGINT), output to
+ * /dev/null. */
+static pid_t spawn(char *const argv[])
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+        for (size_t i = 0; i < T_LEN(sigs); i++) signal(sigs[i], SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits up to secs for pid; kills it and fails on a timeout. Returns the wait status. */
+static int wait_for(pid_t pid, double secs)
+{
+    int st = 0;
+    for (double t = 0; t < secs; t += 0.01) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return st;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    fail_msg("pid %d still running after %.0f s", (int)pid, secs);
+    return st;
+}
+
+/* Whether dir holds a temporary file of ours ("*.tmp.XXXXXXXXXXXX"). */
+static bool has_temp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    bool found = false;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        found |= t && strlen(t) == 5 + 12;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* (b) synth of the 3.7 GiB olmoe-1b-7b preset, interrupted once its temporary file exists:
+ * the process dies of the signal within seconds, and the directory (and, through a symbolic
+ * link, the target's directory) is as it was. */
+static void interrupt_synth(int sig, bool through_link)
+{
+    char *dir = user_dir("intr"), *tdir = through_link ? user_dir("intr-target") : NULL;
+    char out[600], target[600];
+    snprintf(out, sizeof(out), "%s/m.gguf", dir);
+    if (through_link) {
+        snprintf(target, sizeof(target), "%s/real.gguf", tdir);
+        FILE *f = fopen(target, "wb");
+        fputs("old model", f);
+        fclose(f);
+        assert_int_equal(symlink(target, out), 0);
+    }
+    char *before = t_dir_snapshot(dir, NULL), *tbefore = tdir ? t_dir_snapshot(tdir, NULL) : NULL;
+    char *argv[] = {(char *)t_bin(), "synth", "--preset", "olmoe-1b-7b", "--type", "q4_0", "-o",
+                    out, NULL};
+    pid_t pid = spawn(argv);
+    assert_true(pid > 0);
+    const char *watch = through_link ? tdir : dir;
+    int st = 0;
+    for (int i = 0; i < 6000 && !has_temp(watch); i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("synth exited (status %d) before writing", st);
+        usleep(10000);
+    }
+    assert_true(has_temp(watch));
+    usleep(100000); /* well into the write */
+    const uint64_t t0 = es_now_ns();
+    assert_int_equal(kill(pid, sig), 0);
+    st = wait_for(pid, 20.0);
+    const double secs = (double)(es_now_ns() - t0) * 1e-9;
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != sig)
+        fail_msg("synth: wait status %#x, want death by signal %d", st, sig);
+    if (secs > 5.0) fail_msg("synth took %.1f s to die of signal %d", secs, sig);
+    T_DIR_UNCHANGED(dir, NULL, before);
+    if (tdir) T_DIR_UNCHANGED(tdir, NULL, tbefore);
+    free(before);
+    free(tbefore);
+    t_rm_rf(dir);
+    free(dir);
+    if (tdir) t_rm_rf(tdir);
+    free(tdir);
+}
+
+static void test_interrupted_synth(void **state)
+{
+    (void)state;
+    interrupt_synth(SIGTERM, false);
+    interrupt_synth(SIGINT, false);
+    interrupt_synth(SIGHUP, true);
+}
+
+/* (c) a symbolic link to a file: the link stays a link and its target gets the model (the same
+ * bytes as a direct write); a dangling link is refused and stays. */
+static void test_output_symlink(void **state)
+{
+    (void)state;
+    char *dir = user_dir("link");
+    char p[600], link[600], ref[600], args[2048];
+    snprintf(p, sizeof(p), "%s/real.gguf", dir);
+    snprintf(link, sizeof(link), "%s/link.gguf", dir);
+    snprintf(ref, sizeof(ref), "%s/ref.gguf", dir);
+    FILE *f = fopen(p, "wb");
+    fputs("old", f);
+    fclose(f);
+    assert_int_equal(symlink("real.gguf", link), 0);
+    snprintf(args, sizeof(args), "synth --preset tiny --type q8_0 -o %s", ref);
+    assert_int_equal(run(args, NULL, 0, NULL, 0), 0);
+    char *before = t_dir_snapshot(dir, "real.gguf");
+    snprintf(args, sizeof(args), "synth --preset tiny --type q8_0 -o %s", link);
+    assert_int_equal(run(args, NULL, 0, NULL, 0), 0);
+    T_DIR_UNCHANGED(dir, "real.gguf", before);
+    free(before);
+    struct stat sb;
+    assert_int_equal(lstat(link, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    assert_true(files_equal(p, ref));
+    /* --dump-logits through the link */
+    snprintf(args, sizeof(args), "prefill -m %s -p hello --dump-logits %s", ref, link);
+    assert_int_equal(run(args, NULL, 0, NULL, 0), 0);
+    assert_int_equal(lstat(link, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    assert_int_equal(stat(p, &sb), 0);
+    assert_true(sb.st_size > 0 && sb.st_size % 4 == 0);
+    /* a dangling link */
+    snprintf(p, sizeof(p), "%s/dangling.gguf", dir);
+    assert_int_equal(symlink("nowhere/x.gguf", p), 0);
+    before = t_dir_snapshot(dir, NULL);
+    snprintf(args, sizeof(args), "synth --preset tiny -o %s", p);
+    expect_error(args, "symbolic link to a missing file");
+    T_DIR_UNCHANGED(dir, NULL, before);
+    free(before);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+/* (d) a FIFO, stdout and /dev/null are written in place: the reader gets exactly the bytes a
+ * regular file gets, the FIFO stays a FIFO, nothing else appears. Every command runs under
+ * timeout, so a bug cannot hang the test. */
+static void test_output_fifo_and_stdout(void **state)
+{
+    (void)state;
+    char *dir = user_dir("fifo");
+    char fifo[600], ref[600], got[600], cmd[4096];
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(ref, sizeof(ref), "%s/ref.gguf", dir);
+    snprintf(got, sizeof(got), "%s/got.bin", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(cmd, sizeof(cmd), "%s synth --preset tiny --type q4_0 -o %s", t_bin(), ref);
+    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    char *before = t_dir_snapshot(dir, "got.bin");
+
+    /* synth into a FIFO with a reader */
+    snprintf(cmd, sizeof(cmd), "timeout 60 cat %s > %s & timeout 60 %s synth --preset tiny "
+             "--type q4_0 -o %s; rc=$?; wait; exit $rc", fifo, got, t_bin(), fifo);
+    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    assert_true(files_equal(got, ref));
+    T_DIR_UNCHANGED(dir, "got.bin", before);
+    struct stat sb;
+    assert_int_equal(lstat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+
+    /* synth -o - and -o /dev/stdout into a pipe */
+    const char *outs[] = {"-", "/dev/stdout"};
+    for (size_t i = 0; i < T_LEN(outs); i++) {
+        unlink(got);
+        snprintf(cmd, sizeof(cmd), "timeout 60 %s synth --preset tiny --type q4_0 -o %s | cat > %s",
+                 t_bin(), outs[i], got);
+        assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+        assert_true(files_equal(got, ref));
+    }
+    assert_int_equal(run("synth --preset tiny -o /dev/null", NULL, 0, NULL, 0), 0);
+    assert_int_equal(stat("/dev/null", &sb), 0);
+    assert_true(S_ISCHR(sb.st_mode));
+
+    /* --dump-logits into a FIFO, and into /dev/stdout ahead of the JSON report */
+    char dump[600];
+    snprintf(dump, sizeof(dump), "%s/logits.bin", dir);
+    snprintf(cmd, sizeof(cmd), "%s prefill -m %s -p 'hello there' --dump-logits %s", t_bin(),
+             ref, dump);
+    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    snprintf(cmd, sizeof(cmd), "timeout 60 cat %s > %s & timeout 60 %s prefill -m %s "
+             "-p 'hello there' --dump-logits %s; rc=$?; wait; exit $rc", fifo, got, t_bin(), ref,
+             fifo);
+    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    assert_true(files_equal(got, dump));
+    snprintf(cmd, sizeof(cmd), "timeout 60 %s prefill -m %s -p 'hello there' --json "
+             "--dump-logits /dev/stdout | cat > %s", t_bin(), ref, got);
+    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    size_t nd = 0, ng = 0;
+    char *d = t_read_file(dump, &nd), *g = t_read_file(got, &ng);
+    assert_true(ng > nd);
+    assert_memory_equal(g, d, nd);
+    assert_int_equal(strncmp(g + nd, "{\"n_tokens\": ", 13), 0);
+    free(d);
+    free(g);
+    assert_int_equal(lstat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    expect_error("prefill -m tests/data/tiny-f32.gguf -p hi --dump-logits -", "stdout");
+    free(before);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+/* (e) a missing or read-only directory, or a directory as OUT: one line, nothing left behind. */
+static void test_output_bad_dirs(void **state)
+{
+    (void)state;
+    char *dir = user_dir("baddir");
+    char ro[520], args[2048];
+    snprintf(ro, sizeof(ro), "%s/ro", dir);
+    assert_int_equal(mkdir(ro, 0555), 0);
+    char *before = t_dir_snapshot(dir, NULL);
+    snprintf(args, sizeof(args), "synth --preset tiny -o %s/missing/m.gguf", dir);
+    expect_error(args, "No such file or directory");
+    snprintf(args, sizeof(args), "prefill -m " DATA "tiny-f32.gguf -p hi --dump-logits "
+             "%s/missing/x.bin", dir);
+    expect_error(args, "missing/x.bin");
+    snprintf(args, sizeof(args), "synth --preset tiny -o %s", ro);
+    expect_error(args, "is a directory");
+    T_DIR_UNCHANGED(dir, NULL, before);
+    /* root may write into a 0555 directory; /sys refuses even root */
+    const char *rodir = access(ro, W_OK) != 0 ? ro : access("/sys", F_OK) == 0 ? "/sys" : NULL;
+    if (rodir) {
+        char *ro_before = t_dir_snapshot(rodir, NULL);
+        snprintf(args, sizeof(args), "synth --preset tiny -o %s/m.gguf", rodir);
+        expect_error(args, "Permission denied");
+        snprintf(args, sizeof(args), "prefill -m " DATA "tiny-f32.gguf -p hi --dump-logits "
+                 "%s/x.bin", rodir);
+        expect_error(args, "Permission denied");
+        T_DIR_UNCHANGED(rodir, NULL, ro_before);
+        free(ro_before);
+    }
+    T_DIR_UNCHANGED(dir, NULL, before);
+    free(before);
+    chmod(ro, 0755);
+    t_rm_rf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +649,11 @@ int main(void)
         cmocka_unit_test(test_prefill_json_and_dump),
         cmocka_unit_test(test_tokenize_vocab_only),
         cmocka_unit_test(test_synth_and_ppl_json),
+        cmocka_unit_test(test_user_tmp_untouched),
+        cmocka_unit_test(test_interrupted_synth),
+        cmocka_unit_test(test_output_symlink),
+        cmocka_unit_test(test_output_fifo_and_stdout),
+        cmocka_unit_test(test_output_bad_dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

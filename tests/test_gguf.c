@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -917,11 +918,13 @@ static void test_round_trip(void **state)
         assert_int_equal(es_gguf_writer_add_tensor(w, s->name, s->type, s->n_dims, s->ne,
                                                    data[i], nbytes[i]), ES_OK);
     }
-    const char *p = t_tmp_path("rt.gguf");
+    char *dir = t_mkdtemp("rt");
+    char p[600];
+    snprintf(p, sizeof(p), "%s/rt.gguf", dir);
+    char *before = t_dir_snapshot(dir, NULL);
     assert_int_equal(es_gguf_writer_write(w, p), ES_OK);
-    char tmp[600];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", p);
-    assert_false(file_exists(tmp));
+    T_DIR_UNCHANGED(dir, "rt.gguf", before); /* the file and nothing else (no temporary file) */
+    free(before);
     es_gguf_writer_destroy(w);
 
     es_gguf *g;
@@ -1004,6 +1007,8 @@ static void test_round_trip(void **state)
 
     es_gguf_close(g);
     unlink(p);
+    rmdir(dir);
+    free(dir);
     for (size_t i = 0; i < ES_LEN(round_trip_tensors); i++) free(data[i]);
     es_gguf_close(src);
     free(copy);
@@ -1111,35 +1116,58 @@ static es_gguf_writer *small_writer(const void *data, uint64_t nbytes)
     return w;
 }
 
-/* A failed write returns ES_E_IO with a message and leaves neither the file nor its .tmp. */
+/* Writes a small file of a given name in dir; a helper for the user's own files. */
+static void put_file(const char *dir, const char *name, const char *text)
+{
+    char p[600];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Fails at its second chunk, after 4 MiB of tensor data went to the file. */
+static es_status failing_fill(void *user, uint64_t offset, void *buf, size_t len)
+{
+    (void)user;
+    memset(buf, 0, len);
+    return offset ? es_fail(ES_E_FORMAT, "fill failed on purpose") : ES_OK;
+}
+
+/* A failed write returns ES_E_IO with a one-line message and leaves the directory exactly as it
+ * was: no file, no temporary file, and a user's own "out.gguf.tmp" untouched. */
 static void test_writer_failures(void **state)
 {
     static float data[1 << 18]; /* 1 MiB */
     es_gguf_writer *w = small_writer(data, sizeof(data));
-    char tmp[600];
+    char p[600];
 
     /* missing directory */
-    const char *p = t_tmp_path("no-such-dir/out.gguf");
+    char *dir = t_mkdtemp("wfail");
+    snprintf(p, sizeof(p), "%s/no-such-dir/out.gguf", dir);
     assert_int_equal(es_gguf_writer_write(w, p), ES_E_IO);
-    assert_non_null(strstr(es_last_error(), "no-such-dir/out.gguf.tmp"));
+    assert_non_null(strstr(es_last_error(), "no-such-dir/out.gguf"));
     assert_non_null(strstr(es_last_error(), strerror(ENOENT)));
+    assert_null(strchr(es_last_error(), '\n'));
     assert_false(file_exists(p));
 
-    /* the target is a directory: the rename fails after a full write */
-    const char *dir = t_tmp_path("target-dir");
-    assert_int_equal(mkdir(dir, 0755), 0);
-    assert_int_equal(es_gguf_writer_write(w, dir), ES_E_IO);
-    assert_non_null(strstr(es_last_error(), "cannot rename"));
-    snprintf(tmp, sizeof(tmp), "%s.tmp", dir);
-    assert_false(file_exists(tmp));
+    /* the target is a directory: refused before anything is written */
+    put_file(dir, "out.gguf.tmp", "user's own file");
+    char *before = t_dir_snapshot(dir, NULL);
+    snprintf(p, sizeof(p), "%s/target-dir", dir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    free(before);
+    before = t_dir_snapshot(dir, NULL);
+    assert_int_equal(es_gguf_writer_write(w, p), ES_E_IO);
+    assert_non_null(strstr(es_last_error(), "is a directory"));
+    T_DIR_UNCHANGED(dir, NULL, before);
     struct stat sb;
-    assert_int_equal(stat(dir, &sb), 0);
+    assert_int_equal(stat(p, &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
-    rmdir(dir);
 
     /* the disk "fills up" mid-write: a file size limit makes write() fail with EFBIG */
-    p = t_tmp_path("limited.gguf");
-    snprintf(tmp, sizeof(tmp), "%s.tmp", p);
+    snprintf(p, sizeof(p), "%s/out.gguf", dir);
     struct rlimit old, lim;
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
     lim = old;
@@ -1151,32 +1179,197 @@ static void test_writer_failures(void **state)
     signal(SIGXFSZ, old_handler);
     assert_int_equal(st, ES_E_IO);
     assert_non_null(strstr(es_last_error(), "write failed"));
-    assert_false(file_exists(p));
-    assert_false(file_exists(tmp));
+    T_DIR_UNCHANGED(dir, NULL, before);
 
-    /* a directory we may not write to (root may write anywhere: then there is nothing to see) */
-    dir = t_tmp_path("ro-dir");
-    assert_int_equal(mkdir(dir, 0555), 0);
-    if (access(dir, W_OK) != 0) {
-        char path[600];
-        snprintf(path, sizeof(path), "%s/out.gguf", dir);
-        assert_int_equal(es_gguf_writer_write(w, path), ES_E_IO);
+    /* a fill function that fails midway: its message stands, nothing is left */
+    es_gguf_writer *wf;
+    assert_int_equal(es_gguf_writer_create(&wf), ES_OK);
+    int64_t ne[1] = {(int64_t)(3 * (4u << 20) / 4)}; /* three 4 MiB fill chunks */
+    assert_int_equal(es_gguf_writer_add_tensor_fn(wf, "t", ES_QTYPE_F32, 1, ne, 3u * (4u << 20),
+                                                  failing_fill, NULL), ES_OK);
+    snprintf(p, sizeof(p), "%s/out.gguf", dir);
+    assert_int_equal(es_gguf_writer_write(wf, p), ES_E_FORMAT);
+    assert_string_equal(es_last_error(), "fill failed on purpose");
+    T_DIR_UNCHANGED(dir, NULL, before);
+    es_gguf_writer_destroy(wf);
+
+    /* a directory we may not write to (root may write anywhere: then /sys, which refuses root) */
+    char ro[520];
+    snprintf(ro, sizeof(ro), "%s/ro-dir", dir);
+    assert_int_equal(mkdir(ro, 0555), 0);
+    const char *rodir = access(ro, W_OK) != 0 ? ro : access("/sys", F_OK) == 0 ? "/sys" : NULL;
+    if (rodir) {
+        char *ro_before = t_dir_snapshot(rodir, NULL);
+        snprintf(p, sizeof(p), "%s/out.gguf", rodir);
+        assert_int_equal(es_gguf_writer_write(w, p), ES_E_IO);
         assert_non_null(strstr(es_last_error(), strerror(EACCES)));
-        assert_false(file_exists(path));
+        assert_false(file_exists(p));
+        T_DIR_UNCHANGED(rodir, NULL, ro_before);
+        free(ro_before);
     }
-    rmdir(dir);
+    rmdir(ro);
 
-    /* after all that, a good write still works and replaces an old file */
-    p = t_tmp_path("good.gguf");
-    FILE *f = fopen(p, "wb");
-    fputs("old", f);
-    fclose(f);
+    /* after all that, a good write still works, replaces an old file and leaves the user's
+     * out.gguf.tmp as it was */
+    free(before);
+    put_file(dir, "out.gguf", "old");
+    before = t_dir_snapshot(dir, "out.gguf");
+    snprintf(p, sizeof(p), "%s/out.gguf", dir);
     assert_int_equal(es_gguf_writer_write(w, p), ES_OK);
+    T_DIR_UNCHANGED(dir, "out.gguf", before);
     es_gguf *g;
     assert_int_equal(es_gguf_open(p, &g), ES_OK);
     assert_int_equal(es_gguf_find_tensor(g, "t")->nbytes, sizeof(data));
     es_gguf_close(g);
-    unlink(p);
+    size_t len = 0;
+    snprintf(p, sizeof(p), "%s/out.gguf.tmp", dir);
+    char *text = t_read_file(p, &len);
+    assert_string_equal(text, "user's own file");
+    free(text);
+    free(before);
+    t_rm_rf(dir);
+    free(dir);
+    es_gguf_writer_destroy(w);
+}
+
+/* A fill function standing in for a signal handler: at the second call it checks that exactly
+ * one temporary file exists in the output's directory, calls es_cleanup_temp_files() and checks
+ * that it is gone. The write must then fail at its rename. */
+typedef struct cleanup_probe {
+    const char *dir;
+    int calls, temps_before, temps_after;
+} cleanup_probe;
+
+static int count_temps(const char *dir)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) n += strstr(e->d_name, ".gguf.tmp.") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+static es_status probe_fill(void *user, uint64_t offset, void *buf, size_t len)
+{
+    cleanup_probe *c = user;
+    (void)offset;
+    memset(buf, 0, len);
+    if (++c->calls == 2) {
+        c->temps_before = count_temps(c->dir);
+        es_cleanup_temp_files();
+        c->temps_after = count_temps(c->dir);
+    }
+    return ES_OK;
+}
+
+/* Outputs that are not plain new files: the registry of temporary files, the umask, a symbolic
+ * link (its target is replaced, the link stays), a dangling link (refused), a FIFO (written in
+ * place, stays a FIFO). */
+static void *fifo_reader(void *arg)
+{
+    const char *fifo = arg;
+    FILE *f = fopen(fifo, "rb");
+    size_t *n = calloc(1, sizeof(size_t) + 4);
+    if (!f) return n;
+    char buf[65536];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof(buf), f)) > 0) {
+        if (*n == 0 && r >= 4) memcpy(n + 1, buf, 4);
+        *n += r;
+    }
+    fclose(f);
+    return n;
+}
+
+static void test_writer_outputs(void **state)
+{
+    (void)state;
+    static float data[1 << 16]; /* 256 KiB */
+    es_gguf_writer *w = small_writer(data, sizeof(data));
+    char *dir = t_mkdtemp("wout");
+    char p[600], q[600];
+
+    /* es_cleanup_temp_files() removes the temporary file of a write in progress */
+    cleanup_probe c = {.dir = dir};
+    es_gguf_writer *wp;
+    assert_int_equal(es_gguf_writer_create(&wp), ES_OK);
+    int64_t ne[1] = {(int64_t)(3 * (4u << 20) / 4)}; /* three 4 MiB fill chunks */
+    assert_int_equal(es_gguf_writer_add_tensor_fn(wp, "t", ES_QTYPE_F32, 1, ne, 3u * (4u << 20),
+                                                  probe_fill, &c), ES_OK);
+    char *before = t_dir_snapshot(dir, NULL);
+    snprintf(p, sizeof(p), "%s/m.gguf", dir);
+    assert_int_equal(es_gguf_writer_write(wp, p), ES_E_IO);
+    assert_int_equal(c.temps_before, 1);
+    assert_int_equal(c.temps_after, 0);
+    T_DIR_UNCHANGED(dir, NULL, before);
+    free(before);
+    es_gguf_writer_destroy(wp);
+
+    /* a new file gets 0666 less the umask, like any new file (mkstemp would give 0600) */
+    mode_t old_mask = umask(027);
+    assert_int_equal(es_gguf_writer_write(w, p), ES_OK);
+    umask(old_mask);
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0640);
+
+    /* a symbolic link to a file: the target gets the new content, the link stays a link */
+    snprintf(q, sizeof(q), "%s/link.gguf", dir);
+    assert_int_equal(symlink("m.gguf", q), 0);
+    const ino_t old_ino = sb.st_ino;
+    static float data2[1 << 14];
+    es_gguf_writer *w2 = small_writer(data2, sizeof(data2));
+    before = t_dir_snapshot(dir, "m.gguf");
+    assert_int_equal(es_gguf_writer_write(w2, q), ES_OK);
+    T_DIR_UNCHANGED(dir, "m.gguf", before);
+    free(before);
+    assert_int_equal(lstat(q, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    assert_int_equal(stat(p, &sb), 0);
+    assert_true(sb.st_ino != old_ino);
+    es_gguf *g;
+    assert_int_equal(es_gguf_open(q, &g), ES_OK);
+    assert_int_equal(es_gguf_find_tensor(g, "t")->nbytes, sizeof(data2));
+    es_gguf_close(g);
+    es_gguf_writer_destroy(w2);
+
+    /* a dangling link is refused and stays as it was */
+    snprintf(q, sizeof(q), "%s/dangling.gguf", dir);
+    assert_int_equal(symlink("missing/x.gguf", q), 0);
+    before = t_dir_snapshot(dir, NULL);
+    assert_int_equal(es_gguf_writer_write(w, q), ES_E_IO);
+    assert_non_null(strstr(es_last_error(), "symbolic link to a missing file"));
+    T_DIR_UNCHANGED(dir, NULL, before);
+    free(before);
+
+    /* a FIFO: the reader gets the whole file, the FIFO stays a FIFO, nothing else appears */
+    snprintf(p, sizeof(p), "%s/ref.gguf", dir);
+    assert_int_equal(es_gguf_writer_write(w, p), ES_OK); /* the size to expect */
+    snprintf(q, sizeof(q), "%s/fifo", dir);
+    assert_int_equal(mkfifo(q, 0600), 0);
+    before = t_dir_snapshot(dir, NULL);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, fifo_reader, q), 0);
+    assert_int_equal(es_gguf_writer_write(w, q), ES_OK);
+    size_t *got;
+    assert_int_equal(pthread_join(th, (void **)&got), 0);
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(*got, (size_t)sb.st_size);
+    assert_memory_equal(got + 1, "GGUF", 4);
+    free(got);
+    T_DIR_UNCHANGED(dir, NULL, before);
+    free(before);
+    assert_int_equal(lstat(q, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+
+    /* a character device is written in place */
+    assert_int_equal(es_gguf_writer_write(w, "/dev/null"), ES_OK);
+    assert_int_equal(stat("/dev/null", &sb), 0);
+    assert_true(S_ISCHR(sb.st_mode));
+
+    t_rm_rf(dir);
+    free(dir);
     es_gguf_writer_destroy(w);
 }
 
@@ -1198,6 +1391,7 @@ int main(void)
         cmocka_unit_test(test_large_string_array),
         cmocka_unit_test(test_writer_validation),
         cmocka_unit_test(test_writer_failures),
+        cmocka_unit_test(test_writer_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
 /* estream prefill: run the prefill of a prompt and print the next-token distribution's top-k. */
 #include "cli/cli.h"
+#include "core/outfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,7 +24,8 @@ static const char help[] =
     "                     tokens_per_second, peak_rss_bytes, path, kernels (fast path only),\n"
     "                     n_threads\n"
     "  --dump-logits OUT  write the logits of every position as little-endian float32,\n"
-    "                     row-major [n_tokens x n_vocab]\n"
+    "                     row-major [n_tokens x n_vocab]; a regular file appears only when\n"
+    "                     complete, a FIFO or /dev/stdout is written in place\n"
     "  --reference        use the plain reference path (the oracle) instead of the fast path\n"
     "  --route-stats      per layer: routes of the busiest and idlest expert against the mean,\n"
     "                     and experts that got none (fast path; in JSON as route_stats)\n";
@@ -37,21 +39,17 @@ static int by_prob(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Writes the logits to path via a temporary file, so a failure leaves nothing behind. */
+/* Writes the logits to path through es_outfile: a regular file appears only when complete (a
+ * failure or a signal leaves nothing, not even the temporary file); a FIFO or /dev/stdout gets
+ * the bytes in place. */
 static void dump_logits(const char *path, const float *logits, size_t count)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) cli_die("path too long");
-    FILE *f = fopen(tmp, "wb");
-    if (!f) cli_die("cannot create %s: %s", tmp, strerror(errno));
-    size_t w = fwrite(logits, sizeof(float), count, f);
-    int err = w != count || fflush(f) != 0 || ferror(f);
-    if (fclose(f) != 0) err = 1;
-    if (err || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        cli_die("cannot write %s: %s", path, strerror(e));
-    }
+    es_outfile f;
+    es_status st = es_outfile_open(path, &f);
+    if (!st) st = es_outfile_write(&f, logits, count * sizeof(float));
+    if (!st) st = es_outfile_commit(&f);
+    es_outfile_abort(&f); /* no-op after a commit */
+    if (st) cli_die_status(st, "prefill: --dump-logits");
 }
 
 /* Per layer: the busiest and idlest expert's routes over the mean, and experts with none. */
@@ -106,6 +104,9 @@ int cmd_prefill(int argc, char **argv)
         else if (!strcmp(s, "--route-stats")) route_stats = true;
         else cli_unknown(&a, s);
     }
+    if (dump && !strcmp(dump, "-"))
+        cli_die("prefill: --dump-logits -: stdout carries the report; give a file, a FIFO or "
+                "/dev/stdout");
     if (route_stats && o.reference) cli_die("prefill: --route-stats needs the fast path");
     if ((text || file) && ids_file) cli_die("prefill: give a prompt (-p/-f) or --ids, not both");
     es_model *m = cli_open_model(model, 0);

@@ -19,7 +19,10 @@ static const char help[] =
     "               expert FFN 1024, vocab 50304, context 4096\n"
     "Type defaults to f32; q4_0 keeps the output head in q6_k as llama-quantize does. The\n"
     "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file.\n"
-    "The file is written atomically: on failure nothing is left at FILE.\n";
+    "FILE is written atomically: a temporary file beside it is renamed over it when complete; a\n"
+    "failure or an interrupt (Ctrl-C, SIGTERM) leaves neither FILE nor the temporary file. A\n"
+    "symbolic link's target is replaced (the link stays). A FIFO or character device is\n"
+    "written in place; '-o -' writes to stdout.\n";
 
 /* On a terminal one line redrawn in place; otherwise a line per 10%. */
 static void progress(void *user, uint64_t done, uint64_t total)
@@ -54,12 +57,14 @@ int cmd_synth(int argc, char **argv)
     }
     if (!o.preset) cli_die("synth: give --preset tiny, tiny-gqa, small, mini or olmoe-1b-7b");
     if (!out) cli_die("synth: give the output file with -o FILE");
+    const char *shown = out;
+    if (!strcmp(out, "-")) out = "/dev/stdout"; /* written in place, or replaced if a file */
     int last_tenth = 0;
     o.progress = progress;
     o.user = &last_tenth;
     es_status st = es_synth(&o, out);
     if (st) cli_die_status(st, "synth");
-    fprintf(stderr, "synth: wrote %s (%s, preset %s, %s, seed %llu)\n", out, o.arch, o.preset,
+    fprintf(stderr, "synth: wrote %s (%s, preset %s, %s, seed %llu)\n", shown, o.arch, o.preset,
             o.type, (unsigned long long)o.seed);
     return 0;
 }

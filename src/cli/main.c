@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,8 +185,35 @@ void cli_json_str(FILE *f, const char *s, size_t len)
     fputc('"', f);
 }
 
+/* SIGINT, SIGTERM, SIGHUP, SIGPIPE: remove the temporary files of outputs in progress, then die
+ * of the same signal (SA_RESETHAND restored the default action; the raised signal is blocked
+ * until the handler returns, then kills), so the exit status says which signal it was. */
+static void on_fatal_signal(int sig)
+{
+    es_cleanup_temp_files(); /* async-signal-safe */
+    raise(sig);
+}
+
+/* Installs on_fatal_signal, except for signals ignored when we started (nohup, a background job
+ * of a non-interactive shell): those stay ignored. SIGXFSZ is ignored so that a file size limit
+ * makes write() fail with EFBIG, which is reported and cleaned up, instead of dumping core. */
+static void install_signal_handlers(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    struct sigaction sa = {.sa_handler = on_fatal_signal, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < ES_LEN(sigs); i++) sigaddset(&sa.sa_mask, sigs[i]);
+    for (size_t i = 0; i < ES_LEN(sigs); i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaction(sigs[i], &sa, NULL);
+    }
+    signal(SIGXFSZ, SIG_IGN);
+}
+
 int main(int argc, char **argv)
 {
+    install_signal_handlers();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;

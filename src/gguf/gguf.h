@@ -127,8 +127,9 @@ static inline bool es_str_eq(es_str s, const char *c)
 /* ---- writer ----
  * Builds a GGUF v3 file in memory (metadata) and streams tensor data on write. Keys keep insertion
  * order. Tensor data is borrowed: the pointers passed to add_tensor must stay valid until
- * es_gguf_writer_write() returns. The file is written to "<path>.tmp" and renamed into place, so
- * a failed write never leaves a partial file at path. */
+ * es_gguf_writer_write() returns. The output is made as estream.h's "Output files" says: a
+ * regular file via a uniquely named temporary file renamed into place (a failed write never
+ * leaves a partial file at path, nor a temporary file), a FIFO or character device in place. */
 typedef struct es_gguf_writer es_gguf_writer;
 es_status es_gguf_writer_create(es_gguf_writer **out);
 void es_gguf_writer_destroy(es_gguf_writer *w); /* NULL is a no-op */

@@ -9,13 +9,16 @@
  *   always pass the reader: known tensor types, shapes whose size matches nbytes, no duplicate
  *   names, a general.alignment that is a uint32 power of two.
  * - Tensor data is borrowed and streamed: metadata goes through a 1 MiB buffer, tensor data is
- *   written straight from the caller's memory in large chunks. The file is written to
- *   "<path>.tmp", fsync'ed, then renamed over path; on any failure the tmp file is removed, so
- *   path is either untouched or complete.
+ *   written straight from the caller's memory in large chunks. The writer only appends (offsets
+ *   are computed first), so it can write to a FIFO or /dev/stdout. Files go through
+ *   core/outfile.c: a regular file is written to a uniquely named temporary file beside path,
+ *   fsync'ed, then renamed over path; on any failure the temporary file is removed, so path is
+ *   either untouched or complete.
  * - Layout matches ggml's: tensor data in insertion order, each tensor at an offset that is a
  *   multiple of the alignment, zero padding after the tensor infos and after every tensor.
  * - A writer is used by one thread at a time.
  */
+#include "core/outfile.h"
 #include "gguf/gguf_impl.h"
 #include "quant/qtypes.h"
 
@@ -460,23 +463,22 @@ static void write_body(const es_gguf_writer *w, out *o, const uint64_t *offs, ui
     o->chunk = NULL;
 }
 
-/* Offsets first (each tensor's size rounded up to the alignment), then the whole file into
- * "<path>.tmp", fsync, close, rename. Any failure unlinks the tmp file; path is then untouched. */
+/* Offsets first (each tensor's size rounded up to the alignment), then the whole file through
+ * es_outfile (core/outfile.c): a regular path gets a temporary file renamed into place when
+ * complete, a FIFO or character device is written in place (the body only appends, never seeks).
+ * Any failure removes the temporary file; path is then untouched. */
 es_status es_gguf_writer_write(es_gguf_writer *w, const char *path)
 {
     if (!w || !path) return es_fail(ES_E_INVAL, "gguf writer: NULL writer or path");
     es_status st = ES_OK;
     uint64_t align = writer_alignment(w), end = 0;
     uint64_t *offs = malloc((w->n_t ? w->n_t : 1) * sizeof(uint64_t));
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
+    es_outfile f = {.fd = -1, .slot = -1};
     out o = {.fd = -1, .buf = malloc(OUT_BUF_BYTES)};
-    if (!offs || !tmp || !o.buf) {
+    if (!offs || !o.buf) {
         st = es_fail(ES_E_NOMEM, "gguf writer: out of memory");
         goto done;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
     for (size_t i = 0; i < w->n_t; i++) {
         offs[i] = end;
         uint64_t padded = w->t[i].nbytes + (align - w->t[i].nbytes % align) % align;
@@ -485,26 +487,19 @@ es_status es_gguf_writer_write(es_gguf_writer *w, const char *path)
             goto done;
         }
     }
-    o.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (o.fd < 0) {
-        st = es_fail(ES_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    if ((st = es_outfile_open(path, &f)) != ES_OK) goto done;
+    o.fd = f.fd;
     write_body(w, &o, offs, align);
-    if (!o.err && fsync(o.fd) != 0) o.err = errno;
-    if (close(o.fd) != 0 && !o.err) o.err = errno;
-    o.fd = -1;
     if (o.fill_st != ES_OK) {
         st = o.fill_st; /* the fill function's message stands */
     } else if (o.err) {
-        st = es_fail(ES_E_IO, "%s: write failed: %s", tmp, strerror(o.err));
-    } else if (rename(tmp, path) != 0) {
-        st = es_fail(ES_E_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        st = es_fail(ES_E_IO, "%s: write failed: %s", path, strerror(o.err));
+    } else {
+        st = es_outfile_commit(&f); /* fsync, close, rename; on failure removes the temp file */
     }
-    if (st != ES_OK) unlink(tmp);
 done:
+    es_outfile_abort(&f); /* no-op after a commit */
     free(o.buf);
-    free(tmp);
     free(offs);
     return st;
 }
