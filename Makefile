@@ -4,7 +4,7 @@
 #   make TSAN=1     ThreadSanitizer build          -> build-tsan/
 #   make test       build and run the test suite (ends with "N passed, N failed")
 #   make bench      build the benchmarks under bench/
-#   make fuzz       build the GGUF reader fuzzer (clang, libFuzzer)
+#   make fuzz       build the libFuzzer harnesses (clang)  -> build-fuzz/fuzz_*
 #   make mutants    plant each bug of tests/mutants.txt in a scratch copy; the suite must fail
 #   make debug      -O0 -g -DES_DEBUG            -> build-debug/
 
@@ -103,14 +103,20 @@ test: tests
 mutants:
 	bash tools/mutants.sh
 
-# libFuzzer harness for the GGUF reader; run it with (new inputs go to the first folder):
+# libFuzzer harnesses (clang): fuzz_gguf (the GGUF reader), fuzz_model (es_model_open on whole
+# files, with a metadata-level mutator) and fuzz_tok (every pre-tokenizer and SentencePiece on
+# arbitrary text). Run one with (new inputs go to the first folder):
 #   mkdir -p build-fuzz/corpus && build-fuzz/fuzz_gguf -max_total_time=60 \
 #       -dict=tests/fuzz/gguf.dict build-fuzz/corpus tests/fuzz/corpus
+# tools/test-all.sh runs each for ESTREAM_FUZZ_SECONDS (30 s by default).
+FUZZ_TARGETS := fuzz_gguf fuzz_model fuzz_tok
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" build-fuzz/libestream.a
-	clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o build-fuzz/fuzz_gguf \
-	    tests/fuzz/fuzz_gguf.c build-fuzz/libestream.a $(LDLIBS)
+	for t in $(FUZZ_TARGETS); do \
+	    clang -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+	        -o build-fuzz/$$t tests/fuzz/$$t.c build-fuzz/libestream.a $(LDLIBS) || exit 1; \
+	done
 
 debug:
 	$(MAKE) DEBUG=1

@@ -249,6 +249,36 @@ static void test_broken_tokenizer_one_line(void **state)
     assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
     assert_string_equal(out, "2\n");
     assert_non_null(strstr(err, "unknown pre-tokenizer 'no-such-pre'"));
+/* A vocabulary with one token of 40,000 CJK characters (byte-level BPE, no merges) used to take
+ * gigabytes to load; it is refused by the tokenizer's limits with one line naming the token. */
+static void test_tokenize_vocab_bomb(void **state)
+{
+    (void)state;
+    static char bytes[256][4];
+    const char *toks[257];
+    for (int b = 0; b < 256; b++) { /* any 256 distinct short tokens do here */
+        snprintf(bytes[b], sizeof(bytes[b]), "%02x", b);
+        toks[b] = bytes[b];
+    }
+    const size_t n_char = 40000;
+    char *big = malloc(3 * n_char + 1);
+    for (size_t i = 0; i < n_char; i++)
+        memcpy(big + 3 * i, "\xE4\xB8\x80", 3); /* U+4E00 */
+    big[3 * n_char] = 0;
+    toks[256] = big;
+    const char *path = t_tmp_path("bomb.gguf");
+    es_gguf_writer *w;
+    assert_int_equal(es_gguf_writer_create(&w), ES_OK);
+    assert_int_equal(es_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), ES_OK);
+    assert_int_equal(es_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 257),
+                     ES_OK);
+    assert_int_equal(es_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", NULL, NULL, 0), ES_OK);
+    assert_int_equal(es_gguf_writer_write(w, path), ES_OK);
+    es_gguf_writer_destroy(w);
+    free(big);
+    char args[1024];
+    snprintf(args, sizeof(args), "tokenize -m %s -p abc", path);
+    expect_error(args, "tokenizer.ggml.tokens[256]: token of 120000 bytes is longer than the limit");
     unlink(path);
 }
 
@@ -648,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_broken_tokenizer_one_line),
         cmocka_unit_test(test_prefill_json_and_dump),
         cmocka_unit_test(test_tokenize_vocab_only),
+        cmocka_unit_test(test_tokenize_vocab_bomb),
         cmocka_unit_test(test_synth_and_ppl_json),
         cmocka_unit_test(test_user_tmp_untouched),
         cmocka_unit_test(test_interrupted_synth),

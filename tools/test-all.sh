@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: Release, ASan+UBSan, TSan (concurrent parts), the planted-bug check
-# (tools/mutants.sh) and a bounded fuzz run.
+# (tools/mutants.sh) and bounded fuzz runs.
 # Prints "N passed, N failed" per configuration and a final total.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,19 +48,30 @@ f=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
 [ -n "$p" ] || { p=0; f=1; }
 total_p=$((total_p + p)) total_f=$((total_f + f))
 [ "$f" -eq 0 ] || status=1
-# Fuzz the GGUF reader for a bounded time (libFuzzer, clang).
-echo "=== fuzz (gguf reader, ${ESTREAM_FUZZ_SECONDS:-60} s) ==="
-if make fuzz >/dev/null 2>&1; then
-    corpus=$(mktemp -d)
-    cp tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
-    if build-fuzz/fuzz_gguf -max_total_time="${ESTREAM_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
-        -print_final_stats=1 "$corpus" >"$corpus.log" 2>&1; then
-        echo "fuzz: no crash ($(grep -o 'stat::number_of_executed_units: *[0-9]*' "$corpus.log" | grep -o '[0-9]*$') runs)"
+# Fuzz for a bounded time (libFuzzer, clang): each target runs ESTREAM_FUZZ_SECONDS (default 30)
+# from its seed corpus and counts as one pass (no crash, leak, timeout or out-of-memory) or one
+# failure.
+fuzz_secs=${ESTREAM_FUZZ_SECONDS:-30}
+fuzz() { # target, seed folder, extra libFuzzer flags...
+    local target=$1 seeds=$2; shift 2
+    local corpus log
+    corpus=$(mktemp -d) log=$(mktemp)
+    cp "$seeds"/* "$corpus"/ 2>/dev/null || true
+    # a crashing input is kept as build-fuzz/<target>-crash-<sha1> (or -leak-, -timeout-, -oom-)
+    if "build-fuzz/$target" -max_total_time="$fuzz_secs" -rss_limit_mb=2048 -timeout=10 \
+        -print_final_stats=1 -artifact_prefix="build-fuzz/$target-" "$@" "$corpus" >"$log" 2>&1; then
+        echo "fuzz $target: no crash ($(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs)"
         total_p=$((total_p + 1))
     else
-        tail -n 40 "$corpus.log"; total_f=$((total_f + 1)); status=1
+        echo "fuzz $target: FAILED"; tail -n 40 "$log"; total_f=$((total_f + 1)); status=1
     fi
-    rm -rf "$corpus" "$corpus.log"
+    rm -rf "$corpus" "$log"
+}
+echo "=== fuzz (gguf reader, model loader, tokenizer: ${fuzz_secs} s each) ==="
+if make fuzz >/dev/null 2>&1; then
+    fuzz fuzz_gguf tests/fuzz/corpus -dict=tests/fuzz/gguf.dict
+    fuzz fuzz_model tests/fuzz/corpus-model -dict=tests/fuzz/model.dict
+    fuzz fuzz_tok tests/fuzz/corpus-tok
 else
     echo "fuzz: build failed"; make fuzz 2>&1 | tail -n 20; total_f=$((total_f + 1)); status=1
 fi

@@ -133,14 +133,26 @@ static es_status get_token_id(const es_tok *t, const es_gguf *g, const char *key
     return ES_OK;
 }
 
-/* Copies the token texts. Empty texts become "[EMPTY_<id>]" as in llama.cpp. */
+/* Copies the token texts. Empty texts become "[EMPTY_<id>]" as in llama.cpp. Refuses a token
+ * text over ES_TOK_MAX_TOKEN_BYTES and texts over ES_TOK_MAX_TEXT_BYTES in all, before
+ * allocating anything (tok.h says why these limits). */
 static es_status load_texts(es_tok *t, const es_gguf *g, const char *key)
 {
     size_t total = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         es_str s = es_gguf_arr_str(g, key, (uint64_t)i);
-        total += s.len ? s.len : 32;
-        if (total > UINT32_MAX - 64) return es_fail(ES_E_FORMAT, "%s: token texts too large", key);
+        if (s.len > ES_TOK_MAX_TOKEN_BYTES)
+            return es_fail(ES_E_FORMAT,
+                           "%s: %s[%d]: token of %llu bytes is longer than the limit of %zu "
+                           "bytes",
+                           es_gguf_path(g), key, i, (unsigned long long)s.len,
+                           ES_TOK_MAX_TOKEN_BYTES);
+        total += s.len ? s.len : 32; /* both terms <= 64 KiB: no overflow before the check */
+        if (total > ES_TOK_MAX_TEXT_BYTES)
+            return es_fail(ES_E_FORMAT,
+                           "%s: %s: token texts take more than the limit of %zu bytes "
+                           "(passed at token %d)",
+                           es_gguf_path(g), key, ES_TOK_MAX_TEXT_BYTES, i);
     }
     t->text = malloc(total + 1);
     t->text_off = malloc(((size_t)t->n_vocab + 1) * sizeof(*t->text_off));
@@ -401,11 +413,16 @@ static char byte_token_value(const char *s, size_t n)
     return (char)strtol(hex, NULL, 16);
 }
 
-/* Byte-level BPE text back to bytes; a character outside the GPT-2 mapping is rendered as
- * "[UNK_BYTE_0x<its utf-8 in hex><token text>]", as llama.cpp does. */
-static es_status put_gpt2_decoded(strbuf *b, const char *s, size_t n)
+/* Byte-level BPE text back to bytes, written to out unless out is NULL; returns the length.
+ * A character outside the GPT-2 mapping renders as "[UNK_BYTE_0x<its UTF-8 in hex>]".
+ * llama.cpp also repeats the whole token text inside those brackets, so that a token of n such
+ * characters renders to O(n^2) bytes (a 120 KB token asked for 4.7 GB); here every input byte
+ * gives at most 19 output bytes (an invalid byte stands for U+FFFD: "[UNK_BYTE_0xefbfbd]"). */
+static size_t gpt2_decode(const char *s, size_t n, char *out)
 {
+    static const char hex[] = "0123456789abcdef";
     const uint8_t *u = (const uint8_t *)s;
+    size_t k = 0;
     for (size_t i = 0; i < n;) {
         size_t used;
         uint32_t cp = es_utf8_decode(u + i, n - i, &used);
@@ -413,68 +430,81 @@ static es_status put_gpt2_decoded(strbuf *b, const char *s, size_t n)
         if (cp > 0x10FFFF) cp = ES_UTF8_REPLACEMENT;
         int byte = es_gpt2_cp_to_byte(cp);
         if (byte >= 0) {
-            char c = (char)byte;
-            ES_TRY(sb_put(b, &c, 1));
+            if (out) out[k] = (char)byte;
+            k++;
             continue;
         }
         uint8_t enc[4];
         size_t el = es_utf8_encode(cp, enc);
-        char tmp[32];
-        int k = snprintf(tmp, sizeof(tmp), "[UNK_BYTE_0x");
-        for (size_t j = 0; j < el; j++)
-            k += snprintf(tmp + k, sizeof(tmp) - (size_t)k, "%02x", enc[j]);
-        ES_TRY(sb_put(b, tmp, (size_t)k));
-        ES_TRY(sb_put(b, s, n));
-        ES_TRY(sb_put(b, "]", 1));
+        if (out) {
+            memcpy(out + k, "[UNK_BYTE_0x", 12);
+            for (size_t j = 0; j < el; j++) {
+                out[k + 12 + 2 * j] = hex[enc[j] >> 4];
+                out[k + 13 + 2 * j] = hex[enc[j] & 15];
+            }
+            out[k + 12 + 2 * el] = ']';
+        }
+        k += 13 + 2 * el;
     }
-    return ES_OK;
+    return k;
 }
 
-static es_status build_pieces(es_tok *t)
+/* SPM text with U+2581 turned into spaces, written to out unless out is NULL; returns the
+ * length (never more than n). */
+static size_t spm_unescape(const char *s, size_t n, char *out)
 {
-    strbuf b = {0};
-    es_status st = ES_OK;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        bool sp = n - i >= 3 && memcmp(s + i, "\xE2\x96\x81", 3) == 0;
+        if (out) out[k] = sp ? ' ' : s[i];
+        k++;
+        i += sp ? 3 : 1;
+    }
+    return k;
+}
+
+/* The piece of token id, written to out unless out is NULL; returns its length. build_pieces
+ * calls it twice per token (count, then write), so the bytes counted are the bytes written. */
+static size_t render_piece(const es_tok *t, int32_t id, char *out)
+{
+    size_t n;
+    const char *s = tok_text(t, id, &n);
+    uint8_t a = t->attr[id];
+    if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER)) {
+        if (out) memcpy(out, s, n);
+        return n;
+    }
+    if (a & TOK_ATTR_NORMAL)
+        return t->kind == TOK_BPE ? gpt2_decode(s, n, out) : spm_unescape(s, n, out);
+    if (a & TOK_ATTR_BYTE) {
+        if (out) out[0] = byte_token_value(s, n);
+        return 1;
+    }
+    return 0; /* unused / undefined tokens render as nothing */
+}
+
+/* Every token's piece in one exactly sized block: a counting pass (linear in the texts) checks
+ * ES_TOK_MAX_PIECE_BYTES before anything is allocated, then a writing pass fills the block. */
+static es_status build_pieces(es_tok *t, const es_gguf *g)
+{
     t->piece_off = malloc(((size_t)t->n_vocab + 1) * sizeof(*t->piece_off));
     if (!t->piece_off) return es_fail(ES_E_NOMEM, "tokenizer: out of memory for the token pieces");
-    /* Pieces are about as long as the texts; only "[UNK_BYTE_...]" renderings, which repeat the
-     * whole text per bad character, can grow them (quadratically). Bound that. */
-    size_t limit = ((size_t)64 << 20) + 8 * (size_t)t->text_off[t->n_vocab];
-    if (limit > UINT32_MAX - 4096) limit = UINT32_MAX - 4096;
-    for (int32_t id = 0; id < t->n_vocab && st == ES_OK; id++) {
-        size_t n;
-        const char *s = tok_text(t, id, &n);
-        uint8_t a = t->attr[id];
-        if (b.n > limit) {
-            st = es_fail(ES_E_FORMAT, "tokenizer.ggml.tokens: detokenized pieces too large "
-                                      "(tokens with many characters outside the byte mapping)");
-            break;
-        }
-        t->piece_off[id] = (uint32_t)b.n;
-        if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER)) {
-            st = sb_put(&b, s, n);
-        } else if (a & TOK_ATTR_NORMAL) {
-            if (t->kind == TOK_BPE) {
-                st = put_gpt2_decoded(&b, s, n);
-            } else { /* U+2581 -> space */
-                for (size_t i = 0; i < n && st == ES_OK;) {
-                    if (n - i >= 3 && memcmp(s + i, "\xE2\x96\x81", 3) == 0) {
-                        st = sb_put(&b, " ", 1);
-                        i += 3;
-                    } else {
-                        st = sb_put(&b, s + i, 1);
-                        i++;
-                    }
-                }
-            }
-        } else if (a & TOK_ATTR_BYTE) {
-            char c = byte_token_value(s, n);
-            st = sb_put(&b, &c, 1);
-        } /* unused / undefined tokens render as nothing */
+    size_t total = 0;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        t->piece_off[id] = (uint32_t)total;
+        total += render_piece(t, id, NULL); /* <= 19 * ES_TOK_MAX_TOKEN_BYTES: no overflow */
+        if (total > ES_TOK_MAX_PIECE_BYTES)
+            return es_fail(ES_E_FORMAT,
+                           "%s: tokenizer.ggml.tokens: detokenized tokens take more than the "
+                           "limit of %zu bytes (passed at token %d)",
+                           es_gguf_path(g), ES_TOK_MAX_PIECE_BYTES, id);
     }
-    if (st == ES_OK && !b.p) st = sb_put(&b, "", 0);
-    t->piece_off[t->n_vocab] = (uint32_t)b.n;
-    t->piece = b.p;
-    return st;
+    t->piece_off[t->n_vocab] = (uint32_t)total;
+    t->piece = malloc(total + 1);
+    if (!t->piece) return es_fail(ES_E_NOMEM, "tokenizer: out of memory for the token pieces");
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        render_piece(t, id, t->piece + t->piece_off[id]);
+    return ES_OK;
 }
 
 /* Byte tables used by the encoders for single bytes and byte fallback. */
@@ -540,8 +570,9 @@ es_status es_tok_create(const es_gguf *g, es_tok **out)
     ES_TRY(get_array(g, key, ES_GGUF_STRING, ES_GGUF_STRING, &ty, &n, &present));
     if (!present) return es_fail(ES_E_FORMAT, "%s: missing", key);
     if (n == 0) return es_fail(ES_E_FORMAT, "%s: empty vocabulary", key);
-    if (n > (uint64_t)INT32_MAX / 4)
-        return es_fail(ES_E_FORMAT, "%s: %llu tokens is too many", key, (unsigned long long)n);
+    if (n > ES_TOK_MAX_TOKENS)
+        return es_fail(ES_E_FORMAT, "%s: %s: %llu tokens is more than the limit of %d",
+                       es_gguf_path(g), key, (unsigned long long)n, ES_TOK_MAX_TOKENS);
 
     es_tok *t = calloc(1, sizeof(*t));
     if (!t) return es_fail(ES_E_NOMEM, "tokenizer: out of memory");
@@ -595,7 +626,7 @@ es_status es_tok_create(const es_gguf *g, es_tok **out)
     fix_attributes(t);
     if ((st = build_specials(t, g)) != ES_OK) goto fail;
     build_byte_tables(t);
-    if ((st = build_pieces(t)) != ES_OK) goto fail;
+    if ((st = build_pieces(t, g)) != ES_OK) goto fail;
     *out = t;
     return ES_OK;
 fail:

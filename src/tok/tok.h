@@ -24,8 +24,25 @@
 
 typedef struct es_tok es_tok;
 
-/* Reads tokenizer.ggml.* keys of g; copies what it keeps (g may be closed afterwards).
- * Errors: ES_E_FORMAT (missing or malformed key, named in es_last_error()), ES_E_UNSUPPORTED
+/* Vocabulary limits, checked by es_tok_create() before anything is sized from the file (a
+ * vocabulary past one of them is refused with ES_E_FORMAT naming the file and the token).
+ * Real vocabularies are far inside them: 32K-262K tokens; the longest token text we know is
+ * 1,024 bytes (gpt-neox's run of spaces; most vocabularies stop at 128-256); all texts
+ * together take 0.2-4 MiB. The limits leave 16x-64x of room over that and keep every table
+ * built from a vocabulary a small, linear multiple of the file: a few hundred MiB at worst.
+ *   ES_TOK_MAX_TOKENS       tokens in tokenizer.ggml.tokens
+ *   ES_TOK_MAX_TOKEN_BYTES  bytes of one token text (also bounds one SPM/BPE symbol lookup)
+ *   ES_TOK_MAX_TEXT_BYTES   bytes of all token texts together (empty ones count as 32)
+ *   ES_TOK_MAX_PIECE_BYTES  bytes of all detokenized pieces together (es_tok_piece) */
+#define ES_TOK_MAX_TOKENS (1 << 24)
+#define ES_TOK_MAX_TOKEN_BYTES ((size_t)64 << 10)
+#define ES_TOK_MAX_TEXT_BYTES ((size_t)64 << 20)
+#define ES_TOK_MAX_PIECE_BYTES ((size_t)64 << 20)
+
+/* Reads tokenizer.ggml.* keys of g; copies what it keeps (g may be closed afterwards). Time and
+ * memory are linear in the vocabulary's size.
+ * Errors: ES_E_FORMAT (missing or malformed key, or a limit above passed, named in
+ * es_last_error()), ES_E_UNSUPPORTED
  * (tokenizer model other than "gpt2" and "llama"), ES_E_NOMEM. *out is NULL on failure. */
 es_status es_tok_create(const es_gguf *g, es_tok **out);
 void es_tok_destroy(es_tok *t); /* NULL is a no-op */
@@ -45,7 +62,9 @@ bool es_tok_add_eos(const es_tok *t);
 
 /* Detokenized bytes of one token, as llama.cpp's token_to_piece(special = true) renders it:
  * special tokens as their text, byte-level BPE text mapped back to bytes, SPM U+2581 -> space,
- * <0xXX> -> that byte. Not NUL-terminated. NULL if id is out of range. Valid until
+ * <0xXX> -> that byte. One difference: a byte-level BPE character outside the GPT-2 mapping
+ * renders as "[UNK_BYTE_0x<its UTF-8 in hex>]"; llama.cpp appends the whole token text inside
+ * the brackets, which makes a token's piece grow with the square of its length. Not NUL-terminated. NULL if id is out of range. Valid until
  * es_tok_destroy(). */
 const char *es_tok_piece(const es_tok *t, int32_t id, size_t *len);
 
