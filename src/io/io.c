@@ -1,0 +1,302 @@
+/*
+ * The common part of the I/O layer: open (descriptors, O_DIRECT probe), backend choice, request
+ * slots, resuming short reads, end of file, the O_DIRECT fallback, fault injection, the rate
+ * limit and statistics. The backends (io_uring.c, io_pread.c) only issue and reap single reads.
+ *
+ * DESIGN
+ * - A request is one slot; it has at most one backend read in flight. es_io_wait() reaps raw
+ *   results one at a time and either finishes the request (returns it) or issues its next
+ *   part, so a wait returns exactly one request and never reorders a request's parts.
+ * - Resume rule (io.h): buffered reads resume at the first missing byte. A direct read resumes
+ *   at the last 4 KiB boundary at or below it if that is past where the previous part started
+ *   (progress is guaranteed), else the rest of the request goes through the buffered
+ *   descriptor. With off, len and dst aligned, every direct part stays aligned.
+ * - Faults and pacing are applied to raw results here, before anything else looks at them, so
+ *   the resume, EOF and error paths see exactly what a real short/failed/slow read would give.
+ */
+#include "io/io_impl.h"
+
+#include "core/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+size_t es_io_alignment(void) { return ES_IO_ALIGN; }
+
+const char *es_io_backend_name(const es_io *io)
+{
+    return io->kind == ES_IO_URING ? "io_uring" : "pread";
+}
+int es_io_direct(const es_io *io) { return io->direct; }
+uint64_t es_io_file_bytes(const es_io *io) { return io->file_bytes; }
+int es_io_queue_depth(const es_io *io) { return io->p.queue_depth; }
+int es_io_in_flight(const es_io *io) { return io->in_flight; }
+
+void es_io_get_stats(const es_io *io, es_io_stats *out)
+{
+    *out = io->st;
+    if (io->in_flight > 0) /* count the busy period in progress too */
+        out->busy_s += (double)(es_now_ns() - io->busy_since_ns) * 1e-9;
+}
+
+static es_status be_start(es_io *io, int slot, int fd, uint64_t off, size_t len, void *dst)
+{
+    return io->kind == ES_IO_URING ? es_io_uring_start(io, slot, fd, off, len, dst)
+                                   : es_io_pread_start(io, slot, fd, off, len, dst);
+}
+
+static es_status be_reap(es_io *io, int *slot, int64_t *res)
+{
+    return io->kind == ES_IO_URING ? es_io_uring_reap(io, slot, res)
+                                   : es_io_pread_reap(io, slot, res);
+}
+
+/* Issues the part of request r that starts at dst[from], on the direct descriptor or not. */
+static es_status issue(es_io *io, int slot, size_t from, int direct)
+{
+    io_req *r = &io->req[slot];
+    size_t n = es_min_size(r->len - from, ES_IO_MAX_OP);
+    size_t cap = io->p.fault_short_bytes;
+    if (cap) /* no point asking for more than the fault lets through (aligned when direct) */
+        n = es_min_size(n, direct ? es_align_up(cap, ES_IO_ALIGN) : cap);
+    r->op_from = from;
+    r->op_len = n;
+    r->op_direct = direct;
+    r->op_start_ns = es_now_ns();
+    es_status st = be_start(io, slot, direct ? io->fd_direct : io->fd_buf, r->off + from, n,
+                            r->dst + from);
+    if (st == ES_OK) {
+        io->ops_in_flight++;
+        io->st.reads++;
+    }
+    return st;
+}
+
+static void sleep_until(uint64_t t_ns)
+{
+    struct timespec ts = {(time_t)(t_ns / 1000000000u), (long)(t_ns % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+es_status es_io_open(const char *path, const es_io_params *p, es_io **out)
+{
+    *out = NULL;
+    es_io_params q = {0};
+    if (p) q = *p;
+    if (q.queue_depth == 0) q.queue_depth = 4;
+    if (q.queue_depth < 1 || q.queue_depth > ES_IO_MAX_DEPTH)
+        return es_fail(ES_E_INVAL, "io: queue depth %d is outside 1..%d", q.queue_depth,
+                       ES_IO_MAX_DEPTH);
+    if (!(q.limit_bytes_per_s >= 0)) /* also refuses NaN */
+        return es_fail(ES_E_INVAL, "io: rate limit must be >= 0 bytes/s");
+    if (q.backend != ES_IO_AUTO && q.backend != ES_IO_URING && q.backend != ES_IO_PREAD)
+        return es_fail(ES_E_INVAL, "io: unknown backend %d", (int)q.backend);
+    if (q.fault_eio_at < 0 || q.fault_delay_us < 0)
+        return es_fail(ES_E_INVAL, "io: negative fault setting");
+
+    es_status st = ES_OK;
+    es_io *io = calloc(1, sizeof(*io));
+    if (!io) return es_fail(ES_E_NOMEM, "io: out of memory opening %s", path);
+    io->p = q;
+    io->fd_direct = io->fd_buf = -1;
+    io->kind = ES_IO_PREAD;
+
+    io->fd_buf = open(path, O_RDONLY | O_CLOEXEC);
+    if (io->fd_buf < 0) {
+        st = es_fail(ES_E_IO, "open %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat sb;
+    if (fstat(io->fd_buf, &sb) != 0) {
+        st = es_fail(ES_E_IO, "stat %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    io->file_bytes = (uint64_t)sb.st_size;
+    if (!q.no_direct) {
+        io->fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (io->fd_direct >= 0) {
+            io->direct = 1;
+        } else if (errno == EINVAL) {
+            es_log(ES_LOG_INFO, "io: %s: the file system refuses O_DIRECT; buffered reads",
+                   path);
+        } else {
+            st = es_fail(ES_E_IO, "open %s (O_DIRECT): %s", path, strerror(errno));
+            goto fail;
+        }
+    }
+
+    if (q.backend == ES_IO_URING || q.backend == ES_IO_AUTO) {
+        st = es_io_uring_init(io);
+        if (st == ES_OK) {
+            io->kind = ES_IO_URING;
+        } else if (q.backend == ES_IO_URING) {
+            goto fail; /* es_io_uring_init said why */
+        } else {
+            es_log(ES_LOG_INFO, "io: %s; using pread", es_last_error());
+        }
+    }
+    if (io->kind == ES_IO_PREAD && (st = es_io_pread_init(io)) != ES_OK) goto fail;
+    *out = io;
+    return ES_OK;
+fail:
+    es_io_close(io);
+    return st;
+}
+
+void es_io_close(es_io *io)
+{
+    if (!io) return;
+    if (io->be && io->kind == ES_IO_URING) {
+        /* The kernel may still write into the caller's buffers: wait for every read. */
+        while (io->ops_in_flight > 0) {
+            int slot;
+            int64_t res;
+            if (es_io_uring_reap(io, &slot, &res) != ES_OK) {
+                es_log(ES_LOG_WARN, "io: close: %s", es_last_error());
+                break;
+            }
+            io->ops_in_flight--;
+        }
+        es_io_uring_fini(io);
+    } else if (io->be) {
+        es_io_pread_fini(io); /* joins the workers: no read runs after this */
+    }
+    if (io->fd_direct >= 0) close(io->fd_direct);
+    if (io->fd_buf >= 0) close(io->fd_buf);
+    free(io);
+}
+
+es_status es_io_submit(es_io *io, uint64_t off, size_t len, size_t need, void *dst,
+                       uint64_t tag)
+{
+    const size_t a = ES_IO_ALIGN;
+    if (off % a || len % a || (uintptr_t)dst % a)
+        return es_fail(ES_E_INVAL,
+                       "io: read of %zu bytes at offset %llu into %p: offset, length and buffer "
+                       "must be multiples of %zu",
+                       len, (unsigned long long)off, dst, a);
+    if (len == 0 || need == 0 || need > len)
+        return es_fail(ES_E_INVAL, "io: read of %zu bytes needing %zu: need must be 1..len",
+                       len, need);
+    if (off > UINT64_MAX - len)
+        return es_fail(ES_E_INVAL, "io: read of %zu bytes at offset %llu overflows", len,
+                       (unsigned long long)off);
+    if (io->in_flight >= io->p.queue_depth)
+        return es_fail(ES_E_INVAL, "io: %d reads already in flight (queue depth %d)",
+                       io->in_flight, io->p.queue_depth);
+    int slot = 0;
+    while (io->req[slot].busy)
+        slot++;
+    ES_ASSERT(slot < io->p.queue_depth);
+    io_req *r = &io->req[slot];
+    *r = (io_req){.off = off, .len = len, .need = need, .dst = dst, .tag = tag};
+    r->inject_eio = io->p.fault_eio_at > 0 && io->n_submits + 1 == (uint64_t)io->p.fault_eio_at;
+    es_status st = issue(io, slot, 0, io->direct);
+    if (st != ES_OK) return st;
+    io->n_submits++;
+    io->st.requests++;
+    r->busy = 1;
+    if (io->in_flight++ == 0) io->busy_since_ns = r->op_start_ns;
+    return ES_OK;
+}
+
+/* Ends request slot: fills the outputs, frees the slot, closes a busy period. */
+static void finish(es_io *io, int slot, uint64_t *tag, es_status *req_status, es_status rs)
+{
+    io_req *r = &io->req[slot];
+    *tag = r->tag;
+    *req_status = rs;
+    r->busy = 0;
+    if (--io->in_flight == 0)
+        io->st.busy_s += (double)(es_now_ns() - io->busy_since_ns) * 1e-9;
+}
+
+/* Applies the injected faults and the pacing to one raw result, sleeping if it is early. */
+static int64_t shape_result(es_io *io, io_req *r, int64_t res)
+{
+    if (r->inject_eio) {
+        r->inject_eio = 0;
+        res = -EIO;
+    } else if (io->p.fault_direct_einval && r->op_direct && res >= 0) {
+        res = -EINVAL;
+    }
+    if (res > 0 && io->p.fault_short_bytes && (size_t)res > io->p.fault_short_bytes)
+        res = (int64_t)io->p.fault_short_bytes;
+    uint64_t due = r->op_start_ns + (uint64_t)io->p.fault_delay_us * 1000u;
+    if (io->p.limit_bytes_per_s > 0 && res > 0) {
+        /* One emulated device serving reads one after another at the limit. */
+        uint64_t t0 = io->pace_free_ns > r->op_start_ns ? io->pace_free_ns : r->op_start_ns;
+        io->pace_free_ns = t0 + (uint64_t)((double)res / io->p.limit_bytes_per_s * 1e9);
+        if (io->pace_free_ns > due) due = io->pace_free_ns;
+    }
+    if (due > es_now_ns()) sleep_until(due);
+    return res;
+}
+
+es_status es_io_wait(es_io *io, uint64_t *tag, es_status *req_status)
+{
+    if (io->in_flight == 0) return es_fail(ES_E_INVAL, "io: wait with no read in flight");
+    for (;;) {
+        int slot;
+        int64_t res;
+        ES_TRY(be_reap(io, &slot, &res));
+        ES_ASSERT(slot >= 0 && slot < io->p.queue_depth && io->req[slot].busy);
+        io->ops_in_flight--;
+        io_req *r = &io->req[slot];
+        res = shape_result(io, r, res);
+        if (res > 0) io->st.bytes += (uint64_t)res;
+
+        es_status st;
+        if (res == -EINVAL && r->op_direct && !io->direct_proven) {
+            /* The file system took O_DIRECT at open but refuses it now: go buffered. Other
+             * direct reads in flight come back here the same way. */
+            if (io->direct)
+                es_log(ES_LOG_INFO, "io: O_DIRECT refused at the first read; buffered reads");
+            io->direct = 0;
+            io->p.fault_direct_einval = 0;
+            st = issue(io, slot, r->op_from, 0);
+        } else if (res == -EINTR || res == -EAGAIN) {
+            st = issue(io, slot, r->op_from, r->op_direct);
+        } else if (res < 0) {
+            es_fail(ES_E_IO, "read of %zu bytes at offset %llu: %s", r->len,
+                    (unsigned long long)r->off, strerror((int)-res));
+            finish(io, slot, tag, req_status, ES_E_IO);
+            return ES_OK;
+        } else {
+            if (r->op_direct && res > 0) io->direct_proven = 1;
+            size_t end = r->op_from + (size_t)res;
+            if (end > r->done) r->done = end;
+            if (r->done >= r->need) {
+                finish(io, slot, tag, req_status, ES_OK);
+                return ES_OK;
+            }
+            uint64_t at = r->off + r->done;
+            if (res == 0 || at >= io->file_bytes) {
+                uint64_t eof = at < io->file_bytes ? at : io->file_bytes;
+                es_fail(ES_E_IO, "read of %zu bytes at offset %llu: file ends at %llu, %zu "
+                                 "bytes short",
+                        r->len, (unsigned long long)r->off, (unsigned long long)eof,
+                        r->need - r->done);
+                finish(io, slot, tag, req_status, ES_E_IO);
+                return ES_OK;
+            }
+            /* Resume (see DESIGN above). */
+            if (!r->op_direct || r->done % ES_IO_ALIGN == 0) {
+                st = issue(io, slot, r->done, r->op_direct);
+            } else {
+                size_t back = r->done / ES_IO_ALIGN * ES_IO_ALIGN;
+                st = back > r->op_from ? issue(io, slot, back, 1) : issue(io, slot, r->done, 0);
+            }
+        }
+        if (st != ES_OK) { /* the backend refused the next part: the request fails */
+            finish(io, slot, tag, req_status, ES_E_IO);
+            return ES_OK;
+        }
+    }
+}
