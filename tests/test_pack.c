@@ -456,21 +456,63 @@ static void test_corrupt_record_detected(void **state)
  * Writer refusals and failures
  * ------------------------------------------------------------------------------------------- */
 
-/* Writes a GGUF with the given 3-D expert-ish tensors (f32, zero data). */
+/* Writes an olmoe-named GGUF with the given 3-D f32 tensors, n_layer blocks. Tensor i holds
+ * the distinct non-zero values i * 100000 + j + 1, so a byte moved or a zero pad read as data
+ * shows. */
 typedef struct fake_t { const char *name; int64_t ne[3]; } fake_t;
-static void write_fake(const char *path, const fake_t *ts, size_t n)
+static void write_fake(const char *path, const fake_t *ts, size_t n, uint32_t n_layer)
 {
-    static float zeros[64 * 64 * 8];
+    enum { CAP = 64 * 64 * 8 };
+    float *data = malloc(n * CAP * sizeof(float));
+    assert_non_null(data);
     es_gguf_writer *w;
     assert_int_equal(es_gguf_writer_create(&w), ES_OK);
     assert_int_equal(es_gguf_writer_set_str(w, "general.architecture", "olmoe"), ES_OK);
+    assert_int_equal(es_gguf_writer_set_u32(w, "olmoe.block_count", n_layer), ES_OK);
     for (size_t i = 0; i < n; i++) {
-        const uint64_t bytes = (uint64_t)(ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2]) * 4;
-        assert_true(bytes <= sizeof(zeros));
-        assert_int_equal(es_gguf_writer_add_tensor(w, ts[i].name, ES_QTYPE_F32, 3, ts[i].ne, zeros, bytes), ES_OK);
+        const int64_t elems = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2];
+        assert_true(elems <= CAP);
+        for (int64_t j = 0; j < elems; j++) data[i * CAP + (size_t)j] = (float)(i * 100000 + (size_t)j + 1);
+        assert_int_equal(es_gguf_writer_add_tensor(w, ts[i].name, ES_QTYPE_F32, 3, ts[i].ne,
+                                                   data + i * CAP, (uint64_t)elems * 4), ES_OK);
     }
     assert_int_equal(es_gguf_writer_write(w, path), ES_OK);
     es_gguf_writer_destroy(w);
+    free(data);
+}
+
+/* Matrices whose sizes are not multiples of 64 (120 bytes each): padding between them, a
+ * different expert count per layer, the records still checked byte for byte. */
+static void test_odd_shapes(void **state)
+{
+    (void)state;
+    char *src = tmp_path("odd.gguf"), *out = tmp_path("odd.pack");
+    const fake_t ts[] = {{"token_embd.weight", {8, 3, 1}},
+                         {"blk.0.ffn_gate_exps.weight", {6, 5, 4}},
+                         {"blk.0.ffn_up_exps.weight", {6, 5, 4}},
+                         {"blk.0.ffn_down_exps.weight", {5, 6, 4}},
+                         {"blk.0.ffn_norm.weight", {6, 1, 1}},
+                         {"blk.1.ffn_down_exps.weight", {5, 6, 3}},
+                         {"blk.1.ffn_up_exps.weight", {6, 5, 3}},
+                         {"blk.1.ffn_gate_exps.weight", {6, 5, 3}}};
+    write_fake(src, ts, T_LEN(ts), 2);
+    es_pack_result r;
+    if (es_pack(src, out, NULL, &r) != ES_OK) fail_msg("%s", es_last_error());
+    assert_int_equal(r.n_layers, 2);
+    assert_int_equal(r.n_records, 7);
+    assert_int_equal(r.record_bytes, 4096);
+    check_pack(src, out);
+    es_gguf *g = open_or_fail(out);
+    es_pack_layer l;
+    assert_int_equal(es_pack_layer_info(g, 1, &l), ES_OK);
+    assert_int_equal(l.n_expert, 3);
+    assert_int_equal(l.offsets[ES_PACK_UP], 128);
+    assert_int_equal(l.offsets[ES_PACK_DOWN], 256);
+    es_gguf_close(g);
+    unlink(src);
+    unlink(out);
+    free(src);
+    free(out);
 }
 
 static int count_entries(const char *dir)
@@ -510,27 +552,27 @@ static void test_refusals(void **state)
 
     char *fake = tmp_path("fake.gguf");
     const fake_t none[] = {{"blk.0.attn_q.weight", {64, 64, 1}}};
-    write_fake(fake, none, 1);
+    write_fake(fake, none, 1, 1);
     expect_refusal(fake, ES_E_UNSUPPORTED, "no expert tensors");
     const fake_t count[] = {{"blk.0.ffn_gate_exps.weight", {64, 64, 8}},
                             {"blk.0.ffn_up_exps.weight", {64, 64, 4}},
                             {"blk.0.ffn_down_exps.weight", {64, 64, 8}}};
-    write_fake(fake, count, 3);
+    write_fake(fake, count, 3, 1);
     expect_refusal(fake, ES_E_FORMAT, "blk.0.ffn_up_exps.weight has 4 experts");
     const fake_t missing[] = {{"blk.0.ffn_gate_exps.weight", {64, 64, 8}},
                               {"blk.0.ffn_up_exps.weight", {64, 64, 8}},
                               {"blk.1.ffn_gate_exps.weight", {64, 64, 8}},
                               {"blk.1.ffn_up_exps.weight", {64, 64, 8}},
                               {"blk.1.ffn_down_exps.weight", {64, 64, 8}}};
-    write_fake(fake, missing, 5);
+    write_fake(fake, missing, 5, 2);
     expect_refusal(fake, ES_E_FORMAT, "no blk.0.ffn_down_exps.weight");
     const fake_t shape[] = {{"blk.0.ffn_gate_exps.weight", {64, 32, 8}},
                             {"blk.0.ffn_up_exps.weight", {64, 32, 8}},
                             {"blk.0.ffn_down_exps.weight", {64, 32, 8}}};
-    write_fake(fake, shape, 3);
+    write_fake(fake, shape, 3, 1);
     expect_refusal(fake, ES_E_FORMAT, "blk.0.ffn_down_exps.weight has shape [64, 32], expected [32, 64]");
     const fake_t merged[] = {{"blk.0.ffn_gate_up_exps.weight", {64, 64, 8}}};
-    write_fake(fake, merged, 1);
+    write_fake(fake, merged, 1, 1);
     expect_refusal(fake, ES_E_UNSUPPORTED, "blk.0.ffn_gate_up_exps.weight");
     unlink(fake);
     free(fake);
@@ -589,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_small_f32),
         cmocka_unit_test(test_small_q8_0),
         cmocka_unit_test(test_small_q4_0),
+        cmocka_unit_test(test_odd_shapes),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_corrupt_record_detected),
         cmocka_unit_test(test_refusals),
