@@ -188,12 +188,15 @@ static void check_pack(const char *src_path, const char *pack_path)
             assert_ptr_equal(r, pt->data + (uint64_t)e * l.record_bytes);
             assert_int_equal((l.file_offset + (uint64_t)e * l.record_bytes) % 4096, 0);
             /* the file holds the record at the reported offset */
-            ssize_t got = pread(fd, rec, l.record_bytes, (off_t)(l.file_offset + (uint64_t)e * l.record_bytes));
+            ssize_t got = pread(fd, rec, l.record_bytes,
+                                (off_t)(l.file_offset + (uint64_t)e * l.record_bytes));
             assert_int_equal(got, (ssize_t)l.record_bytes);
             assert_memory_equal(rec, r, l.record_bytes);
             for (int k = 0; k < 3; k++)
-                if (memcmp(r + l.offsets[k], (const uint8_t *)st[k]->data + (uint64_t)e * mb[k], mb[k]))
-                    fail_msg("layer %d expert %lld: %s differs from the source", il, (long long)e, kinds[k]);
+                if (memcmp(r + l.offsets[k], (const uint8_t *)st[k]->data + (uint64_t)e * mb[k],
+                           mb[k]))
+                    fail_msg("layer %d expert %lld: %s differs from the source", il, (long long)e,
+                             kinds[k]);
             for (uint64_t b = 0; b < l.record_bytes; b++)
                 if (!mask[b] && r[b]) fail_msg("layer %d expert %lld: padding byte %llu is %u",
                                                il, (long long)e, (unsigned long long)b, r[b]);
@@ -290,7 +293,8 @@ static void rewrite(const es_gguf *g, const char *path, mut m)
     assert_int_equal(es_pack_layer_info(g, 0, &l), ES_OK);
     uint64_t offs[4] = {l.offsets[0], l.offsets[1], l.offsets[2], l.record_bytes};
     uint64_t shapes[6];
-    for (int k = 0; k < 3; k++) shapes[2 * k] = (uint64_t)l.ne[k][0], shapes[2 * k + 1] = (uint64_t)l.ne[k][1];
+    for (int k = 0; k < 3; k++)
+        shapes[2 * k] = (uint64_t)l.ne[k][0], shapes[2 * k + 1] = (uint64_t)l.ne[k][1];
     uint32_t types[3] = {l.types[0], l.types[1], l.types[2]};
     for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
         es_str k = es_gguf_key(g, i);
@@ -318,9 +322,13 @@ static void rewrite(const es_gguf *g, const char *path, mut m)
     default: break;
     }
     if (m != MUT_MISSING_OFFSETS)
-        assert_int_equal(es_gguf_writer_set_arr(w, "estream.pack.blk.0.offsets", ES_GGUF_UINT64, offs, 4), ES_OK);
-    assert_int_equal(es_gguf_writer_set_arr(w, "estream.pack.blk.0.shapes", ES_GGUF_UINT64, shapes, 6), ES_OK);
-    assert_int_equal(es_gguf_writer_set_arr(w, "estream.pack.blk.0.types", ES_GGUF_UINT32, types, 3), ES_OK);
+        assert_int_equal(
+            es_gguf_writer_set_arr(w, "estream.pack.blk.0.offsets", ES_GGUF_UINT64, offs, 4),
+            ES_OK);
+    assert_int_equal(
+        es_gguf_writer_set_arr(w, "estream.pack.blk.0.shapes", ES_GGUF_UINT64, shapes, 6), ES_OK);
+    assert_int_equal(
+        es_gguf_writer_set_arr(w, "estream.pack.blk.0.types", ES_GGUF_UINT32, types, 3), ES_OK);
     if (m == MUT_CHECKSUMS_SHORT)
         es_gguf_writer_set_arr(w, "estream.pack.blk.0.checksums", ES_GGUF_UINT64, l.checksums,
                                (uint64_t)l.n_expert - 1);
@@ -340,7 +348,8 @@ static void rewrite(const es_gguf *g, const char *path, mut m)
             if (m == MUT_TENSOR_SHAPE) ne[0] *= 2, ne[1] /= 2;
             if (m == MUT_TENSOR_TYPE) type = ES_QTYPE_F32, ne[0] /= 4;
         }
-        assert_int_equal(es_gguf_writer_add_tensor(w, name, type, t->n_dims, ne, t->data, t->nbytes), ES_OK);
+        assert_int_equal(
+            es_gguf_writer_add_tensor(w, name, type, t->n_dims, ne, t->data, t->nbytes), ES_OK);
     }
     assert_int_equal(es_gguf_writer_write(w, path), ES_OK);
     es_gguf_writer_destroy(w);
@@ -472,7 +481,8 @@ static void write_fake(const char *path, const fake_t *ts, size_t n, uint32_t n_
     for (size_t i = 0; i < n; i++) {
         const int64_t elems = ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2];
         assert_true(elems <= CAP);
-        for (int64_t j = 0; j < elems; j++) data[i * CAP + (size_t)j] = (float)(i * 100000 + (size_t)j + 1);
+        for (int64_t j = 0; j < elems; j++)
+            data[i * CAP + (size_t)j] = (float)(i * 100000 + (size_t)j + 1);
         assert_int_equal(es_gguf_writer_add_tensor(w, ts[i].name, ES_QTYPE_F32, 3, ts[i].ne,
                                                    data + i * CAP, (uint64_t)elems * 4), ES_OK);
     }
@@ -532,7 +542,8 @@ static void expect_refusal(const char *src, es_status want, const char *needle)
     const char *out = t_tmp_path("refused.pack");
     es_status st = es_pack(src, out, NULL, NULL);
     if (st != want || !strstr(es_last_error(), needle))
-        fail_msg("pack %s: status %d '%s', want %d with '%s'", src, st, es_last_error(), want, needle);
+        fail_msg("pack %s: status %d '%s', want %d with '%s'", src, st, es_last_error(), want,
+                 needle);
     assert_false(file_exists(out));
 }
 
@@ -570,7 +581,8 @@ static void test_refusals(void **state)
                             {"blk.0.ffn_up_exps.weight", {64, 32, 8}},
                             {"blk.0.ffn_down_exps.weight", {64, 32, 8}}};
     write_fake(fake, shape, 3, 1);
-    expect_refusal(fake, ES_E_FORMAT, "blk.0.ffn_down_exps.weight has shape [64, 32], expected [32, 64]");
+    expect_refusal(fake, ES_E_FORMAT,
+                   "blk.0.ffn_down_exps.weight has shape [64, 32], expected [32, 64]");
     const fake_t merged[] = {{"blk.0.ffn_gate_up_exps.weight", {64, 64, 8}}};
     write_fake(fake, merged, 1, 1);
     expect_refusal(fake, ES_E_UNSUPPORTED, "blk.0.ffn_gate_up_exps.weight");

@@ -245,7 +245,8 @@ static void record_bytes(const layer *L, int64_t e, uint64_t r, uint8_t *dst, si
         for (int k = 0; k < 3 && in < 0; k++)
             if (r >= L->off[k] && r < L->off[k] + L->mbytes[k]) in = k;
         if (in >= 0) {
-            const uint64_t stop = L->off[in] + L->mbytes[in] < end ? L->off[in] + L->mbytes[in] : end;
+            const uint64_t stop =
+                L->off[in] + L->mbytes[in] < end ? L->off[in] + L->mbytes[in] : end;
             m = stop - r;
             const uint8_t *src = (const uint8_t *)L->t[in]->data +
                                  (uint64_t)e * L->mbytes[in] + (r - L->off[in]);
