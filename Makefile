@@ -36,7 +36,7 @@ endif
 # An explicit BUILD=dir on the command line wins over the mode's default folder.
 BUILD ?= $(MODE_DIR)
 
-# liburing and PCRE2 are found with pkg-config. Without liburing the loader uses pread.
+# liburing, PCRE2 and xxHash are found with pkg-config. Without liburing the loader uses pread.
 HAVE_URING := $(shell pkg-config --exists liburing && echo 1)
 ifeq ($(HAVE_URING),1)
   CFLAGS += -DES_HAVE_URING $(shell pkg-config --cflags liburing)
@@ -44,6 +44,9 @@ ifeq ($(HAVE_URING),1)
 endif
 CFLAGS += $(shell pkg-config --cflags libpcre2-8)
 LDLIBS += $(shell pkg-config --libs libpcre2-8)
+# xxHash (XXH3-64): the checksum of each expert record in a pack (src/pack).
+CFLAGS += $(shell pkg-config --cflags libxxhash)
+LDLIBS += $(shell pkg-config --libs libxxhash)
 TEST_LDLIBS := $(shell pkg-config --libs cmocka)
 
 LIB_SRC   := $(sort $(shell find src -name '*.c' -not -path 'src/cli/*'))

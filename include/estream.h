@@ -156,6 +156,36 @@ const char *const *es_synth_presets(void);
  * the next name is tried, that file is removed; with two outputs finishing and starting on other
  * threads at the moment of the signal, one path may be read torn. */
 void es_cleanup_temp_files(void);
+/* Packs: the execution-ready file the expert streamer reads. A pack is a GGUF file with every
+ * key and non-expert tensor of the source, plus, per sparse layer, the experts' gate, up and
+ * down matrices regrouped as one record per expert (in expert order, each record a multiple of
+ * 4 KiB at a 4 KiB-aligned file offset, with an XXH3-64 checksum per record in the metadata),
+ * so that G consecutive experts are one contiguous aligned read. The weights keep their source
+ * bytes. Format: src/pack/pack.h and docs/notes.md. */
+typedef struct es_pack_opts {
+    /* progress (may be NULL): work done and total, in bytes; the total counts the records'
+     * bytes twice (checksum pass, then write pass) plus the other tensors' bytes. Called
+     * from the calling thread, ending with done == total on success. */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *user;
+} es_pack_opts;
+
+/* What es_pack() wrote. */
+typedef struct es_pack_result {
+    int n_layers;          /* sparse layers packed */
+    int64_t n_records;     /* expert records, all layers */
+    uint64_t record_bytes; /* bytes of one record in the first sparse layer */
+    uint64_t expert_bytes; /* bytes of all records, padding included */
+    uint64_t file_bytes;   /* size of the pack */
+    uint64_t source_bytes; /* size of the source */
+} es_pack_result;
+
+/* Writes the pack of the GGUF model src to dst (atomically: on failure nothing is left at dst).
+ * opts and result may be NULL. Errors: ES_E_INVAL (src is already a pack, dst is src),
+ * ES_E_UNSUPPORTED (no expert tensors), ES_E_FORMAT (a bad file, or inconsistent expert
+ * tensors: the message names the tensor), ES_E_IO, ES_E_NOMEM. */
+es_status es_pack(const char *src, const char *dst, const es_pack_opts *opts,
+                  es_pack_result *result);
 
 #ifdef __cplusplus
 }

@@ -65,7 +65,7 @@ static void expect_error(const char *args, const char *needle)
 static void test_help(void **state)
 {
     (void)state;
-    const char *cmds[] = {"info", "tokenize", "synth", "prefill", "ppl", "bench"};
+    const char *cmds[] = {"info", "tokenize", "synth", "prefill", "ppl", "bench", "pack"};
     char out[8192];
     for (size_t i = 0; i < T_LEN(cmds); i++) {
         char args[64];
@@ -665,6 +665,47 @@ static void test_output_bad_dirs(void **state)
     chmod(ro, 0755);
     t_rm_rf(dir);
     free(dir);
+/* estream pack: both argument forms, the summary line, --json, info on the pack, and errors
+ * (a pack as source, a missing -o, an unwritable output) as one line with nothing left. */
+static void test_pack(void **state)
+{
+    (void)state;
+    char pk[512], args[2048], out[65536], err[4096];
+    snprintf(pk, sizeof(pk), "%s", t_tmp_path("cli.pack"));
+    snprintf(args, sizeof(args), "pack %s -o %s", DATA "tiny-f32.gguf", pk);
+    assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(out, "pack: wrote "));
+    assert_non_null(strstr(out, "2 layers, 16 records of "));
+    assert_non_null(strstr(out, "MB/s\n"));
+    const char *nl = strchr(out, '\n'); /* one summary line, nothing on stderr (small file) */
+    assert_non_null(nl);
+    assert_int_equal(nl[1], 0);
+    assert_string_equal(err, "");
+    snprintf(args, sizeof(args), "pack -m %s -o %s --json", DATA "tiny-f32.gguf", pk);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_int_equal(out[0], '{');
+    assert_non_null(strstr(out, "\"layers\": 2"));
+    assert_non_null(strstr(out, "\"records\": 16"));
+    assert_non_null(strstr(out, "\"record_bytes\": 49152")); /* 3 x 16 KiB (64 x 64 f32) */
+    assert_non_null(strstr(out, "\"mb_per_s\": "));
+    snprintf(args, sizeof(args), "info -m %s", pk);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "pack:          version 1, layout gguf-rows, from tiny-f32.gguf"));
+    assert_non_null(strstr(out, "layer 1      8 records of 49152 bytes"));
+    assert_non_null(strstr(out, "blk.0.ffn_exps"));
+
+    snprintf(args, sizeof(args), "pack %s -o %s.again", pk, pk);
+    expect_error(args, "already an estream pack");
+    snprintf(args, sizeof(args), "%s.again", pk);
+    assert_int_equal(access(args, F_OK), -1);
+    expect_error("pack " DATA "tiny-f32.gguf", "-o");
+    expect_error("pack -o x.pack", "no model");
+    expect_error("pack " DATA "tiny-f32.gguf -o x.pack --frobnicate", "unknown option");
+    expect_error("pack " DATA "tiny-f32.gguf " DATA "tiny-q8_0.gguf -o x.pack", "more than one");
+    expect_error("pack " DATA "tiny-f32.gguf -o /nonexistent-dir/x.pack", "/nonexistent-dir/x.pack");
+    expect_error("pack " DATA "README.md -o x.pack", "README.md");
+    assert_int_equal(access("x.pack", F_OK), -1);
+    unlink(pk);
 }
 
 int main(void)
@@ -685,6 +726,7 @@ int main(void)
         cmocka_unit_test(test_output_symlink),
         cmocka_unit_test(test_output_fifo_and_stdout),
         cmocka_unit_test(test_output_bad_dirs),
+        cmocka_unit_test(test_pack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,5 +46,6 @@ int cmd_synth(int argc, char **argv);
 int cmd_prefill(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 
 #endif

@@ -1,15 +1,18 @@
 /* estream info: architecture, hyperparameters, tensor table and expert sizes of a GGUF file. */
 #include "cli/cli.h"
 #include "model/model.h"
+#include "pack/pack.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char help[] =
     "usage: estream info -m MODEL\n"
     "\n"
     "Prints the architecture, hyperparameters, tokenizer, every tensor (type, shape, bytes) and the\n"
-    "bytes of one expert per layer. Vocabulary-only files (no weights) show the tokenizer only.\n";
+    "bytes of one expert per layer. Vocabulary-only files (no weights) show the tokenizer only.\n"
+    "A pack (estream pack) shows its version, layout, source and the record size of each layer.\n";
 
 static void print_bytes(double b)
 {
@@ -17,6 +20,97 @@ static void print_bytes(double b)
     int i = 0;
     while (b >= 1024 && i < 4) { b /= 1024; i++; }
     printf("%.2f %s", b, u[i]);
+}
+
+/* The tensor table; returns all bytes and sets *expert_total to the expert tensors' bytes
+ * (blk.N.ffn_*_exps.weight in a model, blk.N.ffn_exps in a pack). */
+static uint64_t print_tensors(const es_gguf *g, uint64_t *expert_total)
+{
+    printf("\n%-32s %-6s %-24s %s\n", "tensor", "type", "shape", "bytes");
+    uint64_t total = 0;
+    *expert_total = 0;
+    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        char shape[64] = "";
+        size_t o = 0;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%lld", d ? " x " : "",
+                                  (long long)t->ne[d]);
+        printf("%-32.*s %-6s %-24s %llu\n", (int)t->name.len, t->name.ptr,
+               es_qtype_name(t->type), shape, (unsigned long long)t->nbytes);
+        total += t->nbytes;
+        const es_str n = t->name;
+        if ((n.len >= 12 && !memcmp(n.ptr + n.len - 12, "_exps.weight", 12)) ||
+            (n.len >= 9 && !memcmp(n.ptr + n.len - 9, ".ffn_exps", 9)))
+            *expert_total += t->nbytes;
+    }
+    return total;
+}
+
+/* The pack section: header, then one line per sparse layer. Returns false (after printing
+ * the error) if the pack does not validate. */
+static bool print_pack(const es_gguf *g)
+{
+    es_pack_header h;
+    if (es_pack_header_get(g, &h) != ES_OK) {
+        printf("pack:          invalid: %s\n", es_last_error());
+        return false;
+    }
+    printf("pack:          version %u, layout %.*s, from %.*s (", h.version, (int)h.layout.len,
+           h.layout.ptr, (int)h.source.len, h.source.ptr);
+    print_bytes((double)h.source_bytes);
+    printf(")\n");
+    /* Layers: one past the highest N of any tensor named blk.N.* */
+    int n_layer = 0;
+    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+        const es_str n = es_gguf_tensor_at(g, i)->name;
+        long il = 0;
+        size_t k = 4;
+        if (n.len < 6 || memcmp(n.ptr, "blk.", 4) != 0) continue;
+        while (k < n.len && k < 10 && n.ptr[k] >= '0' && n.ptr[k] <= '9')
+            il = il * 10 + (n.ptr[k++] - '0');
+        if (k > 4 && k < n.len && n.ptr[k] == '.' && il + 1 > n_layer) n_layer = (int)il + 1;
+    }
+    bool ok = true;
+    for (int il = 0; il < n_layer; il++) {
+        if (!es_pack_has_layer(g, il)) continue; /* a dense layer */
+        es_pack_layer l;
+        if (es_pack_layer_info(g, il, &l) != ES_OK) {
+            printf("  layer %-3d    invalid: %s\n", il, es_last_error());
+            ok = false;
+            continue;
+        }
+        printf("  layer %-3d    %lld records of %llu bytes (gate %s @0, up %s @%llu, down %s "
+               "@%llu) at file offset %llu\n", il, (long long)l.n_expert,
+               (unsigned long long)l.record_bytes, es_qtype_name(l.types[ES_PACK_GATE]),
+               es_qtype_name(l.types[ES_PACK_UP]), (unsigned long long)l.offsets[ES_PACK_UP],
+               es_qtype_name(l.types[ES_PACK_DOWN]), (unsigned long long)l.offsets[ES_PACK_DOWN],
+               (unsigned long long)l.file_offset);
+    }
+    return ok;
+}
+
+/* A pack that does not open as a model: file line, name, architecture, pack, tensors. */
+static int info_pack_only(const char *model, const es_gguf *g)
+{
+    printf("file:          %s (GGUF v%u, %lld tensors, %lld metadata keys, ", model,
+           es_gguf_version(g), (long long)es_gguf_n_tensors(g), (long long)es_gguf_n_kv(g));
+    print_bytes((double)es_gguf_file_size(g));
+    printf(")\n");
+    es_str s;
+    if (es_gguf_get_str(g, "general.name", &s)) printf("name:          %.*s\n", (int)s.len, s.ptr);
+    if (es_gguf_get_str(g, "general.architecture", &s))
+        printf("architecture:  %.*s\n", (int)s.len, s.ptr);
+    bool ok = print_pack(g);
+    uint64_t expert_total;
+    const uint64_t total = print_tensors(g, &expert_total);
+    printf("\nweights:       ");
+    print_bytes((double)total);
+    printf(" (expert records ");
+    print_bytes((double)expert_total);
+    printf(")\n");
+    if (!ok) cli_die("%s: the pack does not validate (see above)", model);
+    return 0;
 }
 
 int cmd_info(int argc, char **argv)
@@ -34,6 +128,18 @@ int cmd_info(int argc, char **argv)
     es_model *m = NULL;
     es_status st = es_model_open(model, 0, &m);
     if (st) {
+        /* A pack the model loader does not open (yet): show it from the GGUF alone. */
+        char *err = strdup(es_last_error());
+        es_gguf *pg = NULL;
+        if (es_gguf_open(model, &pg) == ES_OK && es_pack_is_pack(pg)) {
+            free(err);
+            int rc = info_pack_only(model, pg);
+            es_gguf_close(pg);
+            return rc;
+        }
+        es_gguf_close(pg);
+        es_fail(st, "%s", err ? err : es_status_str(st));
+        free(err);
         es_model *v = NULL;
         if (es_model_open(model, ES_OPEN_VOCAB_ONLY, &v) != ES_OK || v->arch[0])
             cli_die("%s", es_last_error());
@@ -64,21 +170,9 @@ int cmd_info(int argc, char **argv)
     printf("experts:       %d, top-%d, expert FFN %d\n", hp->n_expert, hp->n_expert_used,
            hp->n_ff_exp);
     printf("rope base:     %g, rms eps %g\n", (double)hp->rope_freq_base, (double)hp->rms_eps);
-    printf("\n%-32s %-6s %-24s %s\n", "tensor", "type", "shape", "bytes");
-    uint64_t total = 0, expert_total = 0;
-    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
-        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
-        char shape[64] = "";
-        size_t o = 0;
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%lld", d ? " x " : "",
-                                  (long long)t->ne[d]);
-        printf("%-32.*s %-6s %-24s %llu\n", (int)t->name.len, t->name.ptr,
-               es_qtype_name(t->type), shape, (unsigned long long)t->nbytes);
-        total += t->nbytes;
-        if (t->name.len > 5 && !memcmp(t->name.ptr + t->name.len - 12, "_exps.weight", 12))
-            expert_total += t->nbytes;
-    }
+    if (es_pack_is_pack(g)) print_pack(g);
+    uint64_t expert_total;
+    const uint64_t total = print_tensors(g, &expert_total);
     printf("\nweights:       ");
     print_bytes((double)total);
     printf(" (experts ");

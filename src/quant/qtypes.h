@@ -11,6 +11,8 @@
  *   Q5_K : { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128] }   256 elems / 176 bytes
  *   Q6_K : { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d }             256 elems / 210 bytes
  *   Q8_K : { float d; i8 qs[256]; i16 bsums[16] }  256 elems / 292 bytes (activations only)
+ *   I8   : int8_t                                   1 elem / 1 byte (storage only: the byte
+ *          array holding a pack's expert records; supported == false, so no model binds it)
  * The K-quant sub-block scale packing is documented in qtypes.c next to the decoder.
  */
 #ifndef ES_QTYPES_H
@@ -34,6 +36,7 @@ typedef enum es_qtype {
     ES_QTYPE_Q5_K = 13,
     ES_QTYPE_Q6_K = 14,
     ES_QTYPE_Q8_K = 15,
+    ES_QTYPE_I8 = 24, /* storage only (packed expert records): no dequantizer, no kernels */
     ES_QTYPE_BF16 = 30,
     ES_QTYPE_COUNT = 40 /* size of tables indexed by type id */
 } es_qtype;

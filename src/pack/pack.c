@@ -1,0 +1,645 @@
+/*
+ * Pack writer (es_pack_write) and reader-side validation (es_pack_layer_info). The format is
+ * laid out in pack.h.
+ *
+ * DESIGN
+ * - The source is memory-mapped by es_gguf_open(); nothing of it is copied into memory. The
+ *   output goes through the streaming GGUF writer: every tensor is supplied by a fill function
+ *   (resident tensors are copied from the mapping, expert records are assembled from the three
+ *   source tensors' expert slices), so memory stays constant whatever the model size, and the
+ *   writer's temp-file-and-rename makes the output atomic.
+ * - Two passes over the expert bytes: GGUF puts metadata before data, and the checksums are
+ *   metadata, so pass 1 hashes each record as it will be written (source slices and zero
+ *   padding fed to a streaming XXH3, without building the record). Pass 2 hashes the bytes it
+ *   actually hands to the writer and compares: a source that changed between the passes fails
+ *   the pack (ES_E_IO) instead of producing a pack whose checksums lie.
+ * - Record geometry: gate at 0, up and down at the next multiples of ES_PACK_MATRIX_ALIGN after
+ *   the previous matrix, the record rounded up to ES_PACK_ALIGN. The reader does not assume
+ *   this placement: it accepts any disjoint, 64-aligned offsets inside the record, so a later
+ *   writer may move matrices without a version bump.
+ * - Output tensor order is the source's, with blk.N.ffn_exps where the layer's first expert
+ *   tensor was, so a layer's resident tensors and its records stay near each other.
+ */
+#include "pack/pack.h"
+#include "quant/qtypes.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#define KEY_PREFIX "estream.pack."
+#define KEY_VERSION KEY_PREFIX "version"
+#define KEY_LAYOUT KEY_PREFIX "layout"
+#define KEY_SOURCE KEY_PREFIX "source"
+#define KEY_SOURCE_BYTES KEY_PREFIX "source_bytes"
+#define MAX_DIM ((int64_t)1 << 31) /* bound on a pack's matrix dimensions (reader) */
+
+static const char *const kind_names[3] = {"gate", "up", "down"};
+
+static uint64_t align_up64(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+uint64_t es_pack_checksum(const void *record, size_t bytes)
+{
+    return XXH3_64bits(record, bytes);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Writer
+ * ------------------------------------------------------------------------------------------- */
+
+struct packer;
+
+/* One sparse layer of the source and its records in the pack. */
+typedef struct layer {
+    struct packer *p;
+    int il;
+    const es_gguf_tensor *t[3]; /* source gate, up, down: [ne0, ne1, n_expert] */
+    int64_t first;              /* source index of the first of the three (output position) */
+    int64_t n_expert;
+    uint64_t mbytes[3];         /* bytes of one expert's matrix in t[k] */
+    uint64_t off[3];            /* matrix offsets inside a record */
+    uint64_t rb;                /* record bytes, a multiple of ES_PACK_ALIGN */
+    uint64_t *sums;             /* [n_expert] XXH3-64 per record (pass 1) */
+} layer;
+
+/* A resident tensor copied unchanged. */
+typedef struct resident {
+    struct packer *p;
+    const es_gguf_tensor *t;
+} resident;
+
+typedef struct packer {
+    const char *src_path;
+    es_gguf *g;
+    layer *layers; /* [n_layers] sorted by il */
+    int n_layers;
+    resident *res; /* [n_tensors of the source] */
+    XXH3_state_t *xs;
+    const es_pack_opts *opts;
+    uint64_t done, total; /* progress units: bytes */
+} packer;
+
+static void report(packer *p, uint64_t add)
+{
+    p->done += add;
+    if (p->opts && p->opts->progress)
+        p->opts->progress(p->opts->user, p->done < p->total ? p->done : p->total, p->total);
+}
+
+/* Parses "blk.<N>.ffn_<gate|up|down>_exps.weight". Returns 1 and sets *il, *kind on a match;
+ * 0 for a name that is not an expert tensor; -1 for a name with "_exps" in it that pack does
+ * not know (merged gate_up, biases, ...), which must not be copied as a resident tensor. */
+static int parse_expert_name(es_str name, int *il, int *kind)
+{
+    if (!memmem(name.ptr, name.len, "_exps", 5)) return 0;
+    char buf[128];
+    if (name.len >= sizeof(buf)) return -1;
+    memcpy(buf, name.ptr, name.len);
+    buf[name.len] = 0;
+    if (strncmp(buf, "blk.", 4) != 0) return -1;
+    const char *s = buf + 4;
+    long n = 0;
+    int digits = 0;
+    while (*s >= '0' && *s <= '9' && digits < 7) n = n * 10 + (*s++ - '0'), digits++;
+    if (digits == 0 || digits == 7 || (digits > 1 && buf[4] == '0')) return -1;
+    for (int k = 0; k < 3; k++) {
+        char want[40];
+        snprintf(want, sizeof(want), ".ffn_%s_exps.weight", kind_names[k]);
+        if (strcmp(s, want) == 0) {
+            *il = (int)n;
+            *kind = k;
+            return 1;
+        }
+    }
+    return -1;
+}
+
+static int cmp_layer(const void *a, const void *b)
+{
+    const layer *x = a, *y = b;
+    return (x->il > y->il) - (x->il < y->il);
+}
+
+/* Finds the source's sparse layers and checks their expert tensors agree: all three present,
+ * 3-D, non-empty, the same expert count, gate and up [a, b, E], down [b, a, E]. */
+static es_status find_layers(packer *p)
+{
+    const es_gguf *g = p->g;
+    const char *path = p->src_path;
+    int64_t nt = es_gguf_n_tensors(g);
+    p->layers = calloc((size_t)(nt > 0 ? nt : 1), sizeof(layer)); /* at most one per tensor */
+    if (!p->layers) return es_fail(ES_E_NOMEM, "pack: out of memory");
+    for (int64_t i = 0; i < nt; i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        int il = 0, kind = 0;
+        int r = parse_expert_name(t->name, &il, &kind);
+        if (r == 0) continue;
+        if (r < 0)
+            return es_fail(ES_E_UNSUPPORTED, "%s: tensor %.*s: an expert tensor estream pack does "
+                           "not know (it packs blk.N.ffn_{gate,up,down}_exps.weight)", path,
+                           (int)t->name.len, t->name.ptr);
+        layer *L = NULL;
+        for (int j = 0; j < p->n_layers && !L; j++)
+            if (p->layers[j].il == il) L = &p->layers[j];
+        if (!L) {
+            L = &p->layers[p->n_layers++];
+            L->p = p;
+            L->il = il;
+            L->first = i;
+        }
+        L->t[kind] = t; /* the reader refuses duplicate names, so no slot is set twice */
+    }
+    qsort(p->layers, (size_t)p->n_layers, sizeof(layer), cmp_layer);
+    for (int j = 0; j < p->n_layers; j++) {
+        layer *L = &p->layers[j];
+        for (int k = 0; k < 3; k++)
+            if (!L->t[k])
+                return es_fail(ES_E_FORMAT, "%s: layer %d has expert tensors but no "
+                               "blk.%d.ffn_%s_exps.weight", path, L->il, L->il, kind_names[k]);
+        for (int k = 0; k < 3; k++) {
+            const es_gguf_tensor *t = L->t[k];
+            if (t->n_dims != 3 || t->ne[0] < 1 || t->ne[1] < 1 || t->ne[2] < 1)
+                return es_fail(ES_E_FORMAT, "%s: tensor %.*s: expected a non-empty 3-D tensor "
+                               "[rows, columns, experts], got %u dimensions [%lld, %lld, %lld]",
+                               path, (int)t->name.len, t->name.ptr, t->n_dims,
+                               (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2]);
+        }
+        const es_gguf_tensor *gt = L->t[ES_PACK_GATE], *ut = L->t[ES_PACK_UP],
+                             *dt = L->t[ES_PACK_DOWN];
+        for (int k = 1; k < 3; k++)
+            if (L->t[k]->ne[2] != gt->ne[2])
+                return es_fail(ES_E_FORMAT, "%s: tensor %.*s has %lld experts, but %.*s has "
+                               "%lld", path, (int)L->t[k]->name.len, L->t[k]->name.ptr,
+                               (long long)L->t[k]->ne[2], (int)gt->name.len, gt->name.ptr,
+                               (long long)gt->ne[2]);
+        if (ut->ne[0] != gt->ne[0] || ut->ne[1] != gt->ne[1])
+            return es_fail(ES_E_FORMAT, "%s: tensor %.*s has shape [%lld, %lld], but %.*s has "
+                           "[%lld, %lld]", path, (int)ut->name.len, ut->name.ptr,
+                           (long long)ut->ne[0], (long long)ut->ne[1], (int)gt->name.len,
+                           gt->name.ptr, (long long)gt->ne[0], (long long)gt->ne[1]);
+        if (dt->ne[0] != gt->ne[1] || dt->ne[1] != gt->ne[0])
+            return es_fail(ES_E_FORMAT, "%s: tensor %.*s has shape [%lld, %lld], expected "
+                           "[%lld, %lld] (the transpose of %.*s)", path, (int)dt->name.len,
+                           dt->name.ptr, (long long)dt->ne[0], (long long)dt->ne[1],
+                           (long long)gt->ne[1], (long long)gt->ne[0], (int)gt->name.len,
+                           gt->name.ptr);
+        char name[64];
+        snprintf(name, sizeof(name), "blk.%d.ffn_exps", L->il);
+        if (es_gguf_find_tensor(g, name))
+            return es_fail(ES_E_FORMAT, "%s: the source already has a tensor %s", path, name);
+        /* The reader checked nbytes == row bytes x rows x experts and that it fits the file. */
+        L->n_expert = gt->ne[2];
+        for (int k = 0; k < 3; k++) L->mbytes[k] = L->t[k]->nbytes / (uint64_t)L->n_expert;
+        L->off[ES_PACK_GATE] = 0;
+        L->off[ES_PACK_UP] = align_up64(L->mbytes[ES_PACK_GATE], ES_PACK_MATRIX_ALIGN);
+        L->off[ES_PACK_DOWN] =
+            align_up64(L->off[ES_PACK_UP] + L->mbytes[ES_PACK_UP], ES_PACK_MATRIX_ALIGN);
+        L->rb = align_up64(L->off[ES_PACK_DOWN] + L->mbytes[ES_PACK_DOWN], ES_PACK_ALIGN);
+        uint64_t total;
+        if (__builtin_mul_overflow(L->rb, (uint64_t)L->n_expert, &total) || total > INT64_MAX)
+            return es_fail(ES_E_FORMAT, "%s: layer %d: records too large", path, L->il);
+    }
+    return ES_OK;
+}
+
+/* Feeds zeros to the hash until *pos reaches to. */
+static void hash_zeros(XXH3_state_t *s, uint64_t *pos, uint64_t to)
+{
+    static const uint8_t zeros[4096];
+    while (*pos < to) {
+        size_t n = to - *pos < sizeof(zeros) ? (size_t)(to - *pos) : sizeof(zeros);
+        XXH3_64bits_update(s, zeros, n);
+        *pos += n;
+    }
+}
+
+/* Pass 1: the XXH3-64 of every record as it will be written, from the source slices. */
+static void hash_layer(packer *p, layer *L)
+{
+    for (int64_t e = 0; e < L->n_expert; e++) {
+        XXH3_64bits_reset(p->xs);
+        uint64_t pos = 0;
+        for (int k = 0; k < 3; k++) {
+            hash_zeros(p->xs, &pos, L->off[k]);
+            const uint8_t *src = (const uint8_t *)L->t[k]->data + (uint64_t)e * L->mbytes[k];
+            XXH3_64bits_update(p->xs, src, L->mbytes[k]);
+            pos += L->mbytes[k];
+        }
+        hash_zeros(p->xs, &pos, L->rb);
+        L->sums[e] = XXH3_64bits_digest(p->xs);
+        report(p, L->rb);
+    }
+}
+
+/* Bytes [r, r + n) of record e (n <= rb - r) into dst: matrix bytes from the source slices,
+ * zeros between them and after the last. */
+static void record_bytes(const layer *L, int64_t e, uint64_t r, uint8_t *dst, size_t n)
+{
+    const uint64_t end = r + n;
+    while (r < end) {
+        uint64_t m = 0;
+        int in = -1;
+        for (int k = 0; k < 3 && in < 0; k++)
+            if (r >= L->off[k] && r < L->off[k] + L->mbytes[k]) in = k;
+        if (in >= 0) {
+            const uint64_t stop =
+                L->off[in] + L->mbytes[in] < end ? L->off[in] + L->mbytes[in] : end;
+            m = stop - r;
+            const uint8_t *src = (const uint8_t *)L->t[in]->data +
+                                 (uint64_t)e * L->mbytes[in] + (r - L->off[in]);
+            memcpy(dst, src, (size_t)m);
+        } else {
+            uint64_t next = end;
+            for (int k = 0; k < 3; k++)
+                if (L->off[k] > r && L->off[k] < next) next = L->off[k];
+            m = next - r;
+            memset(dst, 0, (size_t)m);
+        }
+        dst += m;
+        r += m;
+    }
+}
+
+/* Writer fill for blk.N.ffn_exps: the writer asks for increasing, contiguous ranges, so one
+ * streaming hash follows the records; each finished record is checked against pass 1. */
+static es_status fill_records(void *user, uint64_t offset, void *buf, size_t len)
+{
+    layer *L = user;
+    packer *p = L->p;
+    uint8_t *dst = buf;
+    const size_t total = len;
+    while (len) {
+        const int64_t e = (int64_t)(offset / L->rb);
+        const uint64_t r = offset % L->rb;
+        const size_t n = L->rb - r < len ? (size_t)(L->rb - r) : len;
+        record_bytes(L, e, r, dst, n);
+        if (r == 0) XXH3_64bits_reset(p->xs);
+        XXH3_64bits_update(p->xs, dst, n);
+        if (r + n == L->rb && XXH3_64bits_digest(p->xs) != L->sums[e])
+            return es_fail(ES_E_IO, "%s: the source changed while it was being packed (layer "
+                           "%d, expert %lld)", p->src_path, L->il, (long long)e);
+        offset += n;
+        dst += n;
+        len -= n;
+    }
+    report(p, total);
+    return ES_OK;
+}
+
+static es_status fill_resident(void *user, uint64_t offset, void *buf, size_t len)
+{
+    resident *r = user;
+    memcpy(buf, (const uint8_t *)r->t->data + offset, len);
+    report(r->p, len);
+    return ES_OK;
+}
+
+/* The per-layer keys (after pass 1 filled L->sums). */
+static es_status set_layer_keys(es_gguf_writer *w, const layer *L)
+{
+    char key[96];
+    uint32_t types[3];
+    uint64_t shapes[6], offs[4];
+    for (int k = 0; k < 3; k++) {
+        types[k] = L->t[k]->type;
+        shapes[2 * k] = (uint64_t)L->t[k]->ne[0];
+        shapes[2 * k + 1] = (uint64_t)L->t[k]->ne[1];
+        offs[k] = L->off[k];
+    }
+    offs[3] = L->rb;
+    snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.types", L->il);
+    ES_TRY(es_gguf_writer_set_arr(w, key, ES_GGUF_UINT32, types, 3));
+    snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.shapes", L->il);
+    ES_TRY(es_gguf_writer_set_arr(w, key, ES_GGUF_UINT64, shapes, 6));
+    snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.offsets", L->il);
+    ES_TRY(es_gguf_writer_set_arr(w, key, ES_GGUF_UINT64, offs, 4));
+    snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.checksums", L->il);
+    return es_gguf_writer_set_arr(w, key, ES_GGUF_UINT64, L->sums, (uint64_t)L->n_expert);
+}
+
+/* Refuses a source that is a pack already: any estream.pack.* key. */
+static es_status check_not_pack(const es_gguf *g, const char *path)
+{
+    const size_t pl = strlen(KEY_PREFIX);
+    for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
+        es_str k = es_gguf_key(g, i);
+        if (k.len >= pl && memcmp(k.ptr, KEY_PREFIX, pl) == 0)
+            return es_fail(ES_E_INVAL, "%s is already an estream pack (it has the key %.*s); "
+                           "pack the original GGUF model instead", path, (int)k.len, k.ptr);
+    }
+    return ES_OK;
+}
+
+es_status es_pack_write(const char *src_path, const char *out_path, const es_pack_opts *opts,
+                        es_pack_result *result)
+{
+    if (!src_path || !out_path) return es_fail(ES_E_INVAL, "pack: missing source or output path");
+    if (result) memset(result, 0, sizeof(*result));
+    packer p = {.src_path = src_path, .opts = opts};
+    es_gguf_writer *w = NULL;
+    es_status st = es_gguf_open(src_path, &p.g);
+    if (st) return st;
+    /* Writing over the source would replace the file being read (rename keeps our mapping
+     * alive, but the user's model would be gone). */
+    struct stat ss, os;
+    if (stat(src_path, &ss) == 0 && stat(out_path, &os) == 0 && ss.st_dev == os.st_dev &&
+        ss.st_ino == os.st_ino) {
+        st = es_fail(ES_E_INVAL, "pack: output %s is the source file itself", out_path);
+        goto done;
+    }
+    if ((st = check_not_pack(p.g, src_path)) != ES_OK) goto done;
+    if ((st = find_layers(&p)) != ES_OK) goto done;
+    if (p.n_layers == 0) {
+        st = es_fail(ES_E_UNSUPPORTED, "%s has no expert tensors (blk.N.ffn_gate_exps.weight, "
+                     "...): nothing to pack", src_path);
+        goto done;
+    }
+    const int64_t nt = es_gguf_n_tensors(p.g);
+    p.res = calloc((size_t)nt, sizeof(resident));
+    p.xs = XXH3_createState();
+    if (!p.res || !p.xs) {
+        st = es_fail(ES_E_NOMEM, "pack: out of memory");
+        goto done;
+    }
+    for (int j = 0; j < p.n_layers; j++) {
+        layer *L = &p.layers[j];
+        if (!(L->sums = malloc((size_t)L->n_expert * sizeof(uint64_t)))) {
+            st = es_fail(ES_E_NOMEM, "pack: out of memory");
+            goto done;
+        }
+        p.total += 2 * L->rb * (uint64_t)L->n_expert;
+    }
+    for (int64_t i = 0; i < nt; i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(p.g, i);
+        int il, kind;
+        if (parse_expert_name(t->name, &il, &kind) == 0) p.total += t->nbytes;
+    }
+
+    /* Metadata: the source's keys in their order, then the pack's. */
+    const char *base = strrchr(src_path, '/');
+    base = base ? base + 1 : src_path;
+    if ((st = es_gguf_writer_create(&w)) != ES_OK) goto done;
+    if ((st = es_gguf_writer_copy_kv(w, p.g, "")) != ES_OK) goto done;
+    if ((st = es_gguf_writer_set_alignment(w, ES_PACK_ALIGN)) != ES_OK) goto done;
+    if ((st = es_gguf_writer_set_u32(w, KEY_VERSION, ES_PACK_VERSION)) != ES_OK) goto done;
+    if ((st = es_gguf_writer_set_str(w, KEY_LAYOUT, ES_PACK_LAYOUT)) != ES_OK) goto done;
+    if ((st = es_gguf_writer_set_str(w, KEY_SOURCE, base)) != ES_OK) goto done;
+    if ((st = es_gguf_writer_set_u64(w, KEY_SOURCE_BYTES, es_gguf_file_size(p.g))) != ES_OK)
+        goto done;
+    for (int j = 0; j < p.n_layers; j++) {
+        hash_layer(&p, &p.layers[j]);
+        if ((st = set_layer_keys(w, &p.layers[j])) != ES_OK) goto done;
+    }
+
+    /* Tensors in the source's order; a layer's records where its first expert tensor was. */
+    for (int64_t i = 0; i < nt; i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(p.g, i);
+        int il, kind;
+        if (parse_expert_name(t->name, &il, &kind) == 0) {
+            char name[512];
+            if (t->name.len >= sizeof(name)) {
+                st = es_fail(ES_E_FORMAT, "%s: tensor name of %zu bytes is too long", src_path,
+                             t->name.len);
+                goto done;
+            }
+            memcpy(name, t->name.ptr, t->name.len);
+            name[t->name.len] = 0;
+            p.res[i] = (resident){&p, t};
+            st = es_gguf_writer_add_tensor_fn(w, name, t->type, t->n_dims, t->ne, t->nbytes,
+                                              fill_resident, &p.res[i]);
+            if (st) goto done;
+            continue;
+        }
+        for (int j = 0; j < p.n_layers; j++) {
+            layer *L = &p.layers[j];
+            if (L->first != i) continue;
+            char name[64];
+            snprintf(name, sizeof(name), "blk.%d.ffn_exps", L->il);
+            const int64_t ne[2] = {(int64_t)L->rb, L->n_expert};
+            st = es_gguf_writer_add_tensor_fn(w, name, ES_QTYPE_I8, 2, ne,
+                                              L->rb * (uint64_t)L->n_expert, fill_records, L);
+            if (st) goto done;
+        }
+    }
+    if ((st = es_gguf_writer_write(w, out_path)) != ES_OK) goto done;
+    report(&p, p.total - p.done); /* ends at done == total */
+
+    if (result) {
+        result->n_layers = p.n_layers;
+        result->record_bytes = p.layers[0].rb;
+        result->source_bytes = es_gguf_file_size(p.g);
+        for (int j = 0; j < p.n_layers; j++) {
+            result->n_records += p.layers[j].n_expert;
+            result->expert_bytes += p.layers[j].rb * (uint64_t)p.layers[j].n_expert;
+        }
+        if (stat(out_path, &os) == 0) result->file_bytes = (uint64_t)os.st_size;
+    }
+done:
+    es_gguf_writer_destroy(w);
+    if (p.layers)
+        for (int j = 0; j < p.n_layers; j++) free(p.layers[j].sums);
+    free(p.layers);
+    free(p.res);
+    XXH3_freeState(p.xs);
+    es_gguf_close(p.g);
+    return st;
+}
+
+es_status es_pack(const char *src, const char *dst, const es_pack_opts *opts,
+                  es_pack_result *result)
+{
+    return es_pack_write(src, dst, opts, result);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Reader
+ * ------------------------------------------------------------------------------------------- */
+
+bool es_pack_is_pack(const es_gguf *g)
+{
+    return g && es_gguf_find_key(g, KEY_VERSION) >= 0;
+}
+
+es_status es_pack_header_get(const es_gguf *g, es_pack_header *out)
+{
+    if (!g || !out) return es_fail(ES_E_INVAL, "pack: NULL file or output");
+    memset(out, 0, sizeof(*out));
+    const char *path = es_gguf_path(g);
+    if (!es_pack_is_pack(g))
+        return es_fail(ES_E_FORMAT, "%s is not an estream pack (no key %s)", path, KEY_VERSION);
+    int64_t v = 0, sb = 0;
+    ES_TRY(es_gguf_read_i64(g, KEY_VERSION, true, &v));
+    if (v != ES_PACK_VERSION)
+        return es_fail(ES_E_UNSUPPORTED, "%s: pack version %lld is not supported (this estream "
+                       "reads version %u); repack the model with this estream", path,
+                       (long long)v, ES_PACK_VERSION);
+    ES_TRY(es_gguf_read_str(g, KEY_LAYOUT, true, &out->layout));
+    if (!es_str_eq(out->layout, ES_PACK_LAYOUT))
+        return es_fail(ES_E_UNSUPPORTED, "%s: pack layout '%.*s' is not supported (this "
+                       "estream reads '%s')", path, (int)(out->layout.len > 64 ? 64 :
+                       out->layout.len), out->layout.ptr, ES_PACK_LAYOUT);
+    ES_TRY(es_gguf_read_str(g, KEY_SOURCE, true, &out->source));
+    ES_TRY(es_gguf_read_i64(g, KEY_SOURCE_BYTES, true, &sb));
+    if (sb < 0) return es_fail(ES_E_FORMAT, "%s: %s is negative", path, KEY_SOURCE_BYTES);
+    if (es_gguf_alignment(g) % ES_PACK_ALIGN != 0)
+        return es_fail(ES_E_FORMAT, "%s: pack alignment %llu is not a multiple of %u", path,
+                       (unsigned long long)es_gguf_alignment(g), ES_PACK_ALIGN);
+    out->version = (uint32_t)v;
+    out->source_bytes = (uint64_t)sb;
+    return ES_OK;
+}
+
+bool es_pack_has_layer(const es_gguf *g, int il)
+{
+    if (!g || il < 0 || !es_pack_is_pack(g)) return false;
+    char name[96];
+    snprintf(name, sizeof(name), "blk.%d.ffn_exps", il);
+    if (es_gguf_find_tensor(g, name)) return true;
+    static const char *const keys[] = {"types", "shapes", "offsets", "checksums"};
+    for (size_t i = 0; i < ES_LEN(keys); i++) {
+        snprintf(name, sizeof(name), KEY_PREFIX "blk.%d.%s", il, keys[i]);
+        if (es_gguf_find_key(g, name) >= 0) return true;
+    }
+    return false;
+}
+
+/* The raw elements of array key estream.pack.blk.<il>.<what>: element type et, exactly n
+ * elements (n == 0: any count, returned in *n_out). */
+static es_status layer_arr(const es_gguf *g, int il, const char *what, es_gguf_type et,
+                           uint64_t n, const uint8_t **data, uint64_t *n_out)
+{
+    char key[96];
+    snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.%s", il, what);
+    const char *path = es_gguf_path(g);
+    int64_t i = es_gguf_find_key(g, key);
+    if (i < 0) return es_fail(ES_E_FORMAT, "%s: pack layer %d: missing key %s", path, il, key);
+    es_gguf_type t;
+    uint64_t cnt;
+    if (!es_gguf_get_arr(g, key, &t, &cnt) || t != et)
+        return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s must be an array of %s", path, il,
+                       key, es_gguf_type_name(et));
+    if (n && cnt != n)
+        return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s has %llu elements, expected %llu",
+                       path, il, key, (unsigned long long)cnt, (unsigned long long)n);
+    *data = es_gguf_arr_data(g, key);
+    if (n_out) *n_out = cnt;
+    ES_ASSERT(*data || cnt == 0);
+    return ES_OK;
+}
+
+static uint64_t rd_u64(const uint8_t *p, uint64_t i)
+{
+    uint64_t v;
+    memcpy(&v, p + 8 * i, 8);
+    return v;
+}
+
+static es_status layer_info(const es_gguf *g, int il, es_pack_layer *out)
+{
+    const char *path = es_gguf_path(g);
+    es_pack_header h;
+    ES_TRY(es_pack_header_get(g, &h));
+    if (!es_pack_has_layer(g, il))
+        return es_fail(ES_E_FORMAT, "%s: pack has no expert records for layer %d", path, il);
+    out->il = il;
+    const uint8_t *types, *shapes, *offs, *sums;
+    ES_TRY(layer_arr(g, il, "types", ES_GGUF_UINT32, 3, &types, NULL));
+    ES_TRY(layer_arr(g, il, "shapes", ES_GGUF_UINT64, 6, &shapes, NULL));
+    ES_TRY(layer_arr(g, il, "offsets", ES_GGUF_UINT64, 4, &offs, NULL));
+    for (int k = 0; k < 3; k++) {
+        memcpy(&out->types[k], types + 4 * k, 4);
+        const es_qtype_info *q = es_qtype_info_get(out->types[k]);
+        if (!q)
+            return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s has unknown type %u", path, il,
+                           kind_names[k], out->types[k]);
+        for (int d = 0; d < 2; d++) {
+            const uint64_t v = rd_u64(shapes, (uint64_t)(2 * k + d));
+            if (v < 1 || v > (uint64_t)MAX_DIM)
+                return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s dimension %d is %llu (must "
+                               "be 1..2^31)", path, il, kind_names[k], d, (unsigned long long)v);
+            out->ne[k][d] = (int64_t)v;
+        }
+        const size_t row = es_qtype_row_bytes(out->types[k], out->ne[k][0]);
+        if (row == 0)
+            return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s row length %lld is not a "
+                           "multiple of the %s block size", path, il, kind_names[k],
+                           (long long)out->ne[k][0], q->name);
+        if (__builtin_mul_overflow((uint64_t)row, (uint64_t)out->ne[k][1], &out->matrix_bytes[k]))
+            return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s size overflows", path, il,
+                           kind_names[k]);
+        out->offsets[k] = rd_u64(offs, (uint64_t)k);
+    }
+    if (out->ne[ES_PACK_UP][0] != out->ne[ES_PACK_GATE][0] ||
+        out->ne[ES_PACK_UP][1] != out->ne[ES_PACK_GATE][1] ||
+        out->ne[ES_PACK_DOWN][0] != out->ne[ES_PACK_GATE][1] ||
+        out->ne[ES_PACK_DOWN][1] != out->ne[ES_PACK_GATE][0])
+        return es_fail(ES_E_FORMAT, "%s: pack layer %d: shapes gate [%lld, %lld], up [%lld, "
+                       "%lld], down [%lld, %lld] do not fit (up = gate, down = gate transposed)",
+                       path, il, (long long)out->ne[0][0], (long long)out->ne[0][1],
+                       (long long)out->ne[1][0], (long long)out->ne[1][1],
+                       (long long)out->ne[2][0], (long long)out->ne[2][1]);
+    out->record_bytes = rd_u64(offs, 3);
+    const uint64_t rb = out->record_bytes;
+    if (rb == 0 || rb % ES_PACK_ALIGN != 0 || rb > (uint64_t)INT64_MAX)
+        return es_fail(ES_E_FORMAT, "%s: pack layer %d: record size %llu is not a positive "
+                       "multiple of %u", path, il, (unsigned long long)rb, ES_PACK_ALIGN);
+    if (out->offsets[ES_PACK_GATE] != 0)
+        return es_fail(ES_E_FORMAT, "%s: pack layer %d: gate offset %llu, expected 0", path, il,
+                       (unsigned long long)out->offsets[ES_PACK_GATE]);
+    for (int k = 0; k < 3; k++) {
+        uint64_t end;
+        if (out->offsets[k] % ES_PACK_MATRIX_ALIGN != 0)
+            return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s offset %llu is not a multiple of "
+                           "%u", path, il, kind_names[k], (unsigned long long)out->offsets[k],
+                           ES_PACK_MATRIX_ALIGN);
+        if (__builtin_add_overflow(out->offsets[k], out->matrix_bytes[k], &end) || end > rb)
+            return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s (offset %llu, %llu bytes) runs "
+                           "past the %llu-byte record", path, il, kind_names[k],
+                           (unsigned long long)out->offsets[k],
+                           (unsigned long long)out->matrix_bytes[k], (unsigned long long)rb);
+    }
+    for (int a = 0; a < 3; a++)
+        for (int b = a + 1; b < 3; b++)
+            if (out->offsets[a] < out->offsets[b] + out->matrix_bytes[b] &&
+                out->offsets[b] < out->offsets[a] + out->matrix_bytes[a])
+                return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s and %s overlap in the record",
+                               path, il, kind_names[a], kind_names[b]);
+    char name[64];
+    snprintf(name, sizeof(name), "blk.%d.ffn_exps", il);
+    const es_gguf_tensor *t = es_gguf_find_tensor(g, name);
+    if (!t) return es_fail(ES_E_FORMAT, "%s: pack layer %d: missing tensor %s", path, il, name);
+    if (t->type != ES_QTYPE_I8 || t->n_dims != 2 || t->ne[0] < 0 || (uint64_t)t->ne[0] != rb ||
+        t->ne[1] < 1)
+        return es_fail(ES_E_FORMAT, "%s: tensor %s is %s [%lld, %lld] (%u dimensions), expected "
+                       "i8 [%llu, n_expert >= 1]", path, name, es_qtype_name(t->type),
+                       (long long)t->ne[0], (long long)t->ne[1], t->n_dims,
+                       (unsigned long long)rb);
+    out->n_expert = t->ne[1];
+    out->file_offset = es_gguf_data_offset(g) + t->offset; /* inside the file: reader-checked */
+    if (out->file_offset % ES_PACK_ALIGN != 0)
+        return es_fail(ES_E_FORMAT, "%s: tensor %s starts at file offset %llu, not a multiple "
+                       "of %u", path, name, (unsigned long long)out->file_offset, ES_PACK_ALIGN);
+    out->data = t->data;
+    ES_TRY(layer_arr(g, il, "checksums", ES_GGUF_UINT64, (uint64_t)out->n_expert, &sums, NULL));
+    out->checksums = sums;
+    return ES_OK;
+}
+
+es_status es_pack_layer_info(const es_gguf *g, int il, es_pack_layer *out)
+{
+    if (!g || !out || il < 0)
+        return es_fail(ES_E_INVAL, "pack: NULL file or output, or negative layer %d", il);
+    memset(out, 0, sizeof(*out));
+    es_status st = layer_info(g, il, out);
+    if (st) memset(out, 0, sizeof(*out));
+    return st;
+}
+
+uint64_t es_pack_expected_checksum(const es_pack_layer *l, int64_t e)
+{
+    ES_ASSERT(l && e >= 0 && e < l->n_expert && l->checksums);
+    return rd_u64(l->checksums, (uint64_t)e);
+}
