@@ -249,6 +249,9 @@ static void test_broken_tokenizer_one_line(void **state)
     assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
     assert_string_equal(out, "2\n");
     assert_non_null(strstr(err, "unknown pre-tokenizer 'no-such-pre'"));
+    unlink(path);
+}
+
 /* A vocabulary with one token of 40,000 CJK characters (byte-level BPE, no merges) used to take
  * gigabytes to load; it is refused by the tokenizer's limits with one line naming the token. */
 static void test_tokenize_vocab_bomb(void **state)
@@ -665,6 +668,8 @@ static void test_output_bad_dirs(void **state)
     chmod(ro, 0755);
     t_rm_rf(dir);
     free(dir);
+}
+
 /* estream pack: both argument forms, the summary line, --json, info on the pack, and errors
  * (a pack as source, a missing -o, an unwritable output) as one line with nothing left. */
 static void test_pack(void **state)
