@@ -127,7 +127,8 @@ int main(int argc, char **argv)
 
     es_expert_shape sh = {D, FF, type, type, type, E};
     es_plan *plan1, *plann;
-    if (es_plan_create(&sh, R, T, E, p1, &plan1) || es_plan_create(&sh, R, T, E, pn, &plann)) {
+    if (es_plan_create(&sh, R, T, E, p1, es_kern_default(), &plan1) ||
+        es_plan_create(&sh, R, T, E, pn, es_kern_default(), &plann)) {
         fprintf(stderr, "bench_expert: %s\n", es_last_error());
         return 1;
     }

@@ -5,7 +5,7 @@
  * and leaves a one-line description in es_last_error() (thread-local).
  *
  * Thread-safety: an es_model is read-only after es_model_open() and may be shared by threads;
- * one prefill call runs at a time per model (it owns the model's scratch buffers).
+ * everything a prefill changes lives in an es_session, used by one thread at a time.
  */
 #ifndef ESTREAM_H
 #define ESTREAM_H
@@ -89,31 +89,80 @@ int es_kernels_available(const char *isa);
  * call it while no prefill runs. */
 es_status es_kernels_select(const char *isa);
 
-/* Runs the prefill over ids[0..n). Writes logits to out: [n][n_vocab] if opts->all_logits,
- * else [n_vocab] for the last position. The caller owns out. Ids out of range, n == 0 or
- * n > n_ctx give ES_E_INVAL. Not thread-safe for one model: one prefill at a time. */
+/* Runs the prefill over ids[0..n) on a session made for this one call (use a session to run
+ * several prompts without rebuilding the pool and buffers). Writes logits to out: [n][n_vocab]
+ * if opts->all_logits, else [n_vocab] for the last position. The caller owns out. Ids out of
+ * range, n == 0 or n > n_ctx give ES_E_INVAL. */
 es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill_opts *opts,
                      float *out);
 
 /* Layers and experts per layer (0 for a vocabulary-only model). */
 int es_model_n_layer(const es_model *m);
 int es_model_n_expert(const es_model *m);
-/* Routes each expert of layer il received in the last fast-path prefill: counts[0..n_expert).
- * ES_E_INVAL if no fast prefill has run, il is out of range or cap < n_expert. */
-es_status es_route_counts(const es_model *m, int il, int64_t *counts, int cap);
+
+/* ---- sessions -------------------------------------------------------------------------------
+ * A session is one user's run state on a model (llama.cpp's context): the thread pool, the
+ * kernel table, activation buffers, expert plans and, when experts are streamed, the arena and
+ * the loader. The model stays immutable; several sessions may share one model (each from its own
+ * thread). A session is used by one thread at a time. */
+typedef struct es_session es_session;
+
+typedef struct es_session_params {
+    int n_threads;      /* 0 = min(online CPUs, ES_MAX_THREADS) */
+    int reference;      /* 1 = the plain reference path (single-threaded oracle) */
+    int max_tokens;     /* longest prompt; buffers are sized for it at creation. 0 = grow on
+                         * demand to the longest prompt seen */
+    int plan_capacity;  /* routes per expert-operator invocation (0 = 16384); results do not
+                         * depend on it (tests set it small to split each layer) */
+    const char *kernels; /* "scalar", "avx2", "avx512"; NULL = es_kernels_name() at creation */
+} es_session_params;
+
+/* Defaults: all CPUs, fast path, grow-on-demand buffers, the default kernel table. */
+es_session_params es_session_default_params(void);
+
+/* Creates a session; the kernel table is copied, so a later es_kernels_select() does not affect
+ * it. Errors: ES_E_INVAL (bad parameters), ES_E_UNSUPPORTED (kernel table or weight type),
+ * ES_E_NOMEM. */
+es_status es_session_create(const es_model *m, const es_session_params *p, es_session **out);
+void es_session_destroy(es_session *s); /* NULL is a no-op */
+
+/* Prefill over ids[0..n): logits [n][n_vocab] if all_logits, else [n_vocab] of the last
+ * position. Same checks as es_prefill(); n > max_tokens (when set) is ES_E_INVAL. */
+es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,
+                             float *out);
+
+/* Perplexity as es_perplexity(), on this session. */
+typedef struct es_ppl_result es_ppl_result;
+typedef void (*es_ppl_progress_fn)(void *user, int done, int total, double ppl);
+es_status es_session_perplexity(es_session *s, const int32_t *ids, size_t n, int n_ctx,
+                                int max_chunks, es_ppl_progress_fn progress, void *user,
+                                es_ppl_result *out);
+
+/* Routes each expert of layer il received in the session's last fast-path prefill:
+ * counts[0..n_expert). ES_E_INVAL if none has run, il is out of range or cap < n_expert. */
+es_status es_session_route_counts(const es_session *s, int il, int64_t *counts, int cap);
+
+/* What the last request did. */
+typedef struct es_run_stats {
+    double seconds;          /* wall time of the last request */
+    uint64_t peak_rss_bytes; /* the process's peak resident memory (VmHWM) so far */
+    const char *kernels;     /* the session's kernel table, or "reference" */
+    int n_threads;
+} es_run_stats;
+void es_session_stats(const es_session *s, es_run_stats *out);
 
 /* Perplexity with llama.cpp's llama-perplexity convention: the ids (tokenized with BOS when the
  * tokenizer adds one) are cut into non-overlapping chunks of n_ctx; when the model adds BOS, the
  * first id of each chunk is replaced by BOS; only the second half of each chunk is scored
  * (positions n_ctx/2 .. n_ctx-2 predict the next id). Needs n >= 2*n_ctx ids. */
-typedef struct es_ppl_result {
+struct es_ppl_result {
     double ppl;       /* exp(mean negative log-likelihood) */
     double nll;       /* mean negative log-likelihood, nats */
     int64_t n_scored; /* predictions scored */
     int chunks;       /* chunks evaluated */
-} es_ppl_result;
-/* Called after each chunk: chunks done, total, perplexity so far. */
-typedef void (*es_ppl_progress_fn)(void *user, int done, int total, double ppl);
+};
+/* The progress callback (es_ppl_progress_fn above) is called after each chunk: chunks done,
+ * total, perplexity so far. es_perplexity() runs on a session made from opts for the call. */
 es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
                         const es_prefill_opts *opts, es_ppl_progress_fn progress, void *user,
                         es_ppl_result *out);

@@ -111,13 +111,21 @@ static es_model *small_model(const char *type, int32_t **ids_out)
 }
 
 /* The split really happens: some expert of some layer takes more routes than a 512-row block. */
-static void assert_busy_expert(const es_model *m)
+static void assert_busy_expert(const es_model *m, const int32_t *ids)
 {
+    es_session_params sp = es_session_default_params();
+    sp.n_threads = 2;
+    es_session *ses;
+    assert_int_equal(es_session_create(m, &sp, &ses), ES_OK);
+    float *logits = malloc(sizeof(float) * (size_t)es_model_n_vocab(m));
+    assert_int_equal(es_session_prefill(ses, ids, SMALL_T, 0, logits), ES_OK);
+    free(logits);
     int64_t busiest = 0, counts[8];
     for (int il = 0; il < es_model_n_layer(m); il++) {
-        assert_int_equal(es_route_counts(m, il, counts, 8), ES_OK);
+        assert_int_equal(es_session_route_counts(ses, il, counts, 8), ES_OK);
         for (int e = 0; e < 8; e++) busiest = counts[e] > busiest ? counts[e] : busiest;
     }
+    es_session_destroy(ses);
     print_message("busiest expert: %lld routes\n", (long long)busiest);
     assert_true(busiest > 512);
 }
@@ -132,7 +140,7 @@ static void check_small(const char *type, double p90, double max, double top1)
     assert_int_equal(es_prefill(m, ids, SMALL_T, &o, ref), ES_OK);
     o.reference = 0;
     assert_int_equal(es_prefill(m, ids, SMALL_T, &o, fast), ES_OK);
-    assert_busy_expert(m);
+    assert_busy_expert(m, ids);
     t_logit_stats s = t_compare_logits(fast, ref, SMALL_T, nv);
     print_message("small %s, %d tokens: fast vs reference per-position max |diff|: median %.3g, "
                   "p90 %.3g, max %.3g; top-1 %.1f%%\n", type, SMALL_T, s.median, s.p90, s.max,
@@ -229,13 +237,16 @@ static void test_route_skew(void **state)
     int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
     es_model *m = open_ok(DATA "tiny-q8_0.gguf");
     int64_t counts[8];
-    assert_int_equal(es_route_counts(m, 0, counts, 8), ES_E_INVAL); /* no fast prefill yet */
+    es_session_params sp = es_session_default_params();
+    sp.n_threads = 2;
+    es_session *ses;
+    assert_int_equal(es_session_create(m, &sp, &ses), ES_OK);
+    assert_int_equal(es_session_route_counts(ses, 0, counts, 8), ES_E_INVAL); /* none run yet */
     float *logits = malloc(sizeof(float) * 320);
-    es_prefill_opts o = {.n_threads = 2};
-    assert_int_equal(es_prefill(m, ids, n, &o, logits), ES_OK);
+    assert_int_equal(es_session_prefill(ses, ids, n, 0, logits), ES_OK);
     assert_int_equal(es_model_n_expert(m), 8);
     for (int il = 0; il < es_model_n_layer(m); il++) {
-        assert_int_equal(es_route_counts(m, il, counts, 8), ES_OK);
+        assert_int_equal(es_session_route_counts(ses, il, counts, 8), ES_OK);
         int64_t sum = 0, mx = 0, mn = INT64_MAX;
         for (int e = 0; e < 8; e++) {
             sum += counts[e];
@@ -248,7 +259,8 @@ static void test_route_skew(void **state)
         assert_true(mx >= 1.5 * (sum / 8.0));
         assert_true(mn <= 0.5 * (sum / 8.0));
     }
-    assert_int_equal(es_route_counts(m, 2, counts, 8), ES_E_INVAL); /* tiny has 2 layers */
+    assert_int_equal(es_session_route_counts(ses, 2, counts, 8), ES_E_INVAL); /* 2 layers */
+    es_session_destroy(ses);
     free(logits);
     free(ids);
     es_model_close(m);
@@ -275,13 +287,19 @@ static void test_fast_every_isa(void **state)
         float *base = NULL;
         for (size_t i = 0; i < T_LEN(isas); i++) {
             if (!es_kernels_available(isas[i])) continue;
-            assert_int_equal(es_kernels_select(isas[i]), ES_OK);
-            assert_string_equal(es_kernels_name(), isas[i]);
             es_model *m = open_ok(models[mi]);
             const size_t nv = (size_t)es_model_n_vocab(m);
             float *got = malloc(sizeof(float) * n * nv);
-            es_prefill_opts o = {.all_logits = 1, .n_threads = 2};
-            assert_int_equal(es_prefill(m, ids, n, &o, got), ES_OK);
+            es_session_params sp = es_session_default_params();
+            sp.n_threads = 2;
+            sp.kernels = isas[i];
+            es_session *ses;
+            assert_int_equal(es_session_create(m, &sp, &ses), ES_OK);
+            es_run_stats rs;
+            es_session_stats(ses, &rs);
+            assert_string_equal(rs.kernels, isas[i]);
+            assert_int_equal(es_session_prefill(ses, ids, n, 1, got), ES_OK);
+            es_session_destroy(ses);
             if (!base) {
                 base = got;
             } else {
@@ -295,8 +313,14 @@ static void test_fast_every_isa(void **state)
         }
         free(base);
     }
-    assert_int_equal(es_kernels_select(NULL), ES_OK); /* back to the best table */
     assert_int_equal(es_kernels_select("sse9"), ES_E_INVAL);
+    es_session_params bad = es_session_default_params();
+    bad.kernels = "sse9";
+    es_model *m = open_ok(DATA "tiny-q4_0.gguf");
+    es_session *ses = NULL;
+    assert_int_not_equal(es_session_create(m, &bad, &ses), ES_OK);
+    assert_null(ses);
+    es_model_close(m);
     free(ids);
 }
 
@@ -325,6 +349,46 @@ static void test_compare_rejects_garbage(void **state)
     assert_false(t_near(1.0, 1.6, 0.5));
 }
 
+/* A session keeps the kernel table it was made with: selecting another table after its first
+ * prefill (which used to resize nothing and overflow the old buffers) changes nothing for it,
+ * and a session made afterwards uses the new table. */
+static void test_kernels_reselect(void **state)
+{
+    (void)state;
+    if (!es_kernels_available("avx2")) {
+        print_message("no avx2 table on this CPU: nothing to switch to, skipped\n");
+        skip();
+    }
+    size_t n;
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
+    es_model *m = open_ok(DATA "tiny-q4_0.gguf");
+    const size_t nv = (size_t)es_model_n_vocab(m);
+    float *a = malloc(sizeof(float) * n * nv), *b = malloc(sizeof(float) * n * nv);
+    assert_int_equal(es_kernels_select("scalar"), ES_OK);
+    es_session *ses;
+    assert_int_equal(es_session_create(m, NULL, &ses), ES_OK);
+    assert_int_equal(es_session_prefill(ses, ids, n, 1, a), ES_OK);
+    assert_int_equal(es_kernels_select("avx2"), ES_OK);
+    assert_int_equal(es_session_prefill(ses, ids, n, 1, b), ES_OK); /* still scalar buffers */
+    assert_memory_equal(a, b, sizeof(float) * n * nv);
+    es_run_stats rs;
+    es_session_stats(ses, &rs);
+    assert_string_equal(rs.kernels, "scalar");
+    es_session_destroy(ses);
+    assert_int_equal(es_session_create(m, NULL, &ses), ES_OK);
+    es_session_stats(ses, &rs);
+    assert_string_equal(rs.kernels, "avx2");
+    assert_int_equal(es_session_prefill(ses, ids, n, 1, b), ES_OK);
+    t_logit_stats s = t_compare_logits(b, a, n, nv);
+    assert_true(s.max <= 2e-3);
+    es_session_destroy(ses);
+    assert_int_equal(es_kernels_select(NULL), ES_OK); /* back to the best table */
+    free(a);
+    free(b);
+    free(ids);
+    es_model_close(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_fast_ppl),
         cmocka_unit_test(test_route_skew),
         cmocka_unit_test(test_fast_every_isa),
+        cmocka_unit_test(test_kernels_reselect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

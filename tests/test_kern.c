@@ -560,12 +560,12 @@ static void test_init_forcing(void **state)
     assert_true(es_kern_isa_available("scalar"));
     assert_false(es_kern_isa_available(NULL));
     for (size_t i = 0; i < ES_LEN(all_types); i++)
-        assert_true(es_kern_supports(all_types[i]));
-    assert_false(es_kern_supports(ES_QTYPE_Q2_K));
-    assert_false(es_kern_supports(9999));
+        assert_true(es_kern_supports(es_kern_default(), all_types[i]));
+    assert_false(es_kern_supports(es_kern_default(), ES_QTYPE_Q2_K));
+    assert_false(es_kern_supports(es_kern_default(), 9999));
 }
 
-/* The public wrappers go through the active table. */
+/* The engine calls go through the table they are given (here a copy of the active one). */
 static void test_wrappers(void **state)
 {
     (void)state;
@@ -576,16 +576,16 @@ static void test_wrappers(void **state)
     const int64_t K = 256, N = 40, nr = 5;
     mat m = make_mat(type, N, K, 1);
     float *X = make_x(nr, K, K, 2);
-    assert_int_equal(es_act_bytes(type, nr, K), nr * es_act_row_bytes(type, K));
-    void *act = aalloc(es_act_bytes(type, nr, K));
-    es_act_prepare(type, X, K, nr, K, act);
-    void *scratch = aalloc(es_gemm_scratch_bytes(type, K));
+    assert_int_equal(es_act_bytes(&ka, type, nr, K), nr * es_act_row_bytes(&ka, type, K));
+    void *act = aalloc(es_act_bytes(&ka, type, nr, K));
+    es_act_prepare(&ka, type, X, K, nr, K, act);
+    void *scratch = aalloc(es_gemm_scratch_bytes(&ka, type, K));
     float *Y = aalloc(sizeof(float) * nr * N), *Y2 = aalloc(sizeof(float) * nr * N);
-    es_gemm(type, m.w, K, 0, N, act, NULL, nr, Y, N, 0, scratch);
+    es_gemm(&ka, type, m.w, K, 0, N, act, NULL, nr, Y, N, 0, scratch);
     run u = {&ka, &m, X, K, nr};
     do_gemm(&u, act, 0, N, NULL, nr, Y2, N, 0);
     assert_memory_equal(Y, Y2, sizeof(float) * nr * N);
-    es_gemm(type, m.w, K, 3, 3, act, NULL, nr, Y, N, 0, scratch); /* empty range: no-op */
+    es_gemm(&ka, type, m.w, K, 3, 3, act, NULL, nr, Y, N, 0, scratch); /* empty range: no-op */
     free(Y);
     free(Y2);
     free(scratch);

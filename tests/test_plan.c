@@ -141,7 +141,7 @@ static float *run_plan(const fixture *f, int n_threads, int cap, int group, cons
     assert_int_equal(es_pool_create(n_threads, &pool), ES_OK);
     es_expert_shape sh = {D, FF, f->type, f->type, f->type, E};
     es_plan *p;
-    assert_int_equal(es_plan_create(&sh, cap, T, P, pool, &p), ES_OK);
+    assert_int_equal(es_plan_create(&sh, cap, T, P, pool, es_kern_default(), &p), ES_OK);
     es_expert_slot all[P] = {{0}};
     for (int e = 0; e < E; e++) /* slot phi[e] holds expert e */
         all[phi[e]] = (es_expert_slot){f->gate + e * f->g_bytes, f->up + e * f->g_bytes,
@@ -246,7 +246,7 @@ static void test_plan_rejects_bad_routes(void **state)
     assert_int_equal(es_pool_create(2, &pool), ES_OK);
     es_expert_shape sh = {D, FF, f->type, f->type, f->type, E};
     es_plan *p;
-    assert_int_equal(es_plan_create(&sh, 8, T, P, pool, &p), ES_OK);
+    assert_int_equal(es_plan_create(&sh, 8, T, P, pool, es_kern_default(), &p), ES_OK);
     es_expert_slot slots[P] = {{0}};
     float *y = calloc(T * D, sizeof(float));
     es_plan_set_input(p, &f->x[0][0], D, T);

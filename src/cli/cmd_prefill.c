@@ -53,13 +53,13 @@ static void dump_logits(const char *path, const float *logits, size_t count)
 }
 
 /* Per layer: the busiest and idlest expert's routes over the mean, and experts with none. */
-static void print_route_stats(const es_model *m, bool json)
+static void print_route_stats(const es_model *m, const es_session *ses, bool json)
 {
     const int L = es_model_n_layer(m), E = es_model_n_expert(m);
     int64_t *c = malloc(sizeof(int64_t) * (size_t)E);
     if (!c) cli_die("out of memory");
     for (int il = 0; il < L; il++) {
-        es_status st = es_route_counts(m, il, c, E);
+        es_status st = es_session_route_counts(ses, il, c, E);
         if (st) cli_die_status(st, "prefill");
         int64_t mx = c[0], mn = c[0], sum = 0;
         int idle = 0;
@@ -130,8 +130,15 @@ int cmd_prefill(int argc, char **argv)
     const size_t n_out = o.all_logits ? n : 1;
     float *logits = malloc(sizeof(float) * nv * n_out);
     if (!logits) cli_die("out of memory for %zu x %zu logits", n_out, nv);
+    es_session_params sp = es_session_default_params();
+    sp.n_threads = o.n_threads;
+    sp.reference = o.reference;
+    sp.max_tokens = (int)n;
+    es_session *ses = NULL;
+    es_status st = es_session_create(m, &sp, &ses);
+    if (st) cli_die_status(st, "prefill");
     const uint64_t t0 = es_now_ns();
-    es_status st = es_prefill(m, ids, n, &o, logits);
+    st = es_session_prefill(ses, ids, n, o.all_logits, logits);
     const double secs = (double)(es_now_ns() - t0) * 1e-9;
     if (st) cli_die_status(st, "prefill");
     if (dump) dump_logits(dump, logits, n_out * nv);
@@ -147,7 +154,7 @@ int cmd_prefill(int argc, char **argv)
     qsort(e, nv, sizeof(*e), by_prob);
     if ((size_t)top > nv) top = (int)nv;
     const size_t rss = es_peak_rss_bytes();
-    if (route_stats) print_route_stats(m, json);
+    if (route_stats) print_route_stats(m, ses, json);
     if (json) {
         printf("{\"n_tokens\": %zu, \"top\": [", n);
         for (int i = 0; i < top; i++) {
@@ -185,6 +192,7 @@ int cmd_prefill(int argc, char **argv)
     free(e);
     free(logits);
     free(ids);
+    es_session_destroy(ses);
     es_model_close(m);
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -79,20 +80,30 @@ uint64_t es_now_ns(void)
 
 #define HUGE_BYTES ((size_t)2 << 20)
 
+/* Bytes held by es_alloc_big, as reserved (a huge-page allocation may become resident whole). */
+static _Atomic size_t big_live;
+
+static size_t reserved_bytes(size_t bytes)
+{
+    return bytes < HUGE_BYTES ? es_align_up(bytes, 64) : es_align_up(bytes, HUGE_BYTES);
+}
+
 void *es_alloc_big(size_t bytes)
 {
     if (bytes == 0) bytes = 1;
+    void *p = NULL;
     if (bytes < HUGE_BYTES) {
-        void *p = NULL;
         if (posix_memalign(&p, 64, es_align_up(bytes, 64)) != 0) return NULL;
         memset(p, 0, bytes);
-        return p;
+    } else {
+        /* mmap gives zeroed memory; the hint asks for 2 MiB pages where THP is in madvise mode */
+        size_t len = es_align_up(bytes, HUGE_BYTES);
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        madvise(p, len, MADV_HUGEPAGE);
     }
-    /* mmap gives zeroed memory; the hint asks for 2 MiB pages where THP is in madvise mode. */
-    size_t len = es_align_up(bytes, HUGE_BYTES);
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    madvise(p, len, MADV_HUGEPAGE);
+    /* relaxed: a statistic read by the thread that sets a session up, not a synchronisation */
+    atomic_fetch_add_explicit(&big_live, reserved_bytes(bytes), memory_order_relaxed);
     return p;
 }
 
@@ -104,7 +115,10 @@ void es_free_big(void *p, size_t bytes)
         free(p);
     else
         munmap(p, es_align_up(bytes, HUGE_BYTES));
+    atomic_fetch_sub_explicit(&big_live, reserved_bytes(bytes), memory_order_relaxed);
 }
+
+size_t es_big_bytes_live(void) { return atomic_load_explicit(&big_live, memory_order_relaxed); }
 
 size_t es_peak_rss_bytes(void)
 {

@@ -53,6 +53,9 @@ uint64_t es_now_ns(void);
  * first touch of 4 KiB pages is slow on our VMs). Zeroed. Free with es_free_big(p, bytes). */
 void *es_alloc_big(size_t bytes);
 void es_free_big(void *p, size_t bytes);
+/* Bytes currently held by es_alloc_big in the whole process, as reserved (rounded up to 64 B,
+ * or to 2 MiB for huge-page allocations, which may become resident whole). */
+size_t es_big_bytes_live(void);
 
 /* Peak resident set size of this process (VmHWM) in bytes, 0 if unknown. */
 size_t es_peak_rss_bytes(void);

@@ -17,6 +17,8 @@ typedef struct attn_thread {
 } attn_thread;
 
 struct es_attn {
+    const es_kern *k; /* the session's kernel table */
+    size_t q_act_bytes, p_act_bytes; /* as allocated, for the frees */
     int64_t t_max;
     int n_head, n_kv, dh, n_threads;
     es_pool *pool;
@@ -34,11 +36,12 @@ struct es_attn {
 };
 
 es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *pool,
-                         es_attn **out)
+                         const es_kern *k, es_attn **out)
 {
     *out = NULL;
     es_attn *a = calloc(1, sizeof(*a));
     if (!a) return es_fail(ES_E_NOMEM, "out of memory");
+    a->k = k;
     a->t_max = t_max;
     a->n_head = n_head;
     a->n_kv = n_kv;
@@ -49,14 +52,16 @@ es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *p
     a->kh = es_alloc_big(sizeof(float) * (size_t)n_kv * (size_t)t_max * (size_t)dh);
     a->vtb = es_alloc_big(sizeof(float) * (size_t)n_kv * (size_t)a->n_blocks * (size_t)dh * ATTN_BK);
     a->th = calloc((size_t)a->n_threads, sizeof(attn_thread));
-    size_t sb = es_gemm_scratch_bytes(ES_QTYPE_F32, dh);
-    const size_t sb2 = es_gemm_scratch_bytes(ES_QTYPE_F32, ATTN_BK);
+    size_t sb = es_gemm_scratch_bytes(a->k, ES_QTYPE_F32, dh);
+    const size_t sb2 = es_gemm_scratch_bytes(a->k, ES_QTYPE_F32, ATTN_BK);
     a->scratch_bytes = es_align_up((sb > sb2 ? sb : sb2) + 64, 64);
+    a->q_act_bytes = es_act_bytes(k, ES_QTYPE_F32, ATTN_BQ, dh);
+    a->p_act_bytes = es_act_bytes(k, ES_QTYPE_F32, ATTN_BQ, ATTN_BK);
     bool ok = a->kh && a->vtb && a->th;
     for (int i = 0; ok && i < a->n_threads; i++) {
         attn_thread *t = &a->th[i];
-        t->q_act = es_alloc_big(es_act_bytes(ES_QTYPE_F32, ATTN_BQ, dh));
-        t->p_act = es_alloc_big(es_act_bytes(ES_QTYPE_F32, ATTN_BQ, ATTN_BK));
+        t->q_act = es_alloc_big(a->q_act_bytes);
+        t->p_act = es_alloc_big(a->p_act_bytes);
         t->s = es_alloc_big(sizeof(float) * ATTN_BQ * ATTN_BK);
         t->o = es_alloc_big(sizeof(float) * ATTN_BQ * (size_t)dh);
         t->m = es_alloc_big(sizeof(float) * ATTN_BQ * 2);
@@ -81,8 +86,8 @@ void es_attn_destroy(es_attn *a)
     if (a->th)
         for (int i = 0; i < a->n_threads; i++) {
             attn_thread *t = &a->th[i];
-            es_free_big(t->q_act, es_act_bytes(ES_QTYPE_F32, ATTN_BQ, a->dh));
-            es_free_big(t->p_act, es_act_bytes(ES_QTYPE_F32, ATTN_BQ, ATTN_BK));
+            es_free_big(t->q_act, a->q_act_bytes);
+            es_free_big(t->p_act, a->p_act_bytes);
             es_free_big(t->s, sizeof(float) * ATTN_BQ * ATTN_BK);
             es_free_big(t->o, sizeof(float) * ATTN_BQ * dh);
             es_free_big(t->m, sizeof(float) * ATTN_BQ * 2);
@@ -132,7 +137,7 @@ static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
     const int dh = a->dh, hk = h / (a->n_head / a->n_kv);
     const int64_t T = a->T, nq = T - q0 < ATTN_BQ ? T - q0 : ATTN_BQ;
     const int64_t ldq = (int64_t)a->n_head * dh;
-    es_act_prepare(ES_QTYPE_F32, a->q + q0 * ldq + h * dh, ldq, nq, dh, t->q_act);
+    es_act_prepare(a->k, ES_QTYPE_F32, a->q + q0 * ldq + h * dh, ldq, nq, dh, t->q_act);
     for (int64_t i = 0; i < nq; i++) {
         t->m[i] = -INFINITY;
         t->l[i] = 0.0f;
@@ -143,24 +148,24 @@ static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
     for (int64_t s0 = 0; s0 <= last_q; s0 += ATTN_BK) {
         const int64_t s1 = s0 + ATTN_BK; /* padded keys beyond T are masked below */
         const int64_t s_end = s1 < T ? s1 : T;
-        es_gemm(ES_QTYPE_F32, kh, dh, s0, s_end, t->q_act, NULL, nq, t->s - s0, ATTN_BK, 0,
+        es_gemm(a->k, ES_QTYPE_F32, kh, dh, s0, s_end, t->q_act, NULL, nq, t->s - s0, ATTN_BK, 0,
                 t->scratch);
         for (int64_t i = 0; i < nq; i++) {
             float *srow = t->s + i * ATTN_BK;
             const int64_t q = q0 + i, valid = (q + 1 < s_end ? q + 1 : s_end) - s0;
-            const float bmx = es_scale_max(srow, a->scale, valid);
+            const float bmx = a->k->scale_max(srow, a->scale, valid);
             const float mx = bmx > t->m[i] ? bmx : t->m[i];
             const float alpha = expf(t->m[i] - mx); /* 0 on the first block (m = -inf) */
-            const float sum = es_exp_sum(srow, mx, valid);
+            const float sum = a->k->exp_sum(srow, mx, valid);
             for (int64_t j = valid > 0 ? valid : 0; j < ATTN_BK; j++) srow[j] = 0.0f;
             t->l[i] = t->l[i] * alpha + sum;
             t->m[i] = mx;
             float *orow = t->o + i * dh;
-            (void)es_scale_max(orow, alpha, dh); /* rescale the partial output */
+            (void)a->k->scale_max(orow, alpha, dh); /* rescale the partial output */
         }
-        es_act_prepare(ES_QTYPE_F32, t->s, ATTN_BK, nq, ATTN_BK, t->p_act);
+        es_act_prepare(a->k, ES_QTYPE_F32, t->s, ATTN_BK, nq, ATTN_BK, t->p_act);
         const float *vt = a->vtb + (((size_t)hk * (size_t)a->n_blocks + (size_t)(s0 / ATTN_BK)) * (size_t)dh) * ATTN_BK;
-        es_gemm(ES_QTYPE_F32, vt, ATTN_BK, 0, dh, t->p_act, NULL, nq, t->o, dh, 1, t->scratch);
+        es_gemm(a->k, ES_QTYPE_F32, vt, ATTN_BK, 0, dh, t->p_act, NULL, nq, t->o, dh, 1, t->scratch);
     }
     for (int64_t i = 0; i < nq; i++) {
         const float inv = 1.0f / t->l[i];

@@ -12,6 +12,7 @@
 #ifndef ES_ATTENTION_H
 #define ES_ATTENTION_H
 
+#include "quant/kern.h"
 #include "sched/pool.h"
 
 enum { ATTN_BQ = 64, ATTN_BK = 128 };
@@ -23,7 +24,7 @@ typedef struct es_attn es_attn;
 /* Buffers for up to t_max tokens, n_head query heads, n_kv key/value heads of size dh, for
  * es_pool_size(pool) threads. */
 es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *pool,
-                         es_attn **out);
+                         const es_kern *k, es_attn **out);
 void es_attn_destroy(es_attn *a);
 int64_t es_attn_t_max(const es_attn *a);
 

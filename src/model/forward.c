@@ -14,6 +14,8 @@
 
 #include "model/attention.h"
 #include "moe/plan.h"
+#include "moe/provider.h"
+#include <stddef.h>
 #include "quant/kern.h"
 
 #include <math.h>
@@ -26,11 +28,15 @@ enum {
     MAX_PLANS = 8,       /* distinct expert shape classes (weight-type mixes) per model */
 };
 
-typedef struct plan_entry { uint32_t gate, up, down; es_plan *plan; } plan_entry;
+typedef struct plan_entry { es_expert_shape shape; int n_slots; es_plan *plan; } plan_entry;
 
 struct es_fast {
+    const es_kern *kern;  /* the session's kernel table */
     int n_threads;
     int plan_capacity;    /* routes per expert-plan invocation; more are split */
+    int n_slots;          /* physical slots the plans address (>= n_expert) */
+    int n_layer, n_expert;
+    es_expert_provider resident; /* every expert in the mapping: phi = identity */
     es_pool *pool;
     int64_t t_cap;        /* tokens the buffers below hold */
     float *x, *h, *q, *k, *v, *att, *tmp, *moe; /* [t_cap][...] activations */
@@ -96,14 +102,14 @@ void es_fast_destroy(es_fast *f, const es_hparams *hp)
 }
 
 /* Largest activation buffer any dense product of the model needs for T rows. */
-static size_t max_act_bytes(const es_model *m, int64_t T)
+static size_t max_act_bytes(const es_kern *k, const es_model *m, int64_t T)
 {
-    size_t mx = es_act_bytes(m->output.type, T, m->hp.n_embd);
+    size_t mx = es_act_bytes(k, m->output.type, T, m->hp.n_embd);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const es_layer *L = &m->layers[il];
         const es_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate_inp};
         for (size_t i = 0; i < ES_LEN(ts); i++) {
-            size_t b = es_act_bytes(ts[i]->type, T, m->hp.n_embd);
+            size_t b = es_act_bytes(k, ts[i]->type, T, m->hp.n_embd);
             mx = b > mx ? b : mx;
         }
     }
@@ -111,6 +117,9 @@ static size_t max_act_bytes(const es_model *m, int64_t T)
 }
 
 static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_status *st);
+static es_status resident_acquire(es_expert_provider *p, int il, int e0, const int32_t **phi,
+                                  const es_expert_slot **slots);
+static void resident_release(es_expert_provider *p, int il, int e0);
 
 /* Activation buffers and expert plans for prompts of up to T tokens (plans are sized to T, not
  * to the model's context, which may be far longer than any prompt). */
@@ -132,36 +141,37 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
     f->router = es_alloc_big(fbytes(T, hp->n_expert));
     f->routes = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     f->routes_tmp = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
-    f->act_bytes = max_act_bytes(m, T);
+    f->act_bytes = max_act_bytes(f->kern, m, T);
     f->act = es_alloc_big(f->act_bytes);
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->moe ||
         !f->rope_cs || !f->router || !f->routes || !f->routes_tmp || !f->act)
         return es_fail(ES_E_NOMEM, "out of memory for the activations of %lld tokens", (long long)T);
-    es_status st = es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, f->pool, &f->attn);
+    es_status st = es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, f->pool, f->kern,
+                                  &f->attn);
     for (int il = 0; il < hp->n_layer && st == ES_OK; il++) plan_for(f, m, &m->layers[il], &st);
     return st;
 }
 
 static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_status *st)
 {
-    for (int i = 0; i < f->n_plans; i++)
-        if (f->plans[i].gate == L->gate_exps.type && f->plans[i].up == L->up_exps.type &&
-            f->plans[i].down == L->down_exps.type)
-            return f->plans[i].plan;
+    es_expert_shape sh = {m->hp.n_embd, m->hp.n_ff_exp, L->gate_exps.type, L->up_exps.type,
+                          L->down_exps.type, m->hp.n_expert};
+    for (int i = 0; i < f->n_plans; i++) /* keyed on the whole expert shape */
+        if (!memcmp(&f->plans[i].shape, &sh, sizeof(sh))) return f->plans[i].plan;
     if (f->n_plans == MAX_PLANS) {
         *st = es_fail(ES_E_UNSUPPORTED, "too many expert weight-type mixes");
         return NULL;
     }
-    es_expert_shape sh = {m->hp.n_embd, m->hp.n_ff_exp, L->gate_exps.type, L->up_exps.type,
-                          L->down_exps.type, m->hp.n_expert};
     es_plan *p = NULL;
-    if ((*st = es_plan_create(&sh, f->plan_capacity, (int)f->t_cap, m->hp.n_expert, f->pool, &p)))
+    if ((*st = es_plan_create(&sh, f->plan_capacity, (int)f->t_cap, f->n_slots, f->pool, f->kern,
+                              &p)))
         return NULL;
-    f->plans[f->n_plans++] = (plan_entry){sh.gate_type, sh.up_type, sh.down_type, p};
+    f->plans[f->n_plans++] = (plan_entry){sh, f->n_slots, p};
     return p;
 }
 
-static es_status fast_create(es_model *m, int n_threads, int plan_capacity, es_fast **out)
+es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int plan_capacity,
+                         int n_slots, es_fast **out)
 {
     const es_hparams *hp = &m->hp;
     es_fast *f = calloc(1, sizeof(*f));
@@ -171,8 +181,14 @@ static es_status fast_create(es_model *m, int n_threads, int plan_capacity, es_f
         free(f);
         return st;
     }
+    f->kern = k;
+    f->n_layer = hp->n_layer;
+    f->n_expert = hp->n_expert;
+    f->resident = (es_expert_provider){.group = hp->n_expert, .n_slots = hp->n_expert,
+                                       .acquire = resident_acquire, .release = resident_release};
     f->n_threads = n_threads;
-    f->plan_capacity = plan_capacity;
+    f->plan_capacity = plan_capacity > 0 ? plan_capacity : PLAN_CAPACITY;
+    f->n_slots = n_slots > hp->n_expert ? n_slots : hp->n_expert;
     f->phi = calloc((size_t)hp->n_expert, sizeof(int32_t));
     f->slots = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof(es_expert_slot));
     f->scratch = calloc((size_t)n_threads, sizeof(void *));
@@ -187,12 +203,12 @@ static es_status fast_create(es_model *m, int n_threads, int plan_capacity, es_f
         const es_layer *L = &m->layers[il];
         const es_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate_inp, &m->output};
         for (size_t i = 0; i < ES_LEN(ts); i++) {
-            if (!es_kern_supports(ts[i]->type)) {
+            if (!es_kern_supports(k, ts[i]->type)) {
                 es_fast_destroy(f, hp);
                 return es_fail(ES_E_UNSUPPORTED, "no fast kernel for %s (%s); use --reference",
                                ts[i]->name, es_qtype_name(ts[i]->type));
             }
-            const size_t b = es_gemm_scratch_bytes(ts[i]->type, hp->n_embd);
+            const size_t b = es_gemm_scratch_bytes(k, ts[i]->type, hp->n_embd);
             sb = b > sb ? b : sb;
         }
         for (int e = 0; e < hp->n_expert; e++) {
@@ -203,7 +219,7 @@ static es_status fast_create(es_model *m, int n_threads, int plan_capacity, es_f
         }
         const es_tensor *ex[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (size_t i = 0; i < ES_LEN(ex); i++)
-            if (!es_kern_supports(ex[i]->type)) {
+            if (!es_kern_supports(k, ex[i]->type)) {
                 es_fast_destroy(f, hp);
                 return es_fail(ES_E_UNSUPPORTED, "no fast kernel for %s (%s); use --reference",
                                ex[i]->name, es_qtype_name(ex[i]->type));
@@ -254,7 +270,7 @@ static void gemm_worker(void *arg, int ith, int nth)
         const gemm_task *t = &j->tasks[ti];
         const int64_t n0 = (int64_t)(c - base) * GEMM_CHUNK;
         const int64_t n1 = n0 + GEMM_CHUNK < t->w->ne[1] ? n0 + GEMM_CHUNK : t->w->ne[1];
-        es_gemm(t->w->type, t->w->data, t->w->ne[0], n0, n1, t->act, NULL, t->n_rows, t->y, t->ldy,
+        es_gemm(j->f->kern, t->w->type, t->w->data, t->w->ne[0], n0, n1, t->act, NULL, t->n_rows, t->y, t->ldy,
                 0, j->f->scratch[ith]);
     }
 }
@@ -344,25 +360,25 @@ static void row_worker(void *arg, int ith, int nth)
         break;
     }
     case ROW_ATTN_NORM:
-        for (int64_t t = r0; t < r1; t++) es_rmsnorm(f->h + t * d, f->x + t * d, L->attn_norm.data, d, hp->rms_eps);
+        for (int64_t t = r0; t < r1; t++) f->kern->rmsnorm(f->h + t * d, f->x + t * d, L->attn_norm.data, d, hp->rms_eps);
         break;
     case ROW_FFN_NORM:
-        for (int64_t t = r0; t < r1; t++) es_rmsnorm(f->h + t * d, f->x + t * d, L->ffn_norm.data, d, hp->rms_eps);
+        for (int64_t t = r0; t < r1; t++) f->kern->rmsnorm(f->h + t * d, f->x + t * d, L->ffn_norm.data, d, hp->rms_eps);
         break;
     case ROW_OUT_NORM:
         for (int64_t t = r0; t < r1; t++)
-            es_rmsnorm(f->h + t * d, f->x + t * d, j->m->output_norm.data, d, hp->rms_eps);
+            f->kern->rmsnorm(f->h + t * d, f->x + t * d, j->m->output_norm.data, d, hp->rms_eps);
         break;
     case ROW_PREP: {
-        const size_t rb = es_act_row_bytes(j->wtype, j->K);
-        es_act_prepare(j->wtype, j->src + r0 * j->K, j->K, r1 - r0, j->K,
+        const size_t rb = es_act_row_bytes(f->kern, j->wtype, j->K);
+        es_act_prepare(f->kern, j->wtype, j->src + r0 * j->K, j->K, r1 - r0, j->K,
                        (uint8_t *)f->act + (size_t)(r0 - j->r_begin) * rb);
         break;
     }
     case ROW_QK_NORM_ROPE:
         for (int64_t t = r0; t < r1; t++) {
-            es_rmsnorm(f->q + t * d, f->q + t * d, L->q_norm.data, d, hp->rms_eps);
-            es_rmsnorm(f->k + t * dkv, f->k + t * dkv, L->k_norm.data, dkv, hp->rms_eps);
+            f->kern->rmsnorm(f->q + t * d, f->q + t * d, L->q_norm.data, d, hp->rms_eps);
+            f->kern->rmsnorm(f->k + t * dkv, f->k + t * dkv, L->k_norm.data, dkv, hp->rms_eps);
             const float *cs = f->rope_cs + t * hp->n_rot;
             for (int hh = 0; hh < hp->n_head; hh++) rope_neox(f->q + t * d + hh * hp->n_embd_head, hp->n_rot, cs);
             for (int hh = 0; hh < hp->n_head_kv; hh++) rope_neox(f->k + t * dkv + hh * hp->n_embd_head, hp->n_rot, cs);
@@ -421,30 +437,68 @@ static void sort_routes(es_fast *f, const es_hparams *hp, int64_t T, int il)
     memcpy(f->routes, f->routes_tmp, sizeof(es_route) * (size_t)R);
 }
 
-es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threads,
-                          int plan_capacity, int all_logits, float *logits)
+/* The all-resident provider: one group of every expert, each in the slot of its id. */
+static es_status resident_acquire(es_expert_provider *p, int il, int e0, const int32_t **phi,
+                                  const es_expert_slot **slots)
+{
+    es_fast *f = (es_fast *)((char *)p - offsetof(es_fast, resident));
+    (void)e0;
+    *phi = f->phi;
+    *slots = f->slots + (size_t)il * (size_t)f->n_expert;
+    return ES_OK;
+}
+static void resident_release(es_expert_provider *p, int il, int e0) { (void)p, (void)il, (void)e0; }
+
+/* The mixture of experts of layer il over f->h into f->moe: groups of the provider's G experts
+ * in increasing id, each group's routes (contiguous: the routes are sorted by expert) in
+ * invocations of at most the plan's capacity. */
+static es_status moe_stage(es_fast *f, const es_model *m, es_expert_provider *prov, int il,
+                           int64_t T)
 {
     const es_hparams *hp = &m->hp;
-    const int64_t T = (int64_t)n, d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
-    es_status st;
-    if (n_threads < 1) n_threads = 1;
-    if (plan_capacity < 1) plan_capacity = PLAN_CAPACITY;
-    if (m->fast && (m->fast->n_threads != n_threads || m->fast->plan_capacity != plan_capacity)) {
-        es_fast_destroy(m->fast, hp);
-        m->fast = NULL;
+    const int64_t d = hp->n_embd;
+    const int E = hp->n_expert;
+    es_status st = ES_OK;
+    es_plan *plan = plan_for(f, m, &m->layers[il], &st);
+    ES_ASSERT(plan); /* made for every layer's shape at alloc_buffers */
+    const int64_t *counts = f->route_counts + (size_t)il * (size_t)E;
+    if (prov->layer_routed) ES_TRY(prov->layer_routed(prov, il, counts));
+    es_plan_set_input(plan, f->h, d, T);
+    memset(f->moe, 0, fbytes(T, d));
+    const int64_t cap = es_plan_capacity(plan);
+    const int G = prov->group;
+    int64_t r_begin = 0;
+    for (int e0 = 0; e0 < E; e0 += G) {
+        const int e1 = e0 + G < E ? e0 + G : E;
+        int64_t n = 0;
+        for (int e = e0; e < e1; e++) n += counts[e];
+        if (n == 0) continue;
+        const int32_t *phi;
+        const es_expert_slot *slots;
+        ES_TRY(prov->acquire(prov, il, e0, &phi, &slots));
+        for (int64_t r0 = r_begin; r0 < r_begin + n && st == ES_OK; r0 += cap) {
+            const int nr = (int)(r_begin + n - r0 < cap ? r_begin + n - r0 : cap);
+            st = es_plan_invoke(plan, f->routes + r0, nr, phi, slots, f->moe, d);
+        }
+        prov->release(prov, il, e0);
+        ES_TRY(st);
+        r_begin += n;
     }
-    if (!m->fast && (st = fast_create(m, n_threads, plan_capacity, &m->fast))) return st;
-    es_fast *f = m->fast;
-    if (f->t_cap < T && (st = alloc_buffers(f, m, T))) {
-        free_buffers(f, hp);
-        return st;
-    }
+    return ES_OK;
+}
+
+static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov,
+                         const int32_t *ids, int64_t T, int all_logits, float *logits)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
     row_job ej = {.f = f, .m = m, .op = ROW_EMBED, .ids = ids, .T = T};
     es_pool_run(f->pool, row_worker, &ej);
     const float attn_scale = 1.0f / sqrtf((float)hp->n_embd_head);
 
     for (int il = 0; il < hp->n_layer; il++) {
         const es_layer *L = &m->layers[il];
+        if (prov->layer_begin) ES_TRY(prov->layer_begin(prov, il));
         /* attention */
         run_rows(f, m, L, ROW_ATTN_NORM, T);
         if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
@@ -477,16 +531,7 @@ es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threa
         run_gemms(f, &rt, 1);
         run_rows(f, m, L, ROW_ROUTE, T);
         sort_routes(f, hp, T, il);
-        es_plan *plan = plan_for(f, m, L, &st);
-        ES_ASSERT(plan); /* made for every layer's type mix at create */
-        es_plan_set_input(plan, f->h, d, T);
-        memset(f->moe, 0, fbytes(T, d));
-        const int64_t R = T * hp->n_expert_used, cap = es_plan_capacity(plan);
-        const es_expert_slot *slots = f->slots + (size_t)il * (size_t)hp->n_expert;
-        for (int64_t r0 = 0; r0 < R; r0 += cap) {
-            const int nr = (int)(R - r0 < cap ? R - r0 : cap);
-            if ((st = es_plan_invoke(plan, f->routes + r0, nr, f->phi, slots, f->moe, d))) return st;
-        }
+        ES_TRY(moe_stage(f, m, prov, il, T));
         row_job addm = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->moe};
         es_pool_run(f->pool, row_worker, &addm);
     }
@@ -502,17 +547,38 @@ es_status es_forward_fast(es_model *m, const int32_t *ids, size_t n, int n_threa
     return ES_OK;
 }
 
-es_status es_route_counts(const es_model *m, int il, int64_t *counts, int cap)
+es_status es_fast_reserve(es_fast *f, const es_model *m, int64_t T)
 {
-    const es_hparams *hp = &m->hp;
-    if (!m->fast || !m->fast->have_counts)
-        return es_fail(ES_E_INVAL, "route counts: no fast-path prefill has run on this model");
-    if (il < 0 || il >= hp->n_layer || cap < hp->n_expert)
+    if (f->t_cap >= T) return ES_OK;
+    es_status st = alloc_buffers(f, m, T);
+    if (st) free_buffers(f, &m->hp);
+    return st;
+}
+
+es_status es_fast_forward(es_fast *f, const es_model *m, es_expert_provider *prov,
+                          const int32_t *ids, size_t n, int all_logits, float *logits)
+{
+    const int64_t T = (int64_t)n;
+    ES_TRY(es_fast_reserve(f, m, T));
+    if (!prov) prov = &f->resident;
+    ES_ASSERT(prov->n_slots <= f->n_slots);
+    es_status st = forward(f, m, prov, ids, T, all_logits, logits);
+    if (prov->run_end) prov->run_end(prov);
+    return st;
+}
+
+es_status es_fast_route_counts(const es_fast *f, int il, int64_t *counts, int cap)
+{
+    if (!f || !f->have_counts)
+        return es_fail(ES_E_INVAL, "route counts: no fast-path prefill has run in this session");
+    if (il < 0 || il >= f->n_layer || cap < f->n_expert)
         return es_fail(ES_E_INVAL, "route counts: bad layer %d or capacity %d", il, cap);
-    memcpy(counts, m->fast->route_counts + (size_t)il * (size_t)hp->n_expert,
-           sizeof(int64_t) * (size_t)hp->n_expert);
+    memcpy(counts, f->route_counts + (size_t)il * (size_t)f->n_expert,
+           sizeof(int64_t) * (size_t)f->n_expert);
     return ES_OK;
 }
 
 int es_model_n_layer(const es_model *m) { return m->hp.n_layer; }
 int es_model_n_expert(const es_model *m) { return m->hp.n_expert; }
+
+int es_fast_n_threads(const es_fast *f) { return f->n_threads; }

@@ -5,7 +5,6 @@
  * here with a message naming the tensor, so no later code has to re-check.
  */
 #include "model/model.h"
-#include "model/forward.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,7 +231,6 @@ static void free_tensor(es_tensor *t) { free((void *)t->name); }
 void es_model_close(es_model *m)
 {
     if (!m) return;
-    es_fast_destroy(m->fast, &m->hp);
     if (m->layers) {
         for (int il = 0; il < m->hp.n_layer; il++) {
             es_tensor *ts = (es_tensor *)&m->layers[il];

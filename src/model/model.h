@@ -54,8 +54,6 @@ typedef struct es_layer {
     es_tensor down_exps;  /* [n_ff_exp] x n_embd rows x n_expert */
 } es_layer;
 
-typedef struct es_fast es_fast; /* fast-path state (forward.c): pool, plans, buffers */
-
 struct es_model {
     es_gguf *gguf;
     char arch[32];
@@ -66,7 +64,6 @@ struct es_model {
     es_tensor output_norm; /* [n_embd] */
     es_tensor output;      /* [n_embd] x n_vocab rows */
     es_layer *layers;      /* [n_layer] */
-    es_fast *fast;         /* built by the first fast prefill, NULL before */
 };
 
 /* Bytes of one expert's gate+up+down weights in layer il (all experts of a layer are equal). */

@@ -3,7 +3,7 @@
  * llama-perplexity convention, so the two tools' numbers compare directly).
  */
 #include "model/model.h"
-#include "model/forward.h"
+#include "model/session.h"
 #include "quant/kern.h"
 
 #include <unistd.h>
@@ -25,7 +25,7 @@ es_status es_kernels_select(const char *isa)
     return ES_OK;
 }
 
-static es_status check_ids(const es_model *m, const int32_t *ids, size_t n)
+es_status es_check_ids(const es_model *m, const int32_t *ids, size_t n)
 {
     if (m->vocab_only) return es_fail(ES_E_INVAL, "the model was opened vocabulary-only");
     if (n == 0) return es_fail(ES_E_INVAL, "empty prompt: nothing to prefill");
@@ -39,24 +39,30 @@ static es_status check_ids(const es_model *m, const int32_t *ids, size_t n)
     return ES_OK;
 }
 
+/* The session a one-shot call runs on. */
+static es_session_params params_of(const es_prefill_opts *opts)
+{
+    es_session_params p = es_session_default_params();
+    if (opts) {
+        p.n_threads = opts->n_threads;
+        p.reference = opts->reference;
+        p.plan_capacity = opts->plan_capacity;
+    }
+    return p;
+}
+
 es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill_opts *opts,
                      float *out)
 {
     if (!m || !ids || !out) return es_fail(ES_E_INVAL, "es_prefill: NULL argument");
-    ES_TRY(check_ids(m, ids, n));
-    const es_prefill_opts def = {0};
-    if (!opts) opts = &def;
-    if (opts->n_threads < 0 || opts->n_threads > ES_MAX_THREADS)
-        return es_fail(ES_E_INVAL, "thread count %d is outside 1..%d (0: online CPUs)",
-                       opts->n_threads, ES_MAX_THREADS);
-    if (opts->plan_capacity < 0) return es_fail(ES_E_INVAL, "plan capacity must be >= 0");
-    if (opts->reference) return es_forward_ref(m, ids, n, opts->all_logits, out);
-    int threads = opts->n_threads;
-    if (threads == 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = c < 1 ? 1 : c > ES_MAX_THREADS ? ES_MAX_THREADS : (int)c;
-    }
-    return es_forward_fast(m, ids, n, threads, opts->plan_capacity, opts->all_logits, out);
+    ES_TRY(es_check_ids(m, ids, n));
+    es_session_params p = params_of(opts);
+    p.max_tokens = (int)n;
+    es_session *s = NULL;
+    ES_TRY(es_session_create(m, &p, &s));
+    es_status st = es_session_prefill(s, ids, n, opts && opts->all_logits, out);
+    es_session_destroy(s);
+    return st;
 }
 
 /* -log softmax(logits)[target], with the sum in double. */
@@ -69,11 +75,8 @@ static double nll_of(const float *logits, int n_vocab, int32_t target)
     return -((double)(logits[target] - mx) - log(sum));
 }
 
-es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
-                        const es_prefill_opts *opts, es_ppl_progress_fn progress, void *user,
-                        es_ppl_result *out)
+static es_status check_ppl(const es_model *m, size_t n, int n_ctx)
 {
-    memset(out, 0, sizeof(*out));
     if (n_ctx < 4) return es_fail(ES_E_INVAL, "perplexity context must be at least 4 tokens");
     if (n_ctx > m->hp.n_ctx)
         return es_fail(ES_E_INVAL, "context %d exceeds the model's context of %d tokens", n_ctx,
@@ -81,11 +84,36 @@ es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, in
     if (n < 2 * (size_t)n_ctx)
         return es_fail(ES_E_INVAL, "the text tokenizes to %zu tokens; a context of %d needs at "
                        "least %d", n, n_ctx, 2 * n_ctx);
+    return ES_OK;
+}
+
+es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
+                        const es_prefill_opts *opts, es_ppl_progress_fn progress, void *user,
+                        es_ppl_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!m) return es_fail(ES_E_INVAL, "es_perplexity: NULL model");
+    ES_TRY(check_ppl(m, n, n_ctx)); /* before a session is sized for n_ctx */
+    es_session_params p = params_of(opts);
+    p.max_tokens = n_ctx;
+    es_session *s = NULL;
+    ES_TRY(es_session_create(m, &p, &s));
+    es_status st = es_session_perplexity(s, ids, n, n_ctx, max_chunks, progress, user, out);
+    es_session_destroy(s);
+    return st;
+}
+
+es_status es_session_perplexity(es_session *s, const int32_t *ids, size_t n, int n_ctx,
+                                int max_chunks, es_ppl_progress_fn progress, void *user,
+                                es_ppl_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    const es_model *m = es_session_model(s);
+    if (!m) return es_fail(ES_E_INVAL, "es_session_perplexity: NULL session");
+    ES_TRY(check_ppl(m, n, n_ctx));
     int n_chunk = (int)(n / (size_t)n_ctx);
     if (max_chunks > 0 && max_chunks < n_chunk) n_chunk = max_chunks;
     const int nv = m->hp.n_vocab, first = n_ctx / 2;
-    es_prefill_opts o = opts ? *opts : (es_prefill_opts){0};
-    o.all_logits = 1;
     int32_t *chunk = malloc(sizeof(int32_t) * (size_t)n_ctx);
     float *logits = malloc(sizeof(float) * (size_t)n_ctx * (size_t)nv);
     if (!chunk || !logits) {
@@ -99,7 +127,7 @@ es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, in
     for (int c = 0; c < n_chunk; c++) {
         memcpy(chunk, ids + (size_t)c * (size_t)n_ctx, sizeof(int32_t) * (size_t)n_ctx);
         if (es_model_add_bos(m)) chunk[0] = es_model_bos(m);
-        if ((st = es_prefill(m, chunk, (size_t)n_ctx, &o, logits)) != ES_OK) break;
+        if ((st = es_session_prefill(s, chunk, (size_t)n_ctx, 1, logits)) != ES_OK) break;
         for (int j = first; j < n_ctx - 1; j++)
             nll += nll_of(logits + (size_t)j * (size_t)nv, nv, chunk[j + 1]);
         count += n_ctx - 1 - first;

@@ -26,6 +26,8 @@ typedef struct thread_buf {
 
 struct es_plan {
     es_expert_shape shape;
+    const es_kern *k;    /* the session's kernel table: every act buffer below is in its format */
+    size_t x_gate_bytes, x_up_bytes, h_act_bytes, scratch_bytes; /* as allocated, for the frees */
     int capacity, t_max, n_slots, n_threads;
     es_pool *pool;
     /* input X, prepared once per layer for the gate (and up, if its type differs) kernels */
@@ -40,7 +42,7 @@ struct es_plan {
     int n_blocks;
     /* per block: gate outputs then SwiGLU (g), up outputs (u), SwiGLU quantized for down */
     float *g, *u;        /* [ROW_BLOCK][n_ff] */
-    void *h_act;         /* es_act_bytes(down_type, ROW_BLOCK, n_ff) */
+    void *h_act;         /* es_act_bytes(p->k, down_type, ROW_BLOCK, n_ff) */
     thread_buf *tb;      /* [n_threads] */
     /* invocation arguments for the job */
     const es_expert_slot *slots;
@@ -52,30 +54,34 @@ struct es_plan {
 static size_t big_bytes(size_t n) { return es_align_up(n ? n : 1, 64); }
 
 es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, int n_slots,
-                         es_pool *pool, es_plan **out)
+                         es_pool *pool, const es_kern *k, es_plan **out)
 {
     *out = NULL;
     const int64_t d = shape->n_embd, ff = shape->n_ff;
     if (capacity < 1 || t_max < 1 || n_slots < 1 || shape->n_expert < 1 || d < 1 || ff < 1 ||
         !pool)
         return es_fail(ES_E_INVAL, "expert plan: bad capacities");
-    if (!es_kern_supports(shape->gate_type) || !es_kern_supports(shape->up_type) ||
-        !es_kern_supports(shape->down_type))
+    if (!es_kern_supports(k, shape->gate_type) || !es_kern_supports(k, shape->up_type) ||
+        !es_kern_supports(k, shape->down_type))
         return es_fail(ES_E_UNSUPPORTED, "expert plan: no kernel for weight types %s/%s/%s",
                        es_qtype_name(shape->gate_type), es_qtype_name(shape->up_type),
                        es_qtype_name(shape->down_type));
     es_plan *p = calloc(1, sizeof(*p));
     if (!p) return es_fail(ES_E_NOMEM, "out of memory");
     p->shape = *shape;
+    p->k = k;
     p->capacity = capacity;
     p->t_max = t_max;
     p->n_slots = n_slots;
     p->pool = pool;
     p->n_threads = es_pool_size(pool);
     const int max_blocks = shape->n_expert + capacity / ROW_BLOCK + 1;
-    p->x_gate = es_alloc_big(es_act_bytes(shape->gate_type, t_max, d));
-    if (shape->up_type != shape->gate_type)
-        p->x_up = es_alloc_big(es_act_bytes(shape->up_type, t_max, d));
+    p->x_gate_bytes = es_act_bytes(k, shape->gate_type, t_max, d);
+    p->x_gate = es_alloc_big(p->x_gate_bytes);
+    if (shape->up_type != shape->gate_type) {
+        p->x_up_bytes = es_act_bytes(k, shape->up_type, t_max, d);
+        p->x_up = es_alloc_big(p->x_up_bytes);
+    }
     p->slot_count = calloc((size_t)n_slots + 1, sizeof(int32_t));
     p->slot_owner = calloc((size_t)n_slots, sizeof(int32_t));
     p->csr_token = calloc((size_t)capacity, sizeof(int32_t));
@@ -83,16 +89,18 @@ es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, 
     p->blocks = calloc((size_t)max_blocks, sizeof(plan_block));
     p->g = es_alloc_big(sizeof(float) * ROW_BLOCK * (size_t)ff);
     p->u = es_alloc_big(sizeof(float) * ROW_BLOCK * (size_t)ff);
-    p->h_act = es_alloc_big(es_act_bytes(shape->down_type, ROW_BLOCK, ff));
+    p->h_act_bytes = es_act_bytes(k, shape->down_type, ROW_BLOCK, ff);
+    p->h_act = es_alloc_big(p->h_act_bytes);
     p->tb = calloc((size_t)p->n_threads, sizeof(thread_buf));
     bool ok = p->x_gate && (p->x_up || shape->up_type == shape->gate_type) && p->slot_count &&
               p->slot_owner && p->csr_token && p->csr_weight && p->blocks && p->g && p->u &&
               p->h_act && p->tb;
-    size_t sb = es_gemm_scratch_bytes(shape->gate_type, d);
-    sb = sb > es_gemm_scratch_bytes(shape->up_type, d) ? sb : es_gemm_scratch_bytes(shape->up_type, d);
-    sb = sb > es_gemm_scratch_bytes(shape->down_type, ff) ? sb : es_gemm_scratch_bytes(shape->down_type, ff);
+    size_t sb = es_gemm_scratch_bytes(k, shape->gate_type, d);
+    sb = sb > es_gemm_scratch_bytes(k, shape->up_type, d) ? sb : es_gemm_scratch_bytes(k, shape->up_type, d);
+    sb = sb > es_gemm_scratch_bytes(k, shape->down_type, ff) ? sb : es_gemm_scratch_bytes(k, shape->down_type, ff);
+    p->scratch_bytes = big_bytes(sb);
     for (int i = 0; ok && i < p->n_threads; i++) {
-        p->tb[i].scratch = es_alloc_big(big_bytes(sb));
+        p->tb[i].scratch = es_alloc_big(p->scratch_bytes);
         p->tb[i].tile = es_alloc_big(sizeof(float) * ROW_BLOCK * OUT_CHUNK);
         ok = p->tb[i].scratch && p->tb[i].tile;
     }
@@ -108,8 +116,8 @@ void es_plan_destroy(es_plan *p)
 {
     if (!p) return;
     const es_expert_shape *s = &p->shape;
-    es_free_big(p->x_gate, es_act_bytes(s->gate_type, p->t_max, s->n_embd));
-    if (p->x_up) es_free_big(p->x_up, es_act_bytes(s->up_type, p->t_max, s->n_embd));
+    es_free_big(p->x_gate, p->x_gate_bytes);
+    es_free_big(p->x_up, p->x_up_bytes);
     free(p->slot_count);
     free(p->slot_owner);
     free(p->csr_token);
@@ -117,13 +125,10 @@ void es_plan_destroy(es_plan *p)
     free(p->blocks);
     es_free_big(p->g, sizeof(float) * ROW_BLOCK * (size_t)s->n_ff);
     es_free_big(p->u, sizeof(float) * ROW_BLOCK * (size_t)s->n_ff);
-    es_free_big(p->h_act, es_act_bytes(s->down_type, ROW_BLOCK, s->n_ff));
+    es_free_big(p->h_act, p->h_act_bytes);
     if (p->tb) {
-        size_t sb = es_gemm_scratch_bytes(s->gate_type, s->n_embd);
-        sb = sb > es_gemm_scratch_bytes(s->up_type, s->n_embd) ? sb : es_gemm_scratch_bytes(s->up_type, s->n_embd);
-        sb = sb > es_gemm_scratch_bytes(s->down_type, s->n_ff) ? sb : es_gemm_scratch_bytes(s->down_type, s->n_ff);
         for (int i = 0; i < p->n_threads; i++) {
-            es_free_big(p->tb[i].scratch, big_bytes(sb));
+            es_free_big(p->tb[i].scratch, p->scratch_bytes);
             es_free_big(p->tb[i].tile, sizeof(float) * ROW_BLOCK * OUT_CHUNK);
         }
         free(p->tb);
@@ -142,12 +147,12 @@ static void prep_worker(void *arg, int ith, int nth)
     const int64_t d = p->shape.n_embd;
     const int64_t r0 = j->T * ith / nth, r1 = j->T * (ith + 1) / nth;
     if (r1 <= r0) return;
-    const size_t rbg = es_act_row_bytes(p->shape.gate_type, d);
-    es_act_prepare(p->shape.gate_type, j->x + r0 * j->ldx, j->ldx, r1 - r0, d,
+    const size_t rbg = es_act_row_bytes(p->k, p->shape.gate_type, d);
+    es_act_prepare(p->k, p->shape.gate_type, j->x + r0 * j->ldx, j->ldx, r1 - r0, d,
                    (uint8_t *)p->x_gate + (size_t)r0 * rbg);
     if (p->x_up) {
-        const size_t rbu = es_act_row_bytes(p->shape.up_type, d);
-        es_act_prepare(p->shape.up_type, j->x + r0 * j->ldx, j->ldx, r1 - r0, d,
+        const size_t rbu = es_act_row_bytes(p->k, p->shape.up_type, d);
+        es_act_prepare(p->k, p->shape.up_type, j->x + r0 * j->ldx, j->ldx, r1 - r0, d,
                        (uint8_t *)p->x_up + (size_t)r0 * rbu);
     }
 }
@@ -168,7 +173,7 @@ static void invoke_worker(void *arg, int ith, int nth)
     const int64_t d = s->n_embd, ff = s->n_ff;
     const void *x_up = p->x_up ? p->x_up : p->x_gate;
     thread_buf *tb = &p->tb[ith];
-    const size_t h_row = es_act_row_bytes(s->down_type, ff);
+    const size_t h_row = es_act_row_bytes(p->k, s->down_type, ff);
     for (int b = 0; b < p->n_blocks; b++) {
         const plan_block *blk = &p->blocks[b];
         const es_expert_slot *slot = &p->slots[blk->slot];
@@ -178,16 +183,16 @@ static void invoke_worker(void *arg, int ith, int nth)
         /* gate and up over FFN column chunks, SwiGLU on each chunk while it is hot */
         for (long j0; (j0 = es_pool_counter_next(&p->next_ff, FF_CHUNK)) < ff;) {
             const int64_t j1 = j0 + FF_CHUNK < ff ? j0 + FF_CHUNK : ff;
-            es_gemm(s->gate_type, slot->gate, d, j0, j1, p->x_gate, rows, n, p->g, ff, 0, tb->scratch);
-            es_gemm(s->up_type, slot->up, d, j0, j1, x_up, rows, n, p->u, ff, 0, tb->scratch);
-            for (int64_t r = 0; r < n; r++) es_swiglu(p->g + r * ff + j0, p->u + r * ff + j0, j1 - j0);
+            es_gemm(p->k, s->gate_type, slot->gate, d, j0, j1, p->x_gate, rows, n, p->g, ff, 0, tb->scratch);
+            es_gemm(p->k, s->up_type, slot->up, d, j0, j1, x_up, rows, n, p->u, ff, 0, tb->scratch);
+            for (int64_t r = 0; r < n; r++) p->k->swiglu(p->g + r * ff + j0, p->u + r * ff + j0, j1 - j0);
         }
         es_pool_barrier(p->pool);
         if (ith == 0) es_pool_counter_set(&p->next_out, 0); /* nobody uses it in this phase */
         /* quantize the SwiGLU block once for the down kernel, rows split across threads */
         const int64_t r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
         if (r1 > r0)
-            es_act_prepare(s->down_type, p->g + r0 * ff, ff, r1 - r0, ff,
+            es_act_prepare(p->k, s->down_type, p->g + r0 * ff, ff, r1 - r0, ff,
                            (uint8_t *)p->h_act + (size_t)r0 * h_row);
         es_pool_barrier(p->pool);
         if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
@@ -195,10 +200,10 @@ static void invoke_worker(void *arg, int ith, int nth)
         for (long c0; (c0 = es_pool_counter_next(&p->next_out, OUT_CHUNK)) < d;) {
             const int64_t c1 = c0 + OUT_CHUNK < d ? c0 + OUT_CHUNK : d;
             /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride OUT_CHUNK */
-            es_gemm(s->down_type, slot->down, ff, c0, c1, p->h_act, NULL, n, tb->tile - c0,
+            es_gemm(p->k, s->down_type, slot->down, ff, c0, c1, p->h_act, NULL, n, tb->tile - c0,
                     OUT_CHUNK, 0, tb->scratch);
             for (int64_t r = 0; r < n; r++)
-                es_axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * OUT_CHUNK, c1 - c0);
+                p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * OUT_CHUNK, c1 - c0);
         }
         es_pool_barrier(p->pool);
     }

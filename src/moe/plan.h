@@ -22,6 +22,7 @@
 #define ES_PLAN_H
 
 #include "core/util.h"
+#include "quant/kern.h"
 #include "sched/pool.h"
 
 typedef struct es_route {
@@ -47,9 +48,10 @@ typedef struct es_expert_slot {
 typedef struct es_plan es_plan;
 
 /* capacity: C, the most routes one invocation takes; t_max: most tokens (rows of X and Y);
- * n_slots: P, the physical slots phi may point to. pool: the threads that run invocations. */
+ * n_slots: P, the physical slots phi may point to. pool: the threads that run invocations.
+ * k: the kernel table every invocation uses (borrowed; must outlive the plan). */
 es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, int n_slots,
-                         es_pool *pool, es_plan **out);
+                         es_pool *pool, const es_kern *k, es_plan **out);
 void es_plan_destroy(es_plan *p); /* NULL is a no-op */
 int es_plan_capacity(const es_plan *p);
 

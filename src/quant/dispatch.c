@@ -116,53 +116,46 @@ const char *es_kern_isa_name(void)
     return active()->isa;
 }
 
-bool es_kern_supports(uint32_t wtype)
+bool es_kern_supports(const es_kern *k, uint32_t wtype)
 {
-    return wtype < ES_QTYPE_COUNT && active()->op[wtype].gemm != NULL;
+    return wtype < ES_QTYPE_COUNT && k->op[wtype].gemm != NULL;
 }
 
-static const es_kern_ops *ops(uint32_t wtype)
+static const es_kern_ops *ops(const es_kern *k, uint32_t wtype)
 {
-    ES_ASSERT(es_kern_supports(wtype));
-    return &es_kern_active.op[wtype];
+    ES_ASSERT(es_kern_supports(k, wtype));
+    return &k->op[wtype];
 }
 
-size_t es_act_row_bytes(uint32_t wtype, int64_t K)
+size_t es_act_row_bytes(const es_kern *k, uint32_t wtype, int64_t K)
 {
-    return ops(wtype)->act_row_bytes(K);
+    return ops(k, wtype)->act_row_bytes(K);
 }
 
-size_t es_act_bytes(uint32_t wtype, int64_t n_rows, int64_t K)
+size_t es_act_bytes(const es_kern *k, uint32_t wtype, int64_t n_rows, int64_t K)
 {
-    return (size_t)n_rows * ops(wtype)->act_row_bytes(K);
+    return (size_t)n_rows * ops(k, wtype)->act_row_bytes(K);
 }
 
-void es_act_prepare(uint32_t wtype, const float *X, int64_t ldx, int64_t n_rows, int64_t K,
-                    void *act)
+void es_act_prepare(const es_kern *k, uint32_t wtype, const float *X, int64_t ldx, int64_t n_rows,
+                    int64_t K, void *act)
 {
     ES_DASSERT(((uintptr_t)act & 63) == 0);
-    ops(wtype)->act_prepare(X, ldx, n_rows, K, act);
+    ops(k, wtype)->act_prepare(X, ldx, n_rows, K, act);
 }
 
-size_t es_gemm_scratch_bytes(uint32_t wtype, int64_t K)
+size_t es_gemm_scratch_bytes(const es_kern *k, uint32_t wtype, int64_t K)
 {
-    return ops(wtype)->scratch_bytes(K);
+    return ops(k, wtype)->scratch_bytes(K);
 }
 
-void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-             const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
-             void *scratch)
+void es_gemm(const es_kern *k, uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1,
+             const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+             int accumulate, void *scratch)
 {
     ES_DASSERT(((uintptr_t)scratch & 63) == 0 && n0 <= n1);
     if (n0 >= n1 || n_rows <= 0) return;
-    ops(wtype)->gemm(W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
+    ops(k, wtype)->gemm(W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
 }
 
-void es_swiglu(float *g, const float *u, int64_t n) { active()->swiglu(g, u, n); }
-void es_axpy(float *y, float a, const float *x, int64_t n) { active()->axpy(y, a, x, n); }
-float es_exp_sum(float *x, float sub, int64_t n) { return active()->exp_sum(x, sub, n); }
-float es_scale_max(float *x, float s, int64_t n) { return active()->scale_max(x, s, n); }
-void es_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
-{
-    active()->rmsnorm(out, x, w, n, eps);
-}
+const es_kern *es_kern_default(void) { return active(); }

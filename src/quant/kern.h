@@ -99,47 +99,46 @@ void es_vec_fill_scalar(es_kern *k);
 void es_vec_fill_avx2(es_kern *k);
 void es_vec_fill_avx512(es_kern *k);
 
-/* ---- the calls the engine makes (through es_kern_active) ----------------------------------- */
+/* ---- the calls the engine makes, through a table it holds ------------------------------------
+ * Each takes the kernel table k to use: a session keeps its own copy (es_kern_get), so two
+ * sessions may use different tables, and an act buffer is always prepared and consumed by the
+ * same table. Element-wise steps are called through the table directly (k->swiglu(...)). */
+
+/* The process default table (es_kern_active, initialized on first use). */
+const es_kern *es_kern_default(void);
 
 /* True if es_gemm() supports weights of this type. */
-bool es_kern_supports(uint32_t wtype);
+bool es_kern_supports(const es_kern *k, uint32_t wtype);
 
 /* Bytes of one activation row, and of n_rows rows. Row r of an act buffer starts at
- * act + r * es_act_row_bytes(wtype, K), so row ranges may be prepared separately (by different
+ * act + r * es_act_row_bytes(k, wtype, K), so row ranges may be prepared separately (by different
  * threads) by offsetting X and act. Integer weight types need K % 32 == 0. */
-size_t es_act_row_bytes(uint32_t wtype, int64_t K);
-size_t es_act_bytes(uint32_t wtype, int64_t n_rows, int64_t K);
+size_t es_act_row_bytes(const es_kern *k, uint32_t wtype, int64_t K);
+size_t es_act_bytes(const es_kern *k, uint32_t wtype, int64_t n_rows, int64_t K);
 
 /* Prepares activations for weights of wtype: X is n_rows rows of K floats, row r at X + r*ldx.
  * act must be 64-byte aligned and es_act_bytes() long. */
-void es_act_prepare(uint32_t wtype, const float *X, int64_t ldx, int64_t n_rows, int64_t K,
-                    void *act);
+void es_act_prepare(const es_kern *k, uint32_t wtype, const float *X, int64_t ldx, int64_t n_rows,
+                    int64_t K, void *act);
 
 /* Per-thread scratch bytes for es_gemm() with rows of K weights (sized from the caches that
  * es_cpu_get() reports). The scratch must be 64-byte aligned. */
-size_t es_gemm_scratch_bytes(uint32_t wtype, int64_t K);
+size_t es_gemm_scratch_bytes(const es_kern *k, uint32_t wtype, int64_t K);
 
 /*
  * Y[r*ldy + n] = (accumulate ? Y[r*ldy + n] : 0) + sum_k X[rows ? rows[r] : r][k] * W[n][k]
  * for n in [n0, n1) and r in [0, n_rows).
  *   W        the whole weight matrix (row n at W + n * es_qtype_row_bytes(wtype, K))
- *   act      prepared rows (es_act_prepare); rows[] indexes them (NULL: 0..n_rows-1), and may
- *            repeat and be in any order
+ *   act      prepared rows (es_act_prepare with the same k); rows[] indexes them (NULL:
+ *            0..n_rows-1), and may repeat and be in any order
  *   Y        output, row r at Y + r*ldy; only Y[r*ldy + n] for n in [n0, n1) is read or written
- *   scratch  es_gemm_scratch_bytes(wtype, K) bytes, 64-byte aligned, owned by the calling thread
+ *   scratch  es_gemm_scratch_bytes(k, wtype, K) bytes, 64-byte aligned, owned by the calling thread
  * The per-element result does not depend on n0, n1, n_rows, the order of rows or the thread that
  * computes it (see DESIGN above). When accumulating, the old value starts the k-reduction.
  */
-void es_gemm(uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-             const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
-             void *scratch);
-
-/* Element-wise steps through the active table (see es_kern). */
-void es_swiglu(float *g, const float *u, int64_t n);
-void es_axpy(float *y, float a, const float *x, int64_t n);
-float es_exp_sum(float *x, float sub, int64_t n);
-float es_scale_max(float *x, float s, int64_t n);
-void es_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+void es_gemm(const es_kern *k, uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1,
+             const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+             int accumulate, void *scratch);
 
 /* ---- shared by the kernel tables (not for engine code) ------------------------------------ */
 
