@@ -148,6 +148,27 @@ static inline int t_near(double got, double want, double tol)
     return isfinite(got) && isfinite(want) && fabs(got - want) <= tol;
 }
 
+/* GPT-2's byte-to-character mapping (UTF-8 of the character byte b stands for, NUL-terminated,
+ * at most 3 bytes), written out independently of src/tok/utf8.c. */
+static inline void t_gpt2_char(int b, char *out)
+{
+    int cp = b, n = 0;
+    if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF))) {
+        for (int c = 0; c < b; c++)
+            if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)))
+                n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
 /* Reads a whole file; returns malloc'd buffer (NUL-terminated) or NULL. */
 static inline char *t_read_file(const char *path, size_t *len)
 {

@@ -521,26 +521,6 @@ typedef struct synth {
     bool short_scores;
 } synth;
 
-static void gpt2_char(int b, char *out)
-{
-    /* GPT-2's mapping, written out independently of src/tok/utf8.c */
-    int cp = b, n = 0;
-    if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF))) {
-        for (int c = 0; c < b; c++)
-            if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)))
-                n++;
-        cp = 256 + n;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        out[2] = 0;
-    }
-}
-
 /* Writes the vocabulary to a temp file and runs es_tok_create on it. */
 static es_status synth_create(const synth *s, es_tok **out)
 {
@@ -548,7 +528,7 @@ static es_status synth_create(const synth *s, es_tok **out)
     const char *toks[512];
     int n = 0;
     for (int b = 0; b < 256; b++) {
-        gpt2_char(b, bytes[b]);
+        t_gpt2_char(b, bytes[b]);
         toks[n++] = bytes[b];
     }
     for (int i = 0; i < s->n_extra; i++)

@@ -10,26 +10,6 @@
 #include "gguf/gguf.h"
 #include "tok/tok.h"
 
-/* GPT-2's byte-to-character mapping, written out independently of src/tok/utf8.c. */
-static void gpt2_char(int b, char *out)
-{
-    int cp = b, n = 0;
-    if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF))) {
-        for (int c = 0; c < b; c++)
-            if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)))
-                n++;
-        cp = 256 + n;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        out[2] = 0;
-    }
-}
-
 /* First id after the fixed part of the vocabularies below. */
 #define BPE_FIRST 256 /* gpt2: the 256 byte characters */
 #define SPM_FIRST 260 /* llama: <0x00>..<0xFF>, then "▁" "a" "b" "c" */
@@ -52,7 +32,7 @@ static es_status make_tok(const char *model, const char *const *extra, const siz
     assert_non_null(types);
     for (int i = 0; i < n_fixed; i++) {
         if (!spm)
-            gpt2_char(i, fixed[i]);
+            t_gpt2_char(i, fixed[i]);
         else if (i < 256)
             snprintf(fixed[i], sizeof(fixed[i]), "<0x%02X>", i);
         else
