@@ -213,9 +213,9 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
         }
         for (int e = 0; e < hp->n_expert; e++) {
             es_expert_slot *s = &f->slots[(size_t)il * (size_t)hp->n_expert + (size_t)e];
-            s->gate = (const uint8_t *)L->gate_exps.data + (size_t)e * (size_t)hp->n_ff_exp * L->gate_exps.row_bytes;
-            s->up = (const uint8_t *)L->up_exps.data + (size_t)e * (size_t)hp->n_ff_exp * L->up_exps.row_bytes;
-            s->down = (const uint8_t *)L->down_exps.data + (size_t)e * (size_t)hp->n_embd * L->down_exps.row_bytes;
+            s->gate = es_layer_expert(L, 0, e); /* pointers only: nothing is touched here */
+            s->up = es_layer_expert(L, 1, e);
+            s->down = es_layer_expert(L, 2, e);
         }
         const es_tensor *ex[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (size_t i = 0; i < ES_LEN(ex); i++)

@@ -6,6 +6,8 @@
  */
 #include "model/model.h"
 
+#include "pack/pack.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +137,51 @@ static es_status bind_layer(es_model *m, int il, const char *suffix, uint32_t n_
     return bind(m, name, n_dims, ne, want_f32, out);
 }
 
+/* A pack layer: one record per expert (pack.h). The three matrices become tensor views whose
+ * data is expert 0's matrix; the stride between experts is the record size. */
+static es_status bind_pack_layer(es_model *m, int il, es_layer *L)
+{
+    const es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    es_pack_layer pl;
+    ES_TRY(es_pack_layer_info(m->gguf, il, &pl));
+    const int64_t d = hp->n_embd, ff = hp->n_ff_exp;
+    const int64_t want[3][2] = {{d, ff}, {d, ff}, {ff, d}};
+    static const char *const names[3] = {"gate", "up", "down"};
+    es_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    if (pl.n_expert != hp->n_expert)
+        return es_fail(ES_E_FORMAT, "%s: layer %d packs %lld experts, the model has %d", path, il,
+                       (long long)pl.n_expert, hp->n_expert);
+    for (int i = 0; i < 3; i++) {
+        if (pl.ne[i][0] != want[i][0] || pl.ne[i][1] != want[i][1])
+            return es_fail(ES_E_FORMAT, "%s: layer %d %s experts are [%lld, %lld], expected "
+                           "[%lld, %lld]", path, il, names[i], (long long)pl.ne[i][0],
+                           (long long)pl.ne[i][1], (long long)want[i][0], (long long)want[i][1]);
+        const es_qtype_info *qi = es_qtype_info_get(pl.types[i]);
+        if (!qi || !qi->supported)
+            return es_fail(ES_E_UNSUPPORTED, "%s: layer %d %s experts have weight type %s, which "
+                           "estream cannot compute with", path, il, names[i],
+                           es_qtype_name(pl.types[i]));
+        char name[64];
+        snprintf(name, sizeof(name), "blk.%d.ffn_exps[%s]", il, names[i]);
+        if (!(ts[i]->name = strdup(name)))
+            return es_fail(ES_E_NOMEM, "%s: out of memory binding %s", path, name);
+        ts[i]->data = pl.data + pl.offsets[i];
+        ts[i]->type = pl.types[i];
+        ts[i]->ne[0] = pl.ne[i][0];
+        ts[i]->ne[1] = pl.ne[i][1];
+        ts[i]->ne[2] = pl.n_expert;
+        ts[i]->ne[3] = 1;
+        ts[i]->row_bytes = es_qtype_row_bytes(pl.types[i], pl.ne[i][0]);
+        ts[i]->nbytes = pl.matrix_bytes[i] * (size_t)pl.n_expert; /* weights, not padding */
+        L->exp_data[i] = pl.data + pl.offsets[i];
+        L->exp_file_off[i] = pl.file_offset + pl.offsets[i];
+        L->exp_stride[i] = pl.record_bytes;
+        L->exp_bytes[i] = pl.matrix_bytes[i];
+    }
+    return ES_OK;
+}
+
 static es_status bind_tensors(es_model *m)
 {
     const es_hparams *hp = &m->hp;
@@ -159,9 +206,20 @@ static es_status bind_tensors(es_model *m)
         ES_TRY(bind_layer(m, il, "attn_k_norm", 1, dkv, 1, 1, true, &L->k_norm));
         ES_TRY(bind_layer(m, il, "ffn_norm", 1, d, 1, 1, true, &L->ffn_norm));
         ES_TRY(bind_layer(m, il, "ffn_gate_inp", 2, d, ne_, 1, false, &L->gate_inp));
+        if (m->is_pack) {
+            ES_TRY(bind_pack_layer(m, il, L));
+            continue;
+        }
         ES_TRY(bind_layer(m, il, "ffn_gate_exps", 3, d, ff, ne_, false, &L->gate_exps));
         ES_TRY(bind_layer(m, il, "ffn_up_exps", 3, d, ff, ne_, false, &L->up_exps));
         ES_TRY(bind_layer(m, il, "ffn_down_exps", 3, ff, d, ne_, false, &L->down_exps));
+        es_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3; i++) {
+            const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, ts[i]->name);
+            L->exp_data[i] = ts[i]->data;
+            L->exp_file_off[i] = es_gguf_data_offset(m->gguf) + t->offset;
+            L->exp_bytes[i] = L->exp_stride[i] = ts[i]->nbytes / (size_t)ne_;
+        }
     }
     return ES_OK;
 }
@@ -215,6 +273,7 @@ es_status es_model_open(const char *path, unsigned flags, es_model **out)
     m->hp.n_vocab = es_tok_n_vocab(m->tok);
     if (!m->vocab_only) {
         if ((st = read_hparams(m)) != ES_OK) goto fail;
+        m->is_pack = es_pack_is_pack(m->gguf);
         if ((st = bind_tensors(m)) != ES_OK) goto fail;
     }
     es_log_release(log_mark, 1);
@@ -233,8 +292,11 @@ void es_model_close(es_model *m)
     if (!m) return;
     if (m->layers) {
         for (int il = 0; il < m->hp.n_layer; il++) {
-            es_tensor *ts = (es_tensor *)&m->layers[il];
-            for (size_t i = 0; i < sizeof(es_layer) / sizeof(es_tensor); i++) free_tensor(&ts[i]);
+            es_layer *L = &m->layers[il];
+            es_tensor *ts[] = {&L->attn_norm, &L->wq,       &L->wk,       &L->wv,
+                               &L->wo,        &L->q_norm,   &L->k_norm,   &L->ffn_norm,
+                               &L->gate_inp,  &L->gate_exps, &L->up_exps, &L->down_exps};
+            for (size_t i = 0; i < ES_LEN(ts); i++) free_tensor(ts[i]);
         }
         free(m->layers);
     }

@@ -52,11 +52,25 @@ typedef struct es_layer {
     es_tensor gate_exps;  /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor up_exps;    /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor down_exps;  /* [n_ff_exp] x n_embd rows x n_expert */
+    /* Where expert e's gate (0), up (1) and down (2) matrices are: exp_data[i] + e * exp_stride
+     * in the mapping, exp_file_off[i] + e * exp_stride in the file. In a GGUF the stride is one
+     * matrix (three tensors); in a pack it is one record [gate | up | down] (pack.h). */
+    const uint8_t *exp_data[3];
+    uint64_t exp_file_off[3];
+    size_t exp_stride[3];
+    size_t exp_bytes[3];  /* one expert's matrix */
 } es_layer;
+
+/* Expert e's matrix i (0 gate, 1 up, 2 down) of layer L in the mapping. */
+static inline const uint8_t *es_layer_expert(const es_layer *L, int i, int64_t e)
+{
+    return L->exp_data[i] + (size_t)e * L->exp_stride[i];
+}
 
 struct es_model {
     es_gguf *gguf;
     char arch[32];
+    bool is_pack;          /* experts come from estream pack records (pack.h) */
     bool vocab_only;
     es_hparams hp;
     es_tok *tok;

@@ -224,9 +224,8 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
                         R++;
                     }
             if (R == 0) continue;
-            const uint8_t *wg = (const uint8_t *)L->gate_exps.data + (size_t)e * (size_t)ff * L->gate_exps.row_bytes;
-            const uint8_t *wu = (const uint8_t *)L->up_exps.data + (size_t)e * (size_t)ff * L->up_exps.row_bytes;
-            const uint8_t *wd = (const uint8_t *)L->down_exps.data + (size_t)e * (size_t)d * L->down_exps.row_bytes;
+            const uint8_t *wg = es_layer_expert(L, 0, e), *wu = es_layer_expert(L, 1, e);
+            const uint8_t *wd = es_layer_expert(L, 2, e);
             matmul_ref(wg, L->gate_exps.type, L->gate_exps.row_bytes, ff, d, xe, d, R, g, ff, wt, row);
             matmul_ref(wu, L->up_exps.type, L->up_exps.row_bytes, ff, d, xe, d, R, u, ff, wt, row);
             for (int64_t i = 0; i < R * ff; i++) g[i] = silu(g[i]) * u[i];
