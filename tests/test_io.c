@@ -2,10 +2,15 @@
  * known pseudo-random content whose tail is not aligned (8 MiB + 1234 bytes): random reads at
  * depths 1, 2, 8 checked byte for byte, the unaligned tail, reads past the end of file,
  * injected EIO / short reads / delays, the O_DIRECT fallback, the rate limit, bad arguments,
- * close with reads in flight. A backend or mode this machine lacks is skipped with the reason.
- * Run under ThreadSanitizer too (the pread backend has worker threads). */
+ * close with reads in flight, wake-ups from another thread (during a slow read, pending before
+ * a wait, a stream of them during many reads, close with one pending or armed). A backend or
+ * mode this machine lacks is skipped with the reason. Run under ThreadSanitizer too (the pread
+ * backend has worker threads; es_io_wake is called from a second thread). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "t.h"
@@ -374,6 +379,9 @@ static void test_inval(void **state)
     assert_int_equal(es_io_submit(io, 0, ALIGN, ALIGN + 1, b, 0), ES_E_INVAL);
     assert_int_equal(es_io_submit(io, 0, ALIGN, 0, b, 0), ES_E_INVAL);
     assert_int_equal(es_io_submit(io, 0, 0, 0, b, 0), ES_E_INVAL);
+    /* the wake tag is reserved */
+    assert_int_equal(es_io_submit(io, 0, ALIGN, ALIGN, b, ES_IO_WAKE_TAG), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "reserved for wake-ups"));
     assert_int_equal(es_io_in_flight(io), 0);
     assert_int_equal(es_io_submit(io, 0, ALIGN, ALIGN, b, 1), ES_OK);
     assert_int_equal(es_io_submit(io, ALIGN, ALIGN, ALIGN, b + ALIGN, 2), ES_OK);
@@ -429,6 +437,288 @@ static void test_close_in_flight(void **state)
     }
 }
 
+/* ---- wake-ups (es_io_wake) ------------------------------------------------------------------ */
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, us % 1000000 * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* A second thread that calls es_io_wake: once after start_us, or (every_us > 0) every every_us
+ * until stop is set. */
+typedef struct waker {
+    es_io *io;
+    long start_us, every_us;
+    atomic_int stop;
+    atomic_int n_calls;
+    pthread_t th;
+} waker;
+
+static void *waker_main(void *arg)
+{
+    waker *w = arg;
+    sleep_us(w->start_us);
+    do {
+        es_io_wake(w->io);
+        atomic_fetch_add_explicit(&w->n_calls, 1, memory_order_relaxed);
+        if (w->every_us > 0) sleep_us(w->every_us);
+    } while (w->every_us > 0 && !atomic_load_explicit(&w->stop, memory_order_relaxed));
+    return NULL;
+}
+
+static void waker_start(waker *w, es_io *io, long start_us, long every_us)
+{
+    w->io = io;
+    w->start_us = start_us;
+    w->every_us = every_us;
+    atomic_init(&w->stop, 0);
+    atomic_init(&w->n_calls, 0);
+    assert_int_equal(pthread_create(&w->th, NULL, waker_main, w), 0);
+}
+
+static void waker_join(waker *w)
+{
+    atomic_store_explicit(&w->stop, 1, memory_order_relaxed);
+    assert_int_equal(pthread_join(w->th, NULL), 0);
+}
+
+/* The loader blocks in es_io_wait on a read delayed 300 ms; another thread wakes it 50 ms in.
+ * The wake must come back first, with the read still in flight, and the read afterwards with
+ * its bytes. (Order only: the 300 ms make it unambiguous without an upper time bound.) */
+static void test_wake_blocked(void **state)
+{
+    const cfg *c = *state;
+    es_io *io = open_cfg(c, (es_io_params){.queue_depth = 2, .fault_delay_us = 300000});
+    uint8_t *b = abuf(16 * ALIGN);
+    const uint64_t off = 40 * ALIGN;
+    assert_int_equal(es_io_submit(io, off, 16 * ALIGN, 16 * ALIGN, b, 5), ES_OK);
+    waker w;
+    waker_start(&w, io, 50000, 0);
+    uint64_t tag;
+    es_status rs = ES_E_IO;
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    if (tag != ES_IO_WAKE_TAG)
+        fail_msg("%s: the read (tag %llu) came back before the wake", c->name,
+                 (unsigned long long)tag);
+    assert_int_equal(rs, ES_OK);
+    assert_int_equal(es_io_in_flight(io), 1); /* the read is still in flight */
+    waker_join(&w);
+    assert_int_equal(atomic_load(&w.n_calls), 1);
+
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_int_equal(tag, 5);
+    if (rs != ES_OK) fail_msg("%s: read: %s", c->name, es_last_error());
+    check_bytes(b, off, 16 * ALIGN, c->name);
+    assert_int_equal(es_io_in_flight(io), 0);
+    /* one wake, one wake returned: nothing is left pending */
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_E_INVAL);
+    es_io_stats s;
+    es_io_get_stats(io, &s); /* the wake counts nowhere */
+    assert_int_equal(s.requests, 1);
+    assert_int_equal(s.reads, 1);
+    assert_int_equal(s.bytes, 16 * ALIGN);
+    assert_true(s.busy_s >= 0.29); /* lower bound: the delay, wake or not */
+    free(b);
+    es_io_close(io);
+}
+
+/* A wake made before the wait is pending: the next wait returns it, once however many calls
+ * were made, with or without reads in flight. */
+static void test_wake_pending(void **state)
+{
+    const cfg *c = *state;
+    es_io *io = open_cfg(c, (es_io_params){.queue_depth = 2, .fault_delay_us = 100000});
+    uint8_t *b = abuf(2 * ALIGN);
+    uint64_t tag;
+    es_status rs;
+
+    /* nothing in flight: the pending wake comes back at once, then ES_E_INVAL again */
+    es_io_wake(io);
+    es_io_wake(io);
+    es_io_wake(io);
+    rs = ES_E_IO;
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_true(tag == ES_IO_WAKE_TAG);
+    assert_int_equal(rs, ES_OK);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_E_INVAL);
+
+    /* pending before the first submit (the ring is not even enabled yet), then a slow read:
+     * the wake first; the leftover notifications must not return a second wake */
+    es_io_wake(io);
+    es_io_wake(io);
+    assert_int_equal(es_io_submit(io, 3 * ALIGN, ALIGN, ALIGN, b, 11), ES_OK);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_true(tag == ES_IO_WAKE_TAG);
+    assert_int_equal(es_io_in_flight(io), 1);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_int_equal(tag, 11);
+    assert_int_equal(rs, ES_OK);
+    check_bytes(b, 3 * ALIGN, ALIGN, c->name);
+
+    /* pending while a slow read is in flight */
+    assert_int_equal(es_io_submit(io, 7 * ALIGN, ALIGN, ALIGN, b + ALIGN, 12), ES_OK);
+    es_io_wake(io);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_true(tag == ES_IO_WAKE_TAG);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_int_equal(tag, 12);
+    assert_int_equal(rs, ES_OK);
+    check_bytes(b + ALIGN, 7 * ALIGN, ALIGN, c->name);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_E_INVAL);
+    es_io_close(io);
+
+    /* no delay: the read may be ready before the wake is looked at (completions go first), so
+     * only "each exactly once" is checked, not the order */
+    io = open_cfg(c, (es_io_params){.queue_depth = 2});
+    assert_int_equal(es_io_submit(io, 9 * ALIGN, ALIGN, ALIGN, b, 13), ES_OK);
+    es_io_wake(io);
+    int got_read = 0, got_wake = 0;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+        assert_int_equal(rs, ES_OK);
+        if (tag == ES_IO_WAKE_TAG) {
+            got_wake++;
+        } else {
+            assert_int_equal(tag, 13);
+            got_read++;
+        }
+    }
+    assert_int_equal(got_read, 1);
+    assert_int_equal(got_wake, 1);
+    check_bytes(b, 9 * ALIGN, ALIGN, c->name);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_E_INVAL);
+    free(b);
+    es_io_close(io);
+}
+
+/* 200 reads at depth 4 while another thread wakes every 20 us: every read completes exactly
+ * once with its bytes, wakes come back in between, nothing hangs (the runner's timeout). The
+ * second round adds short reads (resumed parts) and pacing. */
+static void test_wake_stress(void **state)
+{
+    const cfg *c = *state;
+    enum { N = 200, QD = 4, MAXB = 16 };
+    const es_io_params rounds[] = {
+        {.queue_depth = QD, .fault_delay_us = 1000},
+        {.queue_depth = QD, .fault_delay_us = 200, .fault_short_bytes = 3 * ALIGN,
+         .limit_bytes_per_s = 2e9},
+    };
+    for (size_t k = 0; k < T_LEN(rounds); k++) {
+        es_io *io = open_cfg(c, rounds[k]);
+        t_rng r = {4000 + k};
+        uint8_t *buf[QD];
+        int free_buf[QD], n_free = QD, buf_of[N];
+        uint64_t off[N];
+        size_t need[N];
+        unsigned char done[N] = {0};
+        for (int i = 0; i < QD; i++) {
+            buf[i] = abuf(MAXB * ALIGN);
+            free_buf[i] = i;
+        }
+        const uint64_t blocks = (FILE_BYTES + ALIGN - 1) / ALIGN;
+        waker w;
+        waker_start(&w, io, 0, 20);
+        int submitted = 0, completed = 0, wakes = 0;
+        while (completed < N) {
+            while (submitted < N && n_free > 0) {
+                int i = submitted++, bi = free_buf[--n_free];
+                buf_of[i] = bi;
+                off[i] = t_next(&r) % blocks * ALIGN;
+                size_t len = (1 + t_next(&r) % MAXB) * ALIGN;
+                need[i] = es_min_size(len, FILE_BYTES - off[i]);
+                memset(buf[bi], 0xA5, len);
+                if (es_io_submit(io, off[i], len, need[i], buf[bi], (uint64_t)i) != ES_OK)
+                    fail_msg("%s: submit %d: %s", c->name, i, es_last_error());
+            }
+            uint64_t tag;
+            es_status rs = ES_E_IO;
+            assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+            if (rs != ES_OK)
+                fail_msg("%s: read %llu: %s", c->name, (unsigned long long)tag, es_last_error());
+            if (tag == ES_IO_WAKE_TAG) {
+                wakes++;
+                assert_int_equal(es_io_in_flight(io), submitted - completed);
+                continue;
+            }
+            assert_true(tag < (uint64_t)submitted);
+            if (done[tag])
+                fail_msg("%s: read %llu completed twice", c->name, (unsigned long long)tag);
+            done[tag] = 1;
+            check_bytes(buf[buf_of[tag]], off[tag], need[tag], c->name);
+            free_buf[n_free++] = buf_of[tag];
+            completed++;
+        }
+        waker_join(&w);
+        /* at most the one wake the last calls left pending, then nothing */
+        uint64_t tag;
+        es_status rs;
+        es_status st = es_io_wait(io, &tag, &rs);
+        if (st == ES_OK) {
+            assert_true(tag == ES_IO_WAKE_TAG);
+            st = es_io_wait(io, &tag, &rs);
+        }
+        assert_int_equal(st, ES_E_INVAL);
+        print_message("%s: %d reads, %d wakes returned for %d es_io_wake calls\n", c->name, N,
+                      wakes, atomic_load(&w.n_calls));
+        assert_true(wakes >= 1 && wakes <= atomic_load(&w.n_calls));
+        es_io_stats s;
+        es_io_get_stats(io, &s);
+        assert_int_equal(s.requests, N);
+        for (int i = 0; i < QD; i++)
+            free(buf[i]);
+        es_io_close(io);
+    }
+}
+
+/* Close right after a wake, no wait having taken it: nothing leaks (ASan), nothing writes into
+ * freed memory, nothing hangs. Rounds: nothing ever submitted; a slow read in flight; the ring's
+ * wake read armed by an earlier wait, then a wake (its completion sits unreaped); armed with no
+ * wake (close must complete it itself); a wake from another thread during reads. */
+static void test_wake_close(void **state)
+{
+    const cfg *c = *state;
+    for (int round = 0; round < 5; round++) {
+        es_io *io = open_cfg(c, (es_io_params){.queue_depth = 2, .fault_delay_us = 20000});
+        uint8_t *b = abuf(2 * ALIGN);
+        uint64_t tag;
+        es_status rs;
+        switch (round) {
+        case 0:
+            es_io_wake(io);
+            break;
+        case 1:
+            assert_int_equal(es_io_submit(io, 0, 2 * ALIGN, 2 * ALIGN, b, 1), ES_OK);
+            es_io_wake(io);
+            break;
+        case 2:
+        case 3: /* the wait blocks 20 ms on the delayed read: it arms the ring's wake read */
+            assert_int_equal(es_io_submit(io, 0, 2 * ALIGN, 2 * ALIGN, b, 1), ES_OK);
+            assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+            assert_int_equal(tag, 1);
+            assert_int_equal(rs, ES_OK);
+            if (round == 2) es_io_wake(io);
+            break;
+        case 4: {
+            waker w;
+            waker_start(&w, io, 0, 50);
+            assert_int_equal(es_io_submit(io, 0, ALIGN, ALIGN, b, 1), ES_OK);
+            assert_int_equal(es_io_submit(io, ALIGN, ALIGN, ALIGN, b + ALIGN, 2), ES_OK);
+            int n = 0;
+            while (n < 2) {
+                assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+                if (tag != ES_IO_WAKE_TAG) n++;
+            }
+            waker_join(&w);
+            break;
+        }
+        }
+        es_io_close(io);
+        free(b);
+    }
+}
+
 /* AUTO picks a backend that works; explicit pread names itself. */
 static void test_auto(void **state)
 {
@@ -462,6 +752,10 @@ int main(void)
         FOR_CFGS(test_rate_limit),
         FOR_CFGS(test_inval),
         FOR_CFGS(test_close_in_flight),
+        FOR_CFGS(test_wake_blocked),
+        FOR_CFGS(test_wake_pending),
+        FOR_CFGS(test_wake_stress),
+        FOR_CFGS(test_wake_close),
         cmocka_unit_test(test_auto),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -5,8 +5,15 @@
  *
  * DESIGN
  * - A request is one slot; it has at most one backend read in flight. es_io_wait() reaps raw
- *   results one at a time and either finishes the request (returns it) or issues its next
- *   part, so a wait returns exactly one request and never reorders a request's parts.
+ *   results, holds each in a FIFO until it is due (injected delay, pacing), then either
+ *   finishes the request (returns it) or issues its next part, so a wait returns exactly one
+ *   request and never reorders a request's parts. Results leave the FIFO in the order they
+ *   were reaped, as when the loader slept on each in turn.
+ * - Holding instead of sleeping lets a wait block on the backend with the head's due time as
+ *   deadline, so a wake (es_io_wake) interrupts an emulated slow read as it does a real one.
+ *   Order of a wait: a due held result; else a result the backend has ready (taken without
+ *   blocking, held); else a pending wake; else block until a result, a notification or the
+ *   head's due time. Completions first, so a stream of wakes cannot starve the reads.
  * - Resume rule (io.h): buffered reads resume at the first missing byte. A direct read resumes
  *   at the last 4 KiB boundary at or below it if that is past where the previous part started
  *   (progress is guaranteed), else the rest of the request goes through the buffered
@@ -23,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 size_t es_io_alignment(void) { return ES_IO_ALIGN; }
@@ -50,10 +56,10 @@ static es_status be_start(es_io *io, int slot, int fd, uint64_t off, size_t len,
                                    : es_io_pread_start(io, slot, fd, off, len, dst);
 }
 
-static es_status be_reap(es_io *io, int *slot, int64_t *res)
+static es_status be_reap(es_io *io, uint64_t deadline_ns, int *slot, int64_t *res)
 {
-    return io->kind == ES_IO_URING ? es_io_uring_reap(io, slot, res)
-                                   : es_io_pread_reap(io, slot, res);
+    return io->kind == ES_IO_URING ? es_io_uring_reap(io, deadline_ns, slot, res)
+                                   : es_io_pread_reap(io, deadline_ns, slot, res);
 }
 
 /* Issues the part of request r that starts at dst[from], on the direct descriptor or not. */
@@ -77,13 +83,6 @@ static es_status issue(es_io *io, int slot, size_t from, int direct)
     return st;
 }
 
-static void sleep_until(uint64_t t_ns)
-{
-    struct timespec ts = {(time_t)(t_ns / 1000000000u), (long)(t_ns % 1000000000u)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-}
-
 es_status es_io_open(const char *path, const es_io_params *p, es_io **out)
 {
     *out = NULL;
@@ -104,6 +103,7 @@ es_status es_io_open(const char *path, const es_io_params *p, es_io **out)
     es_io *io = calloc(1, sizeof(*io));
     if (!io) return es_fail(ES_E_NOMEM, "io: out of memory opening %s", path);
     io->p = q;
+    atomic_init(&io->wake_pending, 0);
     io->fd_direct = io->fd_buf = -1;
     io->kind = ES_IO_PREAD;
 
@@ -153,15 +153,16 @@ void es_io_close(es_io *io)
 {
     if (!io) return;
     if (io->be && io->kind == ES_IO_URING) {
-        /* The kernel may still write into the caller's buffers: wait for every read. */
+        /* The kernel may still write into the caller's buffers: wait for every read. Held
+         * results and wake notifications are dropped; fini settles the wake read. */
         while (io->ops_in_flight > 0) {
             int slot;
             int64_t res;
-            if (es_io_uring_reap(io, &slot, &res) != ES_OK) {
+            if (es_io_uring_reap(io, ES_IO_NO_DEADLINE, &slot, &res) != ES_OK) {
                 es_log(ES_LOG_WARN, "io: close: %s", es_last_error());
                 break;
             }
-            io->ops_in_flight--;
+            if (slot >= 0) io->ops_in_flight--;
         }
         es_io_uring_fini(io);
     } else if (io->be) {
@@ -187,6 +188,9 @@ es_status es_io_submit(es_io *io, uint64_t off, size_t len, size_t need, void *d
     if (off > UINT64_MAX - len)
         return es_fail(ES_E_INVAL, "io: read of %zu bytes at offset %llu overflows", len,
                        (unsigned long long)off);
+    if (tag == ES_IO_WAKE_TAG)
+        return es_fail(ES_E_INVAL, "io: tag %llu is ES_IO_WAKE_TAG, reserved for wake-ups",
+                       (unsigned long long)tag);
     if (io->in_flight >= io->p.queue_depth)
         return es_fail(ES_E_INVAL, "io: %d reads already in flight (queue depth %d)",
                        io->in_flight, io->p.queue_depth);
@@ -217,9 +221,14 @@ static void finish(es_io *io, int slot, uint64_t *tag, es_status *req_status, es
         io->st.busy_s += (double)(es_now_ns() - io->busy_since_ns) * 1e-9;
 }
 
-/* Applies the injected faults and the pacing to one raw result, sleeping if it is early. */
-static int64_t shape_result(es_io *io, io_req *r, int64_t res)
+/* Takes one raw result of slot's read: applies the injected faults, works out when it is due
+ * (delay, pacing) and appends it to the FIFO of held results. */
+static void hold(es_io *io, int slot, int64_t res)
 {
+    ES_ASSERT(slot >= 0 && slot < io->p.queue_depth && io->req[slot].busy);
+    ES_ASSERT(io->n_held < io->p.queue_depth);
+    io_req *r = &io->req[slot];
+    io->ops_in_flight--;
     if (r->inject_eio) {
         r->inject_eio = 0;
         res = -EIO;
@@ -235,68 +244,122 @@ static int64_t shape_result(es_io *io, io_req *r, int64_t res)
         io->pace_free_ns = t0 + (uint64_t)((double)res / io->p.limit_bytes_per_s * 1e9);
         if (io->pace_free_ns > due) due = io->pace_free_ns;
     }
-    if (due > es_now_ns()) sleep_until(due);
-    return res;
+    r->res = res;
+    r->due_ns = due;
+    io->held[(io->held_head + io->n_held) % io->p.queue_depth] = slot;
+    io->n_held++;
+}
+
+/* Atomically takes the pending wake, if any (acq_rel: see es_io.wake_pending). */
+static int take_wake(es_io *io)
+{
+    return atomic_exchange_explicit(&io->wake_pending, 0, memory_order_acq_rel) != 0;
+}
+
+static es_status wake_out(uint64_t *tag, es_status *req_status)
+{
+    *tag = ES_IO_WAKE_TAG;
+    *req_status = ES_OK;
+    return ES_OK;
+}
+
+void es_io_wake(es_io *io)
+{
+    /* Only the call that makes the flag 1 notifies: while it is 1, a notification sent after
+     * it was set is on its way (or the wait that clears it has not blocked yet), and the wait
+     * that takes the flag answers every call made before. acq_rel: publishes the caller's
+     * writes to that wait (release); acquire is harmless. */
+    if (atomic_exchange_explicit(&io->wake_pending, 1, memory_order_acq_rel)) return;
+    if (io->kind == ES_IO_URING)
+        es_io_uring_notify(io);
+    else
+        es_io_pread_notify(io);
+}
+
+/* Moves the due result at the head of the FIFO on: finishes its request (returns 1, outputs
+ * filled) or issues the request's next part (returns 0). */
+static int advance(es_io *io, uint64_t *tag, es_status *req_status)
+{
+    int slot = io->held[io->held_head];
+    io->held_head = (io->held_head + 1) % io->p.queue_depth;
+    io->n_held--;
+    io_req *r = &io->req[slot];
+    int64_t res = r->res;
+    if (res > 0) io->st.bytes += (uint64_t)res;
+
+    es_status st;
+    if (res == -EINVAL && r->op_direct && !io->direct_proven) {
+        /* The file system took O_DIRECT at open but refuses it now: go buffered. Other
+         * direct reads in flight come back here the same way. */
+        if (io->direct)
+            es_log(ES_LOG_INFO, "io: O_DIRECT refused at the first read; buffered reads");
+        io->direct = 0;
+        io->p.fault_direct_einval = 0;
+        st = issue(io, slot, r->op_from, 0);
+    } else if (res == -EINTR || res == -EAGAIN) {
+        st = issue(io, slot, r->op_from, r->op_direct);
+    } else if (res < 0) {
+        es_fail(ES_E_IO, "read of %zu bytes at offset %llu: %s", r->len,
+                (unsigned long long)r->off, strerror((int)-res));
+        finish(io, slot, tag, req_status, ES_E_IO);
+        return 1;
+    } else {
+        if (r->op_direct && res > 0) io->direct_proven = 1;
+        size_t end = r->op_from + (size_t)res;
+        if (end > r->done) r->done = end;
+        if (r->done >= r->need) {
+            finish(io, slot, tag, req_status, ES_OK);
+            return 1;
+        }
+        uint64_t at = r->off + r->done;
+        if (res == 0 || at >= io->file_bytes) {
+            uint64_t eof = at < io->file_bytes ? at : io->file_bytes;
+            es_fail(ES_E_IO, "read of %zu bytes at offset %llu: file ends at %llu, %zu "
+                             "bytes short",
+                    r->len, (unsigned long long)r->off, (unsigned long long)eof,
+                    r->need - r->done);
+            finish(io, slot, tag, req_status, ES_E_IO);
+            return 1;
+        }
+        /* Resume (see DESIGN above). */
+        if (!r->op_direct || r->done % ES_IO_ALIGN == 0) {
+            st = issue(io, slot, r->done, r->op_direct);
+        } else {
+            size_t back = r->done / ES_IO_ALIGN * ES_IO_ALIGN;
+            st = back > r->op_from ? issue(io, slot, back, 1) : issue(io, slot, r->done, 0);
+        }
+    }
+    if (st != ES_OK) { /* the backend refused the next part: the request fails */
+        finish(io, slot, tag, req_status, ES_E_IO);
+        return 1;
+    }
+    return 0;
 }
 
 es_status es_io_wait(es_io *io, uint64_t *tag, es_status *req_status)
 {
-    if (io->in_flight == 0) return es_fail(ES_E_INVAL, "io: wait with no read in flight");
+    if (io->in_flight == 0) {
+        if (take_wake(io)) return wake_out(tag, req_status);
+        return es_fail(ES_E_INVAL, "io: wait with no read in flight");
+    }
     for (;;) {
+        ES_ASSERT(io->in_flight == io->ops_in_flight + io->n_held);
+        uint64_t due = io->n_held > 0 ? io->req[io->held[io->held_head]].due_ns
+                                      : ES_IO_NO_DEADLINE;
+        if (due != ES_IO_NO_DEADLINE && due <= es_now_ns()) {
+            if (advance(io, tag, req_status)) return ES_OK;
+            continue;
+        }
         int slot;
         int64_t res;
-        ES_TRY(be_reap(io, &slot, &res));
-        ES_ASSERT(slot >= 0 && slot < io->p.queue_depth && io->req[slot].busy);
-        io->ops_in_flight--;
-        io_req *r = &io->req[slot];
-        res = shape_result(io, r, res);
-        if (res > 0) io->st.bytes += (uint64_t)res;
-
-        es_status st;
-        if (res == -EINVAL && r->op_direct && !io->direct_proven) {
-            /* The file system took O_DIRECT at open but refuses it now: go buffered. Other
-             * direct reads in flight come back here the same way. */
-            if (io->direct)
-                es_log(ES_LOG_INFO, "io: O_DIRECT refused at the first read; buffered reads");
-            io->direct = 0;
-            io->p.fault_direct_einval = 0;
-            st = issue(io, slot, r->op_from, 0);
-        } else if (res == -EINTR || res == -EAGAIN) {
-            st = issue(io, slot, r->op_from, r->op_direct);
-        } else if (res < 0) {
-            es_fail(ES_E_IO, "read of %zu bytes at offset %llu: %s", r->len,
-                    (unsigned long long)r->off, strerror((int)-res));
-            finish(io, slot, tag, req_status, ES_E_IO);
-            return ES_OK;
-        } else {
-            if (r->op_direct && res > 0) io->direct_proven = 1;
-            size_t end = r->op_from + (size_t)res;
-            if (end > r->done) r->done = end;
-            if (r->done >= r->need) {
-                finish(io, slot, tag, req_status, ES_OK);
-                return ES_OK;
-            }
-            uint64_t at = r->off + r->done;
-            if (res == 0 || at >= io->file_bytes) {
-                uint64_t eof = at < io->file_bytes ? at : io->file_bytes;
-                es_fail(ES_E_IO, "read of %zu bytes at offset %llu: file ends at %llu, %zu "
-                                 "bytes short",
-                        r->len, (unsigned long long)r->off, (unsigned long long)eof,
-                        r->need - r->done);
-                finish(io, slot, tag, req_status, ES_E_IO);
-                return ES_OK;
-            }
-            /* Resume (see DESIGN above). */
-            if (!r->op_direct || r->done % ES_IO_ALIGN == 0) {
-                st = issue(io, slot, r->done, r->op_direct);
-            } else {
-                size_t back = r->done / ES_IO_ALIGN * ES_IO_ALIGN;
-                st = back > r->op_from ? issue(io, slot, back, 1) : issue(io, slot, r->done, 0);
-            }
+        ES_TRY(be_reap(io, 0, &slot, &res)); /* what the backend has ready, without blocking */
+        if (slot == ES_IO_SLOT_NONE) {
+            if (take_wake(io)) return wake_out(tag, req_status);
+            /* Block until a result, a notification, or the head of the FIFO is due. */
+            ES_TRY(be_reap(io, due, &slot, &res));
         }
-        if (st != ES_OK) { /* the backend refused the next part: the request fails */
-            finish(io, slot, tag, req_status, ES_E_IO);
-            return ES_OK;
-        }
+        if (slot >= 0) hold(io, slot, res);
+        /* ES_IO_SLOT_WAKE: the next round sees the flag (or finds the notification stale);
+         * ES_IO_SLOT_NONE after blocking: the head is due. */
     }
 }

@@ -12,6 +12,10 @@
  *   the mutex, so the mutex orders every access (no atomics needed).
  * - fini sets `stop`: workers finish the read they are in (the caller's buffer stays valid
  *   until fini returns, since it joins them) and leave queued reads unstarted.
+ * - Wake-ups: notify (any thread) sets `wake` under the mutex and signals `done_cv`; reap
+ *   reports a done slot first, else a set `wake` (clearing it) as ES_IO_SLOT_WAKE. Waits with
+ *   a deadline use pthread_cond_timedwait on a CLOCK_MONOTONIC condvar, the clock of
+ *   es_now_ns().
  */
 #include "io/io_impl.h"
 
@@ -21,6 +25,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct pread_job {
@@ -34,12 +39,13 @@ typedef struct pread_job {
 typedef struct pread_be {
     pthread_mutex_t mu;
     pthread_cond_t work;    /* todo gained a job, or stop */
-    pthread_cond_t done_cv; /* done gained a slot */
+    pthread_cond_t done_cv; /* done gained a slot, or wake was set */
     pread_job job[ES_IO_MAX_DEPTH];
     int todo[ES_IO_MAX_DEPTH], todo_head, todo_n; /* ring buffers of slot numbers */
     int done[ES_IO_MAX_DEPTH], done_head, done_n;
     int cap; /* queue depth: ring size */
     int stop;
+    int wake;      /* es_io_pread_notify was called since reap last reported a wake */
     int n_threads; /* started workers */
     pthread_t th[ES_IO_MAX_DEPTH];
 } pread_be;
@@ -80,7 +86,11 @@ es_status es_io_pread_init(es_io *io)
     b->cap = io->p.queue_depth;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->work, NULL);
-    pthread_cond_init(&b->done_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines are es_now_ns() times */
+    pthread_cond_init(&b->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
     io->be = b; /* from here es_io_pread_fini cleans up, whatever was started */
     pthread_attr_t at;
     pthread_attr_init(&at);
@@ -110,19 +120,41 @@ es_status es_io_pread_start(es_io *io, int slot, int fd, uint64_t off, size_t le
     return ES_OK;
 }
 
-es_status es_io_pread_reap(es_io *io, int *slot, int64_t *res)
+es_status es_io_pread_reap(es_io *io, uint64_t deadline_ns, int *slot, int64_t *res)
+{
+    pread_be *b = io->be;
+    struct timespec ts = {(time_t)(deadline_ns / 1000000000u), (long)(deadline_ns % 1000000000u)};
+    pthread_mutex_lock(&b->mu);
+    while (b->done_n == 0 && !b->wake && deadline_ns > 0) {
+        if (deadline_ns == ES_IO_NO_DEADLINE) {
+            pthread_cond_wait(&b->done_cv, &b->mu);
+        } else if (pthread_cond_timedwait(&b->done_cv, &b->mu, &ts) == ETIMEDOUT) {
+            break;
+        }
+    }
+    if (b->done_n > 0) {
+        int s = b->done[b->done_head];
+        b->done_head = (b->done_head + 1) % b->cap;
+        b->done_n--;
+        *slot = s;
+        *res = b->job[s].res;
+    } else if (b->wake) {
+        b->wake = 0;
+        *slot = ES_IO_SLOT_WAKE;
+    } else {
+        *slot = ES_IO_SLOT_NONE;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return ES_OK;
+}
+
+void es_io_pread_notify(es_io *io)
 {
     pread_be *b = io->be;
     pthread_mutex_lock(&b->mu);
-    while (b->done_n == 0)
-        pthread_cond_wait(&b->done_cv, &b->mu);
-    int s = b->done[b->done_head];
-    b->done_head = (b->done_head + 1) % b->cap;
-    b->done_n--;
-    *slot = s;
-    *res = b->job[s].res;
+    b->wake = 1;
+    pthread_cond_signal(&b->done_cv); /* its only waiter is the loader in reap */
     pthread_mutex_unlock(&b->mu);
-    return ES_OK;
 }
 
 void es_io_pread_fini(es_io *io)
