@@ -107,6 +107,14 @@ int es_model_n_expert(const es_model *m);
  * thread). A session is used by one thread at a time. */
 typedef struct es_session es_session;
 
+/* When the expert loader may start reading a group (DESIGN §6). */
+typedef enum es_policy {
+    ES_POLICY_EARLY = 0,         /* as soon as a bank is free, reading ahead into later layers */
+    ES_POLICY_AFTER_ROUTING = 1, /* once the layer's routing is known */
+    ES_POLICY_ON_DEMAND = 2,     /* only when the compute threads need the group */
+} es_policy;
+const char *es_policy_name(es_policy p); /* "early", "after-routing", "on-demand" */
+
 typedef struct es_session_params {
     int n_threads;      /* 0 = min(online CPUs, ES_MAX_THREADS) */
     int reference;      /* 1 = the plain reference path (single-threaded oracle) */
@@ -115,6 +123,30 @@ typedef struct es_session_params {
     int plan_capacity;  /* routes per expert-operator invocation (0 = 16384); results do not
                          * depend on it (tests set it small to split each layer) */
     const char *kernels; /* "scalar", "avx2", "avx512"; NULL = es_kernels_name() at creation */
+
+    /* Memory-bounded runs (expert streaming, DESIGN §5-6). With mem_budget_bytes set, the
+     * session measures the memory everything but the experts needs (M_other: what the process
+     * holds now, the activation buffers for max_tokens, the non-expert weights, the logits the
+     * caller asked to have accounted), gives the rest to an arena of `banks` x `groups` expert
+     * slots (largest G <= 8 with at least 2 banks unless set below) and streams the experts from
+     * the model's file (a GGUF or a pack) with O_DIRECT reads, so the process's peak resident
+     * memory stays under the budget. A budget too small for any arena is ES_E_BUDGET with the
+     * smallest budget that works in es_last_error(); a budget that holds every expert runs
+     * resident. stream, groups, banks or queue_depth set without a budget force streaming with
+     * that arena (defaults G 8, B 2). The logits are bit-identical to the resident run's. */
+    int stream;                 /* 1: stream even without a budget or G/B/Q (defaults) */
+    uint64_t mem_budget_bytes;  /* 0 = no budget */
+    int groups;                 /* G, experts per bank (0 = chosen) */
+    int banks;                  /* B (0 = chosen) */
+    int queue_depth;            /* Q, reads in flight (0 = 4) */
+    es_policy policy;           /* when reads may start (default ES_POLICY_EARLY) */
+    double io_limit_bytes_per_s; /* emulate slower storage (token bucket); 0 = none */
+    int io_backend;             /* 0 auto (io_uring, else pread), 1 io_uring, 2 pread */
+    int no_direct;              /* 1: buffered reads (page cache; the budget is then not honest) */
+    int no_verify;              /* 1: skip the per-record checksum of a pack */
+    int max_logits_rows;        /* rows of logits the caller will hold during a prefill, counted
+                                 * in M_other (0 = 1: the last position only) */
+    const char *trace_path;     /* write a Chrome trace (Perfetto) of each prefill here */
 } es_session_params;
 
 /* Defaults: all CPUs, fast path, grow-on-demand buffers, the default kernel table. */
@@ -148,6 +180,22 @@ typedef struct es_run_stats {
     uint64_t peak_rss_bytes; /* the process's peak resident memory (VmHWM) so far */
     const char *kernels;     /* the session's kernel table, or "reference" */
     int n_threads;
+    /* memory-bounded runs (all zero / NULL when every expert is resident) */
+    int streaming;           /* experts came through the arena */
+    uint64_t budget_bytes;   /* the budget asked for (0: none) */
+    uint64_t other_bytes;    /* M_other: memory estimated for everything but the arena */
+    uint64_t min_budget_bytes; /* the smallest budget that would have worked */
+    uint64_t arena_bytes;    /* B x bank bytes */
+    int groups, banks, queue_depth;
+    const char *policy;      /* es_policy_name() */
+    const char *io_backend;  /* "io_uring" or "pread" */
+    int direct;              /* reads bypassed the page cache */
+    uint64_t bytes_read;     /* expert bytes read in the last request */
+    double read_seconds;     /* seconds with a read in flight */
+    double read_bytes_per_second; /* bytes_read / read_seconds */
+    double wait_seconds;     /* seconds the compute threads waited for experts */
+    double bubble_rate;      /* wait_seconds / seconds */
+    int64_t groups_read, groups_skipped;
 } es_run_stats;
 void es_session_stats(const es_session *s, es_run_stats *out);
 

@@ -40,6 +40,28 @@ int cli_default_threads(void);
 /* Writes s as a JSON string literal (quotes included) to f. */
 void cli_json_str(FILE *f, const char *s, size_t len);
 
+/* --mem, --groups, --banks, --qd, --policy, --io-limit, --io-backend, --no-direct,
+ * --no-verify, --trace (stream_opts.c): prefill, ppl and bench take them. */
+typedef struct cli_stream {
+    const char *mem;    /* as given; resolved against the model file by cli_stream_apply */
+    int groups, banks, qd, io_backend;
+    es_policy policy;
+    bool policy_set, no_direct, no_verify;
+    double io_limit_mbps;
+    const char *trace;
+} cli_stream;
+extern const char cli_stream_help[];
+/* Consumes a streaming flag (and its value) if s is one; false otherwise. */
+bool cli_stream_flag(cli_args *a, const char *s, cli_stream *o);
+/* Fills the session's streaming fields; dies on a bad --mem. */
+void cli_stream_apply(const char *cmd, const cli_stream *o, const char *model_path,
+                      es_session_params *sp);
+/* "600M", "1.5G", "25%" (of the file at model_path), plain bytes; dies on anything else. */
+uint64_t cli_budget_bytes(const char *cmd, const char *v, const char *model_path);
+int cli_policy(const char *v, es_policy *out); /* 0, or -1 for an unknown name */
+/* The run's streaming summary: text lines, or JSON fields (no braces) after a comma. */
+void cli_stream_print(FILE *f, const es_run_stats *st, bool json);
+
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);

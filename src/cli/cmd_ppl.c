@@ -7,7 +7,8 @@
 
 static const char help[] =
     "usage: estream ppl -m MODEL -f TEXT [-c CTX] [--chunks N] [-t THREADS] [--json]\n"
-    "                   [--reference]\n"
+    "                   [--reference] [--mem BUDGET] [--groups G] [--banks B] [--qd Q]\n"
+    "                   [--policy P] [--trace FILE]\n"
     "\n"
     "Perplexity exactly as llama.cpp's llama-perplexity computes it, so the numbers compare\n"
     "directly: the text is tokenized once (BOS first when the tokenizer adds one), cut into\n"
@@ -18,7 +19,8 @@ static const char help[] =
     "  --chunks N   evaluate at most N chunks (default all)\n"
     "  -t THREADS   compute threads, 1.." CLI_XSTR(ES_MAX_THREADS) " (default: all CPUs, at most "
     CLI_XSTR(ES_MAX_THREADS) ")\n"
-    "  --json       print {\"ppl\", \"n_scored\", \"chunks\", \"seconds\"} as one JSON object\n"
+    "  --json       print {\"ppl\", \"n_scored\", \"chunks\", \"seconds\", peak_rss_bytes and\n"
+    "               the streaming fields of estream prefill --json} as one JSON object\n"
     "Progress goes to stderr, one line per chunk.\n";
 
 typedef struct progress_state { uint64_t t0; } progress_state;
@@ -38,9 +40,14 @@ int cmd_ppl(int argc, char **argv)
     int ctx = 512, chunks = 0;
     bool json = false;
     es_prefill_opts o = {.n_threads = cli_default_threads()};
+    cli_stream so = {0};
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) { fputs(help, stdout); return 0; }
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            fputs(help, stdout);
+            fputs(cli_stream_help, stdout);
+            return 0;
+        } else if (cli_stream_flag(&a, s, &so)) continue;
         else if (!strcmp(s, "-m") || !strcmp(s, "--model")) model = cli_value(&a, s);
         else if (!strcmp(s, "-f") || !strcmp(s, "--file")) file = cli_value(&a, s);
         else if (!strcmp(s, "-c") || !strcmp(s, "--ctx")) ctx = (int)cli_int(s, cli_value(&a, s), 4, 1 << 24);
@@ -57,18 +64,35 @@ int cmd_ppl(int argc, char **argv)
     size_t n;
     int32_t *ids = cli_tokenize(m, text, len, true, false, &n);
     free(text);
+    es_session_params sp = es_session_default_params();
+    sp.n_threads = o.n_threads;
+    sp.reference = o.reference;
+    sp.max_tokens = ctx <= es_model_n_ctx(m) ? ctx : 0; /* a longer ctx is refused below */
+    sp.max_logits_rows = ctx;
+    cli_stream_apply("ppl", &so, model, &sp);
+    es_session *ses = NULL;
+    es_status st = es_session_create(m, &sp, &ses);
+    if (st) cli_die_status(st, "ppl");
     progress_state ps = {es_now_ns()};
     es_ppl_result r;
-    es_status st = es_perplexity(m, ids, n, ctx, chunks, &o, progress, &ps, &r);
+    st = es_session_perplexity(ses, ids, n, ctx, chunks, progress, &ps, &r);
     if (st) cli_die_status(st, "ppl");
     const double secs = (double)(es_now_ns() - ps.t0) * 1e-9;
-    if (json)
+    es_run_stats rs;
+    es_session_stats(ses, &rs);
+    if (json) {
         printf("{\"ppl\": %.6f, \"nll\": %.8f, \"n_scored\": %lld, \"chunks\": %d, \"ctx\": %d, "
-               "\"n_tokens\": %zu, \"seconds\": %.3f}\n", r.ppl, r.nll, (long long)r.n_scored,
-               r.chunks, ctx, n, secs);
-    else
+               "\"n_tokens\": %zu, \"seconds\": %.3f, \"peak_rss_bytes\": %zu, ", r.ppl, r.nll,
+               (long long)r.n_scored, r.chunks, ctx, n, secs, es_peak_rss_bytes());
+        cli_stream_print(stdout, &rs, true);
+        printf("}\n");
+    } else {
         printf("perplexity: %.4f over %lld predictions (%d chunks of %d tokens, %.1f s)\n", r.ppl,
                (long long)r.n_scored, r.chunks, ctx, secs);
+        printf("peak RSS:   %.1f MiB\n", (double)es_peak_rss_bytes() / (1 << 20));
+        cli_stream_print(stdout, &rs, false);
+    }
+    es_session_destroy(ses);
     free(ids);
     es_model_close(m);
     return fflush(stdout) == 0 ? 0 : 1;

@@ -11,7 +11,8 @@
 
 static const char help[] =
     "usage: estream prefill -m MODEL (-p TEXT | -f FILE | --ids FILE) [--top K] [-t THREADS]\n"
-    "                       [--json] [--dump-logits OUT] [--reference]\n"
+    "                       [--json] [--dump-logits OUT] [--reference] [--mem BUDGET]\n"
+    "                       [--groups G] [--banks B] [--qd Q] [--policy P] [--trace FILE]\n"
     "\n"
     "Tokenizes the prompt (adding BOS where the model's tokenizer asks for it), runs one prefill\n"
     "and prints the top-K next tokens with probabilities, the token count, the wall time and the\n"
@@ -22,7 +23,10 @@ static const char help[] =
     CLI_XSTR(ES_MAX_THREADS) ")\n"
     "  --json             one JSON object: n_tokens, top [{id, piece, prob}], seconds,\n"
     "                     tokens_per_second, peak_rss_bytes, path, kernels (fast path only),\n"
-    "                     n_threads\n"
+    "                     n_threads, budget_bytes, streaming, and when streaming: groups,\n"
+    "                     banks, qd, policy, io_backend, bytes_read, read_seconds,\n"
+    "                     read_bytes_per_second, bubble_rate, wait_seconds, arena_bytes,\n"
+    "                     other_bytes, min_budget_bytes, groups_read, groups_skipped\n"
     "  --dump-logits OUT  write the logits of every position as little-endian float32,\n"
     "                     row-major [n_tokens x n_vocab]; a regular file appears only when\n"
     "                     complete, a FIFO or /dev/stdout is written in place\n"
@@ -89,9 +93,14 @@ int cmd_prefill(int argc, char **argv)
     int top = 5;
     bool json = false, route_stats = false;
     es_prefill_opts o = {.n_threads = cli_default_threads()};
+    cli_stream so = {0};
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) { fputs(help, stdout); return 0; }
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            fputs(help, stdout);
+            fputs(cli_stream_help, stdout);
+            return 0;
+        } else if (cli_stream_flag(&a, s, &so)) continue;
         else if (!strcmp(s, "-m") || !strcmp(s, "--model")) model = cli_value(&a, s);
         else if (!strcmp(s, "-p") || !strcmp(s, "--prompt")) text = cli_value(&a, s);
         else if (!strcmp(s, "-f") || !strcmp(s, "--file")) file = cli_value(&a, s);
@@ -134,6 +143,8 @@ int cmd_prefill(int argc, char **argv)
     sp.n_threads = o.n_threads;
     sp.reference = o.reference;
     sp.max_tokens = (int)n;
+    sp.max_logits_rows = (int)n_out;
+    cli_stream_apply("prefill", &so, model, &sp);
     es_session *ses = NULL;
     es_status st = es_session_create(m, &sp, &ses);
     if (st) cli_die_status(st, "prefill");
@@ -166,6 +177,10 @@ int cmd_prefill(int argc, char **argv)
         }
         printf("], \"seconds\": %.6f, \"tokens_per_second\": %.3f, \"peak_rss_bytes\": %zu, ",
                secs, (double)n / secs, rss);
+        es_run_stats rs;
+        es_session_stats(ses, &rs);
+        cli_stream_print(stdout, &rs, true);
+        printf(", ");
         if (o.reference) /* single-threaded plain C: no kernel table */
             printf("\"path\": \"reference\", \"n_threads\": 1}\n");
         else
@@ -188,6 +203,9 @@ int cmd_prefill(int argc, char **argv)
             printf("time:       %.3f s (%.1f tokens/s, fast path, %s kernels, %d threads)\n", secs,
                    (double)n / secs, es_kernels_name(), o.n_threads);
         printf("peak RSS:   %.1f MiB\n", (double)rss / (1 << 20));
+        es_run_stats rs;
+        es_session_stats(ses, &rs);
+        cli_stream_print(stdout, &rs, false);
     }
     free(e);
     free(logits);

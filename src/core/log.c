@@ -120,6 +120,15 @@ void es_free_big(void *p, size_t bytes)
 
 size_t es_big_bytes_live(void) { return atomic_load_explicit(&big_live, memory_order_relaxed); }
 
+es_status es_reset_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return es_fail(ES_E_UNSUPPORTED, "cannot reset the peak RSS: /proc/self/clear_refs");
+    const int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok ? ES_OK
+                                : es_fail(ES_E_UNSUPPORTED, "the kernel refused to reset the peak RSS");
+}
+
 size_t es_peak_rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/status", "r");

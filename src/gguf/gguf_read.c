@@ -442,7 +442,17 @@ static es_status place_tensors(cur *c)
     if (!r) return no_mem(c);
     int64_t nr = 0;
     es_status st = ES_OK;
-    for (int64_t i = 0; i < g->n_tensors; i++) {
+    /* A truncated file: report the tensor the file ends in (the lowest offset that does not
+     * fit), not merely the first listed that does not fit. */
+    int64_t cut = -1;
+    for (int64_t i = 0; i < g->n_tensors && start <= size; i++) {
+        const es_gguf_tensor *t = &g->tensors[i];
+        if (t->offset <= size - start && t->nbytes > size - start - t->offset &&
+            (cut < 0 || t->offset < g->tensors[cut].offset))
+            cut = i;
+    }
+    for (int64_t j = 0; j < g->n_tensors; j++) {
+        const int64_t i = cut < 0 ? j : j == 0 ? cut : j <= cut ? j - 1 : j;
         es_gguf_tensor *t = &g->tensors[i];
         c->what = "tensor";
         c->item = t->name;
@@ -462,9 +472,15 @@ static es_status place_tensors(cur *c)
         }
         if (t->nbytes > size - start - t->offset) {
             c->what = NULL;
+            /* which slice of the outermost dimension the file ends in (a pack's expert) */
+            const int64_t n_outer = t->ne[t->n_dims ? t->n_dims - 1 : 0];
+            const uint64_t slice = n_outer > 0 ? t->nbytes / (uint64_t)n_outer : 0;
+            const uint64_t have = size - start - t->offset;
             st = bad(c, "tensor '%s' runs past the end of the file (offset %llu + %llu bytes > "
-                     "file size %llu)", show(t->name, nm), (unsigned long long)(start + t->offset),
-                     (unsigned long long)t->nbytes, (unsigned long long)size);
+                     "file size %llu): the file is truncated inside slice %llu of %lld of its "
+                     "last dimension", show(t->name, nm), (unsigned long long)(start + t->offset),
+                     (unsigned long long)t->nbytes, (unsigned long long)size,
+                     (unsigned long long)(slice ? have / slice : 0), (long long)n_outer);
             goto done;
         }
         t->data = g->base + start + t->offset;

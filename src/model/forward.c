@@ -12,6 +12,7 @@
  */
 #include "model/forward.h"
 
+#include "core/trace.h"
 #include "model/attention.h"
 #include "moe/plan.h"
 #include "moe/provider.h"
@@ -19,6 +20,7 @@
 #include "quant/kern.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,7 +58,23 @@ struct es_fast {
     es_attn *attn;
     plan_entry plans[MAX_PLANS];
     int n_plans;
+    es_trace *trace;      /* NULL: no trace */
+    int trace_track;
 };
+
+void es_fast_set_trace(es_fast *f, es_trace *t, int track)
+{
+    f->trace = t;
+    f->trace_track = track;
+}
+
+static void span(es_fast *f, const char *what, int il, uint64_t t0)
+{
+    if (!f->trace) return;
+    char name[48];
+    snprintf(name, sizeof(name), "%s L%d", what, il);
+    es_trace_span(f->trace, f->trace_track, name, t0, es_now_ns(), "layer", il, NULL, 0);
+}
 
 static size_t fbytes(int64_t a, int64_t b) { return sizeof(float) * (size_t)a * (size_t)b; }
 
@@ -499,6 +517,7 @@ static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov
     for (int il = 0; il < hp->n_layer; il++) {
         const es_layer *L = &m->layers[il];
         if (prov->layer_begin) ES_TRY(prov->layer_begin(prov, il));
+        uint64_t t0 = f->trace ? es_now_ns() : 0;
         /* attention */
         run_rows(f, m, L, ROW_ATTN_NORM, T);
         if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
@@ -523,17 +542,22 @@ static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov
         run_gemms(f, &o, 1);
         row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
         es_pool_run(f->pool, row_worker, &add);
+        span(f, "attention", il, t0);
 
         /* mixture of experts */
+        t0 = f->trace ? es_now_ns() : 0;
         run_rows(f, m, L, ROW_FFN_NORM, T);
         prepare(f, m, f->h, d, L->gate_inp.type, 0, T);
         gemm_task rt = {&L->gate_inp, f->act, f->router, hp->n_expert, T};
         run_gemms(f, &rt, 1);
         run_rows(f, m, L, ROW_ROUTE, T);
         sort_routes(f, hp, T, il);
+        span(f, "router", il, t0);
+        t0 = f->trace ? es_now_ns() : 0;
         ES_TRY(moe_stage(f, m, prov, il, T));
         row_job addm = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->moe};
         es_pool_run(f->pool, row_worker, &addm);
+        span(f, "moe", il, t0);
     }
 
     f->have_counts = true;

@@ -255,6 +255,23 @@ static es_status name_file(es_status st, const char *path)
 
 /* Warnings logged while opening are held: printed if the open succeeds, dropped if it fails,
  * so a failed open reports exactly one line (the error, which names the file). */
+/* A pack cut short fails in the GGUF reader on its expert tensor blk.N.ffn_exps, whose last
+ * dimension is the expert: say which layer and experts are missing, in the user's terms. */
+static void explain_truncated_pack(const char *path)
+{
+    const char *msg = strstr(es_last_error(), "tensor 'blk.");
+    int il;
+    long long e, n;
+    if (!msg || !strstr(msg, ".ffn_exps' runs past the end") ||
+        sscanf(msg, "tensor 'blk.%d.ffn_exps'", &il) != 1)
+        return;
+    const char *sl = strstr(msg, "inside slice ");
+    if (!sl || sscanf(sl, "inside slice %lld of %lld", &e, &n) != 2) return;
+    es_fail(ES_E_FORMAT, "%s: layer %d, expert %lld: the pack is truncated (its records of "
+                         "experts %lld-%lld of that layer lie past the end of the file); make it "
+                         "again with estream pack", path, il, e, e, n - 1);
+}
+
 es_status es_model_open(const char *path, unsigned flags, es_model **out)
 {
     *out = NULL;
@@ -264,7 +281,10 @@ es_status es_model_open(const char *path, unsigned flags, es_model **out)
     const size_t log_mark = es_log_hold();
     m->vocab_only = (flags & ES_OPEN_VOCAB_ONLY) != 0;
     es_status st;
-    if ((st = es_gguf_open(path, &m->gguf)) != ES_OK) goto fail;
+    if ((st = es_gguf_open(path, &m->gguf)) != ES_OK) {
+        explain_truncated_pack(path);
+        goto fail;
+    }
     if ((st = read_arch(m)) != ES_OK) goto fail;
     if ((st = es_tok_create(m->gguf, &m->tok)) != ES_OK) {
         st = name_file(st, path);

@@ -12,9 +12,12 @@
  */
 #include "model/session.h"
 
+#include "core/trace.h"
 #include "core/util.h"
+#include "mem/budget.h"
 #include "model/forward.h"
 #include "quant/kern.h"
+#include "sched/pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,10 @@ struct es_session {
     es_session_params p;
     es_kern kern;        /* the table this session's buffers are in */
     es_fast *fast;       /* NULL for a reference session */
+    es_stream *stream;   /* NULL when every expert is resident */
+    es_trace *trace;     /* NULL unless trace_path */
+    char *trace_path;
+    es_io_params io;     /* the loader's I/O (tests add faults: es_session_create_io) */
     es_run_stats stats;
 };
 
@@ -39,6 +46,12 @@ static int online_cpus(void)
     return c < 1 ? 1 : c > ES_MAX_THREADS ? ES_MAX_THREADS : (int)c;
 }
 
+/* Whether the parameters ask for a budget or for streaming. */
+static int streams(const es_session_params *p)
+{
+    return p->stream || p->mem_budget_bytes || p->groups || p->banks || p->queue_depth;
+}
+
 static es_status check_params(const es_model *m, const es_session_params *p)
 {
     if (m->vocab_only) return es_fail(ES_E_INVAL, "the model was opened vocabulary-only");
@@ -46,30 +59,101 @@ static es_status check_params(const es_model *m, const es_session_params *p)
         return es_fail(ES_E_INVAL, "thread count %d is outside 1..%d (0: online CPUs)",
                        p->n_threads, ES_MAX_THREADS);
     if (p->plan_capacity < 0) return es_fail(ES_E_INVAL, "plan capacity must be >= 0");
+    if (p->groups < 0 || p->banks < 0 || p->banks > ES_STREAM_MAX_BANKS || p->queue_depth < 0 ||
+        p->queue_depth > 64 || p->io_limit_bytes_per_s < 0 || p->max_logits_rows < 0 ||
+        p->io_backend < 0 || p->io_backend > 2)
+        return es_fail(ES_E_INVAL, "bad streaming parameters (groups %d, banks %d of at most %d, "
+                                   "queue depth %d of at most 64)",
+                       p->groups, p->banks, ES_STREAM_MAX_BANKS, p->queue_depth);
+    if (p->policy < ES_POLICY_EARLY || p->policy > ES_POLICY_ON_DEMAND)
+        return es_fail(ES_E_INVAL, "unknown streaming policy %d", (int)p->policy);
+    if (p->reference && streams(p))
+        return es_fail(ES_E_INVAL, "a memory budget or streaming needs the fast path, not the "
+                                   "reference path (which reads every expert in place)");
     if (p->max_tokens < 0 || p->max_tokens > m->hp.n_ctx)
         return es_fail(ES_E_INVAL, "max tokens %d is outside 0..%d (the model's context)",
                        p->max_tokens, m->hp.n_ctx);
     return ES_OK;
 }
 
-es_status es_session_create(const es_model *m, const es_session_params *params, es_session **out)
+/* The arena for the session's budget (or its forced G/B), the streamer, and the fast path's
+ * slots for it. Called with s->fast made for n_expert slots and reserved for max_tokens. */
+static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_before)
+{
+    const es_model *m = s->m;
+    const es_session_params *p = &s->p;
+    const int64_t T = p->max_tokens ? p->max_tokens : m->hp.n_ctx;
+    const int rows = p->max_logits_rows > 0 ? p->max_logits_rows : 1;
+    const uint64_t fast_bytes = es_big_bytes_live() - big_before;
+    const uint64_t other = rss_before + fast_bytes + es_budget_weight_bytes(m, T) +
+                           (uint64_t)rows * (uint64_t)m->hp.n_vocab * sizeof(float) +
+                           ES_BUDGET_MARGIN_BYTES;
+    s->stats.budget_bytes = p->mem_budget_bytes;
+    s->stats.other_bytes = other;
+    const int force = p->stream || p->groups || p->banks || p->queue_depth;
+    es_budget_plan plan;
+    ES_TRY(es_budget_plan_make(m, p->mem_budget_bytes, other, p->groups, p->banks, force, &plan));
+    s->stats.min_budget_bytes = plan.min_budget;
+    if (plan.resident) return ES_OK;
+    const int P = plan.groups * plan.banks;
+    if (P > m->hp.n_expert) { /* the plans must address every slot of the arena */
+        es_fast_destroy(s->fast, &m->hp);
+        s->fast = NULL;
+        ES_TRY(es_fast_create(m, &s->kern, p->n_threads, p->plan_capacity, P, &s->fast));
+        ES_TRY(es_fast_reserve(s->fast, m, T));
+    }
+    es_stream_params sp = {.groups = plan.groups, .banks = plan.banks, .policy = p->policy,
+                           .verify = !p->no_verify, .io = s->io, .trace = s->trace};
+    if (p->queue_depth) sp.io.queue_depth = p->queue_depth;
+    if (p->io_limit_bytes_per_s > 0) sp.io.limit_bytes_per_s = p->io_limit_bytes_per_s;
+    if (p->io_backend) sp.io.backend = p->io_backend == 1 ? ES_IO_URING : ES_IO_PREAD;
+    if (p->no_direct) sp.io.no_direct = 1;
+    sp.trace_track = es_trace_track(s->trace, "compute");
+    es_fast_set_trace(s->fast, s->trace, sp.trace_track);
+    ES_TRY(es_stream_create(m, &sp, &s->stream));
+    es_stream_stats ss;
+    es_stream_get_stats(s->stream, &ss);
+    s->stats.streaming = 1;
+    s->stats.groups = plan.groups;
+    s->stats.banks = plan.banks;
+    s->stats.queue_depth = ss.queue_depth;
+    s->stats.arena_bytes = ss.arena_bytes;
+    s->stats.policy = es_policy_name(p->policy);
+    s->stats.io_backend = ss.io_backend;
+    s->stats.direct = ss.direct;
+    return ES_OK;
+}
+
+es_status es_session_create_io(const es_model *m, const es_session_params *params,
+                               const es_io_params *io, es_session **out)
 {
     *out = NULL;
     if (!m) return es_fail(ES_E_INVAL, "es_session_create: NULL model");
     es_session_params p = params ? *params : es_session_default_params();
     ES_TRY(check_params(m, &p));
     if (p.n_threads == 0) p.n_threads = online_cpus();
+    const uint64_t rss_before = streams(&p) ? es_rss_bytes() : 0;
+    const size_t big_before = es_big_bytes_live();
     es_session *s = calloc(1, sizeof(*s));
     if (!s) return es_fail(ES_E_NOMEM, "out of memory for a session");
     s->m = m;
     es_status st = ES_OK;
     p.kernels = NULL; /* not kept: the table is copied below */
+    p.trace_path = NULL; /* not kept: copied below */
     s->p = p;
+    if (io) s->io = *io;
     s->stats.n_threads = p.reference ? 1 : p.n_threads;
     if (p.reference) {
         s->stats.kernels = "reference";
         *out = s;
         return ES_OK;
+    }
+    if (params && params->trace_path) {
+        if (!(s->trace_path = strdup(params->trace_path))) {
+            st = es_fail(ES_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        if ((st = es_trace_create(&s->trace))) goto fail;
     }
     const char *isa = params && params->kernels ? params->kernels : es_kern_default()->isa;
     if (!es_kern_get(isa, &s->kern)) {
@@ -80,7 +164,12 @@ es_status es_session_create(const es_model *m, const es_session_params *params, 
     }
     s->stats.kernels = s->kern.isa;
     if ((st = es_fast_create(m, &s->kern, p.n_threads, p.plan_capacity, 0, &s->fast))) goto fail;
-    if (p.max_tokens && (st = es_fast_reserve(s->fast, m, p.max_tokens))) goto fail;
+    const int64_t T = p.max_tokens ? p.max_tokens : streams(&p) ? m->hp.n_ctx : 0;
+    if (T && (st = es_fast_reserve(s->fast, m, T))) goto fail;
+    if (!s->trace || streams(&p)) { /* (a resident trace gets its compute track here) */
+    } 
+    if (streams(&p) && (st = setup_streaming(s, rss_before, big_before))) goto fail;
+    if (s->trace && !s->stream) es_fast_set_trace(s->fast, s->trace, es_trace_track(s->trace, "compute"));
     *out = s;
     return ES_OK;
 fail:
@@ -88,10 +177,18 @@ fail:
     return st;
 }
 
+es_status es_session_create(const es_model *m, const es_session_params *params, es_session **out)
+{
+    return es_session_create_io(m, params, NULL, out);
+}
+
 void es_session_destroy(es_session *s)
 {
     if (!s) return;
+    es_stream_destroy(s->stream); /* first: its loader may still be reading into the arena */
     es_fast_destroy(s->fast, &s->m->hp);
+    es_trace_destroy(s->trace);
+    free(s->trace_path);
     free(s);
 }
 
@@ -108,11 +205,29 @@ es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int al
     if (s->p.reference) {
         st = es_forward_ref(s->m, ids, n, all_logits, out);
     } else {
-        st = es_fast_forward(s->fast, s->m, NULL, ids, n, all_logits, out);
+        st = es_fast_forward(s->fast, s->m, s->stream ? es_stream_provider(s->stream) : NULL,
+                             ids, n, all_logits, out);
     }
     const double secs = (double)(es_now_ns() - t0) * 1e-9;
     s->stats.seconds = secs;
     s->stats.peak_rss_bytes = es_peak_rss_bytes();
+    if (s->stream) {
+        es_stream_stats ss;
+        es_stream_get_stats(s->stream, &ss);
+        s->stats.bytes_read = ss.bytes_read;
+        s->stats.read_seconds = ss.read_seconds;
+        s->stats.read_bytes_per_second =
+            ss.read_seconds > 0 ? (double)ss.bytes_read / ss.read_seconds : 0;
+        s->stats.wait_seconds = ss.wait_seconds;
+        s->stats.bubble_rate = secs > 0 ? ss.wait_seconds / secs : 0;
+        s->stats.groups_read = ss.groups_read;
+        s->stats.groups_skipped = ss.groups_skipped;
+        s->stats.direct = ss.direct;
+    }
+    if (s->trace && s->trace_path) {
+        const es_status ts = es_trace_write(s->trace, s->trace_path);
+        if (st == ES_OK) st = ts;
+    }
     return st;
 }
 

@@ -3,6 +3,7 @@
 #define ES_SESSION_H
 
 #include "estream.h"
+#include "io/io.h"
 #include "model/model.h"
 
 /* Input checks shared by every prefill entry point (prefill.c). */
@@ -10,5 +11,10 @@ es_status es_check_ids(const es_model *m, const int32_t *ids, size_t n);
 
 /* The model a session runs (NULL for a NULL session). */
 const es_model *es_session_model(const es_session *s);
+
+/* es_session_create() with the expert loader's I/O parameters (fault injection, backend) as
+ * the base that the session's own streaming parameters are applied over. io may be NULL. */
+es_status es_session_create_io(const es_model *m, const es_session_params *p,
+                               const es_io_params *io, es_session **out);
 
 #endif

@@ -1,0 +1,164 @@
+/* The memory-budget and streaming options shared by prefill, ppl and bench (cli.h). */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char cli_stream_help[] =
+    "memory budget and expert streaming:\n"
+    "  --mem BUDGET       keep the process's peak resident memory under BUDGET: 600M, 1.5G,\n"
+    "                     2048M, 1073741824 (bytes), or 25% (of the model file). Experts are\n"
+    "                     streamed from the file into an arena of banks; a budget too small is\n"
+    "                     refused up front with the smallest one that works; one that holds\n"
+    "                     every expert runs resident\n"
+    "  --groups G         experts per bank (default: the largest G <= 8 with 2 banks)\n"
+    "  --banks B          banks in the arena (default: as many as the budget holds)\n"
+    "  --qd Q             reads in flight, 1..64 (default 4)\n"
+    "  --policy P         when reads start: early (default: as soon as a bank is free, into\n"
+    "                     later layers), after-routing (once the layer's routing is known),\n"
+    "                     on-demand (only when the compute threads need the group)\n"
+    "                     --groups, --banks, --qd or --policy without --mem stream the experts\n"
+    "                     through that arena even when the model would fit\n"
+    "  --io-limit MBPS    pace expert reads to MBPS megabytes per second (emulates slower\n"
+    "                     storage, e.g. a phone's)\n"
+    "  --io-backend B     auto (io_uring, else pread), io_uring or pread\n"
+    "  --no-direct        read through the page cache (the budget is then not kept honestly)\n"
+    "  --no-verify        skip the per-record checksum of a pack\n"
+    "  --trace FILE.json  write a Chrome trace of the run (open it in https://ui.perfetto.dev)\n";
+
+bool cli_stream_flag(cli_args *a, const char *s, cli_stream *o)
+{
+    if (!strcmp(s, "--mem")) o->mem = cli_value(a, s);
+    else if (!strcmp(s, "--groups")) o->groups = (int)cli_int(s, cli_value(a, s), 1, 1 << 16);
+    else if (!strcmp(s, "--banks")) o->banks = (int)cli_int(s, cli_value(a, s), 1, 1024);
+    else if (!strcmp(s, "--qd")) o->qd = (int)cli_int(s, cli_value(a, s), 1, 64);
+    else if (!strcmp(s, "--policy")) {
+        const char *v = cli_value(a, s);
+        if (cli_policy(v, &o->policy) != 0)
+            cli_die("%s: --policy: expected early, after-routing or on-demand, got '%s'", a->cmd,
+                    v);
+        o->policy_set = true;
+    } else if (!strcmp(s, "--io-limit")) {
+        const char *v = cli_value(a, s);
+        char *end;
+        errno = 0;
+        o->io_limit_mbps = strtod(v, &end);
+        if (errno || end == v || *end || !(o->io_limit_mbps > 0) || o->io_limit_mbps > 1e7)
+            cli_die("%s: --io-limit: expected megabytes per second (> 0), got '%s'", a->cmd, v);
+    } else if (!strcmp(s, "--io-backend")) {
+        const char *v = cli_value(a, s);
+        if (!strcmp(v, "auto")) o->io_backend = 0;
+        else if (!strcmp(v, "io_uring")) o->io_backend = 1;
+        else if (!strcmp(v, "pread")) o->io_backend = 2;
+        else cli_die("%s: --io-backend: expected auto, io_uring or pread, got '%s'", a->cmd, v);
+    } else if (!strcmp(s, "--no-direct")) o->no_direct = true;
+    else if (!strcmp(s, "--no-verify")) o->no_verify = true;
+    else if (!strcmp(s, "--trace")) o->trace = cli_value(a, s);
+    else return false;
+    return true;
+}
+
+int cli_policy(const char *v, es_policy *out)
+{
+    static const es_policy all[] = {ES_POLICY_EARLY, ES_POLICY_AFTER_ROUTING,
+                                    ES_POLICY_ON_DEMAND};
+    for (size_t i = 0; i < ES_LEN(all); i++)
+        if (!strcmp(v, es_policy_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+uint64_t cli_budget_bytes(const char *cmd, const char *v, const char *model_path)
+{
+    char *end;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (errno || end == v || !(x > 0) || !isfinite(x))
+        cli_die("%s: --mem: expected a size such as 600M, 1.5G or 25%%, got '%s'", cmd, v);
+    double bytes;
+    if (!strcmp(end, "%")) {
+        struct stat sb;
+        if (x > 100) cli_die("%s: --mem: %s is more than the whole file", cmd, v);
+        if (stat(model_path, &sb) != 0)
+            cli_die("%s: --mem %s: cannot read the size of %s: %s", cmd, v, model_path,
+                    strerror(errno));
+        bytes = x / 100.0 * (double)sb.st_size;
+    } else {
+        double unit = 1;
+        if (!strcmp(end, "") || !strcmp(end, "B")) unit = 1;
+        else if (!strcmp(end, "K") || !strcmp(end, "KiB") || !strcmp(end, "k")) unit = 1024.0;
+        else if (!strcmp(end, "M") || !strcmp(end, "MiB")) unit = 1024.0 * 1024;
+        else if (!strcmp(end, "G") || !strcmp(end, "GiB")) unit = 1024.0 * 1024 * 1024;
+        else if (!strcmp(end, "T") || !strcmp(end, "TiB")) unit = 1024.0 * 1024 * 1024 * 1024;
+        else
+            cli_die("%s: --mem: unknown unit in '%s' (use K, M, G, T: powers of 1024, or %%)",
+                    cmd, v);
+        bytes = x * unit;
+    }
+    if (bytes < 1 || bytes > 1e18) cli_die("%s: --mem: '%s' is out of range", cmd, v);
+    return (uint64_t)bytes;
+}
+
+void cli_stream_apply(const char *cmd, const cli_stream *o, const char *model_path,
+                      es_session_params *sp)
+{
+    if (o->mem) sp->mem_budget_bytes = cli_budget_bytes(cmd, o->mem, model_path);
+    sp->groups = o->groups;
+    sp->banks = o->banks;
+    sp->queue_depth = o->qd;
+    sp->policy = o->policy;
+    sp->stream = o->policy_set || o->io_limit_mbps > 0 || o->io_backend || o->no_direct;
+    sp->io_limit_bytes_per_s = o->io_limit_mbps * 1e6;
+    sp->io_backend = o->io_backend;
+    sp->no_direct = o->no_direct;
+    sp->no_verify = o->no_verify;
+    sp->trace_path = o->trace;
+    if (sp->reference && (o->mem || o->groups || o->banks || o->qd || sp->stream))
+        cli_die("%s: --mem and the streaming options need the fast path, not --reference", cmd);
+}
+
+void cli_stream_print(FILE *f, const es_run_stats *st, bool json)
+{
+    if (json) {
+        fprintf(f, "\"budget_bytes\": %llu, \"streaming\": %s", (unsigned long long)st->budget_bytes,
+                st->streaming ? "true" : "false");
+        if (!st->streaming) return;
+        fprintf(f, ", \"other_bytes\": %llu, \"arena_bytes\": %llu, \"min_budget_bytes\": %llu, "
+                   "\"groups\": %d, \"banks\": %d, \"qd\": %d, \"policy\": \"%s\", "
+                   "\"io_backend\": \"%s\", \"direct\": %s, \"bytes_read\": %llu, "
+                   "\"read_seconds\": %.6f, \"read_bytes_per_second\": %.0f, "
+                   "\"wait_seconds\": %.6f, \"bubble_rate\": %.4f, \"groups_read\": %lld, "
+                   "\"groups_skipped\": %lld",
+                (unsigned long long)st->other_bytes, (unsigned long long)st->arena_bytes,
+                (unsigned long long)st->min_budget_bytes, st->groups, st->banks, st->queue_depth,
+                st->policy, st->io_backend, st->direct ? "true" : "false",
+                (unsigned long long)st->bytes_read, st->read_seconds, st->read_bytes_per_second,
+                st->wait_seconds, st->bubble_rate, (long long)st->groups_read,
+                (long long)st->groups_skipped);
+        return;
+    }
+    const double mib = 1 << 20;
+    if (st->budget_bytes && !st->streaming)
+        fprintf(f, "budget:     %.0f MiB: every expert fits, run resident\n",
+                (double)st->budget_bytes / mib);
+    if (!st->streaming) return;
+    if (st->budget_bytes)
+        fprintf(f, "budget:     %.0f MiB = %.0f MiB other + arena %.0f MiB (smallest workable "
+                   "budget %.0f MiB)\n",
+                (double)st->budget_bytes / mib, (double)st->other_bytes / mib,
+                (double)st->arena_bytes / mib, (double)st->min_budget_bytes / mib);
+    fprintf(f, "arena:      %d banks x %d experts (%.1f MiB), %d reads in flight, policy %s\n",
+            st->banks, st->groups, (double)st->arena_bytes / mib, st->queue_depth, st->policy);
+    fprintf(f, "experts:    %.1f MiB read in %.3f s of I/O (%.0f MB/s, %s%s), %lld groups read, "
+               "%lld skipped\n",
+            (double)st->bytes_read / mib, st->read_seconds, st->read_bytes_per_second / 1e6,
+            st->io_backend, st->direct ? ", O_DIRECT" : ", page cache",
+            (long long)st->groups_read, (long long)st->groups_skipped);
+    fprintf(f, "bubbles:    %.3f s waiting for experts (%.1f%% of the run)\n", st->wait_seconds,
+            100.0 * st->bubble_rate);
+}

@@ -1,0 +1,92 @@
+/* The memory budget (budget.h). */
+#include "mem/budget.h"
+
+#include "sched/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+uint64_t es_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, resident = 0;
+    const int n = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    return n == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+uint64_t es_budget_weight_bytes(const es_model *m, int64_t max_tokens)
+{
+    uint64_t n = m->output_norm.nbytes + m->output.nbytes;
+    /* a prompt touches at most max_tokens embedding rows, each within two pages */
+    const uint64_t embd_touch = (uint64_t)max_tokens * 2 * 4096;
+    n += embd_touch < m->tok_embd.nbytes ? embd_touch : m->tok_embd.nbytes;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const es_layer *L = &m->layers[il];
+        const es_tensor *ts[] = {&L->attn_norm, &L->wq,     &L->wk,       &L->wv,      &L->wo,
+                                 &L->q_norm,    &L->k_norm, &L->ffn_norm, &L->gate_inp};
+        for (size_t i = 0; i < ES_LEN(ts); i++) n += ts[i]->nbytes;
+    }
+    return n;
+}
+
+static uint64_t mib_up(uint64_t b) { return (b + ((uint64_t)1 << 20) - 1) >> 20; }
+
+/* Groups in one request (an upper bound on useful banks). */
+static int64_t request_groups(const es_model *m, int G)
+{
+    int64_t n = 0;
+    const int K = (m->hp.n_expert + G - 1) / G;
+    for (int il = 0; il < m->hp.n_layer; il++) n += m->layers[il].exp_bytes[0] > 0 ? K : 0;
+    return n;
+}
+
+es_status es_budget_plan_make(const es_model *m, uint64_t budget, uint64_t other, int groups,
+                              int banks, int force_stream, es_budget_plan *out)
+{
+    memset(out, 0, sizeof(*out));
+    const int E = m->hp.n_expert;
+    if (E < 1) return es_fail(ES_E_INVAL, "the model has no experts to stream");
+    if (groups > E) groups = E;
+    if (budget == 0) { /* forced streaming with no budget: defaults for what is not given */
+        out->groups = groups > 0 ? groups : (E < ES_BUDGET_MAX_GROUP ? E : ES_BUDGET_MAX_GROUP);
+        out->banks = banks > 0 ? banks : 2;
+        out->bank_bytes = es_stream_bank_bytes(m, out->groups);
+        return out->bank_bytes ? ES_OK : es_fail(ES_E_INVAL, "no expert bytes to stream");
+    }
+    const uint64_t all_experts = es_stream_request_bytes(m, E);
+    if (!force_stream && groups == 0 && banks == 0 && budget >= other + all_experts) {
+        out->resident = 1;
+        return ES_OK;
+    }
+    const uint64_t avail = budget > other ? budget - other : 0;
+    /* candidates: the fixed G, or G = min(8, E) down to 1 */
+    const int g_hi = groups > 0 ? groups : (E < ES_BUDGET_MAX_GROUP ? E : ES_BUDGET_MAX_GROUP);
+    const int g_lo = groups > 0 ? groups : 1;
+    const int need_banks = banks > 0 ? banks : groups > 0 ? 1 : 2;
+    for (int G = g_hi; G >= g_lo; G--) {
+        const size_t bb = es_stream_bank_bytes(m, G);
+        if (bb == 0) return es_fail(ES_E_INVAL, "no expert bytes to stream");
+        out->min_budget = other + (uint64_t)need_banks * bb; /* last one tried is the smallest */
+        const uint64_t fit = avail / bb;
+        if (fit < (uint64_t)need_banks) continue;
+        int64_t B = banks > 0 ? banks : (int64_t)fit;
+        const int64_t useful = request_groups(m, G);
+        if (banks == 0 && B > useful) B = useful;
+        if (B > ES_STREAM_MAX_BANKS) B = ES_STREAM_MAX_BANKS;
+        out->groups = G;
+        out->banks = (int)B;
+        out->bank_bytes = bb;
+        out->min_budget = other + (uint64_t)need_banks * es_stream_bank_bytes(m, g_lo);
+        return ES_OK;
+    }
+    return es_fail(ES_E_BUDGET,
+                   "a memory budget of %llu MiB is too small: this run needs %llu MiB besides "
+                   "the experts, and at least %d bank%s of %d expert%s; the smallest budget that "
+                   "works is %llu MiB",
+                   (unsigned long long)(budget >> 20), (unsigned long long)mib_up(other),
+                   need_banks, need_banks > 1 ? "s" : "", g_lo, g_lo > 1 ? "s" : "",
+                   (unsigned long long)mib_up(out->min_budget));
+}

@@ -1,0 +1,498 @@
+/*
+ * Expert streaming (src/sched/pipeline.c, src/mem): logits bit-identical to the resident run for
+ * every tested source (GGUF or pack), G, B, Q, policy and thread count; groups without routes
+ * skipped; faults (a flipped byte in a pack record, a truncated pack, a read failing with EIO,
+ * short and slow reads) end with an error naming the layer and expert, or change nothing; the
+ * budget rule and its refusals.
+ *
+ * The oracle is the resident fast path on the same model file, itself checked against the
+ * reference path by test_forward. Models: the `small` preset (2 layers, 8 experts top-4,
+ * hidden 320, FFN 288) in Q4_0 and F32, written by es_synth and packed by es_pack.
+ */
+#include "t.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "estream.h"
+#include "io/io.h"
+#include "mem/budget.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "pack/pack.h"
+#include "sched/pipeline.h"
+
+enum { T_LONG = 300, T_SHORT = 3 };
+
+typedef struct fixture {
+    char gguf[512], pack[512];
+    int32_t ids[T_LONG];
+} fixture;
+
+static fixture fx_q4, fx_f32;
+
+static void make_fixture(fixture *fx, const char *type)
+{
+    snprintf(fx->gguf, sizeof(fx->gguf), "%s", t_tmp_path(type));
+    strcat(fx->gguf, "-stream-small.gguf");
+    snprintf(fx->pack, sizeof(fx->pack), "%s.pack", fx->gguf);
+    es_synth_opts so = {.arch = "olmoe", .preset = "small", .type = type, .seed = 5};
+    if (es_synth(&so, fx->gguf) != ES_OK) fail_msg("synth: %s", es_last_error());
+    if (es_pack(fx->gguf, fx->pack, NULL, NULL) != ES_OK) fail_msg("pack: %s", es_last_error());
+    t_rng r = {99};
+    for (int i = 0; i < T_LONG; i++) fx->ids[i] = (int32_t)(t_next(&r) % 320);
+}
+
+static es_model *open_model(const char *path)
+{
+    es_model *m = NULL;
+    if (es_model_open(path, 0, &m) != ES_OK) fail_msg("open %s: %s", path, es_last_error());
+    return m;
+}
+
+/* All-position logits of ids[0..n) through a session made from p (io may be NULL). */
+static es_status run(const char *path, const es_session_params *p, const es_io_params *io,
+                     const int32_t *ids, int n, float **out, es_run_stats *stats)
+{
+    es_model *m = open_model(path);
+    es_session *s = NULL;
+    es_status st = es_session_create_io(m, p, io, &s);
+    if (st == ES_OK) {
+        *out = malloc(sizeof(float) * (size_t)n * (size_t)es_model_n_vocab(m));
+        assert_non_null(*out);
+        st = es_session_prefill(s, ids, (size_t)n, 1, *out);
+        if (stats) es_session_stats(s, stats);
+    }
+    es_session_destroy(s);
+    es_model_close(m);
+    return st;
+}
+
+static float *resident(const fixture *fx, int n, int threads)
+{
+    es_session_params p = es_session_default_params();
+    p.n_threads = threads;
+    float *y = NULL;
+    if (run(fx->gguf, &p, NULL, fx->ids, n, &y, NULL)) fail_msg("resident: %s", es_last_error());
+    return y;
+}
+
+static void assert_same(const float *a, const float *b, size_t count, const char *what)
+{
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(a[i]) || !isfinite(b[i]) || memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            fail_msg("%s: logit %zu differs (%.9g vs %.9g)", what, i, a[i], b[i]);
+}
+
+typedef struct config {
+    int from_pack, G, B, Q, threads;
+    es_policy policy;
+    int backend; /* 0 auto, 2 pread */
+} config;
+
+static void check_configs(fixture *fx, const config *cs, size_t n_cs, int n)
+{
+    const size_t count = (size_t)n * 320;
+    float *want[3] = {NULL, resident(fx, n, 1), resident(fx, n, 2)};
+    assert_same(want[1], want[2], count, "resident 1 vs 2 threads");
+    for (size_t i = 0; i < n_cs; i++) {
+        const config *c = &cs[i];
+        es_session_params p = es_session_default_params();
+        p.n_threads = c->threads;
+        p.groups = c->G;
+        p.banks = c->B;
+        p.queue_depth = c->Q;
+        p.policy = c->policy;
+        p.io_backend = c->backend;
+        p.plan_capacity = i % 2 ? 333 : 0; /* some invocations split too */
+        float *y = NULL;
+        es_run_stats rs;
+        char what[160];
+        snprintf(what, sizeof(what), "%s G%d B%d Q%d %s %d threads %s",
+                 c->from_pack ? "pack" : "gguf", c->G, c->B, c->Q, es_policy_name(c->policy),
+                 c->threads, c->backend == 2 ? "pread" : "auto");
+        if (run(c->from_pack ? fx->pack : fx->gguf, &p, NULL, fx->ids, n, &y, &rs))
+            fail_msg("%s: %s", what, es_last_error());
+        assert_true(rs.streaming);
+        assert_int_equal(rs.groups, c->G);
+        assert_int_equal(rs.banks, c->B);
+        if (rs.bytes_read == 0) fail_msg("%s: nothing was read", what);
+        assert_same(want[c->threads], y, count, what);
+        free(y);
+    }
+    free(want[1]);
+    free(want[2]);
+}
+
+static const config every[] = {
+    /* pack and GGUF, each policy, G dividing 8 and not, B from 1 to more than the groups */
+    {1, 1, 1, 1, 1, ES_POLICY_EARLY, 0},        {1, 2, 2, 2, 2, ES_POLICY_EARLY, 0},
+    {1, 3, 2, 4, 2, ES_POLICY_AFTER_ROUTING, 0}, {1, 8, 1, 1, 1, ES_POLICY_ON_DEMAND, 0},
+    {1, 4, 5, 4, 2, ES_POLICY_EARLY, 0},        {1, 3, 3, 2, 2, ES_POLICY_ON_DEMAND, 2},
+    {0, 1, 2, 3, 2, ES_POLICY_EARLY, 0},        {0, 3, 2, 1, 1, ES_POLICY_AFTER_ROUTING, 0},
+    {0, 8, 2, 4, 2, ES_POLICY_ON_DEMAND, 0},    {0, 5, 1, 2, 2, ES_POLICY_EARLY, 2},
+    {0, 2, 9, 8, 2, ES_POLICY_EARLY, 0},        {0, 4, 3, 3, 1, ES_POLICY_AFTER_ROUTING, 2},
+};
+
+static void test_identical_q4_0(void **state)
+{
+    (void)state;
+    check_configs(&fx_q4, every, T_LEN(every), T_LONG);
+}
+
+static void test_identical_f32(void **state)
+{
+    (void)state;
+    const config some[] = {{1, 3, 2, 2, 2, ES_POLICY_EARLY, 0},
+                           {0, 2, 3, 4, 2, ES_POLICY_AFTER_ROUTING, 0},
+                           {1, 8, 2, 1, 1, ES_POLICY_ON_DEMAND, 2}};
+    check_configs(&fx_f32, some, T_LEN(some), 97);
+}
+
+/* A 3-token prompt routes 12 of 16 (layer, expert) pairs at most: unrouted groups are skipped
+ * once routing is known (after-routing, on-demand), and early reads them but still matches. */
+static void test_unrouted_groups_skipped(void **state)
+{
+    (void)state;
+    float *want = resident(&fx_q4, T_SHORT, 2);
+    const es_policy pols[] = {ES_POLICY_EARLY, ES_POLICY_AFTER_ROUTING, ES_POLICY_ON_DEMAND};
+    int64_t skipped[3];
+    for (int i = 0; i < 3; i++) {
+        es_session_params p = es_session_default_params();
+        p.n_threads = 2;
+        p.groups = 1;
+        p.banks = 2;
+        p.policy = pols[i];
+        float *y = NULL;
+        es_run_stats rs;
+        if (run(fx_q4.pack, &p, NULL, fx_q4.ids, T_SHORT, &y, &rs))
+            fail_msg("%s: %s", es_policy_name(pols[i]), es_last_error());
+        assert_same(want, y, (size_t)T_SHORT * 320, es_policy_name(pols[i]));
+        skipped[i] = rs.groups_skipped;
+        assert_int_equal(rs.groups_read + rs.groups_skipped <= 16, 1);
+        free(y);
+    }
+    /* 3 tokens x top-4 = 12 routes per layer over 8 experts: with these ids some expert of
+     * some layer gets none (checked through the resident run's route counts) */
+    es_model *m = open_model(fx_q4.gguf);
+    es_session *s = NULL;
+    assert_int_equal(es_session_create(m, NULL, &s), ES_OK);
+    assert_int_equal(es_session_prefill(s, fx_q4.ids, T_SHORT, 1, want), ES_OK);
+    int64_t idle = 0, c[8];
+    for (int il = 0; il < 2; il++) {
+        assert_int_equal(es_session_route_counts(s, il, c, 8), ES_OK);
+        for (int e = 0; e < 8; e++) idle += c[e] == 0;
+    }
+    es_session_destroy(s);
+    es_model_close(m);
+    if (idle == 0) fail_msg("the fixture's 3-token prompt routes every expert: pick other ids");
+    assert_int_equal(skipped[1], idle);
+    assert_int_equal(skipped[2], idle);
+    free(want);
+}
+
+/* One session, several requests of different lengths: each identical to its resident run. */
+static void test_session_reuse(void **state)
+{
+    (void)state;
+    es_model *m = open_model(fx_q4.pack);
+    es_session_params p = es_session_default_params();
+    p.n_threads = 2;
+    p.groups = 3;
+    p.banks = 2;
+    es_session *s = NULL;
+    if (es_session_create(m, &p, &s)) fail_msg("%s", es_last_error());
+    const int lens[] = {T_LONG, 17, T_LONG, 1};
+    for (size_t i = 0; i < T_LEN(lens); i++) {
+        float *want = resident(&fx_q4, lens[i], 2);
+        float *y = malloc(sizeof(float) * (size_t)lens[i] * 320);
+        assert_non_null(y);
+        if (es_session_prefill(s, fx_q4.ids, (size_t)lens[i], 1, y))
+            fail_msg("request %zu: %s", i, es_last_error());
+        assert_same(want, y, (size_t)lens[i] * 320, "reused session");
+        free(want);
+        free(y);
+    }
+    es_session_destroy(s);
+    es_model_close(m);
+}
+
+/* Short reads (resumed), a slow loader and buffered reads change nothing. */
+static void test_slow_and_short_reads(void **state)
+{
+    (void)state;
+    float *want = resident(&fx_q4, 64, 2);
+    const es_io_params ios[] = {
+        {.fault_short_bytes = 4096 * 3},
+        {.fault_short_bytes = 5000}, /* unaligned: the rest goes buffered */
+        {.fault_delay_us = 3000},
+        {.no_direct = 1},
+    };
+    for (size_t i = 0; i < T_LEN(ios); i++)
+        for (int from_pack = 0; from_pack < 2; from_pack++) {
+            es_session_params p = es_session_default_params();
+            p.n_threads = 2;
+            p.groups = 2;
+            p.banks = 2;
+            p.queue_depth = 2;
+            float *y = NULL;
+            if (run(from_pack ? fx_q4.pack : fx_q4.gguf, &p, &ios[i], fx_q4.ids, 64, &y, NULL))
+                fail_msg("io case %zu: %s", i, es_last_error());
+            assert_same(want, y, (size_t)64 * 320, "faulty io");
+            free(y);
+        }
+    free(want);
+}
+
+/* The n-th read fails with EIO: the prefill fails with a message naming the layer and experts;
+ * the same session then runs the next request correctly (the fault fires once). */
+static void test_eio_names_layer_and_expert(void **state)
+{
+    (void)state;
+    float *want = resident(&fx_q4, 64, 2);
+    for (int from_pack = 0; from_pack < 2; from_pack++) {
+        es_model *m = open_model(from_pack ? fx_q4.pack : fx_q4.gguf);
+        es_session_params p = es_session_default_params();
+        p.n_threads = 2;
+        p.groups = 2;
+        p.banks = 3;
+        p.policy = ES_POLICY_ON_DEMAND; /* reads in order, one group each: read n = group n */
+        es_io_params io = {.fault_eio_at = from_pack ? 6 : 16};
+        es_session *s = NULL;
+        if (es_session_create_io(m, &p, &io, &s)) fail_msg("%s", es_last_error());
+        float *y = malloc(sizeof(float) * 64 * 320);
+        assert_non_null(y);
+        assert_int_equal(es_session_prefill(s, fx_q4.ids, 64, 1, y), ES_E_IO);
+        /* pack: the 6th read is group 5 = layer 1, experts 2-3; GGUF: 3 reads per group, the
+         * 16th is the first of group 5 */
+        const char *msg = es_last_error();
+        if (!strstr(msg, "layer 1, experts 2-3") || !strstr(msg, "Input/output error"))
+            fail_msg("message: %s", msg);
+        assert_null(strchr(msg, '\n'));
+        assert_int_equal(es_session_prefill(s, fx_q4.ids, 64, 1, y), ES_OK);
+        assert_same(want, y, (size_t)64 * 320, "after an EIO");
+        free(y);
+        es_session_destroy(s);
+        es_model_close(m);
+    }
+    free(want);
+}
+
+static char *copy_file(const char *src, const char *name)
+{
+    size_t len = 0;
+    char *bytes = t_read_file(src, &len);
+    assert_non_null(bytes);
+    char *dst = strdup(t_tmp_path(name));
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    free(bytes);
+    return dst;
+}
+
+/* A flipped byte in expert 5's record of layer 1: ES_E_FORMAT naming layer 1 and expert 5. */
+static void test_flipped_byte(void **state)
+{
+    (void)state;
+    char *bad = copy_file(fx_q4.pack, "flipped.pack");
+    es_model *m = open_model(bad);
+    es_pack_layer pl;
+    assert_int_equal(es_pack_layer_info(m->gguf, 1, &pl), ES_OK);
+    const uint64_t at = pl.file_offset + 5 * pl.record_bytes + pl.offsets[ES_PACK_DOWN] + 77;
+    es_model_close(m);
+    int fd = open(bad, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b;
+    assert_int_equal(pread(fd, &b, 1, (off_t)at), 1);
+    b ^= 0x10;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)at), 1);
+    close(fd);
+    for (int G = 1; G <= 8; G += 3) {
+        es_session_params p = es_session_default_params();
+        p.groups = G;
+        p.banks = 2;
+        float *y = NULL;
+        assert_int_equal(run(bad, &p, NULL, fx_q4.ids, T_LONG, &y, NULL), ES_E_FORMAT);
+        const char *msg = es_last_error();
+        if (!strstr(msg, "layer 1") || !strstr(msg, "expert 5's record") ||
+            !strstr(msg, "checksum"))
+            fail_msg("G %d: %s", G, msg);
+        free(y);
+    }
+    unlink(bad);
+    free(bad);
+}
+
+/* A pack cut inside layer 1's record of expert 5: refused when opened, naming the layer and
+ * the expert (the strict reader checks every tensor lies inside the file). */
+static void test_truncated_pack(void **state)
+{
+    (void)state;
+    char *cut = copy_file(fx_q4.pack, "cut.pack");
+    es_model *m0 = open_model(cut);
+    es_pack_layer pl;
+    assert_int_equal(es_pack_layer_info(m0->gguf, 1, &pl), ES_OK);
+    const uint64_t at = pl.file_offset + 5 * pl.record_bytes + 100;
+    es_model_close(m0);
+    assert_int_equal(truncate(cut, (off_t)at), 0);
+    es_model *m = NULL;
+    assert_int_equal(es_model_open(cut, 0, &m), ES_E_FORMAT);
+    assert_null(m);
+    const char *msg = es_last_error();
+    if (!strstr(msg, "layer 1, expert 5: the pack is truncated")) fail_msg("message: %s", msg);
+    assert_null(strchr(msg, '\n'));
+    unlink(cut);
+    free(cut);
+}
+
+/* The budget rule: largest G <= 8 with 2 banks, B as many as fit; refusals name the minimum. */
+static void test_budget_rule(void **state)
+{
+    (void)state;
+    es_model *m = open_model(fx_q4.pack);
+    const size_t b8 = es_stream_bank_bytes(m, 8), b1 = es_stream_bank_bytes(m, 1);
+    assert_true(b8 >= 8 * b1 - 8 * 4096 && b8 <= 8 * b1); /* records are whole pages */
+    const uint64_t other = 100u << 20;
+    es_budget_plan plan;
+    /* room for 2 banks of 8 plus a bit: G 8, B 2 */
+    assert_int_equal(es_budget_plan_make(m, other + 2 * b8 + 5, other, 0, 0, 1, &plan), ES_OK);
+    assert_int_equal(plan.groups, 8);
+    assert_int_equal(plan.banks, 2);
+    /* just under 2 banks of 8: the largest G with 2 banks of it */
+    assert_int_equal(es_budget_plan_make(m, other + 2 * b8 - 1, other, 0, 0, 1, &plan), ES_OK);
+    assert_int_equal(plan.groups, 7);
+    assert_true(plan.banks >= 2);
+    /* banks capped at the request's groups (2 layers x 1 group of 8) */
+    assert_int_equal(es_budget_plan_make(m, other + 40 * b8, other, 0, 0, 1, &plan), ES_OK);
+    assert_int_equal(plan.groups, 8);
+    assert_int_equal(plan.banks, 2);
+    /* everything fits and streaming is not forced: resident */
+    assert_int_equal(es_budget_plan_make(m, other + 40 * b8, other, 0, 0, 0, &plan), ES_OK);
+    assert_int_equal(plan.resident, 1);
+    /* too small: ES_E_BUDGET, the message gives other + 2 banks of 1 */
+    assert_int_equal(es_budget_plan_make(m, other + 2 * b1 - 1, other, 0, 0, 1, &plan),
+                     ES_E_BUDGET);
+    char want[64];
+    snprintf(want, sizeof(want), "is %llu MiB",
+             (unsigned long long)((other + 2 * b1 + (1u << 20) - 1) >> 20));
+    if (!strstr(es_last_error(), want)) fail_msg("%s (want '%s')", es_last_error(), want);
+    assert_int_equal(plan.min_budget, other + 2 * b1);
+    /* fixed G: B from the budget; fixed G that does not fit once: refused */
+    assert_int_equal(es_budget_plan_make(m, other + 3 * es_stream_bank_bytes(m, 3), other, 3, 0,
+                                         1, &plan),
+                     ES_OK);
+    assert_int_equal(plan.groups, 3);
+    assert_int_equal(plan.banks, 3);
+    assert_int_equal(es_budget_plan_make(m, other + b8 - 1, other, 8, 0, 1, &plan), ES_E_BUDGET);
+    es_model_close(m);
+}
+
+/* A session with a budget: streams, stays identical, reports its arena within the budget. */
+static void test_session_budget(void **state)
+{
+    (void)state;
+    float *want = resident(&fx_q4, T_LONG, 2);
+    es_model *m = open_model(fx_q4.pack);
+    es_session_params p = es_session_default_params();
+    p.n_threads = 2;
+    p.max_tokens = T_LONG;
+    /* find M_other with a budget that is far too small, then give it 3 banks of 8 */
+    p.mem_budget_bytes = 1 << 20;
+    es_session *s = NULL;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_BUDGET);
+    assert_non_null(strstr(es_last_error(), "the smallest budget that works is"));
+    const size_t b8 = es_stream_bank_bytes(m, 8);
+    p.mem_budget_bytes = 400u << 20;
+    assert_int_equal(es_session_create(m, &p, &s), ES_OK);
+    es_run_stats rs;
+    es_session_stats(s, &rs);
+    assert_int_equal(rs.streaming, 0); /* 400 MiB holds this small model: resident */
+    es_session_destroy(s);
+    p.mem_budget_bytes = rs.other_bytes + 2 * b8 + 4096;
+    assert_int_equal(es_session_create(m, &p, &s), ES_OK);
+    es_session_stats(s, &rs);
+    assert_int_equal(rs.streaming, 1);
+    /* M_other is measured again (the process's memory moved a little): the choice must be the
+     * rule's for the M_other this session measured */
+    assert_true(rs.banks >= 2);
+    assert_true(rs.other_bytes + rs.arena_bytes <= p.mem_budget_bytes);
+    assert_true(rs.other_bytes + 2 * es_stream_bank_bytes(m, rs.groups) <= p.mem_budget_bytes);
+    if (rs.groups < 8)
+        assert_true(rs.other_bytes + 2 * es_stream_bank_bytes(m, rs.groups + 1) >
+                    p.mem_budget_bytes);
+    assert_true(rs.groups >= 4); /* M_other moved by less than 4 records' worth */
+    float *y = malloc(sizeof(float) * T_LONG * 320);
+    assert_non_null(y);
+    assert_int_equal(es_session_prefill(s, fx_q4.ids, T_LONG, 1, y), ES_OK);
+    assert_same(want, y, (size_t)T_LONG * 320, "budget");
+    es_session_stats(s, &rs);
+    assert_true(rs.bubble_rate >= 0 && rs.bubble_rate <= 1);
+    assert_true(rs.bytes_read >= 2 * 8 * es_stream_bank_bytes(m, 1) / 2);
+    free(y);
+    free(want);
+    es_session_destroy(s);
+    es_model_close(m);
+}
+
+static void test_bad_params(void **state)
+{
+    (void)state;
+    es_model *m = open_model(fx_q4.pack);
+    es_session *s = NULL;
+    es_session_params p = es_session_default_params();
+    p.banks = -1;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_INVAL);
+    p = es_session_default_params();
+    p.queue_depth = 65;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_INVAL);
+    p = es_session_default_params();
+    p.policy = (es_policy)7;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_INVAL);
+    p = es_session_default_params();
+    p.reference = 1;
+    p.groups = 2;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_INVAL);
+    assert_null(s);
+    es_model_close(m);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    make_fixture(&fx_q4, "q4_0");
+    make_fixture(&fx_f32, "f32");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    const fixture *fs[] = {&fx_q4, &fx_f32};
+    for (size_t i = 0; i < T_LEN(fs); i++) {
+        unlink(fs[i]->gguf);
+        unlink(fs[i]->pack);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identical_q4_0),
+        cmocka_unit_test(test_identical_f32),
+        cmocka_unit_test(test_unrouted_groups_skipped),
+        cmocka_unit_test(test_session_reuse),
+        cmocka_unit_test(test_slow_and_short_reads),
+        cmocka_unit_test(test_eio_names_layer_and_expert),
+        cmocka_unit_test(test_flipped_byte),
+        cmocka_unit_test(test_truncated_pack),
+        cmocka_unit_test(test_budget_rule),
+        cmocka_unit_test(test_session_budget),
+        cmocka_unit_test(test_bad_params),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
