@@ -23,10 +23,11 @@ run() { # name, make args...
 }
 run release
 run "asan+ubsan" SAN=1
-# ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers).
+# ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;
+# test_trace: three threads recording into one trace).
 echo "=== tsan ==="
 if make -j"$jobs" TSAN=1 build-tsan/estream >/dev/null 2>&1; then
-    for t in test_pool test_kern test_plan test_forward test_io; do
+    for t in test_pool test_kern test_plan test_forward test_io test_trace; do
         [ -f "tests/$t.c" ] || continue
         make -j"$jobs" TSAN=1 "build-tsan/tests/$t" >/dev/null || { total_f=$((total_f + 1)); status=1; continue; }
         out=$(ESTREAM_DATA=${ESTREAM_DATA:-$PWD/../shared/data} ESTREAM_BIN=$PWD/build-tsan/estream \
