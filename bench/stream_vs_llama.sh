@@ -156,7 +156,7 @@ if grep -q -- '--load-mode' <<<"$llama_help"; then ll_flags+=(-lm mmap)
 elif grep -q -- '--mmap' <<<"$llama_help"; then ll_flags+=(-mmp 1)
 fi
 # whether the weights were repacked, from the loader's log (-v): a CPU_REPACK buffer
-repack_seen() { grep -q 'CPU_REPACK' "$1" && echo on || echo off; }
+repack_seen() { grep -q 'CPU_REPACK model buffer' "$1" && echo on || echo off; }
 
 # llama_status ERR: ok | killed | timeout | failed(RC), from cg_* of the last cg_run
 llama_status() {

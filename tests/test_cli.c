@@ -6,6 +6,8 @@
  * links stay links, FIFOs and stdout are written in place.
  */
 #include "t.h"
+#include "gguf/gguf.h"
+#include "pack/pack.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -713,6 +715,132 @@ static void test_pack(void **state)
     unlink(pk);
 }
 
+
+/* --mem and the streaming flags on prefill, ppl and bench: identical logits through the arena,
+ * clear refusals, the flipped-byte pack failing with one line and no output file. */
+static void test_streaming_flags(void **state)
+{
+    (void)state;
+    char pk[512], bad[512], args[3000], out[65536], err[4096];
+    snprintf(pk, sizeof(pk), "%s", t_tmp_path("stream-cli.pack"));
+    snprintf(args, sizeof(args), "pack %s -o %s", DATA "tiny-q8_0.gguf", pk);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    char res[512], str[512];
+    snprintf(res, sizeof(res), "%s", t_tmp_path("resident.f32"));
+    snprintf(str, sizeof(str), "%s", t_tmp_path("streamed.f32"));
+    snprintf(args, sizeof(args), "prefill -m %s -p 'hello world, once more' --dump-logits %s",
+             DATA "tiny-q8_0.gguf", res);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    const char *srcs[] = {DATA "tiny-q8_0.gguf", pk};
+    const char *flags[] = {"--groups 3 --banks 2 --qd 1", "--policy on-demand",
+                           "--groups 1 --banks 1 --policy after-routing -t 1",
+                           "--groups 2 --io-backend pread"};
+    for (size_t i = 0; i < T_LEN(srcs); i++)
+        for (size_t j = 0; j < T_LEN(flags); j++) {
+            snprintf(args, sizeof(args),
+                     "prefill -m %s -p 'hello world, once more' --dump-logits %s --json %s",
+                     srcs[i], str, flags[j]);
+            if (run(args, out, sizeof(out), err, sizeof(err)) != 0)
+                fail_msg("%s: %s", args, err);
+            assert_non_null(strstr(out, "\"streaming\": true"));
+            assert_non_null(strstr(out, "\"bubble_rate\": "));
+            assert_non_null(strstr(out, "\"io_backend\": \""));
+            size_t la = 0, lb = 0;
+            char *a = t_read_file(res, &la), *b = t_read_file(str, &lb);
+            assert_non_null(a);
+            assert_non_null(b);
+            if (la != lb || memcmp(a, b, la) != 0) fail_msg("%s: logits differ", args);
+            free(a);
+            free(b);
+        }
+    /* the text summary names the arena and the bubbles */
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --groups 4 --banks 2", pk);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "arena:      2 banks x 4 experts"));
+    assert_non_null(strstr(out, "bubbles:"));
+    /* refusals */
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --mem 1K", pk);
+    expect_error(args, "the smallest budget that works is");
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --mem 12Q", pk);
+    expect_error(args, "unknown unit");
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --mem 150%%", pk);
+    expect_error(args, "more than the whole file");
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --policy sometimes", pk);
+    expect_error(args, "early, after-routing or on-demand");
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --mem 1G --reference", pk);
+    expect_error(args, "fast path");
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --qd 65", pk);
+    expect_error(args, "--qd");
+    /* a budget that holds everything runs resident and says so */
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --mem 90%%", pk);
+    snprintf(args, sizeof(args), "prefill -m %s -p hi --mem 4G", pk);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "every expert fits, run resident"));
+    /* ppl through the arena equals the resident ppl, digit for digit */
+    char text[512], ppl_a[256], ppl_b[256];
+    snprintf(text, sizeof(text), "%s", t_tmp_path("ppl.txt"));
+    FILE *f = fopen(text, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 40; i++) fprintf(f, "the quick brown fox %d jumps over the lazy dog. ", i);
+    fclose(f);
+    snprintf(args, sizeof(args), "ppl -m %s -f %s -c 64 --json 2>/dev/null", pk, text);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "\"ppl\": "));
+    snprintf(ppl_a, sizeof(ppl_a), "%.20s", strstr(out, "\"ppl\": "));
+    snprintf(args, sizeof(args), "ppl -m %s -f %s -c 64 --json --groups 3 --banks 2", pk, text);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    snprintf(ppl_b, sizeof(ppl_b), "%.20s", strstr(out, "\"ppl\": "));
+    assert_string_equal(ppl_a, ppl_b);
+    assert_non_null(strstr(out, "\"streaming\": true"));
+    unlink(text);
+    /* bench: one row per budget x policy, after the resident bound; a plot */
+    char svg[512];
+    snprintf(svg, sizeof(svg), "%s", t_tmp_path("bench.svg"));
+    snprintf(args, sizeof(args),
+             "bench -m %s -p 8,16 -r 1 --json --policy early,on-demand --groups 2 --banks 2 "
+             "--plot %s", pk, svg);
+    if (run(args, out, sizeof(out), err, sizeof(err)) != 0) fail_msg("%s: %s", args, err);
+    int rows = 0;
+    for (const char *q = out; (q = strstr(q, "\"n_prompt\"")); q++) rows++;
+    assert_int_equal(rows, 4);
+    assert_non_null(strstr(out, "\"policy\": \"on-demand\""));
+    assert_non_null(strstr(out, "\"resident_tokens_per_second\": "));
+    assert_non_null(strstr(out, "\"disk_bound_tokens_per_second\": "));
+    size_t sl = 0;
+    char *svgt = t_read_file(svg, &sl);
+    assert_non_null(svgt);
+    assert_non_null(strstr(svgt, "<svg"));
+    assert_non_null(strstr(svgt, "on-demand, 16 tokens"));
+    free(svgt);
+    unlink(svg);
+    /* a flipped byte in an expert record: one line naming layer and expert, no logits file */
+    snprintf(bad, sizeof(bad), "%s", t_tmp_path("stream-bad.pack"));
+    size_t len = 0;
+    char *bytes = t_read_file(pk, &len);
+    assert_non_null(bytes);
+    es_gguf *g = NULL;
+    es_pack_layer pl;
+    assert_int_equal(es_gguf_open(pk, &g), ES_OK);
+    assert_int_equal(es_pack_layer_info(g, 1, &pl), ES_OK);
+    const uint64_t at = pl.file_offset + 7 * pl.record_bytes + pl.offsets[ES_PACK_UP] + 5;
+    es_gguf_close(g);
+    assert_true(at < len);
+    bytes[at] ^= 1; /* layer 1, expert 7, its up matrix */
+    f = fopen(bad, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+    free(bytes);
+    unlink(str);
+    snprintf(args, sizeof(args), "prefill -m %s -p 'hello world, once more' --groups 8 "
+             "--dump-logits %s", bad, str);
+    expect_error(args, "layer 1, expert 7: the record does not match the pack's checksum");
+    assert_int_equal(access(str, F_OK), -1);
+    unlink(bad);
+    unlink(res);
+    unlink(pk);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -732,6 +860,7 @@ int main(void)
         cmocka_unit_test(test_output_fifo_and_stdout),
         cmocka_unit_test(test_output_bad_dirs),
         cmocka_unit_test(test_pack),
+        cmocka_unit_test(test_streaming_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

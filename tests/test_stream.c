@@ -318,8 +318,7 @@ static void test_flipped_byte(void **state)
         float *y = NULL;
         assert_int_equal(run(bad, &p, NULL, fx_q4.ids, T_LONG, &y, NULL), ES_E_FORMAT);
         const char *msg = es_last_error();
-        if (!strstr(msg, "layer 1") || !strstr(msg, "expert 5's record") ||
-            !strstr(msg, "checksum"))
+        if (!strstr(msg, "layer 1, expert 5: the record does not match the pack's checksum"))
             fail_msg("G %d: %s", G, msg);
         free(y);
     }
@@ -405,14 +404,14 @@ static void test_session_budget(void **state)
     es_session *s = NULL;
     assert_int_equal(es_session_create(m, &p, &s), ES_E_BUDGET);
     assert_non_null(strstr(es_last_error(), "the smallest budget that works is"));
-    const size_t b8 = es_stream_bank_bytes(m, 8);
     p.mem_budget_bytes = 400u << 20;
     assert_int_equal(es_session_create(m, &p, &s), ES_OK);
     es_run_stats rs;
     es_session_stats(s, &rs);
     assert_int_equal(rs.streaming, 0); /* 400 MiB holds this small model: resident */
     es_session_destroy(s);
-    p.mem_budget_bytes = rs.other_bytes + 2 * b8 + 4096;
+    /* 2 banks of 4 experts: half the 16 records, so it cannot run resident */
+    p.mem_budget_bytes = rs.other_bytes + 2 * es_stream_bank_bytes(m, 4) + 4096;
     assert_int_equal(es_session_create(m, &p, &s), ES_OK);
     es_session_stats(s, &rs);
     assert_int_equal(rs.streaming, 1);
@@ -421,10 +420,10 @@ static void test_session_budget(void **state)
     assert_true(rs.banks >= 2);
     assert_true(rs.other_bytes + rs.arena_bytes <= p.mem_budget_bytes);
     assert_true(rs.other_bytes + 2 * es_stream_bank_bytes(m, rs.groups) <= p.mem_budget_bytes);
-    if (rs.groups < 8)
+    if (rs.groups < 4)
         assert_true(rs.other_bytes + 2 * es_stream_bank_bytes(m, rs.groups + 1) >
                     p.mem_budget_bytes);
-    assert_true(rs.groups >= 4); /* M_other moved by less than 4 records' worth */
+    assert_true(rs.groups >= 2 && rs.groups <= 4); /* M_other moved by < 4 records' worth */
     float *y = malloc(sizeof(float) * T_LONG * 320);
     assert_non_null(y);
     assert_int_equal(es_session_prefill(s, fx_q4.ids, T_LONG, 1, y), ES_OK);

@@ -282,9 +282,11 @@ int cmd_bench(int argc, char **argv)
         for (int i = 0; i < b.n_lens; i++) res_tps[i] = rows[i].tps;
     }
     if (!b.json) {
-        printf("model %s, %s kernels, %s path, %d threads, %d reps (median)\n", b.model,
-               b.reference ? "no" : es_kernels_name(), b.reference ? "reference" : "fast",
-               b.reference ? 1 : b.n_threads, b.reps);
+        if (b.reference)
+            printf("model %s, reference path, 1 thread, %d reps (median)\n", b.model, b.reps);
+        else
+            printf("model %s, %s kernels, fast path, %d threads, %d reps (median)\n", b.model,
+                   es_kernels_name(), b.n_threads, b.reps);
         if (!table)
             printf("%-8s %8s %12s %21s %12s\n", "n_prompt", "threads", "tokens/s",
                    "(min .. max)", "peak RSS MiB");

@@ -44,6 +44,7 @@ void es_log_release(size_t mark, int emit);
 static inline int es_min_int(int a, int b) { return a < b ? a : b; }
 static inline int es_max_int(int a, int b) { return a > b ? a : b; }
 static inline size_t es_min_size(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t es_max_size(size_t a, size_t b) { return a > b ? a : b; }
 static inline size_t es_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Monotonic clock in nanoseconds. */

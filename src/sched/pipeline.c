@@ -394,13 +394,13 @@ static void complete(es_stream *s, uint64_t tag, es_status rst)
         uint64_t stored = 0, got = 0;
         const int e = bad_record(s, k, b, &stored, &got);
         pthread_mutex_lock(&s->mu);
-        if (e >= 0) {
-            char why[200];
-            snprintf(why, sizeof(why),
-                     "expert %d's record does not match the pack's checksum (stored %016llx, "
-                     "read %016llx): the file is damaged; make it again with estream pack",
-                     e, (unsigned long long)stored, (unsigned long long)got);
-            fail_bank(s, k, why);
+        if (e >= 0) { /* the message names the one expert, not the group */
+            snprintf(k->msg, sizeof(k->msg),
+                     "layer %d, expert %d: the record does not match the pack's checksum "
+                     "(stored %016llx, read %016llx): the file is damaged; make it again with "
+                     "estream pack",
+                     entry_layer(s, k->entry), e, (unsigned long long)stored,
+                     (unsigned long long)got);
             k->failed = 2; /* a format error, not an I/O one */
         }
     }
@@ -770,7 +770,9 @@ es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p,
     slot = es_stream_bank_bytes(m, G);
     if (slot == 0) return es_fail(ES_E_INVAL, "probe: the model has no experts");
     probe_state ps = {.Q = Q, .slot_bytes = es_align_up(slot, 4096), .max_bytes = p->max_bytes};
-    ps.buf = es_alloc_big(ps.slot_bytes * (size_t)Q);
+    /* es_alloc_big aligns to 2 MiB (hence 4096, as O_DIRECT needs) only from 2 MiB up */
+    const size_t buf_bytes = es_max_size(ps.slot_bytes * (size_t)Q, (size_t)2 << 20);
+    ps.buf = es_alloc_big(buf_bytes);
     if (!ps.buf) return es_fail(ES_E_NOMEM, "probe: out of memory");
     es_io_params io = {.queue_depth = Q, .limit_bytes_per_s = p->limit_bytes_per_s,
                        .no_direct = p->no_direct,
@@ -791,6 +793,6 @@ es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p,
         if (st == ES_OK && secs > 0) *bps = (double)ps.bytes / secs;
     }
     es_io_close(ps.io);
-    es_free_big(ps.buf, ps.slot_bytes * (size_t)Q);
+    es_free_big(ps.buf, buf_bytes);
     return st;
 }
