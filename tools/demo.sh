@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # The main job on a built-in default: build estream, write a synthetic OLMoE-shaped model
-# (preset mini, Q4_0), prefill a long prompt with it (the first 3,000 bytes of WikiText-2 when
-# the shared data is there, else a built-in paragraph), and measure prompt processing.
-# Usage: bash tools/demo.sh [PRESET] [TYPE]
+# (preset mini, Q4_0), pack it, prefill a long prompt (the first 3,000 bytes of WikiText-2 when
+# the shared data is there, else a built-in paragraph) with every expert resident and then
+# under a memory budget below the resident run's peak (experts streamed from the pack into a
+# small arena: same logits, less memory), and measure both at several prompt lengths.
+# Usage: bash tools/demo.sh [PRESET] [TYPE] [BUDGET]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:-mini}
 type=${2:-q4_0}
+budget=${3:-100M}
 bash tools/install-deps.sh
 make -j"$(nproc)" build/estream >/dev/null
 tmp=${TMPDIR:-/tmp}
 model=$tmp/estream-demo-$preset-$type.gguf
+pack=$tmp/estream-demo-$preset-$type.pack
 prompt=$tmp/estream-demo-prompt.txt
 [ -f "$model" ] || build/estream synth --preset "$preset" --type "$type" --seed 1 -o "$model"
+[ -f "$pack" ] || build/estream pack "$model" -o "$pack"
 if [ -f ../shared/data/text/wikitext-2-test.txt ]; then
     head -c 3000 ../shared/data/text/wikitext-2-test.txt >"$prompt"
 else
@@ -21,8 +26,11 @@ fi
 echo "== estream info"
 build/estream info -m "$model" | head -n 9
 echo
-echo "== estream prefill -f $prompt (fast path, all CPUs)"
+echo "== estream prefill -f $prompt (every expert resident)"
 build/estream prefill -m "$model" -f "$prompt" --top 5
 echo
-echo "== estream bench -p 128,512,1024"
-build/estream bench -m "$model" -p 128,512,1024 -r 3
+echo "== estream prefill -f $prompt --mem $budget (experts streamed from the pack)"
+build/estream prefill -m "$pack" -f "$prompt" --top 5 --mem "$budget"
+echo
+echo "== estream bench -p 128,512,1024 --mem $budget --policy early,on-demand (with the bounds)"
+build/estream bench -m "$pack" -p 128,512,1024 -r 3 --mem "$budget" --policy early,on-demand

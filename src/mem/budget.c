@@ -83,10 +83,10 @@ es_status es_budget_plan_make(const es_model *m, uint64_t budget, uint64_t other
         return ES_OK;
     }
     return es_fail(ES_E_BUDGET,
-                   "a memory budget of %llu MiB is too small: this run needs %llu MiB besides "
+                   "a memory budget of %.1f MiB is too small: this run needs %llu MiB besides "
                    "the experts, and at least %d bank%s of %d expert%s; the smallest budget that "
                    "works is %llu MiB",
-                   (unsigned long long)(budget >> 20), (unsigned long long)mib_up(other),
+                   (double)budget / (1 << 20), (unsigned long long)mib_up(other),
                    need_banks, need_banks > 1 ? "s" : "", g_lo, g_lo > 1 ? "s" : "",
                    (unsigned long long)mib_up(out->min_budget));
 }
