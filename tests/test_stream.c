@@ -27,7 +27,7 @@
 enum { T_LONG = 300, T_SHORT = 3 };
 
 typedef struct fixture {
-    char gguf[512], pack[512];
+    char gguf[512], pack[520];
     int32_t ids[T_LONG];
 } fixture;
 
