@@ -8,17 +8,23 @@
  * (a few experts take several times the mean, some few). Work counted: 2 x 3 x hidden x FFN int8
  * operations per route (a multiply and an add per weight, gate + up + down).
  *
- * Method: results are checked against the scalar kernel table first; then per thread count
- * (1 and all) one warm-up invocation and REPS timed ones, interleaved 1,N,1,N,... so a phase of
- * the two vCPUs sharing one core hits both alike; medians reported.
+ * LAYOUT: the experts' weights in GGUF rows ("rows", as in a GGUF or a version 1 pack), in the
+ * tile layout of quant/tiles.h ("tiles", as a version 2 pack stores Q4_0/Q8_0), or both
+ * ("both": the same weights in both layouts, runs interleaved).
  *
- * usage: bench_expert [T=1024] [TYPE=q4_0] [REPS=5]
+ * Method: results are checked against the scalar kernel table first (per layout); then per
+ * layout and thread count (1 and all) one warm-up invocation and REPS timed ones, interleaved
+ * rows-1, rows-N, tiles-1, tiles-N, rows-1, ... so a phase of the two vCPUs sharing one core
+ * hits all alike; medians reported.
+ *
+ * usage: bench_expert [T=1024] [TYPE=q4_0] [REPS=5] [LAYOUT=rows|tiles|both]
  */
 #include "peak.h"
 
 #include "moe/plan.h"
 #include "quant/kern.h"
 #include "quant/qtypes.h"
+#include "quant/tiles.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -61,8 +67,17 @@ int main(int argc, char **argv)
         return 1;
     }
     const int reps = argc > 3 ? atoi(argv[3]) : 5;
-    if (T < 1 || T > 16384 || reps < 1) {
-        fprintf(stderr, "usage: bench_expert [T=1024] [TYPE=q4_0] [REPS=5]\n");
+    const char *lay = argc > 4 ? argv[4] : "rows";
+    const bool lay_ok = !strcmp(lay, "rows") || !strcmp(lay, "tiles") || !strcmp(lay, "both");
+    if (T < 1 || T > 16384 || reps < 1 || !lay_ok) {
+        fprintf(stderr, "usage: bench_expert [T=1024] [TYPE=q4_0] [REPS=5] "
+                        "[LAYOUT=rows|tiles|both]\n");
+        return 1;
+    }
+    /* layouts to run: [0] rows, [1] tiles */
+    const bool run_l[2] = {strcmp(lay, "tiles") != 0, strcmp(lay, "rows") != 0};
+    if (run_l[1] && !es_tiles_type_ok(type)) {
+        fprintf(stderr, "bench_expert: %s has no tile layout (q4_0, q8_0)\n", es_qtype_name(type));
         return 1;
     }
     const int n_cpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -76,7 +91,7 @@ int main(int argc, char **argv)
     const size_t gb = FF * es_qtype_row_bytes(type, D), db = D * es_qtype_row_bytes(type, FF);
     uint8_t *w = es_alloc_big(E * (2 * gb + db));
     float *row = malloc(sizeof(float) * D);
-    es_expert_slot slots[E];
+    es_expert_slot slots[E], tslots[E];
     int32_t phi[E];
     for (int e = 0; e < E; e++) {
         uint8_t *base = w + (size_t)e * (2 * gb + db);
@@ -90,6 +105,16 @@ int main(int argc, char **argv)
             for (int k = 0; k < FF; k++) row[k] = (float)(urand() - 0.5) * 0.05f;
             es_quantize_row(type, row, base + 2 * gb + (size_t)j * es_qtype_row_bytes(type, FF), FF);
         }
+    }
+    /* the same weights in the tile layout */
+    uint8_t *wt = run_l[1] ? es_alloc_big(E * (2 * gb + db)) : NULL;
+    for (int e = 0; e < E && wt; e++) {
+        const uint8_t *src = w + (size_t)e * (2 * gb + db);
+        uint8_t *base = wt + (size_t)e * (2 * gb + db);
+        es_tiles_from_rows(type, src, D, FF, base);
+        es_tiles_from_rows(type, src + gb, D, FF, base + gb);
+        es_tiles_from_rows(type, src + 2 * gb, FF, D, base + 2 * gb);
+        tslots[e] = (es_expert_slot){base, base + gb, base + 2 * gb};
     }
     /* skewed routing: expert popularity ~ exp(3 u^3) (u uniform), top-8 without repeats */
     double pop[E], tot = 0;
@@ -125,13 +150,19 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < (size_t)T * D; i++) x[i] = (float)(urand() * 2 - 1);
     float *y = calloc((size_t)T * D, sizeof(float)), *yref = calloc((size_t)T * D, sizeof(float));
 
-    es_expert_shape sh = {D, FF, type, type, type, E};
-    es_plan *plan1, *plann;
-    if (es_plan_create(&sh, R, T, E, p1, es_kern_default(), &plan1) ||
-        es_plan_create(&sh, R, T, E, pn, es_kern_default(), &plann)) {
-        fprintf(stderr, "bench_expert: %s\n", es_last_error());
-        return 1;
+    es_plan *plans[2][2] = {{NULL}}; /* [layout][1 thread, all] */
+    for (int l = 0; l < 2; l++) {
+        if (!run_l[l]) continue;
+        es_expert_shape sh = {D, FF, type, type, type, E, {0}};
+        if (l) sh.layout[0] = sh.layout[1] = sh.layout[2] = ES_LAYOUT_TILES;
+        if (es_plan_create(&sh, R, T, E, p1, es_kern_default(), &plans[l][0]) ||
+            es_plan_create(&sh, R, T, E, pn, es_kern_default(), &plans[l][1])) {
+            fprintf(stderr, "bench_expert: %s\n", es_last_error());
+            return 1;
+        }
     }
+    const es_expert_slot *lslots[2] = {slots, tslots};
+    static const char *const lname[2] = {"rows", "tiles"};
     /* check against the scalar table on the first 64 tokens' routes */
     const int check_tokens = T < 64 ? T : 64;
     int check_R = 0;
@@ -139,36 +170,43 @@ int main(int argc, char **argv)
     for (int i = 0; i < R; i++)
         if (sorted[i].token < check_tokens) check[check_R++] = sorted[i];
     const char *isa = es_kern_isa_name();
-    es_plan_set_input(plann, x, D, T);
-    run_args ca = {plann, check, check_R, phi, slots, y};
-    run_once(&ca);
-    es_kern_init("scalar");
-    es_plan_set_input(plann, x, D, T);
-    ca.y = yref;
-    run_once(&ca);
-    es_kern_init(NULL);
     double err = 0, mag = 0;
-    for (size_t i = 0; i < (size_t)check_tokens * D; i++) {
-        err = fmax(err, fabs(y[i] - yref[i]));
-        mag = fmax(mag, fabs(yref[i]));
-    }
-    if (!(err <= 1e-3 * mag + 1e-6)) {
-        fprintf(stderr, "bench_expert: %s differs from scalar: max err %g (max %g)\n", isa, err, mag);
-        return 1;
+    for (int l = 0; l < 2; l++) {
+        if (!run_l[l]) continue;
+        memset(y, 0, sizeof(float) * (size_t)T * D);
+        memset(yref, 0, sizeof(float) * (size_t)T * D);
+        es_plan_set_input(plans[l][1], x, D, T);
+        run_args ca = {plans[l][1], check, check_R, phi, lslots[l], y};
+        run_once(&ca);
+        es_kern_init("scalar");
+        es_plan_set_input(plans[l][1], x, D, T);
+        ca.y = yref;
+        run_once(&ca);
+        es_kern_init(NULL);
+        for (size_t i = 0; i < (size_t)check_tokens * D; i++) {
+            err = fmax(err, fabs(y[i] - yref[i]));
+            mag = fmax(mag, fabs(yref[i]));
+        }
+        if (!(err <= 1e-3 * mag + 1e-6)) {
+            fprintf(stderr, "bench_expert: %s (%s) differs from scalar: max err %g (max %g)\n",
+                    isa, lname[l], err, mag);
+            return 1;
+        }
     }
 
-    double ts[2][64];
-    es_plan *plans[2] = {plan1, plann};
-    for (int k = 0; k < 2; k++) {
-        es_plan_set_input(plans[k], x, D, T);
-        run_args a = {plans[k], sorted, R, phi, slots, y};
-        run_once(&a); /* warm-up */
-    }
-    for (int r = 0; r < reps && r < 64; r++)
-        for (int k = 0; k < 2; k++) {
-            run_args a = {plans[k], sorted, R, phi, slots, y};
-            ts[k][r] = run_once(&a);
+    double ts[2][2][64];
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 2 && run_l[l]; k++) {
+            es_plan_set_input(plans[l][k], x, D, T);
+            run_args a = {plans[l][k], sorted, R, phi, lslots[l], y};
+            run_once(&a); /* warm-up */
         }
+    for (int r = 0; r < reps && r < 64; r++)
+        for (int l = 0; l < 2; l++)
+            for (int k = 0; k < 2 && run_l[l]; k++) {
+                run_args a = {plans[l][k], sorted, R, phi, lslots[l], y};
+                ts[l][k][r] = run_once(&a);
+            }
     const double ops = 2.0 * 3.0 * D * FF * (double)R;
     printf("expert operator: hidden %d, FFN %d, %d experts, top-%d, %d tokens (%d routes; "
            "busiest expert %d, idlest %d, mean %d), %s weights, kernels %s\n",
@@ -177,14 +215,16 @@ int main(int argc, char **argv)
            check_tokens, err, mag);
     printf("int8 peak (%s): %.1f G ops/s on 1 thread, %.1f on %d\n\n", peak_isa, peak[0],
            peak[1], n_cpu);
-    printf("%-8s %12s %14s %10s\n", "threads", "median ms", "G int8 ops/s", "% of peak");
-    for (int k = 0; k < 2; k++) {
-        const double med = median(ts[k], reps < 64 ? reps : 64);
-        printf("%-8d %12.2f %14.1f %9.1f%%\n", k ? n_cpu : 1, med * 1e3, ops / med / 1e9,
-               100.0 * ops / med / 1e9 / peak[k]);
-    }
-    es_plan_destroy(plan1);
-    es_plan_destroy(plann);
+    printf("%-7s %-8s %12s %14s %10s\n", "layout", "threads", "median ms", "G int8 ops/s",
+           "% of peak");
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 2 && run_l[l]; k++) {
+            const double med = median(ts[l][k], reps < 64 ? reps : 64);
+            printf("%-7s %-8d %12.2f %14.1f %9.1f%%\n", lname[l], k ? n_cpu : 1, med * 1e3,
+                   ops / med / 1e9, 100.0 * ops / med / 1e9 / peak[k]);
+        }
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 2; k++) es_plan_destroy(plans[l][k]);
     es_pool_destroy(p1);
     es_pool_destroy(pn);
     return 0;

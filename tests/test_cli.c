@@ -697,7 +697,7 @@ static void test_pack(void **state)
     assert_non_null(strstr(out, "\"mb_per_s\": "));
     snprintf(args, sizeof(args), "info -m %s", pk);
     assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
-    assert_non_null(strstr(out, "pack:          version 1, layout gguf-rows, from tiny-f32.gguf"));
+    assert_non_null(strstr(out, "pack:          version 2, layout tiles-v2, from tiny-f32.gguf"));
     assert_non_null(strstr(out, "layer 1      8 records of 49152 bytes"));
     assert_non_null(strstr(out, "blk.0.ffn_exps"));
 

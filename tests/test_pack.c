@@ -1,9 +1,11 @@
 /*
  * Packs (src/pack): the writer and the reader-side validation.
  *
- * Synthetic models (presets tiny and small; f32, q8_0, q4_0) are packed, and the pack is
- * checked against the source independently of the pack code: every record's gate/up/down bytes
- * equal the source tensors' expert slices (found by name in the source), the padding is zero,
+ * Synthetic models (presets tiny and small; f32, q8_0, q4_0) are packed (format version 2, and
+ * version 1 for some), and the pack is checked against the source independently of the pack
+ * code: every record's gate/up/down bytes equal the source tensors' expert slices (found by name
+ * in the source), in rows, or for version 2's Q4_0/Q8_0 matrices at the places the tile layout
+ * of quant/tiles.h documents (recomputed here from the documented formulas), the padding is zero,
  * each stored checksum equals XXH3_64bits over the record (called here directly, not through
  * es_pack_checksum), each record lies at a 4096-aligned file offset and pread at the reported
  * offset gives the mapped bytes, every non-expert tensor and metadata key is identical.
@@ -28,6 +30,7 @@
 #include "gguf/gguf_impl.h"
 #include "pack/pack.h"
 #include "quant/qtypes.h"
+#include "quant/tiles.h"
 
 static const char *const kinds[3] = {"gate", "up", "down"};
 
@@ -78,7 +81,30 @@ static bool is_expert_name(es_str n)
 }
 
 /* Checks the pack at pack_path against its source, as described at the top of this file. */
-static void check_pack(const char *src_path, const char *pack_path)
+/* Whether the matrix of n rows x ne0 weights of type at m (one expert's, in the tile layout of
+ * quant/tiles.h) holds the GGUF rows at src: every block's d and qs dwords are looked up at the
+ * places the layout's header documents. */
+static bool tiles_hold(uint32_t type, const uint8_t *m, const uint8_t *src, int64_t ne0,
+                       int64_t n)
+{
+    const size_t bb = type == ES_QTYPE_Q4_0 ? 18 : 34, nb = (size_t)ne0 / 32, rb = nb * bb;
+    const int G = type == ES_QTYPE_Q4_0 ? 4 : 8;
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t t0 = r / 32 * 32;
+        const size_t nt = (size_t)(n - t0 < 32 ? n - t0 : 32), j = (size_t)(r - t0);
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = src + (size_t)r * rb + b * bb;
+            const uint8_t *tb = m + (size_t)t0 * rb + b * nt * bb;
+            if (memcmp(tb + 2 * j, blk, 2)) return false;
+            for (int g = 0; g < G; g++)
+                if (memcmp(tb + 2 * nt + 4 * nt * (size_t)g + 4 * j, blk + 2 + 4 * g, 4))
+                    return false;
+        }
+    }
+    return true;
+}
+
+static void check_pack(const char *src_path, const char *pack_path, uint32_t version)
 {
     es_gguf *s = open_or_fail(src_path), *p = open_or_fail(pack_path);
     assert_true(es_pack_is_pack(p));
@@ -107,10 +133,10 @@ static void check_pack(const char *src_path, const char *pack_path)
     assert_int_equal(u32, 4096);
     assert_int_equal(es_gguf_kv_type(p, es_gguf_find_key(p, "general.alignment")), ES_GGUF_UINT32);
     assert_true(es_gguf_get_u32(p, "estream.pack.version", &u32));
-    assert_int_equal(u32, 1);
+    assert_int_equal(u32, version);
     es_str str;
     assert_true(es_gguf_get_str(p, "estream.pack.layout", &str));
-    assert_true(es_str_eq(str, "gguf-rows"));
+    assert_true(es_str_eq(str, version == 1 ? "gguf-rows" : "tiles-v2"));
     assert_true(es_gguf_get_str(p, "estream.pack.source", &str));
     const char *base = strrchr(src_path, '/') + 1;
     assert_true(es_str_eq(str, base));
@@ -119,7 +145,7 @@ static void check_pack(const char *src_path, const char *pack_path)
     assert_int_equal((uint64_t)sb, es_gguf_file_size(s));
     es_pack_header h;
     assert_int_equal(es_pack_header_get(p, &h), ES_OK);
-    assert_int_equal(h.version, 1);
+    assert_int_equal(h.version, version);
     assert_int_equal(h.source_bytes, es_gguf_file_size(s));
 
     /* non-expert tensors identical; expert tensors replaced by one per layer */
@@ -176,6 +202,8 @@ static void check_pack(const char *src_path, const char *pack_path)
             mb[k] = st[k]->nbytes / (uint64_t)st[k]->ne[2];
             assert_int_equal(l.matrix_bytes[k], mb[k]);
             assert_int_equal(l.offsets[k] % 64, 0);
+            const bool tileable = st[k]->type == ES_QTYPE_Q4_0 || st[k]->type == ES_QTYPE_Q8_0;
+            assert_int_equal(l.layouts[k], version >= 2 && tileable ? 1 : 0);
             sum_mb += mb[k];
         }
         /* never more bytes per weight than the source, padding aside (< 64 between matrices,
@@ -194,11 +222,14 @@ static void check_pack(const char *src_path, const char *pack_path)
                                 (off_t)(l.file_offset + (uint64_t)e * l.record_bytes));
             assert_int_equal(got, (ssize_t)l.record_bytes);
             assert_memory_equal(rec, r, l.record_bytes);
-            for (int k = 0; k < 3; k++)
-                if (memcmp(r + l.offsets[k], (const uint8_t *)st[k]->data + (uint64_t)e * mb[k],
-                           mb[k]))
+            for (int k = 0; k < 3; k++) {
+                const uint8_t *want = (const uint8_t *)st[k]->data + (uint64_t)e * mb[k];
+                if (l.layouts[k] ? !tiles_hold(l.types[k], r + l.offsets[k], want, l.ne[k][0],
+                                               l.ne[k][1])
+                                 : memcmp(r + l.offsets[k], want, mb[k]) != 0)
                     fail_msg("layer %d expert %lld: %s differs from the source", il, (long long)e,
                              kinds[k]);
+            }
             for (uint64_t b = 0; b < l.record_bytes; b++)
                 if (!mask[b] && r[b]) fail_msg("layer %d expert %lld: padding byte %llu is %u",
                                                il, (long long)e, (unsigned long long)b, r[b]);
@@ -219,17 +250,19 @@ static void check_pack(const char *src_path, const char *pack_path)
     es_gguf_close(p);
 }
 
-static void pack_and_check(const char *preset, const char *type)
+static void pack_and_check_v(const char *preset, const char *type, uint32_t version)
 {
     char name[64];
     snprintf(name, sizeof(name), "%s-%s.gguf", preset, type);
     char *src = synth(preset, type, name);
-    snprintf(name, sizeof(name), "%s-%s.pack", preset, type);
+    snprintf(name, sizeof(name), "%s-%s.v%u.pack", preset, type, version);
     char *out = tmp_path(name);
     prog_seen ps = {.monotonic = true};
     es_pack_opts o = {.progress = on_progress, .user = &ps};
     es_pack_result r;
-    if (es_pack(src, out, &o, &r) != ES_OK) fail_msg("pack %s: %s", src, es_last_error());
+    es_status st = version == ES_PACK_VERSION ? es_pack(src, out, &o, &r)
+                                              : es_pack_write_version(src, out, &o, &r, version);
+    if (st != ES_OK) fail_msg("pack %s: %s", src, es_last_error());
     assert_true(ps.calls > 0);
     assert_true(ps.monotonic);
     assert_int_equal(ps.last_done, ps.total);
@@ -240,9 +273,11 @@ static void pack_and_check(const char *preset, const char *type)
     struct stat sb;
     assert_int_equal(stat(out, &sb), 0);
     assert_int_equal(r.file_bytes, (uint64_t)sb.st_size);
-    check_pack(src, out);
+    check_pack(src, out, version);
 
-    /* a pack opens as the same model: logits bit-identical to the source's, fast and reference */
+    /* a pack opens as the same model: logits bit-identical to the source's, fast and reference
+     * (the tiled kernels equal the row kernels bit for bit, and the reference path dequantizes
+     * a tiled row to the same floats) */
     es_model *ms = NULL, *mp = NULL;
     assert_int_equal(es_model_open(src, 0, &ms), ES_OK);
     if (es_model_open(out, 0, &mp) != ES_OK) fail_msg("open pack %s: %s", out, es_last_error());
@@ -270,12 +305,25 @@ static void pack_and_check(const char *preset, const char *type)
     free(out);
 }
 
+static void pack_and_check(const char *preset, const char *type)
+{
+    pack_and_check_v(preset, type, ES_PACK_VERSION);
+}
+
 static void test_tiny_f32(void **state) { (void)state; pack_and_check("tiny", "f32"); }
 static void test_tiny_q8_0(void **state) { (void)state; pack_and_check("tiny", "q8_0"); }
 static void test_tiny_q4_0(void **state) { (void)state; pack_and_check("tiny", "q4_0"); }
 static void test_small_f32(void **state) { (void)state; pack_and_check("small", "f32"); }
 static void test_small_q8_0(void **state) { (void)state; pack_and_check("small", "q8_0"); }
 static void test_small_q4_0(void **state) { (void)state; pack_and_check("small", "q4_0"); }
+/* version 1 packs ("gguf-rows") are still written on request and read */
+static void test_tiny_q4_0_v1(void **state) { (void)state; pack_and_check_v("tiny", "q4_0", 1); }
+static void test_small_q8_0_v1(void **state) { (void)state; pack_and_check_v("small", "q8_0", 1); }
+static void test_write_version_refused(void **state)
+{
+    (void)state;
+    assert_int_equal(es_pack_write_version("a", "b", NULL, NULL, 3), ES_E_INVAL);
+}
 
 /* I8 is a storage type: known (so GGUF files with it open), never computable. */
 static void test_i8_storage_only(void **state)
@@ -301,7 +349,9 @@ typedef enum mut {
     MUT_VERSION, MUT_VERSION_TYPE, MUT_LAYOUT, MUT_RECORD_NOT_4096, MUT_OVERLAP, MUT_PAST_RECORD,
     MUT_UNALIGNED_OFFSET, MUT_GATE_NOT_0, MUT_CHECKSUMS_SHORT, MUT_CHECKSUMS_TYPE,
     MUT_TENSOR_SHAPE, MUT_TENSOR_TYPE, MUT_TYPES_BIG, MUT_TYPES_UNKNOWN, MUT_SHAPES_NOT_T,
-    MUT_SHAPES_ZERO, MUT_MISSING_OFFSETS, MUT_MISSING_TENSOR, MUT_ALIGN_32, MUT_NONE,
+    MUT_SHAPES_ZERO, MUT_MISSING_OFFSETS, MUT_MISSING_TENSOR, MUT_ALIGN_32, MUT_LAYOUTS_MISSING,
+    MUT_LAYOUTS_ID, MUT_LAYOUTS_TYPE, MUT_TILES_BAD_TYPE, MUT_V1_WITH_LAYOUTS, MUT_V1_LAYOUT_NAME,
+    MUT_NONE,
 } mut;
 
 /* Writes a copy of pack g to path with mutation m applied to layer 0. */
@@ -319,6 +369,7 @@ static void rewrite(const es_gguf *g, const char *path, mut m)
     for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
         es_str k = es_gguf_key(g, i);
         if (m == MUT_MISSING_OFFSETS && es_str_eq(k, "estream.pack.blk.0.offsets")) continue;
+        if (m == MUT_LAYOUTS_MISSING && es_str_eq(k, "estream.pack.blk.0.layouts")) continue;
         char key[256];
         memcpy(key, k.ptr, k.len);
         key[k.len] = 0;
@@ -327,7 +378,7 @@ static void rewrite(const es_gguf *g, const char *path, mut m)
         assert_int_equal(es_gguf_writer_copy_kv(w, g, key), ES_OK);
     }
     switch (m) {
-    case MUT_VERSION: es_gguf_writer_set_u32(w, "estream.pack.version", 2); break;
+    case MUT_VERSION: es_gguf_writer_set_u32(w, "estream.pack.version", 3); break;
     case MUT_VERSION_TYPE: es_gguf_writer_set_str(w, "estream.pack.version", "1"); break;
     case MUT_LAYOUT: es_gguf_writer_set_str(w, "estream.pack.layout", "avx512-interleaved"); break;
     case MUT_RECORD_NOT_4096: offs[3] += 64; break;
@@ -339,7 +390,19 @@ static void rewrite(const es_gguf *g, const char *path, mut m)
     case MUT_TYPES_UNKNOWN: types[1] = 4; break; /* a retired ggml id */
     case MUT_SHAPES_NOT_T: shapes[4] = shapes[0] / 2; break;
     case MUT_SHAPES_ZERO: shapes[1] = 0; break;
+    case MUT_TILES_BAD_TYPE: types[2] = ES_QTYPE_Q4_1; break; /* fits the record, not tiles */
+    case MUT_V1_WITH_LAYOUTS: es_gguf_writer_set_u32(w, "estream.pack.version", 1);
+                              es_gguf_writer_set_str(w, "estream.pack.layout", "gguf-rows"); break;
+    case MUT_V1_LAYOUT_NAME: es_gguf_writer_set_u32(w, "estream.pack.version", 1); break;
     default: break;
+    }
+    if (m == MUT_LAYOUTS_ID) {
+        const uint32_t lay[3] = {1, 7, 1};
+        es_gguf_writer_set_arr(w, "estream.pack.blk.0.layouts", ES_GGUF_UINT32, lay, 3);
+    }
+    if (m == MUT_LAYOUTS_TYPE) {
+        const uint64_t lay[3] = {1, 1, 1};
+        es_gguf_writer_set_arr(w, "estream.pack.blk.0.layouts", ES_GGUF_UINT64, lay, 3);
     }
     if (m != MUT_MISSING_OFFSETS)
         assert_int_equal(
@@ -383,7 +446,7 @@ static void test_hostile(void **state)
     assert_int_equal(es_pack(src, good, NULL, NULL), ES_OK);
     es_gguf *g = open_or_fail(good);
     static const struct { mut m; es_status st; const char *needle; } cases[] = {
-        {MUT_VERSION, ES_E_UNSUPPORTED, "pack version 2 is not supported"},
+        {MUT_VERSION, ES_E_UNSUPPORTED, "pack version 3 is not supported"},
         {MUT_VERSION_TYPE, ES_E_FORMAT, "estream.pack.version"},
         {MUT_LAYOUT, ES_E_UNSUPPORTED, "layout 'avx512-interleaved' is not supported"},
         {MUT_RECORD_NOT_4096, ES_E_FORMAT, "multiple of 4096"},
@@ -402,6 +465,12 @@ static void test_hostile(void **state)
         {MUT_MISSING_OFFSETS, ES_E_FORMAT, "missing key estream.pack.blk.0.offsets"},
         {MUT_MISSING_TENSOR, ES_E_FORMAT, "missing tensor blk.0.ffn_exps"},
         {MUT_ALIGN_32, ES_E_FORMAT, "alignment 32"},
+        {MUT_LAYOUTS_MISSING, ES_E_FORMAT, "missing key estream.pack.blk.0.layouts"},
+        {MUT_LAYOUTS_ID, ES_E_FORMAT, "up has unknown layout id 7"},
+        {MUT_LAYOUTS_TYPE, ES_E_FORMAT, "layouts must be an array of uint32"},
+        {MUT_TILES_BAD_TYPE, ES_E_FORMAT, "down is q4_1, which has no tile layout"},
+        {MUT_V1_WITH_LAYOUTS, ES_E_FORMAT, "layouts in a version 1 pack"},
+        {MUT_V1_LAYOUT_NAME, ES_E_UNSUPPORTED, "reads 'gguf-rows' in version 1 packs"},
     };
     for (size_t i = 0; i < T_LEN(cases); i++) {
         char *bad = tmp_path("hostile-bad.pack");
@@ -418,7 +487,9 @@ static void test_hostile(void **state)
         assert_null(l.data);
         /* layer 1 is untouched: it passes unless the pack-wide keys are bad */
         const bool header_bad = cases[i].m == MUT_VERSION || cases[i].m == MUT_VERSION_TYPE ||
-                                cases[i].m == MUT_LAYOUT || cases[i].m == MUT_ALIGN_32;
+                                cases[i].m == MUT_LAYOUT || cases[i].m == MUT_ALIGN_32 ||
+                                cases[i].m == MUT_V1_LAYOUT_NAME ||
+                                cases[i].m == MUT_V1_WITH_LAYOUTS; /* layer 1 has layouts too */
         assert_int_equal(es_pack_layer_info(b, 1, &l) == ES_OK, !header_bad);
         es_gguf_close(b);
         unlink(bad);
@@ -531,7 +602,7 @@ static void test_odd_shapes(void **state)
     assert_int_equal(r.n_layers, 2);
     assert_int_equal(r.n_records, 7);
     assert_int_equal(r.record_bytes, 4096);
-    check_pack(src, out);
+    check_pack(src, out, ES_PACK_VERSION);
     es_gguf *g = open_or_fail(out);
     es_pack_layer l;
     assert_int_equal(es_pack_layer_info(g, 1, &l), ES_OK);
@@ -663,6 +734,9 @@ int main(void)
         cmocka_unit_test(test_small_f32),
         cmocka_unit_test(test_small_q8_0),
         cmocka_unit_test(test_small_q4_0),
+        cmocka_unit_test(test_tiny_q4_0_v1),
+        cmocka_unit_test(test_small_q8_0_v1),
+        cmocka_unit_test(test_write_version_refused),
         cmocka_unit_test(test_odd_shapes),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_corrupt_record_detected),

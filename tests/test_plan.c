@@ -13,6 +13,7 @@
 #include "moe/plan.h"
 #include "quant/kern.h"
 #include "quant/qtypes.h"
+#include "quant/tiles.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -134,12 +135,31 @@ static void expected(const fixture *f, double y[T][D])
  * a time, every slot bound. group G > 0: as the streaming provider will, one group of G experts
  * in increasing id at a time: its routes (split by cap), and only its slots bound (the others
  * NULL, so a read of an expert outside the group crashes). */
-static float *run_plan(const fixture *f, int n_threads, int cap, int group, const es_route *routes,
-                       const int32_t *phi, long *allocs_in_invoke)
+static float *run_plan_l(const fixture *f, int n_threads, int cap, int group,
+                         const es_route *routes, const int32_t *phi, long *allocs_in_invoke,
+                         int tiled)
 {
     es_pool *pool;
     assert_int_equal(es_pool_create(n_threads, &pool), ES_OK);
-    es_expert_shape sh = {D, FF, f->type, f->type, f->type, E};
+    es_expert_shape sh = {D, FF, f->type, f->type, f->type, E, {0}};
+    if (tiled > 0) { /* the fixture's matrices converted to tiles (quant/tiles.h) */
+        fixture *ft = malloc(sizeof(*ft));
+        *ft = *f;
+        ft->gate = malloc(E * f->g_bytes);
+        ft->up = malloc(E * f->g_bytes);
+        ft->down = malloc(E * f->d_bytes);
+        for (int e = 0; e < E; e++) {
+            es_tiles_from_rows(f->type, f->gate + e * f->g_bytes, D, FF, ft->gate + e * f->g_bytes);
+            es_tiles_from_rows(f->type, f->up + e * f->g_bytes, D, FF, ft->up + e * f->g_bytes);
+            es_tiles_from_rows(f->type, f->down + e * f->d_bytes, FF, D, ft->down + e * f->d_bytes);
+        }
+        float *y = run_plan_l(ft, n_threads, cap, group, routes, phi, allocs_in_invoke, -1);
+        free_fixture(ft);
+        free(ft);
+        es_pool_destroy(pool);
+        return y;
+    }
+    if (tiled < 0) sh.layout[0] = sh.layout[1] = sh.layout[2] = ES_LAYOUT_TILES;
     es_plan *p;
     assert_int_equal(es_plan_create(&sh, cap, T, P, pool, es_kern_default(), &p), ES_OK);
     es_expert_slot all[P] = {{0}};
@@ -167,6 +187,12 @@ static float *run_plan(const fixture *f, int n_threads, int cap, int group, cons
     es_plan_destroy(p);
     es_pool_destroy(pool);
     return y;
+}
+
+static float *run_plan(const fixture *f, int n_threads, int cap, int group, const es_route *routes,
+                       const int32_t *phi, long *allocs_in_invoke)
+{
+    return run_plan_l(f, n_threads, cap, group, routes, phi, allocs_in_invoke, 0);
 }
 
 static const int32_t identity[E] = {0, 1, 2, 3, 4, 5};
@@ -228,6 +254,17 @@ static void check_type(uint32_t type, double tol)
             free(runs[i]);
         }
     }
+    /* the same experts in the tile layout: the same Y, bit for bit */
+    if (es_tiles_type_ok(type))
+        for (int threads = 1; threads <= 3; threads += 2) {
+            long allocs_t = -1;
+            float *yt = run_plan_l(f, threads, 300, 4, f->routes, permuted, &allocs_t, 1);
+            assert_int_equal(allocs_t, 0);
+            if (memcmp(yt, y, sizeof(float) * T * D) != 0)
+                fail_msg("%s: tiled experts, %d threads: Y differs from rows", es_qtype_name(type),
+                         threads);
+            free(yt);
+        }
     free(y);
     free_fixture(f);
     free(f);
@@ -244,7 +281,7 @@ static void test_plan_rejects_bad_routes(void **state)
     make_fixture(f, ES_QTYPE_Q8_0, 1);
     es_pool *pool;
     assert_int_equal(es_pool_create(2, &pool), ES_OK);
-    es_expert_shape sh = {D, FF, f->type, f->type, f->type, E};
+    es_expert_shape sh = {D, FF, f->type, f->type, f->type, E, {0}};
     es_plan *p;
     assert_int_equal(es_plan_create(&sh, 8, T, P, pool, es_kern_default(), &p), ES_OK);
     es_expert_slot slots[P] = {{0}};

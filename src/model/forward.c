@@ -173,7 +173,8 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
 static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_status *st)
 {
     es_expert_shape sh = {m->hp.n_embd, m->hp.n_ff_exp, L->gate_exps.type, L->up_exps.type,
-                          L->down_exps.type, m->hp.n_expert};
+                          L->down_exps.type, m->hp.n_expert,
+                          {L->gate_exps.layout, L->up_exps.layout, L->down_exps.layout}};
     for (int i = 0; i < f->n_plans; i++) /* keyed on the whole expert shape */
         if (!memcmp(&f->plans[i].shape, &sh, sizeof(sh))) return f->plans[i].plan;
     if (f->n_plans == MAX_PLANS) {

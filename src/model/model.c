@@ -168,6 +168,7 @@ static es_status bind_pack_layer(es_model *m, int il, es_layer *L)
             return es_fail(ES_E_NOMEM, "%s: out of memory binding %s", path, name);
         ts[i]->data = pl.data + pl.offsets[i];
         ts[i]->type = pl.types[i];
+        ts[i]->layout = (uint8_t)pl.layouts[i]; /* tiles: the plan runs es_gemm_tiled on them */
         ts[i]->ne[0] = pl.ne[i][0];
         ts[i]->ne[1] = pl.ne[i][1];
         ts[i]->ne[2] = pl.n_expert;

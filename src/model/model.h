@@ -38,6 +38,9 @@ typedef struct es_tensor {
     int64_t ne[4];
     size_t row_bytes; /* bytes of one ne[0] row */
     size_t nbytes;
+    uint8_t layout;   /* ES_LAYOUT_ROWS (quant/tiles.h): row n at data + n * row_bytes; or
+                       * ES_LAYOUT_TILES (a pack's tiled expert matrices): rows interleaved in
+                       * 32-row tiles, read them with es_tiles_*() or es_gemm_tiled() */
 } es_tensor;
 
 typedef struct es_layer {

@@ -16,6 +16,7 @@
  * then logits = (rmsnorm(x) * output_norm) Wout^T.
  */
 #include "model/model.h"
+#include "quant/tiles.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -24,16 +25,21 @@
 enum { CHUNK_ROWS = 64 }; /* weight rows dequantized at a time */
 
 /* y[t][n] = sum_k x[t][k] * W[n][k] for t < T, n < N. W: N rows of K elements of `type` with
- * row stride row_bytes. x: [T][ldx], y: [T][ldy]. wt is scratch of K*CHUNK_ROWS floats, row is
- * scratch of K floats. The sum over k runs in increasing k. */
-static void matmul_ref(const void *w, uint32_t type, size_t row_bytes, int64_t N, int64_t K,
-                       const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy, float *wt,
-                       float *row)
+ * row stride row_bytes, or (layout ES_LAYOUT_TILES) a tiled matrix whose rows are rebuilt by
+ * es_tiles_dequantize_row (the same floats). x: [T][ldx], y: [T][ldy]. wt is scratch of
+ * K*CHUNK_ROWS floats, row is scratch of K floats. The sum over k runs in increasing k. */
+static void matmul_ref_l(const void *w, uint32_t type, uint32_t layout, size_t row_bytes,
+                         int64_t N, int64_t K, const float *x, int64_t ldx, int64_t T, float *y,
+                         int64_t ldy, float *wt, float *row)
 {
     for (int64_t n0 = 0; n0 < N; n0 += CHUNK_ROWS) {
         const int64_t nb = N - n0 < CHUNK_ROWS ? N - n0 : CHUNK_ROWS;
         for (int64_t j = 0; j < nb; j++) {
-            es_dequantize_row(type, (const uint8_t *)w + (size_t)(n0 + j) * row_bytes, row, K);
+            if (layout == ES_LAYOUT_TILES)
+                es_tiles_dequantize_row(type, w, K, N, n0 + j, row);
+            else
+                es_dequantize_row(type, (const uint8_t *)w + (size_t)(n0 + j) * row_bytes, row,
+                                  K);
             for (int64_t k = 0; k < K; k++) wt[k * CHUNK_ROWS + j] = row[k]; /* transpose */
         }
         for (int64_t t = 0; t < T; t++) {
@@ -47,6 +53,13 @@ static void matmul_ref(const void *w, uint32_t type, size_t row_bytes, int64_t N
             memcpy(y + t * ldy + n0, acc, (size_t)nb * sizeof(float));
         }
     }
+}
+
+static void matmul_ref(const void *w, uint32_t type, size_t row_bytes, int64_t N, int64_t K,
+                       const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy, float *wt,
+                       float *row)
+{
+    matmul_ref_l(w, type, ES_LAYOUT_ROWS, row_bytes, N, K, x, ldx, T, y, ldy, wt, row);
 }
 
 /* out = x / sqrt(mean(x^2) + eps) * w, over n elements. */
@@ -226,10 +239,13 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
             if (R == 0) continue;
             const uint8_t *wg = es_layer_expert(L, 0, e), *wu = es_layer_expert(L, 1, e);
             const uint8_t *wd = es_layer_expert(L, 2, e);
-            matmul_ref(wg, L->gate_exps.type, L->gate_exps.row_bytes, ff, d, xe, d, R, g, ff, wt, row);
-            matmul_ref(wu, L->up_exps.type, L->up_exps.row_bytes, ff, d, xe, d, R, u, ff, wt, row);
+            matmul_ref_l(wg, L->gate_exps.type, L->gate_exps.layout, L->gate_exps.row_bytes, ff,
+                         d, xe, d, R, g, ff, wt, row);
+            matmul_ref_l(wu, L->up_exps.type, L->up_exps.layout, L->up_exps.row_bytes, ff, d, xe,
+                         d, R, u, ff, wt, row);
             for (int64_t i = 0; i < R * ff; i++) g[i] = silu(g[i]) * u[i];
-            matmul_ref(wd, L->down_exps.type, L->down_exps.row_bytes, d, ff, g, ff, R, xe, d, wt, row);
+            matmul_ref_l(wd, L->down_exps.type, L->down_exps.layout, L->down_exps.row_bytes, d,
+                         ff, g, ff, R, xe, d, wt, row);
             for (int64_t r = 0; r < R; r++)
                 for (int64_t i = 0; i < d; i++) att[rows[r] * d + i] += rw[r] * xe[r * d + i];
         }

@@ -8,9 +8,10 @@
 
 enum {
     ROW_BLOCK = 512, /* RB: routed rows per gate/up -> down pass; bounds the SwiGLU block */
-    FF_CHUNK = 128,   /* FFN columns per gate/up work item */
-    OUT_CHUNK = 128,  /* hidden columns per down work item */
+    FF_CHUNK = 128,   /* FFN columns per gate/up work item (a multiple of ES_TILE_ROWS) */
+    OUT_CHUNK = 128,  /* hidden columns per down work item (a multiple of ES_TILE_ROWS) */
 };
+_Static_assert(FF_CHUNK % ES_TILE_ROWS == 0 && OUT_CHUNK % ES_TILE_ROWS == 0, "tile chunks");
 
 /* One block of at most ROW_BLOCK routed rows of one expert. */
 typedef struct plan_block {
@@ -66,6 +67,14 @@ es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, 
         return es_fail(ES_E_UNSUPPORTED, "expert plan: no kernel for weight types %s/%s/%s",
                        es_qtype_name(shape->gate_type), es_qtype_name(shape->up_type),
                        es_qtype_name(shape->down_type));
+    const uint32_t types[3] = {shape->gate_type, shape->up_type, shape->down_type};
+    for (int i = 0; i < 8; i++) {
+        if (i >= 3 ? shape->layout[i] != 0 : shape->layout[i] >= ES_LAYOUT_COUNT)
+            return es_fail(ES_E_INVAL, "expert plan: bad layout id %u at %d", shape->layout[i], i);
+        if (i < 3 && shape->layout[i] == ES_LAYOUT_TILES && !es_kern_supports_tiled(k, types[i]))
+            return es_fail(ES_E_UNSUPPORTED, "expert plan: no tiled kernel for weight type %s",
+                           es_qtype_name(types[i]));
+    }
     es_plan *p = calloc(1, sizeof(*p));
     if (!p) return es_fail(ES_E_NOMEM, "out of memory");
     p->shape = *shape;
@@ -165,7 +174,21 @@ void es_plan_set_input(es_plan *p, const float *x, int64_t ldx, int64_t T)
     es_pool_run(p->pool, prep_worker, &j);
 }
 
-/* Runs every block: gate/up (+SwiGLU) -> quantize -> down (+weighted scatter-add). */
+/* es_gemm() or es_gemm_tiled() on matrix i (0 gate, 1 up, 2 down) of N rows of K weights,
+ * as the shape's layout says; both give the same Y bit for bit (kern.h). */
+static inline void mat_gemm(const es_plan *p, int i, uint32_t type, const void *W, int64_t K,
+                            int64_t N, int64_t n0, int64_t n1, const void *act,
+                            const int32_t *rows, int64_t n, float *Y, int64_t ldy, void *scratch)
+{
+    if (p->shape.layout[i] == ES_LAYOUT_TILES)
+        es_gemm_tiled(p->k, type, W, K, N, n0, n1, act, rows, n, Y, ldy, 0, scratch);
+    else
+        es_gemm(p->k, type, W, K, n0, n1, act, rows, n, Y, ldy, 0, scratch);
+}
+
+/* Runs every block: gate/up (+SwiGLU) -> quantize -> down (+weighted scatter-add). The column
+ * chunks (FF_CHUNK, OUT_CHUNK) are multiples of the 32-row tile, so a tiled matrix is split at
+ * tile boundaries. */
 static void invoke_worker(void *arg, int ith, int nth)
 {
     es_plan *p = arg;
@@ -183,8 +206,10 @@ static void invoke_worker(void *arg, int ith, int nth)
         /* gate and up over FFN column chunks, SwiGLU on each chunk while it is hot */
         for (long j0; (j0 = es_pool_counter_next(&p->next_ff, FF_CHUNK)) < ff;) {
             const int64_t j1 = j0 + FF_CHUNK < ff ? j0 + FF_CHUNK : ff;
-            es_gemm(p->k, s->gate_type, slot->gate, d, j0, j1, p->x_gate, rows, n, p->g, ff, 0, tb->scratch);
-            es_gemm(p->k, s->up_type, slot->up, d, j0, j1, x_up, rows, n, p->u, ff, 0, tb->scratch);
+            mat_gemm(p, 0, s->gate_type, slot->gate, d, ff, j0, j1, p->x_gate, rows, n, p->g, ff,
+                     tb->scratch);
+            mat_gemm(p, 1, s->up_type, slot->up, d, ff, j0, j1, x_up, rows, n, p->u, ff,
+                     tb->scratch);
             for (int64_t r = 0; r < n; r++) p->k->swiglu(p->g + r * ff + j0, p->u + r * ff + j0, j1 - j0);
         }
         es_pool_barrier(p->pool);
@@ -200,8 +225,8 @@ static void invoke_worker(void *arg, int ith, int nth)
         for (long c0; (c0 = es_pool_counter_next(&p->next_out, OUT_CHUNK)) < d;) {
             const int64_t c1 = c0 + OUT_CHUNK < d ? c0 + OUT_CHUNK : d;
             /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride OUT_CHUNK */
-            es_gemm(p->k, s->down_type, slot->down, ff, c0, c1, p->h_act, NULL, n, tb->tile - c0,
-                    OUT_CHUNK, 0, tb->scratch);
+            mat_gemm(p, 2, s->down_type, slot->down, ff, d, c0, c1, p->h_act, NULL, n,
+                     tb->tile - c0, OUT_CHUNK, tb->scratch);
             for (int64_t r = 0; r < n; r++)
                 p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * OUT_CHUNK, c1 - c0);
         }

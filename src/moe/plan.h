@@ -31,16 +31,22 @@ typedef struct es_route {
     float weight;   /* router probability */
 } es_route;
 
-/* Experts of one shape class: all share sizes, weight types and layout. */
+/* Experts of one shape class: all share sizes, weight types and layouts. Plans are looked up by
+ * comparing whole shapes with memcmp, so the struct has no padding (checked below) and unused
+ * bytes must be zero: initialize with = {...} and set only the fields. */
 typedef struct es_expert_shape {
     int64_t n_embd;     /* hidden size: gate/up row length, down output rows */
     int64_t n_ff;       /* expert FFN size */
     uint32_t gate_type, up_type, down_type;
     int n_expert;       /* logical experts per layer */
+    /* layout[0..2]: ES_LAYOUT_ROWS or ES_LAYOUT_TILES (quant/tiles.h) of gate, up and down, in
+     * the order of pack.h's ES_PACK_GATE/UP/DOWN; 0 (rows) by default. layout[3..7]: zero. */
+    uint8_t layout[8];
 } es_expert_shape;
+_Static_assert(sizeof(es_expert_shape) == 40, "es_expert_shape must have no padding");
 
 /* A physical slot: where one expert's three matrices are. gate, up: n_ff rows of n_embd;
- * down: n_embd rows of n_ff, each in its type's GGUF row layout. */
+ * down: n_embd rows of n_ff, each in the layout the shape gives it (GGUF rows or tiles). */
 typedef struct es_expert_slot {
     const void *gate, *up, *down;
 } es_expert_slot;

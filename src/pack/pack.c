@@ -22,6 +22,7 @@
  */
 #include "pack/pack.h"
 #include "quant/qtypes.h"
+#include "quant/tiles.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -63,6 +64,9 @@ typedef struct layer {
     uint64_t off[3];            /* matrix offsets inside a record */
     uint64_t rb;                /* record bytes, a multiple of ES_PACK_ALIGN */
     uint64_t *sums;             /* [n_expert] XXH3-64 per record (pass 1) */
+    uint32_t layout[3];         /* ES_LAYOUT_* of each matrix in the pack */
+    uint8_t *conv[3];           /* tiled matrices: expert conv_e[k]'s matrix k in tiles */
+    int64_t conv_e[3];          /* -1: nothing converted yet */
 } layer;
 
 /* A resident tensor copied unchanged. */
@@ -79,6 +83,7 @@ typedef struct packer {
     resident *res; /* [n_tensors of the source] */
     XXH3_state_t *xs;
     const es_pack_opts *opts;
+    uint32_t version;     /* ES_PACK_VERSION or ES_PACK_VERSION_V1 */
     uint64_t done, total; /* progress units: bytes */
 } packer;
 
@@ -216,6 +221,19 @@ static void hash_zeros(XXH3_state_t *s, uint64_t *pos, uint64_t to)
     }
 }
 
+/* Expert e's matrix k as it is written: the source slice (rows), or the slice converted to
+ * tiles in L->conv[k] (one expert per matrix kept, as the writer asks for increasing ranges). */
+static const uint8_t *matrix_out(layer *L, int64_t e, int k)
+{
+    const uint8_t *src = (const uint8_t *)L->t[k]->data + (uint64_t)e * L->mbytes[k];
+    if (L->layout[k] == ES_LAYOUT_ROWS) return src;
+    if (L->conv_e[k] != e) {
+        es_tiles_from_rows(L->t[k]->type, src, L->t[k]->ne[0], L->t[k]->ne[1], L->conv[k]);
+        L->conv_e[k] = e;
+    }
+    return L->conv[k];
+}
+
 /* Pass 1: the XXH3-64 of every record as it will be written, from the source slices. */
 static void hash_layer(packer *p, layer *L)
 {
@@ -224,8 +242,7 @@ static void hash_layer(packer *p, layer *L)
         uint64_t pos = 0;
         for (int k = 0; k < 3; k++) {
             hash_zeros(p->xs, &pos, L->off[k]);
-            const uint8_t *src = (const uint8_t *)L->t[k]->data + (uint64_t)e * L->mbytes[k];
-            XXH3_64bits_update(p->xs, src, L->mbytes[k]);
+            XXH3_64bits_update(p->xs, matrix_out(L, e, k), L->mbytes[k]);
             pos += L->mbytes[k];
         }
         hash_zeros(p->xs, &pos, L->rb);
@@ -236,7 +253,7 @@ static void hash_layer(packer *p, layer *L)
 
 /* Bytes [r, r + n) of record e (n <= rb - r) into dst: matrix bytes from the source slices,
  * zeros between them and after the last. */
-static void record_bytes(const layer *L, int64_t e, uint64_t r, uint8_t *dst, size_t n)
+static void record_bytes(layer *L, int64_t e, uint64_t r, uint8_t *dst, size_t n)
 {
     const uint64_t end = r + n;
     while (r < end) {
@@ -248,8 +265,7 @@ static void record_bytes(const layer *L, int64_t e, uint64_t r, uint8_t *dst, si
             const uint64_t stop =
                 L->off[in] + L->mbytes[in] < end ? L->off[in] + L->mbytes[in] : end;
             m = stop - r;
-            const uint8_t *src = (const uint8_t *)L->t[in]->data +
-                                 (uint64_t)e * L->mbytes[in] + (r - L->off[in]);
+            const uint8_t *src = matrix_out(L, e, in) + (r - L->off[in]);
             memcpy(dst, src, (size_t)m);
         } else {
             uint64_t next = end;
@@ -317,7 +333,10 @@ static es_status set_layer_keys(es_gguf_writer *w, const layer *L)
     snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.offsets", L->il);
     ES_TRY(es_gguf_writer_set_arr(w, key, ES_GGUF_UINT64, offs, 4));
     snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.checksums", L->il);
-    return es_gguf_writer_set_arr(w, key, ES_GGUF_UINT64, L->sums, (uint64_t)L->n_expert);
+    ES_TRY(es_gguf_writer_set_arr(w, key, ES_GGUF_UINT64, L->sums, (uint64_t)L->n_expert));
+    if (L->p->version == ES_PACK_VERSION_V1) return ES_OK; /* rows only, no key */
+    snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.layouts", L->il);
+    return es_gguf_writer_set_arr(w, key, ES_GGUF_UINT32, L->layout, 3);
 }
 
 /* Refuses a source that is a pack already: any estream.pack.* key. */
@@ -336,9 +355,18 @@ static es_status check_not_pack(const es_gguf *g, const char *path)
 es_status es_pack_write(const char *src_path, const char *out_path, const es_pack_opts *opts,
                         es_pack_result *result)
 {
+    return es_pack_write_version(src_path, out_path, opts, result, ES_PACK_VERSION);
+}
+
+es_status es_pack_write_version(const char *src_path, const char *out_path,
+                                const es_pack_opts *opts, es_pack_result *result,
+                                uint32_t version)
+{
     if (!src_path || !out_path) return es_fail(ES_E_INVAL, "pack: missing source or output path");
+    if (version != ES_PACK_VERSION && version != ES_PACK_VERSION_V1)
+        return es_fail(ES_E_INVAL, "pack: cannot write format version %u", version);
     if (result) memset(result, 0, sizeof(*result));
-    packer p = {.src_path = src_path, .opts = opts};
+    packer p = {.src_path = src_path, .opts = opts, .version = version};
     es_gguf_writer *w = NULL;
     es_status st = es_gguf_open(src_path, &p.g);
     if (st) return st;
@@ -366,9 +394,20 @@ es_status es_pack_write(const char *src_path, const char *out_path, const es_pac
     }
     for (int j = 0; j < p.n_layers; j++) {
         layer *L = &p.layers[j];
+        L->p = &p;
         if (!(L->sums = malloc((size_t)L->n_expert * sizeof(uint64_t)))) {
             st = es_fail(ES_E_NOMEM, "pack: out of memory");
             goto done;
+        }
+        for (int k = 0; k < 3; k++) { /* version 2: Q4_0 and Q8_0 matrices go in tiles */
+            L->conv_e[k] = -1;
+            L->layout[k] = version != ES_PACK_VERSION_V1 && es_tiles_type_ok(L->t[k]->type)
+                               ? ES_LAYOUT_TILES
+                               : ES_LAYOUT_ROWS;
+            if (L->layout[k] == ES_LAYOUT_TILES && !(L->conv[k] = malloc(L->mbytes[k]))) {
+                st = es_fail(ES_E_NOMEM, "pack: out of memory");
+                goto done;
+            }
         }
         p.total += 2 * L->rb * (uint64_t)L->n_expert;
     }
@@ -384,8 +423,11 @@ es_status es_pack_write(const char *src_path, const char *out_path, const es_pac
     if ((st = es_gguf_writer_create(&w)) != ES_OK) goto done;
     if ((st = es_gguf_writer_copy_kv(w, p.g, "")) != ES_OK) goto done;
     if ((st = es_gguf_writer_set_alignment(w, ES_PACK_ALIGN)) != ES_OK) goto done;
-    if ((st = es_gguf_writer_set_u32(w, KEY_VERSION, ES_PACK_VERSION)) != ES_OK) goto done;
-    if ((st = es_gguf_writer_set_str(w, KEY_LAYOUT, ES_PACK_LAYOUT)) != ES_OK) goto done;
+    if ((st = es_gguf_writer_set_u32(w, KEY_VERSION, version)) != ES_OK) goto done;
+    if ((st = es_gguf_writer_set_str(w, KEY_LAYOUT, version == ES_PACK_VERSION_V1
+                                                        ? ES_PACK_LAYOUT_V1
+                                                        : ES_PACK_LAYOUT)) != ES_OK)
+        goto done;
     if ((st = es_gguf_writer_set_str(w, KEY_SOURCE, base)) != ES_OK) goto done;
     if ((st = es_gguf_writer_set_u64(w, KEY_SOURCE_BYTES, es_gguf_file_size(p.g))) != ES_OK)
         goto done;
@@ -440,7 +482,10 @@ es_status es_pack_write(const char *src_path, const char *out_path, const es_pac
 done:
     es_gguf_writer_destroy(w);
     if (p.layers)
-        for (int j = 0; j < p.n_layers; j++) free(p.layers[j].sums);
+        for (int j = 0; j < p.n_layers; j++) {
+            free(p.layers[j].sums);
+            for (int k = 0; k < 3; k++) free(p.layers[j].conv[k]);
+        }
     free(p.layers);
     free(p.res);
     XXH3_freeState(p.xs);
@@ -472,15 +517,17 @@ es_status es_pack_header_get(const es_gguf *g, es_pack_header *out)
         return es_fail(ES_E_FORMAT, "%s is not an estream pack (no key %s)", path, KEY_VERSION);
     int64_t v = 0, sb = 0;
     ES_TRY(es_gguf_read_i64(g, KEY_VERSION, true, &v));
-    if (v != ES_PACK_VERSION)
+    if (v != ES_PACK_VERSION && v != ES_PACK_VERSION_V1)
         return es_fail(ES_E_UNSUPPORTED, "%s: pack version %lld is not supported (this estream "
-                       "reads version %u); repack the model with this estream", path,
-                       (long long)v, ES_PACK_VERSION);
+                       "reads versions %u and %u); repack the model with this estream", path,
+                       (long long)v, ES_PACK_VERSION_V1, ES_PACK_VERSION);
     ES_TRY(es_gguf_read_str(g, KEY_LAYOUT, true, &out->layout));
-    if (!es_str_eq(out->layout, ES_PACK_LAYOUT))
+    const char *want = v == ES_PACK_VERSION_V1 ? ES_PACK_LAYOUT_V1 : ES_PACK_LAYOUT;
+    if (!es_str_eq(out->layout, want))
         return es_fail(ES_E_UNSUPPORTED, "%s: pack layout '%.*s' is not supported (this "
-                       "estream reads '%s')", path, (int)(out->layout.len > 64 ? 64 :
-                       out->layout.len), out->layout.ptr, ES_PACK_LAYOUT);
+                       "estream reads '%s' in version %lld packs)", path,
+                       (int)(out->layout.len > 64 ? 64 : out->layout.len), out->layout.ptr, want,
+                       (long long)v);
     ES_TRY(es_gguf_read_str(g, KEY_SOURCE, true, &out->source));
     ES_TRY(es_gguf_read_i64(g, KEY_SOURCE_BYTES, true, &sb));
     if (sb < 0) return es_fail(ES_E_FORMAT, "%s: %s is negative", path, KEY_SOURCE_BYTES);
@@ -498,7 +545,7 @@ bool es_pack_has_layer(const es_gguf *g, int il)
     char name[96];
     snprintf(name, sizeof(name), "blk.%d.ffn_exps", il);
     if (es_gguf_find_tensor(g, name)) return true;
-    static const char *const keys[] = {"types", "shapes", "offsets", "checksums"};
+    static const char *const keys[] = {"types", "shapes", "offsets", "checksums", "layouts"};
     for (size_t i = 0; i < ES_LEN(keys); i++) {
         snprintf(name, sizeof(name), KEY_PREFIX "blk.%d.%s", il, keys[i]);
         if (es_gguf_find_key(g, name) >= 0) return true;
@@ -625,6 +672,26 @@ static es_status layer_info(const es_gguf *g, int il, es_pack_layer *out)
     out->data = t->data;
     ES_TRY(layer_arr(g, il, "checksums", ES_GGUF_UINT64, (uint64_t)out->n_expert, &sums, NULL));
     out->checksums = sums;
+    char key[96];
+    snprintf(key, sizeof(key), KEY_PREFIX "blk.%d.layouts", il);
+    if (h.version == ES_PACK_VERSION_V1) { /* rows only */
+        if (es_gguf_find_key(g, key) >= 0)
+            return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s in a version 1 pack", path, il,
+                           key);
+        return ES_OK;
+    }
+    const uint8_t *lay;
+    ES_TRY(layer_arr(g, il, "layouts", ES_GGUF_UINT32, 3, &lay, NULL));
+    for (int k = 0; k < 3; k++) {
+        memcpy(&out->layouts[k], lay + 4 * k, 4);
+        if (out->layouts[k] == ES_LAYOUT_ROWS) continue;
+        if (out->layouts[k] != ES_LAYOUT_TILES)
+            return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s has unknown layout id %u", path,
+                           il, kind_names[k], out->layouts[k]);
+        if (!es_tiles_type_ok(out->types[k]))
+            return es_fail(ES_E_FORMAT, "%s: pack layer %d: %s is %s, which has no tile layout",
+                           path, il, kind_names[k], es_qtype_name(out->types[k]));
+    }
     return ES_OK;
 }
 

@@ -6,9 +6,11 @@
  *
  *   metadata   every key of the source, unchanged, plus
  *     general.alignment             u32    4096
- *     estream.pack.version          u32    1 (ES_PACK_VERSION)
- *     estream.pack.layout           string "gguf-rows" (ES_PACK_LAYOUT): each matrix is stored in
- *                                          the GGUF row layout of its type, as in the source
+ *     estream.pack.version          u32    2 (ES_PACK_VERSION); 1 for packs of earlier builds
+ *     estream.pack.layout           string "tiles-v2" (ES_PACK_LAYOUT) for version 2: each matrix
+ *                                          is in the layout its layer's .layouts key names;
+ *                                          "gguf-rows" (ES_PACK_LAYOUT_V1) for version 1: every
+ *                                          matrix in the GGUF row layout of its type
  *     estream.pack.source           string base name of the source file
  *     estream.pack.source_bytes     u64    size of the source file
  *     per sparse layer N:
@@ -17,6 +19,11 @@
  *     estream.pack.blk.N.offsets    u64[4] gate, up, down byte offsets inside a record, then the
  *                                          record size (a multiple of 4096)
  *     estream.pack.blk.N.checksums  u64[n_expert] XXH3-64 of each whole record, padding included
+ *     estream.pack.blk.N.layouts    u32[3] version 2 only: layout id of gate, up, down:
+ *                                          0 (ES_LAYOUT_ROWS) GGUF rows as in the source, or
+ *                                          1 (ES_LAYOUT_TILES) the tile layout of quant/tiles.h
+ *                                          (Q4_0 and Q8_0 only). The writer tiles every Q4_0 and
+ *                                          Q8_0 matrix and keeps the other types in rows
  *   tensors    every non-expert tensor of the source, unchanged (name, type, shape, bytes), and
  *              per sparse layer N one tensor "blk.N.ffn_exps" of type I8 with shape
  *              [record_bytes, n_expert] in place of the source's blk.N.ffn_{gate,up,down}_exps:
@@ -28,14 +35,18 @@
  *   offset and G consecutive experts are one contiguous aligned extent: one O_DIRECT read per
  *   group, whatever G is (DESIGN §5). Inside a record, gate starts at 0 and up and down at
  *   multiples of 64 (a cache line), so a kernel may use aligned loads on any matrix.
- * - A matrix keeps its source bytes exactly: a pack never has more bytes per weight than its
- *   source, padding aside (under 64 bytes between matrices, under 4096 at the end of a record).
+ * - A matrix keeps its source bytes, in rows or rearranged into tiles (quant/tiles.h: the same
+ *   bytes in another order): a pack never has more bytes per weight than its source, padding
+ *   aside (under 64 bytes between matrices, under 4096 at the end of a record). Tiles are the
+ *   operator's execution layout: its kernels read them with plain vector loads instead of
+ *   transposing rows per tile, and every kernel table (scalar included) reads them, so a pack
+ *   runs on any machine. The layout does not depend on the machine that wrote the pack.
  * - The checksums are in the metadata (not in the records) so that a loader can verify a record
  *   it read without any other read; the writer computes them in a first pass over the source,
  *   because GGUF puts the metadata before the data, and checks them again on the bytes it writes.
- * - The version and the layout name say how to read a record. A later layout (a pre-interleaved
- *   kernel layout, say) gets a new layout name and version; a reader refuses a version or layout
- *   it does not know (ES_E_UNSUPPORTED) rather than guess.
+ * - The version and the layout name say how to read a record: version 1 "gguf-rows" (rows only)
+ *   and version 2 "tiles-v2" (per-matrix layouts) are read; a reader refuses a version or layout
+ *   it does not know (ES_E_UNSUPPORTED) rather than guess. The writer writes version 2.
  * - The reader treats a pack as hostile: es_pack_layer_info() checks every key, count, type,
  *   shape, size and offset before returning anything a loader will use to read or compute.
  */
@@ -47,8 +58,10 @@
 
 #include <stdbool.h>
 
-#define ES_PACK_VERSION 1u
-#define ES_PACK_LAYOUT "gguf-rows"
+#define ES_PACK_VERSION 2u
+#define ES_PACK_LAYOUT "tiles-v2"
+#define ES_PACK_VERSION_V1 1u      /* still read; written only on request (es_pack_write_version) */
+#define ES_PACK_LAYOUT_V1 "gguf-rows"
 #define ES_PACK_ALIGN 4096u  /* file alignment of every record, and record size granularity */
 #define ES_PACK_MATRIX_ALIGN 64u /* alignment of each matrix inside a record */
 
@@ -74,6 +87,13 @@ enum { ES_PACK_GATE = 0, ES_PACK_UP = 1, ES_PACK_DOWN = 2 };
 es_status es_pack_write(const char *src_path, const char *out_path, const es_pack_opts *opts,
                         es_pack_result *result);
 
+/* es_pack_write() for a chosen format version: ES_PACK_VERSION (what es_pack_write writes) or
+ * ES_PACK_VERSION_V1 (every matrix in GGUF rows, as earlier builds wrote; for tests and for
+ * readers that predate version 2). ES_E_INVAL for another version. */
+es_status es_pack_write_version(const char *src_path, const char *out_path,
+                                const es_pack_opts *opts, es_pack_result *result,
+                                uint32_t version);
+
 /* ---- reading a pack ----
  * Everything below takes an es_gguf opened with es_gguf_open() (or es_gguf_open_memory()) and
  * only reads it: calls may run concurrently on one handle. Pointers returned point into the
@@ -85,8 +105,8 @@ bool es_pack_is_pack(const es_gguf *g);
 
 /* The pack-wide keys. */
 typedef struct es_pack_header {
-    uint32_t version;      /* ES_PACK_VERSION */
-    es_str layout;         /* ES_PACK_LAYOUT; a view into the metadata */
+    uint32_t version;      /* ES_PACK_VERSION or ES_PACK_VERSION_V1 */
+    es_str layout;         /* the version's layout name; a view into the metadata */
     es_str source;         /* the source file's base name; a view into the metadata */
     uint64_t source_bytes; /* the source file's size */
 } es_pack_header;
@@ -94,7 +114,8 @@ typedef struct es_pack_header {
 /* Reads and validates the pack-wide keys: ES_E_FORMAT if g is not a pack or a key is missing or
  * has the wrong type, ES_E_UNSUPPORTED if the version or the layout is one this build does not
  * know ("pack version 2 is not supported (this estream reads version 1)"), ES_E_FORMAT if
- * general.alignment is not a multiple of 4096. */
+ * general.alignment is not a multiple of 4096. Versions 1 ("gguf-rows") and 2 ("tiles-v2") are
+ * known; a layout name that is not its version's is ES_E_UNSUPPORTED. */
 es_status es_pack_header_get(const es_gguf *g, es_pack_header *out);
 
 /* Whether layer il has expert records in the pack: the tensor blk.<il>.ffn_exps or any
@@ -114,6 +135,9 @@ typedef struct es_pack_layer {
     uint64_t offsets[3];         /* byte offset of each matrix inside a record: gate 0, each a
                                   * multiple of 64, disjoint, each inside the record */
     uint64_t matrix_bytes[3];    /* bytes of each matrix: es_qtype_row_bytes(type, ne0) * ne1 */
+    uint32_t layouts[3];         /* ES_LAYOUT_ROWS or ES_LAYOUT_TILES (quant/tiles.h) of each
+                                  * matrix; tiles only for types es_tiles_type_ok() accepts;
+                                  * all rows in a version 1 pack */
     uint64_t record_bytes;       /* bytes of one record, a multiple of 4096 */
     uint64_t file_offset;        /* absolute file offset of record 0 (a multiple of 4096):
                                   * record e lies at file_offset + e * record_bytes, so experts
@@ -137,7 +161,9 @@ typedef struct es_pack_layer {
  *   no two matrices overlapping;
  * - the tensor blk.<il>.ffn_exps: type I8, 2-D, shape [record_bytes, n_expert] with
  *   n_expert >= 1, data at a 4096-aligned file offset;
- * - .checksums: u64 array of exactly n_expert elements.
+ * - .checksums: u64 array of exactly n_expert elements;
+ * - .layouts (version 2: required; version 1: must be absent): u32 array of 3, each 0 (rows) or
+ *   1 (tiles), tiles only for Q4_0 and Q8_0 matrices.
  * Errors: ES_E_INVAL (NULL argument or il < 0), ES_E_UNSUPPORTED (unknown version or layout),
  * ES_E_FORMAT for everything else, with a message naming the file, the layer and the key or
  * tensor at fault. On failure *out is zeroed. */

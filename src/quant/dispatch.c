@@ -159,3 +159,18 @@ void es_gemm(const es_kern *k, uint32_t wtype, const void *W, int64_t K, int64_t
 }
 
 const es_kern *es_kern_default(void) { return active(); }
+
+bool es_kern_supports_tiled(const es_kern *k, uint32_t wtype)
+{
+    return wtype < ES_QTYPE_COUNT && k->op[wtype].gemm_tiled != NULL;
+}
+
+void es_gemm_tiled(const es_kern *k, uint32_t wtype, const void *W, int64_t K, int64_t N,
+                   int64_t n0, int64_t n1, const void *act, const int32_t *rows, int64_t n_rows,
+                   float *Y, int64_t ldy, int accumulate, void *scratch)
+{
+    ES_ASSERT(es_kern_supports_tiled(k, wtype) && 0 <= n0 && n1 <= N);
+    ES_DASSERT(((uintptr_t)scratch & 63) == 0 && n0 <= n1);
+    if (n0 >= n1 || n_rows <= 0) return;
+    k->op[wtype].gemm_tiled(W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
+}

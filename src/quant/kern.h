@@ -39,6 +39,7 @@
 #define ES_KERN_H
 
 #include "quant/qtypes.h"
+#include "quant/tiles.h"
 
 /* Per-type operations of one kernel table. NULL entries: type not supported by any table. */
 typedef struct es_kern_ops {
@@ -51,8 +52,12 @@ typedef struct es_kern_ops {
     void (*gemm)(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
                  const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
                  void *scratch);
-    /* Bytes of per-thread scratch es_gemm() needs for rows of K weights. */
+    /* Bytes of per-thread scratch es_gemm() and es_gemm_tiled() need for rows of K weights. */
     size_t (*scratch_bytes)(int64_t K);
+    /* See es_gemm_tiled(). NULL: the type has no tile layout (quant/tiles.h). */
+    void (*gemm_tiled)(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,
+                       const void *act, const int32_t *rows, int64_t n_rows, float *Y,
+                       int64_t ldy, int accumulate, void *scratch);
 } es_kern_ops;
 
 typedef struct es_kern {
@@ -139,6 +144,21 @@ size_t es_gemm_scratch_bytes(const es_kern *k, uint32_t wtype, int64_t K);
 void es_gemm(const es_kern *k, uint32_t wtype, const void *W, int64_t K, int64_t n0, int64_t n1,
              const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
              int accumulate, void *scratch);
+
+/* True if es_gemm_tiled() supports weights of this type (Q4_0 and Q8_0 in every table). */
+bool es_kern_supports_tiled(const es_kern *k, uint32_t wtype);
+
+/*
+ * es_gemm() on a matrix in the tile layout of quant/tiles.h: the same Y, bit for bit, as es_gemm()
+ * with the same table on the same matrix in GGUF rows (the kernels do the same integer and float
+ * operations in the same order; only where the weights are read from differs). N is the matrix's
+ * row count (the last tile may be short); 0 <= n0 <= n1 <= N, any values (the plan's column
+ * chunks are multiples of the 32-row tile; other ranges compute whole tiles and store only
+ * [n0, n1)). act, rows, Y, accumulate and scratch (es_gemm_scratch_bytes()) as for es_gemm().
+ */
+void es_gemm_tiled(const es_kern *k, uint32_t wtype, const void *W, int64_t K, int64_t N,
+                   int64_t n0, int64_t n1, const void *act, const int32_t *rows, int64_t n_rows,
+                   float *Y, int64_t ldy, int accumulate, void *scratch);
 
 /* ---- shared by the kernel tables (not for engine code) ------------------------------------ */
 

@@ -81,10 +81,11 @@ static void act_prepare_q(const float *X, int64_t ldx, int64_t n, int64_t K, voi
 
 /* ---- weight row decoding ---------------------------------------------------------------- */
 
-/* Scratch layout: int8 q[K], then float s[2*nb] (scales), float m[nb] (negated mins). */
+/* Scratch layout: int8 q[K], then float s[2*nb] (scales), float m[nb] (negated mins), then one
+ * GGUF row of a tiled matrix (at most 34 bytes per block: Q8_0). */
 static size_t scratch_q(int64_t K)
 {
-    return (size_t)K + (size_t)(K / 32) * 12 + 64;
+    return (size_t)K + (size_t)(K / 32) * (12 + 34) + 64;
 }
 static size_t scratch_f(int64_t K)
 {
@@ -181,9 +182,11 @@ static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, flo
 
 /* ---- GEMM ------------------------------------------------------------------------------------ */
 
-static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-                   const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
-                   void *scratch)
+/* N < 0: W is in GGUF rows; N >= 0: W is a tiled matrix of N rows (quant/tiles.h), whose row n
+ * is first rebuilt in the row layout, so both layouts run the same arithmetic. */
+static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,
+                   const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+                   int accumulate, void *scratch)
 {
     ES_ASSERT(K % 32 == 0);
     const int64_t nb = K / 32;
@@ -191,8 +194,14 @@ static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t 
     int8_t *wq = scratch;
     float *ws = (float *)((uint8_t *)scratch + K);
     float *wm = ws + 2 * nb;
+    uint8_t *wrow = (uint8_t *)(wm + nb);
     for (int64_t n = n0; n < n1; n++) {
-        decode_row_q(type, (const uint8_t *)W + n * wrb, K, wq, ws, wm);
+        const uint8_t *w = (const uint8_t *)W + n * wrb;
+        if (N >= 0) {
+            es_tiles_get_row(type, W, K, N, n, wrow);
+            w = wrow;
+        }
+        decode_row_q(type, w, K, wq, ws, wm);
         for (int64_t r = 0; r < n_rows; r++) {
             const uint8_t *row = (const uint8_t *)act + (rows ? rows[r] : r) * arb;
             const int8_t *xq = (const int8_t *)row;
@@ -239,6 +248,29 @@ static void gemm_f(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t 
     }
 }
 
+#define GEMM_Q(name, type)                                                                         \
+    static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
+                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
+                     void *scratch)                                                                \
+    {                                                                                              \
+        gemm_q(type, W, K, -1, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);            \
+    }
+GEMM_Q(gemm_q4_0, ES_QTYPE_Q4_0)
+GEMM_Q(gemm_q8_0, ES_QTYPE_Q8_0)
+GEMM_Q(gemm_q4_K, ES_QTYPE_Q4_K)
+GEMM_Q(gemm_q5_K, ES_QTYPE_Q5_K)
+GEMM_Q(gemm_q6_K, ES_QTYPE_Q6_K)
+
+#define GEMM_T(name, type)                                                                         \
+    static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,                 \
+                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,  \
+                     int accumulate, void *scratch)                                                \
+    {                                                                                              \
+        gemm_q(type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);             \
+    }
+GEMM_T(gemm_tiled_q4_0, ES_QTYPE_Q4_0)
+GEMM_T(gemm_tiled_q8_0, ES_QTYPE_Q8_0)
+
 #define GEMM_WRAP(name, kind, type)                                                                \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
@@ -246,11 +278,6 @@ static void gemm_f(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t 
     {                                                                                              \
         kind(type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);                  \
     }
-GEMM_WRAP(gemm_q4_0, gemm_q, ES_QTYPE_Q4_0)
-GEMM_WRAP(gemm_q8_0, gemm_q, ES_QTYPE_Q8_0)
-GEMM_WRAP(gemm_q4_K, gemm_q, ES_QTYPE_Q4_K)
-GEMM_WRAP(gemm_q5_K, gemm_q, ES_QTYPE_Q5_K)
-GEMM_WRAP(gemm_q6_K, gemm_q, ES_QTYPE_Q6_K)
 GEMM_WRAP(gemm_f32, gemm_f, ES_QTYPE_F32)
 GEMM_WRAP(gemm_f16, gemm_f, ES_QTYPE_F16)
 GEMM_WRAP(gemm_bf16, gemm_f, ES_QTYPE_BF16)
@@ -274,8 +301,10 @@ void es_kern_fill_scalar(es_kern *k)
           {ES_QTYPE_BF16, gemm_bf16},
       };
     for (size_t i = 0; i < ES_LEN(q); i++)
-        k->op[q[i].type] = (es_kern_ops){es_act_q8_row_bytes, act_prepare_q, q[i].gemm, scratch_q};
+        k->op[q[i].type] = (es_kern_ops){es_act_q8_row_bytes, act_prepare_q, q[i].gemm, scratch_q, NULL};
     for (size_t i = 0; i < ES_LEN(f); i++)
         k->op[f[i].type] =
-            (es_kern_ops){es_act_f32_row_bytes, es_act_f32_prepare, f[i].gemm, scratch_f};
+            (es_kern_ops){es_act_f32_row_bytes, es_act_f32_prepare, f[i].gemm, scratch_f, NULL};
+    k->op[ES_QTYPE_Q4_0].gemm_tiled = gemm_tiled_q4_0;
+    k->op[ES_QTYPE_Q8_0].gemm_tiled = gemm_tiled_q8_0;
 }

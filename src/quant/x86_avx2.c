@@ -459,6 +459,120 @@ GEMM_INT(gemm_q4_K, A_Q4K, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
 
+/* ---- tiled weights (quant/tiles.h) ----------------------------------------------------------
+ *
+ * The 8-row tile s (rows 8s .. 8s+7) of a 32-row tile of the layout reads, per block, dword
+ * group g as the 32 bytes at 2nt + 4nt*g + 32s and its f16 scales at 16s: no transposes. Rows
+ * past the end of a short last tile read as zero (masked loads). The records and micro-kernels
+ * are those of the row layout, so results are bit-identical to it.
+ */
+
+typedef void (*tdecode_fn)(const uint8_t *Wt, int nt, int s, int64_t kb0, int64_t kb1,
+                           uint8_t *tile);
+
+static inline __attribute__((always_inline)) void dec_t_q(const int q8, const uint8_t *Wt,
+                                                          const int nt, int s, int64_t kb0,
+                                                          int64_t kb1, uint8_t *tile)
+{
+    const size_t bb = q8 ? 34 : 18, tbb = (size_t)nt * bb;
+    const int n = nt - 8 * s < 8 ? nt - 8 * s : 8; /* rows of this 8-row tile */
+    const __m256i m = lane_mask(n);
+    for (int64_t b = kb0; b < kb1; b++) {
+        const uint8_t *src = Wt + (size_t)b * tbb, *q = src + 2 * nt + 32 * s;
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256 d;
+        if (n == 8) {
+            d = _mm256_cvtph_ps(ld16(src + 16 * s));
+        } else {
+            uint16_t h[8] = {0};
+            memcpy(h, src + 16 * s, 2 * (size_t)n);
+            d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+        }
+        _mm256_store_ps((float *)(rec + 256), d);
+        for (int g = 0; g < (q8 ? 8 : 4); g++) { /* constant bound once inlined */
+            const int *p = (const int *)(q + 4 * nt * g);
+            const __m256i v = n == 8 ? _mm256_loadu_si256((const __m256i *)p)
+                                     : _mm256_maskload_epi32(p, m);
+            if (q8) {
+                _mm256_store_si256((__m256i *)(rec + 32 * g), v);
+            } else {
+                _mm256_store_si256((__m256i *)(rec + 32 * g), and8(v, 15));
+                _mm256_store_si256((__m256i *)(rec + 32 * (g + 4)), and8(srl16(v, 4), 15));
+            }
+        }
+    }
+}
+
+static void dec_t_q4_0(const uint8_t *Wt, int nt, int s, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    if (nt == ES_TILE_ROWS)
+        dec_t_q(0, Wt, ES_TILE_ROWS, s, kb0, kb1, tile);
+    else
+        dec_t_q(0, Wt, nt, s, kb0, kb1, tile);
+}
+
+static void dec_t_q8_0(const uint8_t *Wt, int nt, int s, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    if (nt == ES_TILE_ROWS)
+        dec_t_q(1, Wt, ES_TILE_ROWS, s, kb0, kb1, tile);
+    else
+        dec_t_q(1, Wt, nt, s, kb0, kb1, tile);
+}
+
+static void gemm_int_tiled(int kind, tdecode_fn dec, uint32_t type, const void *W, int64_t K,
+                           int64_t N, int64_t n0, int64_t n1, const void *act,
+                           const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+                           int accumulate, void *scratch)
+{
+    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
+    const int64_t nb = K / 32;
+    const plan pl = make_plan(K, n_rows, 256, 8 * REC, ACT256);
+    const int64_t ksb = pl.ks / 32;
+    const int tb = tb_of(kind);
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
+    mk_args a;
+    a.tile = scratch;
+    a.K = K;
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
+            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
+            a.nbs = kb1 - kb0;
+            a.kb0 = kb0;
+            a.load_y = accumulate || kb0 > 0;
+            for (int64_t nt = n0 / NR * NR; nt < n1; nt += NR) {
+                const int64_t t0 = nt / ES_TILE_ROWS * ES_TILE_ROWS; /* the 32-row tile */
+                const int lo = (int)(n0 > nt ? n0 - nt : 0);
+                const int hi = (int)(n1 - nt < NR ? n1 - nt : NR);
+                a.m = _mm256_andnot_si256(lane_mask(lo), lane_mask(hi));
+                dec((const uint8_t *)W + t0 * wrb, es_tile_rows(N, t0), (int)(nt - t0) / NR, kb0,
+                    kb1, scratch);
+                for (int64_t r = rg; r < rg1; r += tb) {
+                    const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
+                        /* may point below column n0: the mask keeps every access in [n0, n1) */
+                        a.yp[t] = Y + (r + t) * ldy + nt;
+                    }
+                    mk_table[kind][T](&a);
+                }
+            }
+        }
+    }
+}
+
+#define GEMM_TILED(name, kind, dec, type)                                                          \
+    static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,                 \
+                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,  \
+                     int accumulate, void *scratch)                                                \
+    {                                                                                              \
+        gemm_int_tiled(kind, dec, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate,   \
+                       scratch);                                                                   \
+    }
+GEMM_TILED(gemm_tiled_q4_0, A_Q40, dec_t_q4_0, ES_QTYPE_Q4_0)
+GEMM_TILED(gemm_tiled_q8_0, A_Q80, dec_t_q8_0, ES_QTYPE_Q8_0)
+
 /* ---- activations ---------------------------------------------------------------------------- */
 
 static inline float hmax8(__m256 v)
@@ -688,14 +802,14 @@ void es_kern_fill_avx2(es_kern *k)
         uint32_t type;
         es_kern_ops ops;
     } tab[] = {
-        {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_q4_0, gemm_q4_0, scratch_int}},
-        {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_plain, gemm_q8_0, scratch_int}},
-        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_plain, gemm_q4_K, scratch_int}},
-        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_plain, gemm_q5_K, scratch_int}},
-        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int}},
-        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f}},
-        {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f}},
-        {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16, scratch_f}},
+        {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_q4_0, gemm_q4_0, scratch_int, gemm_tiled_q4_0}},
+        {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_plain, gemm_q8_0, scratch_int, gemm_tiled_q8_0}},
+        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_plain, gemm_q4_K, scratch_int, NULL}},
+        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_plain, gemm_q5_K, scratch_int, NULL}},
+        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int, NULL}},
+        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
+        {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f, NULL}},
+        {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16, scratch_f, NULL}},
     };
     for (size_t i = 0; i < ES_LEN(tab); i++)
         k->op[tab[i].type] = tab[i].ops;

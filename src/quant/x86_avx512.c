@@ -673,6 +673,140 @@ GEMM_INT(gemm_q4_K, KM, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, KM, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, K6, dec_q6_K, ES_QTYPE_Q6_K)
 
+/* ---- tiled weights (quant/tiles.h) ----------------------------------------------------------
+ *
+ * The tile layout stores, per 32-row tile and block, the f16 scales d[nt] and then the qs dwords
+ * group-major and row-minor, so column c of group g is one 64-byte load at 2nt + 4nt*g + 64c:
+ * the transposes and gathers of the row decoders are gone. What is left per record is the nibble
+ * split and the offset encoding (Q4_0), or the sign flip (Q8_0), and two f16 converts; the
+ * record and the micro-kernel are those of the row layout, so results are bit-identical to it.
+ * A short last tile (nt < 32) uses masked loads (lanes past nt read as zero, like the row
+ * decoders' missing rows). The tile always covers whole 32-row tiles of the matrix; a request
+ * [n0, n1) that does not start or end at a tile boundary is served by store masks.
+ */
+
+static inline __mmask16 lanes(int n) /* the low n of 16 lanes (n <= 0: none) */
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+
+typedef void (*tdecode_fn)(const uint8_t *Wt, int nt, int64_t kb0, int64_t kb1, uint8_t *tile);
+
+/* Scales d[16c .. 16c+n) of a tile-block as floats (n: rows of the column). */
+static inline __m512 t_scales(const uint8_t *src, int nt, int c)
+{
+    const __m256i h = nt == NRI ? _mm256_loadu_si256((const __m256i *)(src + 32 * c))
+                                : _mm256_maskz_loadu_epi16(lanes(nt - 16 * c), src + 32 * c);
+    return _mm512_cvtph_ps(h);
+}
+
+static inline __m512i t_dwords(const uint8_t *q, int nt, int c)
+{
+    return nt == NRI ? _mm512_loadu_si512(q) : _mm512_maskz_loadu_epi32(lanes(nt - 16 * c), q);
+}
+
+static inline __attribute__((always_inline)) void dec_t_q(const int q8, const uint8_t *Wt,
+                                                          const int nt, int64_t kb0, int64_t kb1,
+                                                          uint8_t *tile)
+{
+    const size_t bb = q8 ? 34 : 18, tbb = (size_t)nt * bb;
+    const __m512i off = _mm512_set1_epi8(120), flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = kb0; b < kb1; b++) {
+        const uint8_t *src = Wt + (size_t)b * tbb, *q = src + 2 * nt;
+        uint8_t *rec = tile + (b - kb0) * REC_Q;
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) {
+            if (nt <= 16 * c) break;
+            _mm512_store_ps(rec + 1024 + 64 * c, t_scales(src, nt, c));
+            if (q8) {
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++)
+                    _mm512_store_si512(rec + 128 * g + 64 * c,
+                                       _mm512_xor_si512(t_dwords(q + 4 * nt * g + 64 * c, nt, c),
+                                                        flip));
+            } else {
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    const __m512i v = t_dwords(q + 4 * nt * g + 64 * c, nt, c);
+                    _mm512_store_si512(rec + 128 * g + 64 * c, _mm512_add_epi8(and8(v, 15), off));
+                    _mm512_store_si512(rec + 128 * (g + 4) + 64 * c,
+                                       _mm512_add_epi8(and8(srl16(v, 4), 15), off));
+                }
+            }
+        }
+    }
+}
+
+static void dec_t_q4_0(const uint8_t *Wt, int nt, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    if (nt == NRI)
+        dec_t_q(0, Wt, NRI, kb0, kb1, tile); /* constant nt: unmasked loads */
+    else
+        dec_t_q(0, Wt, nt, kb0, kb1, tile);
+}
+
+static void dec_t_q8_0(const uint8_t *Wt, int nt, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    if (nt == NRI)
+        dec_t_q(1, Wt, NRI, kb0, kb1, tile);
+    else
+        dec_t_q(1, Wt, nt, kb0, kb1, tile);
+}
+
+/* gemm_int() for tiled weights: the same slices, records and micro-kernels (kind KQ). */
+static void gemm_int_tiled(tdecode_fn dec, uint32_t type, const void *W, int64_t K, int64_t N,
+                           int64_t n0, int64_t n1, const void *act, const int32_t *rows,
+                           int64_t n_rows, float *Y, int64_t ldy, int accumulate, void *scratch)
+{
+    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
+    const int64_t nb = K / 32;
+    const plan pl = make_plan(K, n_rows, 256, 8 * REC_Q, ACT256_Q);
+    const int64_t ksb = pl.ks / 32;
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
+    mk_args a;
+    a.tile = scratch;
+    a.K = K;
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
+            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
+            a.nbs = kb1 - kb0;
+            a.kb0 = kb0;
+            a.load_y = accumulate || kb0 > 0;
+            for (int64_t nt = n0 / NRI * NRI; nt < n1; nt += NRI) {
+                /* rows [lo, hi) of this tile are wanted */
+                const int lo = (int)(n0 > nt ? n0 - nt : 0);
+                const int hi = (int)(n1 - nt < NRI ? n1 - nt : NRI);
+                const int C = hi > 16 ? 2 : 1, tb = tb_of(KQ, C);
+                a.m[0] = (__mmask16)(lanes(hi) & ~lanes(lo));
+                a.m[1] = (__mmask16)(lanes(hi - 16) & ~lanes(lo - 16));
+                dec((const uint8_t *)W + nt * wrb, es_tile_rows(N, nt), kb0, kb1, scratch);
+                for (int64_t r = rg; r < rg1; r += tb) {
+                    const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
+                        /* may point below column n0: the masks keep every access in [n0, n1) */
+                        a.yp[t] = Y + (r + t) * ldy + nt;
+                    }
+                    mk_table[KQ][C - 1][T](&a);
+                }
+            }
+        }
+    }
+}
+
+#define GEMM_TILED(name, dec, type)                                                                \
+    static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,                 \
+                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,  \
+                     int accumulate, void *scratch)                                                \
+    {                                                                                              \
+        gemm_int_tiled(dec, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate,         \
+                       scratch);                                                                   \
+    }
+GEMM_TILED(gemm_tiled_q4_0, dec_t_q4_0, ES_QTYPE_Q4_0)
+GEMM_TILED(gemm_tiled_q8_0, dec_t_q8_0, ES_QTYPE_Q8_0)
+
 /* ---- activations (integer types) ---------------------------------------------------------- */
 
 /* Bit-identical to es_act_q8_prepare(): max|x| is exact in any order, d and 1/d are the same
@@ -872,14 +1006,14 @@ void es_kern_fill_avx512(es_kern *k)
         uint32_t type;
         es_kern_ops ops;
     } tab[] = {
-        {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q4_0, scratch_q}},
-        {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q8_0, scratch_q}},
-        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q4_K, scratch_k}},
-        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q5_K, scratch_k}},
-        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q6_K, scratch_k}},
-        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f}},
-        {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f}},
-        {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16, scratch_f}},
+        {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q4_0, scratch_q, gemm_tiled_q4_0}},
+        {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q8_0, scratch_q, gemm_tiled_q8_0}},
+        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q4_K, scratch_k, NULL}},
+        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q5_K, scratch_k, NULL}},
+        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q6_K, scratch_k, NULL}},
+        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
+        {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f, NULL}},
+        {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16, scratch_f, NULL}},
     };
     for (size_t i = 0; i < ES_LEN(tab); i++)
         k->op[tab[i].type] = tab[i].ops;
