@@ -17,19 +17,33 @@ uint64_t es_rss_bytes(void)
     return n == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
-uint64_t es_budget_weight_bytes(const es_model *m, int64_t max_tokens)
+/* Reads one byte per page of t's data (and its last byte). */
+static uint8_t touch(const es_tensor *t)
 {
-    uint64_t n = m->output_norm.nbytes + m->output.nbytes;
-    /* a prompt touches at most max_tokens embedding rows, each within two pages */
-    const uint64_t embd_touch = (uint64_t)max_tokens * 2 * 4096;
-    n += embd_touch < m->tok_embd.nbytes ? embd_touch : m->tok_embd.nbytes;
+    const volatile uint8_t *p = t->data;
+    uint8_t x = 0;
+    if (!p || t->nbytes == 0) return 0;
+    for (size_t off = 0; off < t->nbytes; off += 4096) x ^= p[off];
+    return x ^ p[t->nbytes - 1];
+}
+
+void es_budget_touch_weights(const es_model *m)
+{
+    uint8_t sink = touch(&m->output_norm) ^ touch(&m->output);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const es_layer *L = &m->layers[il];
         const es_tensor *ts[] = {&L->attn_norm, &L->wq,     &L->wk,       &L->wv,      &L->wo,
                                  &L->q_norm,    &L->k_norm, &L->ffn_norm, &L->gate_inp};
-        for (size_t i = 0; i < ES_LEN(ts); i++) n += ts[i]->nbytes;
+        for (size_t i = 0; i < ES_LEN(ts); i++) sink ^= touch(ts[i]);
     }
-    return n;
+    (void)sink;
+}
+
+uint64_t es_budget_embedding_bytes(const es_model *m, int64_t max_tokens)
+{
+    /* each row a prompt reads maps up to a fault-around window (64 KiB) of the file */
+    const uint64_t touch = (uint64_t)max_tokens * (64 * 1024 + m->tok_embd.row_bytes);
+    return touch < m->tok_embd.nbytes ? touch : m->tok_embd.nbytes;
 }
 
 static uint64_t mib_up(uint64_t b) { return (b + ((uint64_t)1 << 20) - 1) >> 20; }

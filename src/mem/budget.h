@@ -2,12 +2,14 @@
  * The memory budget (DESIGN §5, §7): what a run needs besides the expert arena (M_other), and
  * the arena (G experts per bank, B banks) that fits the rest.
  *
- * DESIGN: M_other is measured, not modelled, where it can be: the process's resident memory when
- * the session is made (code, the tokenizer, the file's metadata pages), plus the bytes the
- * session reserves for activations and plans (es_big_bytes_live() before and after), plus the
- * non-expert weights the prefill will touch through the mapping (every attention, norm, router
- * and output tensor whole; of the token embedding only the rows a prompt can touch), plus the
- * logits the caller said it will hold, plus a fixed margin for thread stacks, the I/O ring and
+ * DESIGN: M_other is measured, not modelled, where it can be: the non-expert weights the
+ * prefill reads through the mapping are touched first (es_budget_touch_weights), so the
+ * process's resident memory when the session is made includes them as the kernel really maps
+ * them (fault-around and large page-cache folios map more than the tensors' bytes, especially
+ * in a GGUF where they sit between expert tensors); to that come the bytes the session reserves
+ * for activations and plans (es_big_bytes_live() before and after), the token embedding rows a
+ * prompt can touch (each within a 64 KiB fault-around window, at most the whole tensor), the
+ * logits the caller said it will hold, and a fixed margin for thread stacks, the I/O ring and
  * small allocations. Each term is an upper bound of what it stands for, so the estimate errs on
  * the side of staying under the budget; the benchmark reports the measured peak next to it.
  */
@@ -22,8 +24,12 @@
 /* The process's resident memory now (VmRSS), 0 if unknown. */
 uint64_t es_rss_bytes(void);
 
-/* Bytes of non-expert weights a prefill of up to max_tokens tokens touches (upper bound). */
-uint64_t es_budget_weight_bytes(const es_model *m, int64_t max_tokens);
+/* Reads one byte per page of every non-expert tensor but the token embedding (through the
+ * model's mapping), so that they are resident and counted in es_rss_bytes(). */
+void es_budget_touch_weights(const es_model *m);
+/* Bytes of the token embedding's mapping a prefill of up to max_tokens tokens can make
+ * resident (upper bound). */
+uint64_t es_budget_embedding_bytes(const es_model *m, int64_t max_tokens);
 
 typedef struct es_budget_plan {
     int resident;        /* 1: every expert fits with M_other: no arena, no streaming */

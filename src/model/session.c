@@ -87,7 +87,7 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
     const int64_t T = p->max_tokens ? p->max_tokens : m->hp.n_ctx;
     const int rows = p->max_logits_rows > 0 ? p->max_logits_rows : 1;
     const uint64_t fast_bytes = es_big_bytes_live() - big_before;
-    const uint64_t other = rss_before + fast_bytes + es_budget_weight_bytes(m, T) +
+    const uint64_t other = rss_before + fast_bytes + es_budget_embedding_bytes(m, T) +
                            (uint64_t)rows * (uint64_t)m->hp.n_vocab * sizeof(float) +
                            ES_BUDGET_MARGIN_BYTES;
     s->stats.budget_bytes = p->mem_budget_bytes;
@@ -134,6 +134,7 @@ es_status es_session_create_io(const es_model *m, const es_session_params *param
     es_session_params p = params ? *params : es_session_default_params();
     ES_TRY(check_params(m, &p));
     if (p.n_threads == 0) p.n_threads = online_cpus();
+    if (streams(&p)) es_budget_touch_weights(m); /* counted as mapped, in rss_before */
     const uint64_t rss_before = streams(&p) ? es_rss_bytes() : 0;
     const size_t big_before = es_big_bytes_live();
     es_session *s = calloc(1, sizeof(*s));
