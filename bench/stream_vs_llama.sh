@@ -8,8 +8,8 @@
 #                `estream synth --preset olmoe-1b-7b --type q4_0` if missing); estream runs
 #                from MODEL's pack (MODEL with .gguf -> .pack, written by `estream pack` if
 #                missing) and from the GGUF itself, both reported
-#   BUDGETS      comma list of memory budgets, suffix K, M or G (powers of 1024) or bytes;
-#                default 2G,1G,600M
+#   BUDGETS      comma list of memory budgets, suffix K, M or G (powers of 1024) or bytes
+#                (not estream's N% form: the cgroup needs bytes); default 2G,1G,600M
 #   LENGTHS      default 1024,2048;  THREADS default 2;  ROUNDS default 3
 # environment:
 #   ESTREAM            estream binary to use as is (default: build/estream, made first)
@@ -117,11 +117,13 @@ trap 'exit 143' TERM
 
 # cg_run BYTES OUT ERR CMD...: runs CMD in a fresh memory cgroup limited to BYTES (RAM and,
 # where accounted, RAM+swap), removes the cgroup and sets: cg_rc (exit status), cg_oom (tasks
-# the OOM killer killed in it), cg_failcnt (times the limit was hit), cg_max (peak usage, page
-# cache included).
+# the OOM killer killed in it), cg_failcnt (charges that failed at the limit; often 0 even when
+# the limit was reached, reclaim comes first), cg_max (peak usage, page cache included),
+# cg_limit (BYTES).
 cg_run() {
     local bytes=$1 o=$2 e=$3 i
     shift 3
+    cg_limit=$bytes
     mkdir "$cg"
     echo "$bytes" >"$cg/memory.limit_in_bytes"
     if [ -f "$cg/memory.memsw.limit_in_bytes" ]; then echo "$bytes" >"$cg/memory.memsw.limit_in_bytes"; fi
@@ -134,11 +136,14 @@ cg_run() {
     [ ! -d "$cg" ] || { echo "stream_vs_llama: could not remove $cg" >&2; exit 1; }
 }
 
+# cached_bytes FILE: how much of FILE is in the page cache (0 without fincore)
+cached_bytes() { fincore -b -n -o RES "$1" 2>/dev/null | awk '{ print $1 + 0; n++ } END { if (!n) print 0 }'; }
+
 # drop_file_cache FILE: drops FILE's pages from the page cache (only unmapped ones can go)
 drop_file_cache() {
     local left
     dd if="$1" iflag=nocache count=0 status=none 2>/dev/null || true
-    left=$(fincore -b -n -o RES "$1" 2>/dev/null || echo 0)
+    left=$(cached_bytes "$1")
     if [ "${left:-0}" -gt 67108864 ]; then
         echo "  note: $((left >> 20)) MiB of $1 stay in the page cache (mapped by another process?)" >&2
     fi
@@ -156,11 +161,19 @@ if grep -q -- '--load-mode' <<<"$llama_help"; then ll_flags+=(-lm mmap)
 elif grep -q -- '--mmap' <<<"$llama_help"; then ll_flags+=(-mmp 1)
 fi
 # whether the weights were repacked, from the loader's log (-v): a CPU_REPACK buffer
-repack_seen() { grep -q 'CPU_REPACK model buffer' "$1" && echo on || echo off; }
+repack_seen() {
+    if grep -q 'CPU_REPACK model buffer' "$1"; then echo on
+    elif grep -q 'model buffer size' "$1"; then echo off
+    else echo "?"
+    fi
+}
 
-# llama_status ERR: ok | killed | timeout | failed(RC), from cg_* of the last cg_run
+# llama_status: ok | killed | timeout | failed(RC), from cg_* of the last cg_run; "killed": the
+# cgroup's OOM killer fired (oom_kill in memory.oom_control), or, on kernels without that
+# count, SIGKILL with the usage at the limit
 llama_status() {
-    if [ "${cg_oom:-0}" -gt 0 ] || { [ "$cg_rc" -eq 137 ] && [ "$cg_failcnt" -gt 0 ]; }; then echo killed
+    if [ "${cg_oom:-0}" -gt 0 ] || { [ -z "$cg_oom" ] && [ "$cg_rc" -eq 137 ] && [ "$cg_max" -ge $((cg_limit * 95 / 100)) ]; }; then
+        echo killed
     elif [ "$cg_rc" -eq 124 ]; then echo timeout
     elif [ "$cg_rc" -ne 0 ]; then echo "failed($cg_rc)"
     else echo ok
@@ -214,10 +227,18 @@ for r in $(seq 1 "$rounds"); do
         run_estream "$model" "$b" "$bytes" "$out/esgguf.$i.$r" "$out/esgguf.$i.$r.err"
         if [ "$cgroup_ok" = 1 ]; then
             drop_file_cache "$model"
+            pre=$(cached_bytes "$model")
             cg_run "$bytes" "$out/ll.$i.$r" "$out/ll.$i.$r.err" \
                 timeout --foreground --kill-after=10 "$llama_timeout" "$llama_bench" "${ll_flags[@]}"
             st=$(llama_status)
-            echo "$st $cg_max $cg_failcnt $(repack_seen "$out/ll.$i.$r.err")" >"$out/ll.$i.$r.status"
+            # the model's pages that another process read are charged to that process's cgroup,
+            # not to ours: cached before the run, or more cached after it than the limit let this
+            # run keep, means the limit did not hold all of the model ("shared" in the table)
+            post=$(cached_bytes "$model") shared=0
+            if [ "$pre" -gt 67108864 ] || [ "$post" -gt $((bytes + 67108864)) ]; then shared=1; fi
+            echo "$st $cg_max $cg_failcnt $(repack_seen "$out/ll.$i.$r.err") $shared" >"$out/ll.$i.$r.status"
+            [ "$shared" = 0 ] || echo "  llama-bench under $b (round $r): another process had the model cached" \
+                                      "($((pre >> 20)) MiB before, $((post >> 20)) MiB after): not held to the budget" >&2
             case $st in
                 ok) ;;
                 killed) echo "  llama-bench OOM-killed under $b (round $r)" >&2 ;;
@@ -272,7 +293,7 @@ kind == "ll" && nf == 3 {
     n = num("n_prompt"); v = num("avg_ts"); if (n != "" && v != "") { ll[i, n, r] = v; lens[n] = 1 }
     next
 }
-kind == "ll" && nf == 4 { llst[i, r] = $1; if ($2 + 0 > llmax[i] + 0) llmax[i] = $2; llrepack[i] = $4; next }
+kind == "ll" && nf == 4 { llst[i, r] = $1; if ($2 + 0 > llmax[i] + 0) llmax[i] = $2; llrepack[i] = $4; if ($5 == 1) { llsh[i, r] = 1; nshared++ }; next }
 END {
     for (n in lens) order[++k] = n + 0
     for (a = 1; a <= k; a++) for (b = a + 1; b <= k; b++) if (order[b] < order[a]) { t = order[a]; order[a] = order[b]; order[b] = t }
@@ -285,12 +306,12 @@ END {
     for (i = 1; i <= nb; i++) for (a = 1; a <= k; a++) {
         n = order[a]
         split("", ep); split("", eg); split("", eb); split("", lv); split("", rp); split("", rg)
-        nep = neg = neb = nlv = nrp = nrg = 0; nok = nkill = nother = 0; other = ""
+        nep = neg = neb = nlv = nrp = nrg = 0; nok = nkill = nother = nsh = 0; other = ""
         for (r = 1; r <= rounds; r++) {
             if (("espack", i, n, r) in es) ep[++nep] = es["espack", i, n, r]
             if (("esgguf", i, n, r) in es) eg[++neg] = es["esgguf", i, n, r]
             if (("espack", i, n, r) in bub && bub["espack", i, n, r] != "") eb[++neb] = bub["espack", i, n, r]
-            if ((i, n, r) in ll) { lv[++nlv] = ll[i, n, r]; nok++ }
+            if ((i, n, r) in ll) { lv[++nlv] = ll[i, n, r]; nok++; if ((i, r) in llsh) nsh++ }
             else if (llst[i, r] == "killed") nkill++
             else if ((i, r) in llst) { nother++; other = llst[i, r] }
             if (((i, n, r) in ll) && ll[i, n, r] > 0) {
@@ -300,6 +321,7 @@ END {
         }
         runs = !cgok ? "no cgroup" : nok == rounds ? "ok" : nkill == rounds ? "killed" : \
                sprintf("%dok %dkill%s", nok, nkill, nother ? " " nother other : "")
+        if (nsh) runs = runs sprintf(" %dshared", nsh)
         printf "%-7s %-8d %10s %8s %6s %10s %8s %10s %-14s %9s %9s\n", bname[i], n,
                nep ? sprintf("%.1f", median(ep, nep)) : "failed", mib(rss["espack", i, n]),
                neb ? sprintf("%.3f", median(eb, neb)) : "-",
@@ -307,6 +329,7 @@ END {
                nlv ? sprintf("%.1f", median(lv, nlv)) : (cgok ? (nkill ? "killed" : "-") : "-"), runs,
                nrp ? sprintf("%.2fx", median(rp, nrp)) : "-", nrg ? sprintf("%.2fx", median(rg, nrg)) : "-"
     }
+    if (nshared) printf "(\"shared\": runs during which another process had the model in the page cache; its pages\n are charged to the cgroup of that process, so the limit did not hold them and those llama.cpp figures\n overstate what llama.cpp does within the budget)\n"
     printf "\nper budget: llama.cpp cgroup peak usage (page cache included), repacking seen; estream plan (pack):\n"
     for (i = 1; i <= nb; i++) {
         printf "  %-6s = %s bytes: llama.cpp peak %s MiB, repacking %s", bname[i], bsize[i], mib(llmax[i]), (i in llrepack) ? llrepack[i] : "-"

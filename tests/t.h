@@ -185,6 +185,19 @@ static inline char *t_read_file(const char *path, size_t *len)
 }
 
 /* Runs a shell command, returns its exit status (or -1), capturing stdout into out (cap bytes). */
+/* XORs the byte at offset `at` of the file at path with mask (a corrupted file for a test). */
+static inline void t_flip_byte(const char *path, uint64_t at, uint8_t mask)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseeko(f, (off_t)at, SEEK_SET), 0);
+    const int c = fgetc(f);
+    assert_true(c != EOF);
+    assert_int_equal(fseeko(f, (off_t)at, SEEK_SET), 0);
+    assert_int_equal(fputc(c ^ mask, f), c ^ mask);
+    assert_int_equal(fclose(f), 0);
+}
+
 static inline int t_run(const char *cmd, char *out, size_t cap)
 {
     FILE *p = popen(cmd, "r");
