@@ -452,6 +452,37 @@ static void test_bad_params(void **state)
     es_model_close(m);
 }
 
+
+/* --trace: the Chrome trace of a streamed prefill has a track per compute phase, per bank, the
+ * expert groups and the waits, and the two counters; an unwritable path fails the request. */
+static void test_trace_file(void **state)
+{
+    (void)state;
+    char path[520];
+    snprintf(path, sizeof(path), "%s", t_tmp_path("stream-trace.json"));
+    es_session_params p = es_session_default_params();
+    p.groups = 3;
+    p.banks = 2;
+    p.trace_path = path;
+    float *y = NULL;
+    if (run(fx_q4.pack, &p, NULL, fx_q4.ids, 64, &y, NULL)) fail_msg("%s", es_last_error());
+    free(y);
+    size_t len = 0;
+    char *json = t_read_file(path, &len);
+    assert_non_null(json);
+    const char *want[] = {"\"traceEvents\"", "\"name\":\"attention\"", "\"name\":\"router\"",
+                          "\"name\":\"moe\"", "\"name\":\"expert groups\"", "\"name\":\"bank 1\"",
+                          "\"name\":\"ready banks\"", "\"name\":\"reads in flight\"",
+                          "\"name\":\"read L1 e6-7\"", "\"name\":\"experts L0 e0-2\""};
+    for (size_t i = 0; i < T_LEN(want); i++)
+        if (!strstr(json, want[i])) fail_msg("trace lacks %s", want[i]);
+    free(json);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/x.json", t_tmp_path("no-such-dir"));
+    assert_int_equal(run(fx_q4.pack, &p, NULL, fx_q4.ids, 8, &y, NULL), ES_E_IO);
+    free(y);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -485,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_budget_rule),
         cmocka_unit_test(test_session_budget),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_trace_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

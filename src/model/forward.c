@@ -59,21 +59,24 @@ struct es_fast {
     plan_entry plans[MAX_PLANS];
     int n_plans;
     es_trace *trace;      /* NULL: no trace */
-    int trace_track;
+    int trace_track[3];   /* one track per phase: attention, router, moe */
 };
 
-void es_fast_set_trace(es_fast *f, es_trace *t, int track)
+enum { PHASE_ATTENTION, PHASE_ROUTER, PHASE_MOE };
+static const char *const phase_name[3] = {"attention", "router", "moe"};
+
+void es_fast_set_trace(es_fast *f, es_trace *t)
 {
     f->trace = t;
-    f->trace_track = track;
+    for (int i = 0; i < 3; i++) f->trace_track[i] = es_trace_track(t, phase_name[i]);
 }
 
-static void span(es_fast *f, const char *what, int il, uint64_t t0)
+static void span(es_fast *f, int phase, int il, uint64_t t0)
 {
     if (!f->trace) return;
     char name[48];
-    snprintf(name, sizeof(name), "%s L%d", what, il);
-    es_trace_span(f->trace, f->trace_track, name, t0, es_now_ns(), "layer", il, NULL, 0);
+    snprintf(name, sizeof(name), "%s L%d", phase_name[phase], il);
+    es_trace_span(f->trace, f->trace_track[phase], name, t0, es_now_ns(), "layer", il, NULL, 0);
 }
 
 static size_t fbytes(int64_t a, int64_t b) { return sizeof(float) * (size_t)a * (size_t)b; }
@@ -543,7 +546,7 @@ static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov
         run_gemms(f, &o, 1);
         row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
         es_pool_run(f->pool, row_worker, &add);
-        span(f, "attention", il, t0);
+        span(f, PHASE_ATTENTION, il, t0);
 
         /* mixture of experts */
         t0 = f->trace ? es_now_ns() : 0;
@@ -553,12 +556,12 @@ static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov
         run_gemms(f, &rt, 1);
         run_rows(f, m, L, ROW_ROUTE, T);
         sort_routes(f, hp, T, il);
-        span(f, "router", il, t0);
+        span(f, PHASE_ROUTER, il, t0);
         t0 = f->trace ? es_now_ns() : 0;
         ES_TRY(moe_stage(f, m, prov, il, T));
         row_job addm = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->moe};
         es_pool_run(f->pool, row_worker, &addm);
-        span(f, "moe", il, t0);
+        span(f, PHASE_MOE, il, t0);
     }
 
     f->have_counts = true;

@@ -28,10 +28,10 @@ es_status es_fast_reserve(es_fast *f, const es_model *m, int64_t T);
 es_status es_fast_forward(es_fast *f, const es_model *m, es_expert_provider *prov,
                           const int32_t *ids, size_t n, int all_logits, float *logits);
 
-/* Records compute phases (attention, router, moe per layer) on track `track` of t (NULL: off).
- * t is borrowed and must outlive the es_fast. */
+/* Records the compute phases of each layer on t (NULL: off), one track per phase: attention,
+ * router, moe. t is borrowed and must outlive the es_fast. */
 typedef struct es_trace es_trace;
-void es_fast_set_trace(es_fast *f, es_trace *t, int track);
+void es_fast_set_trace(es_fast *f, es_trace *t);
 
 /* Routes per expert of layer il in the last forward: counts[0..n_expert). */
 es_status es_fast_route_counts(const es_fast *f, int il, int64_t *counts, int cap);

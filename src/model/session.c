@@ -110,8 +110,7 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
     if (p->io_limit_bytes_per_s > 0) sp.io.limit_bytes_per_s = p->io_limit_bytes_per_s;
     if (p->io_backend) sp.io.backend = p->io_backend == 1 ? ES_IO_URING : ES_IO_PREAD;
     if (p->no_direct) sp.io.no_direct = 1;
-    sp.trace_track = es_trace_track(s->trace, "compute");
-    es_fast_set_trace(s->fast, s->trace, sp.trace_track);
+    es_fast_set_trace(s->fast, s->trace);
     ES_TRY(es_stream_create(m, &sp, &s->stream));
     es_stream_stats ss;
     es_stream_get_stats(s->stream, &ss);
@@ -172,7 +171,7 @@ es_status es_session_create_io(const es_model *m, const es_session_params *param
     if (!s->trace || streams(&p)) { /* (a resident trace gets its compute track here) */
     } 
     if (streams(&p) && (st = setup_streaming(s, rss_before, big_before))) goto fail;
-    if (s->trace && !s->stream) es_fast_set_trace(s->fast, s->trace, es_trace_track(s->trace, "compute"));
+    if (s->trace && !s->stream) es_fast_set_trace(s->fast, s->trace);
     *out = s;
     return ES_OK;
 fail:

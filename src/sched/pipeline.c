@@ -80,7 +80,8 @@ struct es_stream {
     char broken_msg[256];
     uint64_t read_since_ns; /* in_flight went from 0 to 1 */
     es_stream_stats st;
-    int *trace_bank;       /* [B] trace track of each bank */
+    int *trace_bank;       /* [B] trace track of each bank (its reads) */
+    int trace_groups, trace_waits; /* tracks of the expert groups' compute and of the waits */
 };
 
 /* ---- geometry ---- */
@@ -536,7 +537,7 @@ static es_status on_acquire(es_expert_provider *p, int il, int e0, const int32_t
     pthread_mutex_unlock(&s->mu);
 
     s->st.wait_seconds += (double)(t1 - t0) * 1e-9; /* executor-only field */
-    if (t1 - t0 > 20000) trace_span(s, s->p.trace_track, "wait", j, t0, t1);
+    if (t1 - t0 > 20000) trace_span(s, s->trace_waits, "wait", j, t0, t1);
     const int e1 = entry_e1(s, j);
     for (int e = e0; e < e1; e++) s->phi[e] = b * s->G + (e - e0);
     *phi = s->phi;
@@ -554,7 +555,7 @@ static void on_release(es_expert_provider *p, int il, int e0)
     for (int i = 0; i < s->B; i++)
         if (s->banks[i].entry == j && s->banks[i].state == BANK_INUSE) b = i;
     ES_ASSERT(b >= 0);
-    trace_span(s, s->p.trace_track, "experts", j, s->banks[b].t_use_ns, t);
+    trace_span(s, s->trace_groups, "experts", j, s->banks[b].t_use_ns, t);
     free_bank(s, b);
     count_ready(s, t);
     poke_loader(s);
@@ -691,6 +692,8 @@ es_status es_stream_create(const es_model *m, const es_stream_params *params, es
     s->st.queue_depth = es_io_queue_depth(s->io);
     s->st.arena_bytes = es_arena_bytes(s->arena);
     s->st.bank_bytes = es_arena_bank_bytes(s->arena);
+    s->trace_groups = es_trace_track(s->p.trace, "expert groups");
+    s->trace_waits = es_trace_track(s->p.trace, "waits for experts");
     for (int b = 0; b < s->B; b++) {
         char name[32];
         snprintf(name, sizeof(name), "bank %d", b);

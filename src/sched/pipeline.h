@@ -56,7 +56,6 @@ typedef struct es_stream_params {
                          GGUF source, which has no checksums) */
     es_io_params io;  /* backend, queue depth (Q), rate limit, O_DIRECT, fault injection */
     es_trace *trace;  /* NULL: no trace */
-    int trace_track;  /* the compute thread's track (waits and expert groups go there) */
 } es_stream_params;
 
 /* Bytes one bank needs to hold any group of G experts of m (max over sparse layers and groups,
