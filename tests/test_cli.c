@@ -725,6 +725,9 @@ static void test_streaming_flags(void **state)
     snprintf(pk, sizeof(pk), "%s", t_tmp_path("stream-cli.pack"));
     snprintf(args, sizeof(args), "pack %s -o %s", DATA "tiny-q8_0.gguf", pk);
     assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    snprintf(args, sizeof(args), "info -m %s", pk); /* Q8_0 experts are stored as tiles */
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "(gate q8_0/tiles @0, up q8_0/tiles @"));
     char res[512], str[512];
     snprintf(res, sizeof(res), "%s", t_tmp_path("resident.f32"));
     snprintf(str, sizeof(str), "%s", t_tmp_path("streamed.f32"));

@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 #include "model/model.h"
 #include "pack/pack.h"
+#include "quant/tiles.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,12 +81,15 @@ static bool print_pack(const es_gguf *g)
             ok = false;
             continue;
         }
-        printf("  layer %-3d    %lld records of %llu bytes (gate %s @0, up %s @%llu, down %s "
-               "@%llu) at file offset %llu\n", il, (long long)l.n_expert,
-               (unsigned long long)l.record_bytes, es_qtype_name(l.types[ES_PACK_GATE]),
-               es_qtype_name(l.types[ES_PACK_UP]), (unsigned long long)l.offsets[ES_PACK_UP],
-               es_qtype_name(l.types[ES_PACK_DOWN]), (unsigned long long)l.offsets[ES_PACK_DOWN],
-               (unsigned long long)l.file_offset);
+        /* a matrix in the kernels' tile order is marked "/tiles" (quant/tiles.h) */
+        const char *lay[3];
+        for (int i = 0; i < 3; i++) lay[i] = l.layouts[i] == ES_LAYOUT_TILES ? "/tiles" : "";
+        printf("  layer %-3d    %lld records of %llu bytes (gate %s%s @0, up %s%s @%llu, down "
+               "%s%s @%llu) at file offset %llu\n", il, (long long)l.n_expert,
+               (unsigned long long)l.record_bytes, es_qtype_name(l.types[ES_PACK_GATE]), lay[0],
+               es_qtype_name(l.types[ES_PACK_UP]), lay[1], (unsigned long long)l.offsets[ES_PACK_UP],
+               es_qtype_name(l.types[ES_PACK_DOWN]), lay[2],
+               (unsigned long long)l.offsets[ES_PACK_DOWN], (unsigned long long)l.file_offset);
     }
     return ok;
 }
