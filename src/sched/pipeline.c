@@ -35,7 +35,7 @@ typedef struct bank {
     int64_t entry;      /* sequence index of the group it holds (-1: none) */
     int reads_left;     /* extents submitted or still to submit, not yet arrived */
     int next_ext;       /* next extent to submit */
-    int failed;         /* a read of this fill failed (message in msg) */
+    int failed;         /* 0 ok, 1 a read failed, 2 a record failed its checksum (msg says) */
     group_map map;
     char msg[320];
     uint64_t t_fill_ns; /* Filling began (trace) */
