@@ -816,6 +816,11 @@ static void test_streaming_flags(void **state)
     assert_non_null(strstr(svgt, "on-demand, 16 tokens"));
     free(svgt);
     unlink(svg);
+    /* the bounds' raw-read probe takes every queue depth the loader takes (up to 64) */
+    snprintf(args, sizeof(args), "bench -m %s -p 8 -r 1 --json --groups 2 --qd 40", pk);
+    if (run(args, out, sizeof(out), err, sizeof(err)) != 0) fail_msg("%s: %s", args, err);
+    assert_non_null(strstr(out, "\"qd\": 40"));
+    assert_non_null(strstr(out, "\"raw_read_bytes_per_second\": "));
     /* a flipped byte in an expert record: one line naming layer and expert, no logits file */
     snprintf(bad, sizeof(bad), "%s", t_tmp_path("stream-bad.pack"));
     size_t len = 0;

@@ -733,7 +733,8 @@ typedef struct probe_state {
     es_io *io;
     uint8_t *buf;
     size_t slot_bytes;
-    int Q, busy_slots; /* bit set of busy buffers */
+    int Q;
+    uint64_t busy_slots; /* bit set of busy buffers (Q <= 64) */
     uint64_t bytes, max_bytes;
     es_status st;
 } probe_state;
@@ -745,20 +746,20 @@ static void probe_group(void *u, const group_map *g)
         if (ps->max_bytes && ps->bytes >= ps->max_bytes) return;
         int slot = -1;
         for (int i = 0; i < ps->Q && slot < 0; i++)
-            if (!(ps->busy_slots & (1 << i))) slot = i;
+            if (!(ps->busy_slots & ((uint64_t)1 << i))) slot = i;
         if (slot < 0) { /* every buffer busy: wait for one */
             uint64_t tag;
             es_status rst;
             if ((ps->st = es_io_wait(ps->io, &tag, &rst))) return;
             if (tag == ES_IO_WAKE_TAG) { x--; continue; }
             if ((ps->st = rst)) return;
-            ps->busy_slots &= ~(1 << (int)tag);
+            ps->busy_slots &= ~((uint64_t)1 << tag);
             slot = (int)tag;
         }
         const extent *e = &g->ext[x];
         ps->st = es_io_submit(ps->io, e->off, e->len, e->need,
                               ps->buf + (size_t)slot * ps->slot_bytes, (uint64_t)slot);
-        ps->busy_slots |= 1 << slot;
+        ps->busy_slots |= (uint64_t)1 << slot;
         ps->bytes += e->len;
     }
 }
@@ -767,7 +768,9 @@ es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p,
 {
     *bps = 0;
     const int Q = p->queue_depth ? p->queue_depth : 4;
-    if (p->groups < 1 || Q < 1 || Q > 30) return es_fail(ES_E_INVAL, "probe: bad G or Q");
+    if (p->groups < 1 || Q < 1 || Q > 64)
+        return es_fail(ES_E_INVAL, "probe: %d experts per group, queue depth %d (1..64)",
+                       p->groups, Q);
     size_t slot = 0; /* the largest single extent */
     const int G = p->groups < m->hp.n_expert ? p->groups : m->hp.n_expert;
     slot = es_stream_bank_bytes(m, G);
