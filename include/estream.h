@@ -115,6 +115,19 @@ typedef enum es_policy {
 } es_policy;
 const char *es_policy_name(es_policy p); /* "early", "after-routing", "on-demand" */
 
+/* The configurator's result for one model on one machine (`estream tune`, DESIGN §7): the
+ * storage figures and one profile per candidate group size, from which a budget's arena (G, B)
+ * and queue depth Q are chosen in milliseconds. Stored beside the model as "<model>.tune". */
+typedef struct es_tune es_tune;
+/* Reads a tune file made for model m (checked: the model file's size and a hash of its
+ * header). Errors: ES_E_IO (cannot read), ES_E_FORMAT (not a tune file, damaged, or made for
+ * another model: the message says which). */
+es_status es_tune_load(const es_model *m, const char *path, es_tune **out);
+void es_tune_free(es_tune *t); /* NULL is a no-op */
+/* Whether t's profiles apply to runs with n_threads threads on the kernel table isa (NULL: the
+ * default) on this CPU: ES_OK, or ES_E_INVAL with the reason in es_last_error(). */
+es_status es_tune_applies(const es_tune *t, int n_threads, const char *isa);
+
 typedef struct es_session_params {
     int n_threads;      /* 0 = min(online CPUs, ES_MAX_THREADS) */
     int reference;      /* 1 = the plain reference path (single-threaded oracle) */
@@ -147,6 +160,9 @@ typedef struct es_session_params {
     int max_logits_rows;        /* rows of logits the caller will hold during a prefill, counted
                                  * in M_other (0 = 1: the last position only) */
     const char *trace_path;     /* write a Chrome trace (Perfetto) of each prefill here */
+    const es_tune *tune;        /* with a budget and no groups/banks/queue_depth: choose them
+                                 * from these profiles (es_tune_applies must hold) instead of the
+                                 * default rule; must outlive session creation only */
 } es_session_params;
 
 /* Defaults: all CPUs, fast path, grow-on-demand buffers, the default kernel table. */
@@ -196,6 +212,9 @@ typedef struct es_run_stats {
     double wait_seconds;     /* seconds the compute threads waited for experts */
     double bubble_rate;      /* wait_seconds / seconds */
     int64_t groups_read, groups_skipped;
+    int tuned;                  /* G/B/Q came from es_session_params.tune */
+    double predicted_seconds;   /* the configurator's prediction for its calibration prompt */
+    double tune_select_seconds; /* time the choice from the profiles took */
 } es_run_stats;
 void es_session_stats(const es_session *s, es_run_stats *out);
 

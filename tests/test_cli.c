@@ -67,7 +67,7 @@ static void expect_error(const char *args, const char *needle)
 static void test_help(void **state)
 {
     (void)state;
-    const char *cmds[] = {"info", "tokenize", "synth", "prefill", "ppl", "bench", "pack"};
+    const char *cmds[] = {"info", "tokenize", "synth", "prefill", "ppl", "bench", "pack", "tune"};
     char out[8192];
     for (size_t i = 0; i < T_LEN(cmds); i++) {
         char args[64];
@@ -849,6 +849,126 @@ static void test_streaming_flags(void **state)
     unlink(pk);
 }
 
+/* estream tune on the small preset: the tuning file, its use by prefill (said on stderr and in the
+ * summary), --tune none and FILE, a tuning for another thread count or a damaged one, the
+ * sweep's JSON, refusals, and an interrupted tune leaving no partial file. */
+static void test_tune(void **state)
+{
+    (void)state;
+    char *dir = t_mkdtemp("tune-cli");
+    assert_non_null(dir);
+    setenv("XDG_CACHE_HOME", dir, 1); /* the storage cache goes there */
+    char pk[600], tf[600], args[3000], out[65536], err[4096];
+    snprintf(pk, sizeof(pk), "%s/small.pack", dir);
+    snprintf(tf, sizeof(tf), "%s/other.tune", dir);
+    /* 2 layers x 8 experts of 155 KiB: room between one bank and all of them */
+    snprintf(args, sizeof(args), "synth --preset small --type q4_0 -o %s/small.gguf && %s pack "
+             "%s/small.gguf -o %s", dir, t_bin(), dir, pk);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    /* an infeasible budget is reported with the smallest that works (not an error) */
+    snprintf(args, sizeof(args), "tune -m %s --mem 1K --groups 1,2 --tokens 24 -t 2 --json --out %s",
+             pk, tf);
+    if (run(args, out, sizeof(out), err, sizeof(err)) != 0) fail_msg("%s: %s", args, err);
+    const char *mb = strstr(out, "\"min_budget_bytes\": ");
+    assert_non_null(mb);
+    assert_non_null(strstr(out, "\"feasible\": false"));
+    const unsigned long long min_budget = strtoull(mb + 20, NULL, 10);
+    assert_true(min_budget > 1024);
+    /* a budget 1 MiB above it streams (the experts are 2.4 MiB, and M_other's estimate moves
+     * by much less between runs); the tuning goes beside the model by default */
+    const unsigned long long budget = min_budget + (1 << 20);
+    snprintf(args, sizeof(args), "tune -m %s --mem %llu --groups 1,2 --tokens 24 -t 2 --io-limit 0,50",
+             pk, budget);
+    if (run(args, out, sizeof(out), err, sizeof(err)) != 0) fail_msg("%s: %s", args, err);
+    assert_non_null(strstr(out, "storage:"));
+    assert_non_null(strstr(out, "predicted s"));
+    char def[700];
+    snprintf(def, sizeof(def), "%s.tune", pk);
+    size_t len = 0;
+    char *text = t_read_file(def, &len);
+    assert_non_null(text);
+    assert_true(strncmp(text, "estream-tune 1\n", 15) == 0);
+    assert_true(len > 5 && strcmp(text + len - 4, "end\n") == 0);
+    assert_non_null(strstr(text, "\nchoice "));
+    /* prefill with the budget uses it and says so; --tune none does not */
+    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 2 --mem %llu", pk, budget);
+    if (run(args, out, sizeof(out), err, sizeof(err)) != 0) fail_msg("%s: %s", args, err);
+    assert_non_null(strstr(err, "the arena comes from the tuning"));
+    assert_non_null(strstr(out, "tuned:      chosen from the profiles in"));
+    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 2 --mem %llu --json", pk, budget);
+    assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "\"tuned\": true"));
+    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 2 --mem %llu --tune none",
+             pk, budget);
+    assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
+    assert_null(strstr(out, "tuned:"));
+    assert_null(strstr(err, "tuning"));
+    /* made for 2 threads: a 1-thread run says why it does not use it, and goes on */
+    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 1 --mem %llu", pk, budget);
+    assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "made for 2 threads, this run uses 1"));
+    assert_null(strstr(out, "tuned:"));
+    /* --tune FILE that cannot be used is an error; a damaged default one a warning */
+    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --mem %llu --tune %s/nothing.tune", pk,
+             budget, dir);
+    expect_error(args, "cannot use the tuning");
+    FILE *f = fopen(def, "wb");
+    assert_non_null(f);
+    fwrite(text, 1, len / 2, f);
+    fclose(f);
+    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --mem %llu", pk, budget);
+    assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "not using the tuning"));
+    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --mem %llu --tune %s", pk, budget, def);
+    expect_error(args, "line ");
+    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --groups 2 --tune %s", pk, tf);
+    expect_error(args, "--tune needs --mem");
+    free(text);
+    /* the sweep: the oracle, the choice and the regret in JSON */
+    snprintf(args, sizeof(args), "tune -m %s --mem %llu --groups 1,2 --tokens 16 -t 2 --sweep "
+             "--reps 1 --json --out %s", pk, budget, tf);
+    if (run(args, out, sizeof(out), err, sizeof(err)) != 0) fail_msg("%s: %s", args, err);
+    const char *keys[] = {"\"tune_seconds\": ", "\"sweep_seconds\": ", "\"oracle\": {\"groups\": ",
+                          "\"chosen\": {\"groups\": ", "\"regret\": ", "\"predicted_seconds\": ",
+                          "\"default\": {\"groups\": ", "\"sweep_runs\": "};
+    for (size_t i = 0; i < T_LEN(keys); i++)
+        if (!strstr(out, keys[i])) fail_msg("no %s in %s", keys[i], out);
+    const double regret = strtod(strstr(out, "\"regret\": ") + 10, NULL);
+    assert_true(regret >= 0);
+    /* refusals */
+    snprintf(args, sizeof(args), "tune -m %s", pk);
+    expect_error(args, "--mem");
+    snprintf(args, sizeof(args), "tune -m %s --mem 1G --groups 0", pk);
+    expect_error(args, "--groups");
+    snprintf(args, sizeof(args), "tune -m %s --mem 1G --groups 1,1", pk);
+    expect_error(args, "given twice");
+    snprintf(args, sizeof(args), "tune -m %s --mem 1G --io-limit -5", pk);
+    expect_error(args, "--io-limit");
+    snprintf(args, sizeof(args), "tune -m %s --mem lots", pk);
+    expect_error(args, "--mem");
+    snprintf(args, sizeof(args), "tune -m %s --mem 1G --out %s", pk, dir); /* a directory */
+    expect_error(args, "cannot write");
+    /* interrupted: no temporary file, and the tuning is either absent or whole */
+    unlink(tf);
+    char bud[32];
+    snprintf(bud, sizeof(bud), "%llu", budget);
+    char *argv[] = {(char *)t_bin(), "tune", "-m", pk, "--mem", bud, "--groups", "1,2", "-t", "2",
+                    "--sweep", "--reps", "100", "--out", tf, NULL};
+    pid_t pid = spawn(argv);
+    assert_true(pid > 0);
+    usleep(300000);
+    assert_int_equal(kill(pid, SIGINT), 0);
+    const int st = wait_for(pid, 20.0);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT);
+    assert_false(has_temp(dir));
+    char *left = t_read_file(tf, &len);
+    if (left) assert_true(len > 4 && strcmp(left + len - 4, "end\n") == 0);
+    free(left);
+    unsetenv("XDG_CACHE_HOME");
+    t_rm_rf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -869,6 +989,8 @@ int main(void)
         cmocka_unit_test(test_output_bad_dirs),
         cmocka_unit_test(test_pack),
         cmocka_unit_test(test_streaming_flags),
+        cmocka_unit_test(test_tune),
     };
+    if (getenv("T_FILTER")) cmocka_set_test_filter(getenv("T_FILTER")); /* e.g. T_FILTER=test_tune */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,6 +49,7 @@ typedef struct cli_stream {
     bool policy_set, no_direct, no_verify;
     double io_limit_mbps;
     const char *trace;
+    const char *tune;   /* --tune FILE or "none"; NULL: MODEL.tune when it exists */
 } cli_stream;
 extern const char cli_stream_help[];
 /* Consumes a streaming flag (and its value) if s is one; false otherwise. */
@@ -56,6 +57,13 @@ bool cli_stream_flag(cli_args *a, const char *s, cli_stream *o);
 /* Fills the session's streaming fields; dies on a bad --mem. */
 void cli_stream_apply(const char *cmd, const cli_stream *o, const char *model_path,
                       es_session_params *sp);
+/* The tuning (estream tune) a run with a budget (budget: one is given) and no
+ * --groups/--banks/--qd uses: --tune
+ * FILE, or MODEL.tune when it exists. Says on stderr which file it uses, or why a tuning that
+ * exists does not apply (then NULL: the default rule); dies if an explicit --tune FILE cannot
+ * be used. Sets sp->tune; free the result with es_tune_free() after the session is made. */
+es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m,
+                         const char *model_path, bool budget, es_session_params *sp);
 /* "600M", "1.5G", "25%" (of the file at model_path), plain bytes; dies on anything else. */
 uint64_t cli_budget_bytes(const char *cmd, const char *v, const char *model_path);
 int cli_policy(const char *v, es_policy *out); /* 0, or -1 for an unknown name */
@@ -69,5 +77,9 @@ int cmd_prefill(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
+
+/* The default calibration text of estream tune (calib_text.c). */
+extern const char cli_calib_text[];
 
 #endif

@@ -39,7 +39,9 @@ static const char help[] =
     "n_tokens x raw read bandwidth / expert bytes the row read, where the raw bandwidth is the\n"
     "same grouped O_DIRECT reads at the same size and queue depth with no compute\n"
     "(bench/io_vs_fio.sh compares that reader with fio).\n"
-    "  --plot FILE.svg  tokens/s against the budget, one line per policy and length\n";
+    "  --plot FILE.svg  tokens/s against the budget, one line per policy and length\n"
+    "With a tuning (estream tune; MODEL.tune or --tune FILE), each budget's arena is chosen\n"
+    "from it; such rows are marked 't' after the arena.\n";
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -190,8 +192,8 @@ static void print_row(const bench_opts *b, const bench_row *r, const es_session_
         char budget[32] = "-", arena[32] = "resident", bounds[64] = "";
         if (sp->mem_budget_bytes)
             snprintf(budget, sizeof(budget), "%.0f", (double)sp->mem_budget_bytes / (1 << 20));
-        if (s->streaming) snprintf(arena, sizeof(arena), "%dx%d q%d", s->banks, s->groups,
-                                   s->queue_depth);
+        if (s->streaming) snprintf(arena, sizeof(arena), "%dx%d q%d%s", s->banks, s->groups,
+                                   s->queue_depth, s->tuned ? " t" : "");
         if (res_tps > 0)
             snprintf(bounds, sizeof(bounds), "%9.1f %9.1f %6.2f", res_tps, disk,
                      bound > 0 ? r->tps / bound : 0);
@@ -233,7 +235,6 @@ int cmd_bench(int argc, char **argv)
     /* the model's size limits: open it once to read them */
     es_model *m0 = cli_open_model(b.model, 0);
     const int nv = es_model_n_vocab(m0), ctx = es_model_n_ctx(m0);
-    es_model_close(m0);
     int max_len = 0, kept = 0;
     for (int i = 0; i < b.n_lens; i++) {
         if (b.lens[i] > ctx && list_given)
@@ -262,6 +263,10 @@ int cmd_bench(int argc, char **argv)
     base.reference = b.reference;
     base.max_tokens = max_len;
     cli_stream_apply("bench", &b.so, b.model, &base);
+    /* the tuning, if any, serves every budget of the list (each row re-selects) */
+    es_tune *tune = cli_stream_tune("bench", &b.so, m0, b.model,
+                                    mem_list || base.mem_budget_bytes, &base);
+    es_model_close(m0);
     const bool table = mem_list || policy_list || base.stream || base.mem_budget_bytes ||
                        base.groups || base.banks || base.queue_depth;
     if (b.reference && table) cli_die("bench: --mem and --policy need the fast path");
@@ -348,5 +353,6 @@ int cmd_bench(int argc, char **argv)
     free(plot_x);
     free(plot_y);
     free(ids);
+    es_tune_free(tune);
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -70,8 +70,10 @@ int cmd_ppl(int argc, char **argv)
     sp.max_tokens = ctx <= es_model_n_ctx(m) ? ctx : 0; /* a longer ctx is refused below */
     sp.max_logits_rows = ctx;
     cli_stream_apply("ppl", &so, model, &sp);
+    es_tune *tune = cli_stream_tune("ppl", &so, m, model, sp.mem_budget_bytes > 0, &sp);
     es_session *ses = NULL;
     es_status st = es_session_create(m, &sp, &ses);
+    es_tune_free(tune); /* only the choice needed it */
     if (st) cli_die_status(st, "ppl");
     progress_state ps = {es_now_ns()};
     es_ppl_result r;

@@ -23,6 +23,7 @@ static const char usage[] =
     "  ppl       -m MODEL -f TEXT [-c CTX]     perplexity (llama-perplexity convention)\n"
     "  bench     -m MODEL [-p 128,512,...]     prompt-processing speed (like llama-bench)\n"
     "  pack      -m MODEL -o OUT.pack          write the pack the expert streamer reads\n"
+    "  tune      -m MODEL --mem BUDGETS        choose the arena for memory budgets (MODEL.tune)\n"
     "\n"
     "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avx512\n";
 
@@ -227,5 +228,6 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tune")) return cmd_tune(argc - 1, argv + 1);
     cli_die("unknown command '%s' (run estream --help)", cmd);
 }

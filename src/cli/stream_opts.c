@@ -1,5 +1,6 @@
 /* The memory-budget and streaming options shared by prefill, ppl and bench (cli.h). */
 #include "cli/cli.h"
+#include "sched/tune.h"
 
 #include <errno.h>
 #include <math.h>
@@ -27,7 +28,11 @@ const char cli_stream_help[] =
     "  --io-backend B     auto (io_uring, else pread), io_uring or pread\n"
     "  --no-direct        read through the page cache (the budget is then not kept honestly)\n"
     "  --no-verify        skip the per-record checksum of a pack\n"
-    "  --trace FILE.json  write a Chrome trace of the run (open it in https://ui.perfetto.dev)\n";
+    "  --trace FILE.json  write a Chrome trace of the run (open it in https://ui.perfetto.dev)\n"
+    "  --tune FILE|none   with --mem and no --groups/--banks/--qd, the arena and depth come\n"
+    "                     from the tuning that estream tune wrote (default MODEL.tune when it\n"
+    "                     exists and was made for this model, CPU, thread count and kernels);\n"
+    "                     none: the default rule\n";
 
 bool cli_stream_flag(cli_args *a, const char *s, cli_stream *o)
 {
@@ -57,6 +62,7 @@ bool cli_stream_flag(cli_args *a, const char *s, cli_stream *o)
     } else if (!strcmp(s, "--no-direct")) o->no_direct = true;
     else if (!strcmp(s, "--no-verify")) o->no_verify = true;
     else if (!strcmp(s, "--trace")) o->trace = cli_value(a, s);
+    else if (!strcmp(s, "--tune")) o->tune = cli_value(a, s);
     else return false;
     return true;
 }
@@ -122,6 +128,47 @@ void cli_stream_apply(const char *cmd, const cli_stream *o, const char *model_pa
         cli_die("%s: --mem and the streaming options need the fast path, not --reference", cmd);
 }
 
+es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m,
+                         const char *model_path, bool budget, es_session_params *sp)
+{
+    sp->tune = NULL;
+    const bool explicit_file = o->tune && strcmp(o->tune, "none") != 0;
+    if (o->tune && !explicit_file) return NULL;
+    if (!budget || sp->groups || sp->banks || sp->queue_depth || sp->reference) {
+        if (explicit_file)
+            cli_die("%s: --tune needs --mem and no --groups, --banks or --qd (they fix what the "
+                    "tuning would choose)", cmd);
+        return NULL;
+    }
+    char *path = explicit_file ? strdup(o->tune) : es_tune_default_path(model_path);
+    if (!path) cli_die("out of memory");
+    struct stat sb;
+    if (!explicit_file && stat(path, &sb) != 0) { /* no tuning: the default rule */
+        free(path);
+        return NULL;
+    }
+    es_tune *t = NULL;
+    es_status st = es_tune_load(m, path, &t);
+    if (st == ES_OK) {
+        const int threads = sp->n_threads ? sp->n_threads : cli_default_threads();
+        if ((st = es_tune_applies(t, threads, sp->kernels)) != ES_OK) {
+            es_tune_free(t);
+            t = NULL;
+        }
+    }
+    if (st != ES_OK) {
+        if (explicit_file) cli_die("%s: cannot use the tuning %s: %s", cmd, path, es_last_error());
+        fprintf(stderr, "estream: %s: not using the tuning %s: %s; the default rule chooses the "
+                        "arena (run estream tune again to fix)\n",
+                cmd, path, es_last_error());
+    } else {
+        fprintf(stderr, "estream: %s: the arena comes from the tuning %s\n", cmd, path);
+    }
+    free(path);
+    sp->tune = t;
+    return t;
+}
+
 void cli_stream_print(FILE *f, const es_run_stats *st, bool json)
 {
     if (json) {
@@ -133,13 +180,14 @@ void cli_stream_print(FILE *f, const es_run_stats *st, bool json)
                    "\"io_backend\": \"%s\", \"direct\": %s, \"bytes_read\": %llu, "
                    "\"read_seconds\": %.6f, \"read_bytes_per_second\": %.0f, "
                    "\"wait_seconds\": %.6f, \"bubble_rate\": %.4f, \"groups_read\": %lld, "
-                   "\"groups_skipped\": %lld",
+                   "\"groups_skipped\": %lld, \"tuned\": %s, \"predicted_seconds\": %.6f",
                 (unsigned long long)st->other_bytes, (unsigned long long)st->arena_bytes,
                 (unsigned long long)st->min_budget_bytes, st->groups, st->banks, st->queue_depth,
                 st->policy, st->io_backend, st->direct ? "true" : "false",
                 (unsigned long long)st->bytes_read, st->read_seconds, st->read_bytes_per_second,
                 st->wait_seconds, st->bubble_rate, (long long)st->groups_read,
-                (long long)st->groups_skipped);
+                (long long)st->groups_skipped, st->tuned ? "true" : "false",
+                st->predicted_seconds);
         return;
     }
     const double mib = 1 << 20;
@@ -154,6 +202,10 @@ void cli_stream_print(FILE *f, const es_run_stats *st, bool json)
                 (double)st->arena_bytes / mib, (double)st->min_budget_bytes / mib);
     fprintf(f, "arena:      %d banks x %d experts (%.1f MiB), %d reads in flight, policy %s\n",
             st->banks, st->groups, (double)st->arena_bytes / mib, st->queue_depth, st->policy);
+    if (st->tuned)
+        fprintf(f, "tuned:      chosen from the profiles in %.2f ms (predicted %.3f s for the "
+                   "calibration prompt)\n",
+                st->tune_select_seconds * 1e3, st->predicted_seconds);
     fprintf(f, "experts:    %.1f MiB read in %.3f s of I/O (%.0f MB/s, %s%s), %lld groups read, "
                "%lld skipped\n",
             (double)st->bytes_read / mib, st->read_seconds, st->read_bytes_per_second / 1e6,

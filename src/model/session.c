@@ -20,7 +20,9 @@
 #include "model/forward.h"
 #include "quant/kern.h"
 #include "sched/pipeline.h"
+#include "sched/tune.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,6 +36,7 @@ struct es_session {
     es_trace *trace;     /* NULL unless trace_path */
     char *trace_path;
     es_io_params io;     /* the loader's I/O (tests add faults: es_session_create_io) */
+    int record;          /* the streamer records timestamps (es_session_create_rec) */
     es_run_stats stats;
 };
 
@@ -78,6 +81,42 @@ static es_status check_params(const es_model *m, const es_session_params *p)
     return ES_OK;
 }
 
+/* The arena and queue depth the configurator's profiles choose for the budget (tune.h), or
+ * resident when every expert fits and streaming is not forced. */
+static es_status tuned_plan(es_session *s, uint64_t other, es_budget_plan *plan, int *qd)
+{
+    const es_session_params *p = &s->p;
+    const es_tune *t = p->tune;
+    if (es_tune_applies(t, p->n_threads, s->kern.isa) != ES_OK) {
+        char why[256]; /* es_fail formats into the buffer es_last_error() points at */
+        snprintf(why, sizeof(why), "%s", es_last_error());
+        return es_fail(ES_E_INVAL, "the tuning does not apply to this run: %s", why);
+    }
+    memset(plan, 0, sizeof(*plan));
+    const uint64_t all = es_stream_request_bytes(s->m, s->m->hp.n_expert);
+    if (!p->stream && p->mem_budget_bytes >= other + all) { /* as without a tuning */
+        plan->resident = 1;
+        return ES_OK;
+    }
+    /* what the profile run measured beyond the estimate, for its prompt length */
+    const uint64_t extra = t->other_bytes > t->other_estimate ? t->other_bytes - t->other_estimate
+                                                             : 0;
+    es_tune_choice c;
+    const uint64_t t0 = es_now_ns();
+    const es_status st = es_tune_select(t, p->mem_budget_bytes, other + extra,
+                                        p->io_limit_bytes_per_s, p->policy, !p->no_verify, &c);
+    plan->min_budget = c.min_budget;
+    if (st) return st;
+    plan->groups = c.groups;
+    plan->banks = c.banks;
+    plan->bank_bytes = es_stream_bank_bytes(s->m, c.groups);
+    *qd = c.qd;
+    s->stats.tuned = 1;
+    s->stats.predicted_seconds = c.predicted;
+    s->stats.tune_select_seconds = (double)(es_now_ns() - t0) * 1e-9;
+    return ES_OK;
+}
+
 /* The arena for the session's budget (or its forced G/B), the streamer, and the fast path's
  * slots for it. Called with s->fast made for n_expert slots and reserved for max_tokens. */
 static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_before)
@@ -94,7 +133,13 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
     s->stats.other_bytes = other;
     const int force = p->stream || p->groups || p->banks || p->queue_depth;
     es_budget_plan plan;
-    ES_TRY(es_budget_plan_make(m, p->mem_budget_bytes, other, p->groups, p->banks, force, &plan));
+    int qd = p->queue_depth;
+    if (p->tune && p->mem_budget_bytes && !p->groups && !p->banks && !p->queue_depth) {
+        ES_TRY(tuned_plan(s, other, &plan, &qd));
+    } else {
+        ES_TRY(es_budget_plan_make(m, p->mem_budget_bytes, other, p->groups, p->banks, force,
+                                   &plan));
+    }
     s->stats.min_budget_bytes = plan.min_budget;
     if (plan.resident) return ES_OK;
     const int P = plan.groups * plan.banks;
@@ -105,8 +150,9 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
         ES_TRY(es_fast_reserve(s->fast, m, T));
     }
     es_stream_params sp = {.groups = plan.groups, .banks = plan.banks, .policy = p->policy,
-                           .verify = !p->no_verify, .io = s->io, .trace = s->trace};
-    if (p->queue_depth) sp.io.queue_depth = p->queue_depth;
+                           .verify = !p->no_verify, .io = s->io, .trace = s->trace,
+                           .record = s->record};
+    if (qd) sp.io.queue_depth = qd;
     if (p->io_limit_bytes_per_s > 0) sp.io.limit_bytes_per_s = p->io_limit_bytes_per_s;
     if (p->io_backend) sp.io.backend = p->io_backend == 1 ? ES_IO_URING : ES_IO_PREAD;
     if (p->no_direct) sp.io.no_direct = 1;
@@ -128,6 +174,17 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
 es_status es_session_create_io(const es_model *m, const es_session_params *params,
                                const es_io_params *io, es_session **out)
 {
+    return es_session_create_rec(m, params, io, 0, out);
+}
+
+const es_stream_record *es_session_stream_record(const es_session *s)
+{
+    return s && s->stream ? es_stream_get_record(s->stream) : NULL;
+}
+
+es_status es_session_create_rec(const es_model *m, const es_session_params *params,
+                                const es_io_params *io, int record, es_session **out)
+{
     *out = NULL;
     if (!m) return es_fail(ES_E_INVAL, "es_session_create: NULL model");
     es_session_params p = params ? *params : es_session_default_params();
@@ -144,6 +201,7 @@ es_status es_session_create_io(const es_model *m, const es_session_params *param
     p.trace_path = NULL; /* not kept: copied below */
     s->p = p;
     if (io) s->io = *io;
+    s->record = record;
     s->stats.n_threads = p.reference ? 1 : p.n_threads;
     if (p.reference) {
         s->stats.kernels = "reference";
@@ -168,8 +226,6 @@ es_status es_session_create_io(const es_model *m, const es_session_params *param
     if ((st = es_fast_create(m, &s->kern, p.n_threads, p.plan_capacity, 0, &s->fast))) goto fail;
     const int64_t T = p.max_tokens ? p.max_tokens : streams(&p) ? m->hp.n_ctx : 0;
     if (T && (st = es_fast_reserve(s->fast, m, T))) goto fail;
-    if (!s->trace || streams(&p)) { /* (a resident trace gets its compute track here) */
-    } 
     if (streams(&p) && (st = setup_streaming(s, rss_before, big_before))) goto fail;
     if (s->trace && !s->stream) es_fast_set_trace(s->fast, s->trace);
     *out = s;

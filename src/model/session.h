@@ -17,4 +17,12 @@ const es_model *es_session_model(const es_session *s);
 es_status es_session_create_io(const es_model *m, const es_session_params *p,
                                const es_io_params *io, es_session **out);
 
+/* es_session_create_io() whose streamer (if any) records each request's timestamps
+ * (record = 1), which es_session_stream_record() returns after a prefill (NULL when the
+ * session does not stream or does not record). For the configurator's profiles. */
+es_status es_session_create_rec(const es_model *m, const es_session_params *p,
+                                const es_io_params *io, int record, es_session **out);
+struct es_stream_record;
+const struct es_stream_record *es_session_stream_record(const es_session *s);
+
 #endif

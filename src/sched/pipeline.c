@@ -82,7 +82,14 @@ struct es_stream {
     es_stream_stats st;
     int *trace_bank;       /* [B] trace track of each bank (its reads) */
     int trace_groups, trace_waits; /* tracks of the expert groups' compute and of the waits */
+    es_stream_record rec;  /* arrays NULL unless p.record */
 };
+
+/* Stores t in a record array (no-op when not recording). */
+static void rec_at(uint64_t *a, int64_t i, uint64_t t)
+{
+    if (a) a[i] = t;
+}
 
 /* ---- geometry ---- */
 
@@ -268,6 +275,7 @@ static void finish_fill(es_stream *s, int b)
         return;
     }
     k->state = k->failed ? BANK_FAILED : BANK_READY;
+    rec_at(s->rec.t_ready, k->entry, t);
     if (!k->failed) {
         uint8_t *base = es_arena_bank(s->arena, b);
         const int e0 = entry_e0(s, k->entry), e1 = entry_e1(s, k->entry);
@@ -327,6 +335,7 @@ static void issue_one(es_stream *s)
         k->t_fill_ns = es_now_ns();
         s->filling = b;
         s->st.groups_read++;
+        rec_at(s->rec.t_submit, j, k->t_fill_ns);
     }
     const int b = s->filling;
     bank *k = &s->banks[b];
@@ -390,6 +399,7 @@ static void complete(es_stream *s, uint64_t tag, es_status rst)
         read_ended(s);
         return;
     }
+    rec_at(s->rec.t_read_done, k->entry, es_now_ns());
     if (!k->failed && s->pl && s->p.verify && s->active) {
         pthread_mutex_unlock(&s->mu);
         uint64_t stored = 0, got = 0;
@@ -455,6 +465,19 @@ static void *loader_main(void *arg)
 
 /* ---- the provider (executor side) ---- */
 
+static void clear_record(es_stream *s)
+{
+    es_stream_record *r = &s->rec;
+    if (!r->bytes) return;
+    uint64_t *seq[] = {r->t_submit, r->t_read_done, r->t_ready, r->t_want, r->t_acquired,
+                       r->t_released};
+    for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++)
+        memset(seq[i], 0, sizeof(uint64_t) * (size_t)r->n_seq);
+    memset(r->t_begin, 0, sizeof(uint64_t) * (size_t)r->n_sparse);
+    memset(r->t_routed, 0, sizeof(uint64_t) * (size_t)r->n_sparse);
+    r->t_end = 0;
+}
+
 static es_stream *of(es_expert_provider *p)
 {
     return (es_stream *)((char *)p - offsetof(es_stream, prov));
@@ -470,7 +493,9 @@ static es_status on_layer_begin(es_expert_provider *p, int il)
         s->st.bytes_read = 0;
         s->st.read_seconds = s->st.wait_seconds = 0;
         s->st.groups_read = s->st.groups_skipped = 0;
+        clear_record(s);
     }
+    rec_at(s->rec.t_begin, s->sparse_of[il], es_now_ns());
     poke_loader(s);
     pthread_mutex_unlock(&s->mu);
     return ES_OK;
@@ -488,6 +513,7 @@ static es_status on_layer_routed(es_expert_provider *p, int il, const int64_t *c
         s->routed[(int64_t)sw * s->K + k] = n > 0;
     }
     s->routed_upto = sw;
+    rec_at(s->rec.t_routed, sw, es_now_ns());
     recycle_stale(s);
     poke_loader(s);
     pthread_mutex_unlock(&s->mu);
@@ -533,6 +559,8 @@ static es_status on_acquire(es_expert_provider *p, int il, int e0, const int32_t
     k->state = BANK_INUSE;
     const uint64_t t1 = es_now_ns();
     k->t_use_ns = t1;
+    rec_at(s->rec.t_want, j, t0);
+    rec_at(s->rec.t_acquired, j, t1);
     count_ready(s, t1);
     pthread_mutex_unlock(&s->mu);
 
@@ -556,6 +584,7 @@ static void on_release(es_expert_provider *p, int il, int e0)
         if (s->banks[i].entry == j && s->banks[i].state == BANK_INUSE) b = i;
     ES_ASSERT(b >= 0);
     trace_span(s, s->trace_groups, "experts", j, s->banks[b].t_use_ns, t);
+    rec_at(s->rec.t_released, j, t);
     free_bank(s, b);
     count_ready(s, t);
     poke_loader(s);
@@ -567,6 +596,7 @@ static void on_run_end(es_expert_provider *p)
     es_stream *s = of(p);
     pthread_mutex_lock(&s->mu);
     s->active = 0;
+    s->rec.t_end = es_now_ns();
     poke_loader(s);
     while (s->in_flight > 0 || s->filling >= 0) pthread_cond_wait(&s->idle_cv, &s->mu);
     s->n_free = 0;
@@ -586,6 +616,33 @@ static void on_run_end(es_expert_provider *p)
 /* ---- lifetime ---- */
 
 es_expert_provider *es_stream_provider(es_stream *s) { return &s->prov; }
+
+const es_stream_record *es_stream_get_record(const es_stream *s)
+{
+    return s->rec.bytes ? &s->rec : NULL;
+}
+
+/* One block for every record array (p.record). */
+static int alloc_record(es_stream *s)
+{
+    es_stream_record *r = &s->rec;
+    const size_t n = (size_t)s->n_seq, w = (size_t)s->n_sparse;
+    uint64_t *a = calloc(7 * n + 2 * w, sizeof(uint64_t));
+    if (!a) return 0;
+    *r = (es_stream_record){.n_seq = s->n_seq, .n_sparse = s->n_sparse, .K = s->K, .G = s->G};
+    uint64_t **seq[] = {&r->bytes, &r->t_submit, &r->t_read_done, &r->t_ready,
+                        &r->t_want, &r->t_acquired, &r->t_released};
+    for (size_t i = 0; i < 7; i++) *seq[i] = a + i * n;
+    r->t_begin = a + 7 * n;
+    r->t_routed = a + 7 * n + w;
+    for (int64_t j = 0; j < s->n_seq; j++) {
+        group_map g;
+        map_group(&s->m->layers[entry_layer(s, j)], s->pl ? &s->pl[j / s->K] : NULL,
+                  entry_e0(s, j), entry_e1(s, j), &g);
+        r->bytes[j] = map_bytes(&g);
+    }
+    return 1;
+}
 
 void es_stream_get_stats(const es_stream *s, es_stream_stats *out)
 {
@@ -620,6 +677,7 @@ void es_stream_destroy(es_stream *s)
     free(s->free_banks);
     free(s->banks);
     free(s->trace_bank);
+    free(s->rec.bytes); /* the block of every record array */
     free(s);
 }
 
@@ -674,6 +732,7 @@ es_status es_stream_create(const es_model *m, const es_stream_params *params, es
     s->trace_bank = calloc((size_t)s->B, sizeof(int));
     if (!s->phi || !s->slots || !s->routed || !s->free_banks || !s->banks || !s->trace_bank)
         goto nomem;
+    if (params->record && !alloc_record(s)) goto nomem;
     memset(s->routed, -1, (size_t)s->n_seq);
     for (int b = s->B - 1; b >= 0; b--) {
         s->banks[b].entry = -1;

@@ -56,7 +56,30 @@ typedef struct es_stream_params {
                          GGUF source, which has no checksums) */
     es_io_params io;  /* backend, queue depth (Q), rate limit, O_DIRECT, fault injection */
     es_trace *trace;  /* NULL: no trace */
+    int record;       /* 1: keep the timestamps of every group of each request (es_stream_record) */
 } es_stream_params;
+
+/* When each group of the last request was read and computed (es_now_ns() clock), for the
+ * configurator's profiles (sched/tune.h). Entry j of the sequence is sparse layer j / K, experts
+ * (j % K) * G ...; a time is 0 where the event did not happen (a group without routes is neither
+ * acquired nor, once routing is known, read). */
+typedef struct es_stream_record {
+    int64_t n_seq;
+    int n_sparse, K, G;
+    uint64_t *bytes;       /* [n_seq] bytes of the group's extents (as read) */
+    uint64_t *t_submit;    /* [n_seq] the loader reserved a bank and submitted the first read */
+    uint64_t *t_read_done; /* [n_seq] the last extent arrived (before the checksums) */
+    uint64_t *t_ready;     /* [n_seq] published Ready */
+    uint64_t *t_want;      /* [n_seq] the executor asked for it */
+    uint64_t *t_acquired;  /* [n_seq] the executor got it */
+    uint64_t *t_released;  /* [n_seq] the executor released it */
+    uint64_t *t_begin;     /* [n_sparse] layer_begin */
+    uint64_t *t_routed;    /* [n_sparse] routing known */
+    uint64_t t_end;        /* run_end */
+} es_stream_record;
+/* The record of the last request (NULL unless params.record); valid until es_stream_destroy()
+ * and overwritten by the next request. Read it only between requests. */
+const es_stream_record *es_stream_get_record(const es_stream *s);
 
 /* Bytes one bank needs to hold any group of G experts of m (max over sparse layers and groups,
  * extents 4 KiB-aligned). 0 if m has no experts. */

@@ -1,0 +1,256 @@
+/* The configurator's model and choice (tune.h): profiles from streamer records, the max-plus
+ * recurrence, the selection for a budget. */
+#include "sched/tune.h"
+
+#include "core/util.h"
+#include "pack/pack.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const int es_tune_depths[ES_TUNE_N_DEPTHS] = {1, 2, 4, 8};
+
+es_status es_tune_profile_alloc(es_tune_profile *p, int G, int n_sparse, int K)
+{
+    memset(p, 0, sizeof(*p));
+    if (G < 1 || n_sparse < 1 || K < 1 || (int64_t)n_sparse * K > ((int64_t)1 << 24))
+        return es_fail(ES_E_INVAL, "profile: %d layers x %d groups of %d", n_sparse, K, G);
+    const size_t n = (size_t)n_sparse * (size_t)K;
+    p->G = G;
+    p->n_sparse = n_sparse;
+    p->K = K;
+    p->ne = calloc((size_t)n_sparse, sizeof(double));
+    p->x = calloc(n, sizeof(double));
+    p->v = calloc(n, sizeof(double));
+    p->bytes = calloc(n, sizeof(uint64_t));
+    p->routes = calloc(n, sizeof(int64_t));
+    if (!p->ne || !p->x || !p->v || !p->bytes || !p->routes) {
+        es_tune_profile_free(p);
+        return es_fail(ES_E_NOMEM, "out of memory for a profile");
+    }
+    return ES_OK;
+}
+
+void es_tune_profile_free(es_tune_profile *p)
+{
+    free(p->ne);
+    free(p->x);
+    free(p->v);
+    free(p->bytes);
+    free(p->routes);
+    p->ne = p->x = p->v = NULL;
+    p->bytes = NULL;
+    p->routes = NULL;
+}
+
+static double secs(uint64_t a, uint64_t b) { return b > a ? (double)(b - a) * 1e-9 : 0.0; }
+
+es_status es_tune_profile_from_record(es_tune_profile *p, const es_stream_record *r,
+                                      const int64_t *routes, uint64_t t_start, uint64_t t_stop)
+{
+    if (r->n_sparse != p->n_sparse || r->K != p->K || r->G != p->G)
+        return es_fail(ES_E_INVAL, "profile: the record's shape differs from the profile's");
+    uint64_t prev_end = t_start; /* the executor finished the previous layer's experts */
+    for (int w = 0; w < p->n_sparse; w++) {
+        int64_t prev = -1; /* previous routed group of this layer */
+        for (int k = 0; k < p->K; k++) {
+            const int64_t j = (int64_t)w * p->K + k;
+            p->bytes[j] = r->bytes[j];
+            p->routes[j] = routes[j];
+            p->x[j] = p->v[j] = 0;
+            if (routes[j] == 0) continue;
+            if (!r->t_want[j] || !r->t_acquired[j] || !r->t_released[j] || !r->t_ready[j])
+                return es_fail(ES_E_INVAL, "profile: layer %d group %d was not recorded", w, k);
+            if (prev < 0)
+                p->ne[w] = secs(prev_end, r->t_want[j]);
+            else /* the gap between two groups is part of the previous one's work */
+                p->x[prev] += secs(r->t_released[prev], r->t_want[j]);
+            p->x[j] = secs(r->t_acquired[j], r->t_released[j]);
+            p->v[j] = r->t_read_done[j] ? secs(r->t_read_done[j], r->t_ready[j]) : 0;
+            prev = j;
+        }
+        if (prev < 0) return es_fail(ES_E_INVAL, "profile: layer %d had no routes", w);
+        prev_end = r->t_released[prev];
+    }
+    p->tail = secs(prev_end, t_stop);
+    p->seconds = secs(t_start, t_stop);
+    return ES_OK;
+}
+
+double es_tune_bandwidth(const es_tune_profile *p, int q, double io_limit)
+{
+    int i = 0; /* the deepest characterized depth <= q */
+    while (i + 1 < ES_TUNE_N_DEPTHS && es_tune_depths[i + 1] <= q) i++;
+    double bw = p->bw[i];
+    if (io_limit > 0 && (bw <= 0 || io_limit < bw)) bw = io_limit;
+    return bw;
+}
+
+int64_t es_tune_routed_groups(const es_tune_profile *p)
+{
+    int64_t n = 0;
+    for (int64_t j = 0; j < (int64_t)p->n_sparse * p->K; j++) n += p->routes[j] > 0;
+    return n;
+}
+
+static double dmax(double a, double b) { return a > b ? a : b; }
+
+double es_tune_predict(const es_tune_profile *p, int q, int b, double io_limit, es_policy pol,
+                       int verify, double *layer_done)
+{
+    const int64_t N = es_tune_routed_groups(p);
+    q = q < 1 ? 1 : q > 64 ? 64 : q;
+    if (b > N) b = (int)(N < ES_STREAM_MAX_BANKS ? N : ES_STREAM_MAX_BANKS);
+    b = b < 1 ? 1 : b > ES_STREAM_MAX_BANKS ? ES_STREAM_MAX_BANKS : b;
+    const double bw = es_tune_bandwidth(p, q < b ? q : b, io_limit);
+    /* ring buffers of the last max(q, b) completions */
+    const int R = (q > b ? q : b) + 1;
+    double pr[ES_STREAM_MAX_BANKS + 65], fr[ES_STREAM_MAX_BANKS + 65];
+    ES_ASSERT(R <= (int)(sizeof(pr) / sizeof(pr[0])));
+    double d_last = 0, p_last = 0, f_last = 0, f_layer = 0;
+    int64_t n = 0;
+    for (int w = 0; w < p->n_sparse; w++) {
+        const double t_ne = f_layer + p->ne[w];
+        int first = 1;
+        for (int k = 0; k < p->K; k++) {
+            const int64_t j = (int64_t)w * p->K + k;
+            if (p->routes[j] == 0) continue;
+            double a = pol == ES_POLICY_EARLY           ? 0
+                       : pol == ES_POLICY_AFTER_ROUTING ? t_ne
+                       : first                          ? t_ne
+                                                        : f_last;
+            if (n >= q) a = dmax(a, pr[(n - q) % R]);
+            if (n >= b) a = dmax(a, fr[(n - b) % R]);
+            const double d = dmax(a, d_last) + (bw > 0 ? (double)p->bytes[j] / bw : 0);
+            const double pp = dmax(d, p_last) + (verify ? p->v[j] : 0);
+            const double s = dmax(dmax(pp, t_ne), first ? t_ne : f_last);
+            const double f = s + p->x[j];
+            pr[n % R] = pp;
+            fr[n % R] = f;
+            d_last = d;
+            p_last = pp;
+            f_last = f;
+            first = 0;
+            n++;
+        }
+        if (first) f_last = t_ne; /* no routes in this layer */
+        f_layer = f_last;
+        if (layer_done) layer_done[w] = f_layer;
+    }
+    return f_layer + p->tail;
+}
+
+es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, double io_limit,
+                         es_policy pol, int verify, es_tune_choice *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->budget = budget;
+    out->io_limit = io_limit;
+    uint64_t min_budget = UINT64_MAX;
+    const int Q0 = t->q0 > 0 ? t->q0 : 4;
+    for (int i = 0; i < t->n_profiles; i++) {
+        const es_tune_profile *p = &t->prof[i];
+        if (p->bank_bytes == 0) continue;
+        if (other + p->bank_bytes < min_budget) min_budget = other + p->bank_bytes;
+        if (budget < other + p->bank_bytes) continue;
+        int64_t bmax = (int64_t)((budget - other) / p->bank_bytes);
+        const int64_t useful = es_tune_routed_groups(p);
+        if (bmax > useful) bmax = useful;
+        if (bmax > ES_STREAM_MAX_BANKS) bmax = ES_STREAM_MAX_BANKS;
+        for (int b = 1; b <= bmax; b++) {
+            const double tp = es_tune_predict(p, Q0, b, io_limit, pol, verify, NULL);
+            /* strictly faster by more than 0.1 %: ties go to fewer banks, then smaller G */
+            if (out->groups == 0 || tp < out->predicted * 0.999) {
+                out->groups = p->G;
+                out->banks = b;
+                out->qd = Q0 < b ? Q0 : b;
+                out->predicted = tp;
+            }
+        }
+    }
+    out->min_budget = min_budget;
+    if (out->groups == 0) {
+        if (min_budget == UINT64_MAX)
+            return es_fail(ES_E_INVAL, "the tuning holds no profile");
+        return es_fail(ES_E_BUDGET,
+                       "a memory budget of %.1f MiB is too small: this run needs %llu MiB "
+                       "besides the experts and one bank of the smallest group; the smallest "
+                       "budget that works is %llu MiB",
+                       (double)budget / (1 << 20), (unsigned long long)((other + (1 << 20) - 1) >> 20),
+                       (unsigned long long)((min_budget + (1 << 20) - 1) >> 20));
+    }
+    return ES_OK;
+}
+
+es_status es_tune_model_id(const char *path, uint64_t *bytes, uint64_t *hash)
+{
+    *bytes = *hash = 0;
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return es_fail(ES_E_IO, "open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return es_fail(ES_E_IO, "stat %s: %s", path, strerror(errno));
+    }
+    const size_t cap = (size_t)4 << 20;
+    const size_t want = (uint64_t)sb.st_size < cap ? (size_t)sb.st_size : cap;
+    uint8_t *buf = malloc(want ? want : 1);
+    if (!buf) {
+        close(fd);
+        return es_fail(ES_E_NOMEM, "out of memory");
+    }
+    size_t got = 0;
+    while (got < want) {
+        const ssize_t r = pread(fd, buf + got, want - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    es_status st = ES_OK;
+    if (got != want)
+        st = es_fail(ES_E_IO, "read %s: %s", path, got < want ? "short read" : strerror(errno));
+    else {
+        *bytes = (uint64_t)sb.st_size;
+        *hash = es_pack_checksum(buf, got);
+    }
+    free(buf);
+    return st;
+}
+
+void es_tune_cpu_name(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "model name", 10) != 0 && strncmp(line, "Model", 5) != 0) continue;
+        const char *c = strchr(line, ':');
+        if (!c) continue;
+        c++;
+        while (*c == ' ' || *c == '\t') c++;
+        size_t n = strcspn(c, "\n");
+        if (n >= cap) n = cap - 1;
+        memcpy(buf, c, n);
+        buf[n] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+char *es_tune_default_path(const char *model_path)
+{
+    const size_t n = strlen(model_path);
+    char *s = malloc(n + 6);
+    if (s) {
+        memcpy(s, model_path, n);
+        memcpy(s + n, ".tune", 6);
+    }
+    return s;
+}

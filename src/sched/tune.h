@@ -1,0 +1,119 @@
+/*
+ * The configurator (DESIGN §6-7): profiles of one request per candidate group size G, the
+ * max-plus model of the streaming pipeline that predicts a request's time for any (Q, B) from
+ * them, the choice of (G, B, Q) for a budget, and the "<model>.tune" file that keeps it all.
+ *
+ * DESIGN
+ * - A profile (one per G) is derived from the timestamps the streamer records during one
+ *   calibration request (es_stream_record): per sparse layer the non-expert time N_w (from the
+ *   previous layer's last expert group to this layer's first acquire: attention, router, the
+ *   dense parts); per group k the execution time X_k (acquired -> released, plus the gap to the
+ *   next acquire), the checksum time V_k (last byte arrived -> published), its bytes and routes;
+ *   the time after the last group (output head). Read service times come from the storage
+ *   characterization (bandwidth per read size and queue depth), not from the profile run, so
+ *   one profile serves every Q and every --io-limit.
+ * - The model (DESIGN §6, with the device and the loader as in-order servers). For the request's
+ *   routed groups n = 1..N in sequence order, queue depth q, banks b, group n in layer w:
+ *     T_ne(w) = f(last group of layer w-1) + N_w                      (0 before the first)
+ *     a_n = max(gate_n, p_{n-q}, f_{n-b})     read start: a slot and a bank free, policy gate
+ *     d_n = max(a_n, d_{n-1}) + L_n           L_n = bytes_n / bw(G, min(q, b)), capped by the
+ *                                             --io-limit; the device serves reads in order
+ *     p_n = max(d_n, p_{n-1}) + V_n           the loader checks the records, in order
+ *     s_n = max(p_n, T_ne(w), f_{n-1})
+ *     f_n = s_n + X_n
+ *   gate_n: early 0; after-routing T_ne(w); on-demand T_ne(w) for a layer's first group, else
+ *   f_{n-1}. The request takes f_N + tail.
+ * - Choice: B_max(G) = (budget - M_other) / bank_bytes(G) (at most ES_STREAM_MAX_BANKS and one
+ *   bank per routed group); the recurrence for every B <= B_max(G); B*(G) the fastest (ties: the
+ *   fewest banks); G* the fastest G. Q is the storage's Q0.
+ */
+#ifndef ES_TUNE_H
+#define ES_TUNE_H
+
+#include "estream.h"
+#include "model/model.h"
+#include "sched/pipeline.h"
+
+#define ES_TUNE_MAX_G 8      /* candidate group sizes */
+#define ES_TUNE_N_DEPTHS 4   /* queue depths characterized: 1, 2, 4, 8 */
+#define ES_TUNE_MAX_CHOICES 64
+
+extern const int es_tune_depths[ES_TUNE_N_DEPTHS];
+
+/* One candidate G: its profile request and the storage bandwidth at its read size. */
+typedef struct es_tune_profile {
+    int G, n_sparse, K;        /* K groups per sparse layer; n_seq = n_sparse * K */
+    uint64_t bank_bytes;       /* es_stream_bank_bytes(m, G) */
+    double seconds;            /* the profile request, measured */
+    double tail;               /* seconds after the last group */
+    double bw[ES_TUNE_N_DEPTHS]; /* bytes/s reading groups of this G at each depth */
+    double *ne;                /* [n_sparse] N_w */
+    double *x, *v;             /* [n_seq] X_k, V_k (0 for a group without routes) */
+    uint64_t *bytes;           /* [n_seq] */
+    int64_t *routes;           /* [n_seq] */
+} es_tune_profile;
+
+/* A choice for one budget (also what `estream tune` stores for the budgets it was given). */
+typedef struct es_tune_choice {
+    uint64_t budget;
+    double io_limit;           /* bytes/s, 0 = none */
+    int groups, banks, qd;
+    double predicted;          /* seconds for the calibration request */
+    uint64_t min_budget;       /* the smallest budget with one bank of some G */
+} es_tune_choice;
+
+struct es_tune {
+    uint64_t model_bytes, model_hash;
+    char cpu[128];
+    char kernels[16];
+    int threads;
+    int calib_tokens;
+    int q0;
+    uint64_t other_bytes;      /* M_other measured on the smallest-G profile run (its peak
+                                  resident memory less the arena) */
+    uint64_t other_estimate;   /* the session's estimate of M_other for that run (mem/budget.h) */
+    double profile_seconds;    /* storage characterization + profile requests */
+    int n_profiles;
+    es_tune_profile prof[ES_TUNE_MAX_G];
+    int n_choices;
+    es_tune_choice choices[ES_TUNE_MAX_CHOICES];
+};
+
+/* Allocates p's arrays for n_sparse x K groups (zeroed). ES_E_NOMEM. */
+es_status es_tune_profile_alloc(es_tune_profile *p, int G, int n_sparse, int K);
+void es_tune_profile_free(es_tune_profile *p);
+
+/* Fills p's timings from a streamer record of one request that ran from t_start to t_stop
+ * (es_now_ns) with route counts routes[n_seq]. ES_E_INVAL if the record is incomplete (a
+ * routed group never acquired or released). */
+es_status es_tune_profile_from_record(es_tune_profile *p, const es_stream_record *r,
+                                      const int64_t *routes, uint64_t t_start, uint64_t t_stop);
+
+/* Bandwidth the model assumes for G's reads with q in flight and an io limit (0 = none). */
+double es_tune_bandwidth(const es_tune_profile *p, int q, double io_limit);
+
+/* The recurrence: predicted seconds of the profile's request with depth q and b banks under
+ * the policy (verify: the loader checks records). layer_done [n_sparse] (may be NULL) gets each
+ * sparse layer's last group's completion, seconds from the request start. */
+double es_tune_predict(const es_tune_profile *p, int q, int b, double io_limit, es_policy pol,
+                       int verify, double *layer_done);
+
+/* The routed groups of p's request (the most banks that can help). */
+int64_t es_tune_routed_groups(const es_tune_profile *p);
+
+/* Chooses (G, B, Q) for `budget` with M_other = other. ES_E_BUDGET (message: the smallest
+ * budget that works) when no G has one bank. */
+es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, double io_limit,
+                         es_policy pol, int verify, es_tune_choice *out);
+
+/* Identity of a model file: its size and XXH3-64 of its first 4 MiB (the header). */
+es_status es_tune_model_id(const char *path, uint64_t *bytes, uint64_t *hash);
+/* This CPU's name (/proc/cpuinfo "model name", else the architecture). */
+void es_tune_cpu_name(char *buf, size_t cap);
+
+/* "<model path>.tune" in a malloc'd string (NULL when out of memory). */
+char *es_tune_default_path(const char *model_path);
+/* Writes t to path atomically (core/outfile.h). ES_E_IO, ES_E_NOMEM. */
+es_status es_tune_save(const es_tune *t, const char *path);
+
+#endif

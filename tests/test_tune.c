@@ -1,0 +1,449 @@
+/*
+ * The configurator (src/sched/tune*.c): the max-plus recurrence against completion times worked
+ * out by hand, its monotonicity and lower bounds on random profiles, the choice for a budget,
+ * the tune file (round trip, damage, another model, another machine), the storage cache, and
+ * profiles from a real streamed run on the `small` preset, whose choice a budgeted session
+ * then uses with logits bit-identical to the resident run.
+ */
+#include "t.h"
+
+#include "estream.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "sched/pipeline.h"
+#include "sched/tune.h"
+#include "sched/tune_run.h"
+
+/* A profile of 2 sparse layers x 2 groups: N_w = 1 s, X = 2 s, 4 bytes per group, storage
+ * 2 bytes/s at every depth (L = 2 s), checksums 0.5 s, tail 0.5 s. */
+static void hand_profile(es_tune_profile *p)
+{
+    assert_int_equal(es_tune_profile_alloc(p, 1, 2, 2), ES_OK);
+    p->tail = 0.5;
+    for (int w = 0; w < 2; w++) p->ne[w] = 1;
+    for (int j = 0; j < 4; j++) {
+        p->x[j] = 2;
+        p->v[j] = 0.5;
+        p->bytes[j] = 4;
+        p->routes[j] = 3;
+    }
+    for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) p->bw[q] = 2;
+    p->bank_bytes = 4;
+}
+
+static void expect_time(const es_tune_profile *p, int q, int b, double io, es_policy pol,
+                        int verify, double want, double want_layer0)
+{
+    double layers[2];
+    const double got = es_tune_predict(p, q, b, io, pol, verify, layers);
+    if (!t_near(got, want, 1e-9) || !t_near(layers[0], want_layer0, 1e-9))
+        fail_msg("q %d b %d io %g policy %d verify %d: %g (layer 0 %g), want %g (%g)", q, b, io,
+                 (int)pol, verify, got, layers[0], want, want_layer0);
+}
+
+/* Each case below is DESIGN §6 evaluated by hand (a_n, d_n, p_n, s_n, f_n per group). */
+static void test_recurrence_by_hand(void **state)
+{
+    (void)state;
+    es_tune_profile p;
+    hand_profile(&p);
+    /* q 1, b 1, early, no checksums: d = 2, 6 | 10, 14; f = 4, 8 | 12, 16; + tail */
+    expect_time(&p, 1, 1, 0, ES_POLICY_EARLY, 0, 16.5, 8);
+    /* q 2, b 4, early: reads back to back (d 2 4 6 8); f 4 6 | T_ne 7: 9 11 */
+    expect_time(&p, 2, 4, 0, ES_POLICY_EARLY, 0, 11.5, 6);
+    /* after-routing: layer 0 reads from T_ne = 1 (d 3 5, f 5 7), layer 1 from 8 (d 10 12) */
+    expect_time(&p, 2, 4, 0, ES_POLICY_AFTER_ROUTING, 0, 14.5, 7);
+    /* on-demand: each read starts when the executor asks (T_ne or the previous f) */
+    expect_time(&p, 2, 4, 0, ES_POLICY_ON_DEMAND, 0, 18.5, 9);
+    /* checksums in order after each read: p 2.5 4.5 6.5 8.5; f 4.5 6.5 | 9.5 11.5 */
+    expect_time(&p, 2, 4, 0, ES_POLICY_EARLY, 1, 12, 6.5);
+    /* an io limit of 1 byte/s under the device's 2: L = 4; d 4 8 12 16, f 6 10 | 14 18 */
+    expect_time(&p, 2, 4, 1.0, ES_POLICY_EARLY, 0, 18.5, 10);
+    /* a limit above the device changes nothing */
+    expect_time(&p, 2, 4, 100.0, ES_POLICY_EARLY, 0, 11.5, 6);
+    /* a group without routes is neither read nor run: layer 1 is one group (d 6, s 7, f 9) */
+    p.routes[2] = 0;
+    expect_time(&p, 2, 4, 0, ES_POLICY_EARLY, 0, 9.5, 6);
+    assert_int_equal(es_tune_routed_groups(&p), 3);
+    es_tune_profile_free(&p);
+}
+
+/* More banks or more reads in flight never make the prediction slower; it is never faster than
+ * the compute chain or than reading every routed byte at the bandwidth. */
+static void test_recurrence_properties(void **state)
+{
+    (void)state;
+    t_rng r = {7};
+    for (int trial = 0; trial < 200; trial++) {
+        es_tune_profile p;
+        const int W = 1 + (int)(t_next(&r) % 4), K = 1 + (int)(t_next(&r) % 6);
+        assert_int_equal(es_tune_profile_alloc(&p, 2, W, K), ES_OK);
+        double chain = p.tail = (double)(t_next(&r) % 100) / 100;
+        uint64_t bytes = 0;
+        for (int w = 0; w < W; w++) chain += p.ne[w] = (double)(t_next(&r) % 100) / 50;
+        for (int j = 0; j < W * K; j++) {
+            p.routes[j] = t_next(&r) % 4 ? 1 + (int64_t)(t_next(&r) % 9) : 0;
+            p.bytes[j] = 1 + t_next(&r) % 1000;
+            p.x[j] = (double)(t_next(&r) % 100) / 40;
+            p.v[j] = (double)(t_next(&r) % 10) / 40;
+            if (p.routes[j]) {
+                chain += p.x[j];
+                bytes += p.bytes[j];
+            }
+        }
+        double bw = 100 + (double)(t_next(&r) % 400);
+        for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) p.bw[q] = bw *= 1.2;
+        const es_policy pols[] = {ES_POLICY_EARLY, ES_POLICY_AFTER_ROUTING, ES_POLICY_ON_DEMAND};
+        for (size_t k = 0; k < T_LEN(pols); k++)
+            for (int q = 1; q <= 8; q *= 2) {
+                double prev = INFINITY;
+                for (int b = 1; b <= W * K + 2; b++) {
+                    const double t = es_tune_predict(&p, q, b, 0, pols[k], trial & 1, NULL);
+                    if (!(t <= prev + 1e-9)) fail_msg("trial %d: b %d slower than b - 1", trial, b);
+                    if (!(t >= chain - 1e-9)) fail_msg("trial %d: under the compute chain", trial);
+                    const double bound = (double)bytes / es_tune_bandwidth(&p, q < b ? q : b, 0);
+                    if (!(t >= bound - 1e-9)) fail_msg("trial %d: under the read bound", trial);
+                    prev = t;
+                }
+                if (q > 1) { /* deeper queues with many banks: never slower */
+                    const double deep = es_tune_predict(&p, q, W * K, 0, pols[k], 0, NULL);
+                    const double shallow = es_tune_predict(&p, q / 2, W * K, 0, pols[k], 0, NULL);
+                    assert_true(deep <= shallow + 1e-9);
+                }
+            }
+        es_tune_profile_free(&p);
+    }
+}
+
+/* Two candidate sizes: G 1 (cheap banks, slow when reads are serial) and G 2. */
+static void two_profiles(es_tune *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->q0 = 2;
+    t->n_profiles = 2;
+    hand_profile(&t->prof[0]); /* G 1, bank 4 bytes */
+    es_tune_profile *p = &t->prof[1];
+    assert_int_equal(es_tune_profile_alloc(p, 2, 2, 1), ES_OK);
+    p->bank_bytes = 8;
+    p->tail = 0.5;
+    p->ne[0] = p->ne[1] = 1;
+    for (int w = 0; w < 2; w++) {
+        p->x[w] = 3.5; /* one invocation of two experts: a little faster than 2 x 2 */
+        p->v[w] = 0;
+        p->bytes[w] = 8;
+        p->routes[w] = 6;
+    }
+    for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) p->bw[q] = 2;
+}
+
+static void test_select(void **state)
+{
+    (void)state;
+    es_tune t;
+    two_profiles(&t);
+    es_tune_choice c;
+    /* room for 1 bank of G 1 only (other 100, budget 104): G 1 B 1, the hand value 16.5 + the
+     * checksums (verify 0 here) */
+    assert_int_equal(es_tune_select(&t, 104, 100, 0, ES_POLICY_EARLY, 0, &c), ES_OK);
+    assert_int_equal(c.groups, 1);
+    assert_int_equal(c.banks, 1);
+    assert_int_equal(c.qd, 1);
+    assert_true(t_near(c.predicted, 16.5, 1e-9));
+    /* G 1 with b 2 (budget 108): q = min(Q0, b) = 2, both groups of a layer read back to back:
+     * d 2 4, f 4 6; layer 1: a = max(p0, f0) = 4 -> d 6, s 7, f 9; a = f1 = 6 -> d 8, f 11:
+     * 11.5. G 2 with one bank of 8 bytes (L 4): d 4, f 7.5 | T_ne 8.5; a = 7.5 -> d 11.5,
+     * f 15: 15.5. G 1 wins. */
+    assert_int_equal(es_tune_select(&t, 108, 100, 0, ES_POLICY_EARLY, 0, &c), ES_OK);
+    assert_int_equal(c.groups, 1);
+    assert_int_equal(c.banks, 2);
+    assert_true(t_near(c.predicted, 11.5, 1e-9));
+    /* plenty of room: G 1 B 4 = 11.5 as well, so the fewest banks (2) are kept; G 2 B 2:
+     * d 4 8, f 7.5 | T_ne 8.5 -> s 8.5, f 12: 12.5, slower */
+    assert_int_equal(es_tune_select(&t, 1000, 100, 0, ES_POLICY_EARLY, 0, &c), ES_OK);
+    assert_int_equal(c.groups, 1);
+    assert_int_equal(c.banks, 2);
+    /* too small for any bank: the smallest budget is M_other + the smallest bank */
+    assert_int_equal(es_tune_select(&t, 103, 100, 0, ES_POLICY_EARLY, 0, &c), ES_E_BUDGET);
+    assert_non_null(strstr(es_last_error(), "the smallest budget that works"));
+    assert_int_equal(c.min_budget, 104);
+    for (int i = 0; i < 2; i++) es_tune_profile_free(&t.prof[i]);
+}
+
+/* ---- on a real model ---- */
+
+static char gguf[512], pack[520], cache[512];
+static int32_t ids[96];
+
+static es_model *open_model(const char *path)
+{
+    es_model *m = NULL;
+    if (es_model_open(path, 0, &m) != ES_OK) fail_msg("open %s: %s", path, es_last_error());
+    return m;
+}
+
+static es_tune *make_tune(es_model *m, int n_threads)
+{
+    static const int groups[] = {1, 2, 4, 8};
+    es_tune_run_params rp = {.ids = ids, .n_ids = T_LEN(ids), .groups = groups,
+                             .n_groups = T_LEN(groups), .n_threads = n_threads};
+    es_tune *t = NULL;
+    if (es_tune_run(m, &rp, &t) != ES_OK) fail_msg("tune: %s", es_last_error());
+    return t;
+}
+
+/* The profile accounts for the whole request: non-expert, expert and tail times plus the
+ * waits for experts add up to the measured time; routes add up to tokens x top-k per layer. */
+static void test_profile_from_run(void **state)
+{
+    (void)state;
+    es_model *m = open_model(pack);
+    es_tune *t = make_tune(m, 2);
+    assert_int_equal(t->n_profiles, 4);
+    assert_true(t->q0 == 1 || t->q0 == 2 || t->q0 == 4 || t->q0 == 8);
+    assert_true(t->other_estimate > 0 && t->other_bytes > 0);
+    for (int i = 0; i < t->n_profiles; i++) {
+        const es_tune_profile *p = &t->prof[i];
+        assert_int_equal(p->n_sparse, 2);
+        assert_int_equal(p->K, (8 + p->G - 1) / p->G);
+        assert_int_equal(p->bank_bytes, es_stream_bank_bytes(m, p->G));
+        double sum = p->tail;
+        for (int w = 0; w < p->n_sparse; w++) {
+            int64_t routes = 0;
+            sum += p->ne[w];
+            for (int k = 0; k < p->K; k++) {
+                routes += p->routes[w * p->K + k];
+                sum += p->x[w * p->K + k];
+                assert_true(p->bytes[w * p->K + k] > 0 &&
+                            p->bytes[w * p->K + k] <= p->bank_bytes);
+            }
+            assert_int_equal(routes, (int64_t)T_LEN(ids) * 4); /* small: top-4 */
+        }
+        for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) assert_true(p->bw[q] > 0);
+        assert_true(sum > 0 && sum <= p->seconds + 1e-6); /* the rest is waiting for experts */
+    }
+    es_tune_free(t);
+    es_model_close(m);
+}
+
+/* A budgeted session with the tuning takes the configurator's choice and gives the resident
+ * logits bit for bit; the choice is what es_tune_select says for the session's M_other. */
+static void test_session_uses_tuning(void **state)
+{
+    (void)state;
+    es_model *m = open_model(pack);
+    es_tune *t = make_tune(m, 1);
+    const int n = (int)T_LEN(ids);
+    float *res = malloc(sizeof(float) * (size_t)n * 320), *got = malloc(sizeof(float) * (size_t)n * 320);
+    assert_int_equal(es_model_n_vocab(m), 320);
+    es_session_params p = es_session_default_params();
+    p.n_threads = 1;
+    es_session *s = NULL;
+    assert_int_equal(es_session_create(m, &p, &s), ES_OK);
+    assert_int_equal(es_session_prefill(s, ids, (size_t)n, 1, res), ES_OK);
+    es_session_destroy(s);
+    /* a budget too small for every expert: streams, and the tuning chooses */
+    p.max_tokens = n;
+    p.max_logits_rows = n;
+    p.mem_budget_bytes = 1; /* learn M_other from the refusal's numbers */
+    p.tune = t;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_BUDGET);
+    p.mem_budget_bytes = 0;
+    p.stream = 1;
+    p.groups = 1;
+    p.tune = NULL;
+    assert_int_equal(es_session_create(m, &p, &s), ES_OK);
+    es_run_stats rs;
+    es_session_stats(s, &rs);
+    es_session_destroy(s);
+    const uint64_t other = rs.other_bytes; /* the same estimate any session here makes */
+    p.stream = 0;
+    p.groups = 0;
+    p.tune = t;
+    p.mem_budget_bytes = other + es_stream_request_bytes(m, 8) / 2;
+    assert_int_equal(es_session_create(m, &p, &s), ES_OK);
+    assert_int_equal(es_session_prefill(s, ids, (size_t)n, 1, got), ES_OK);
+    es_session_stats(s, &rs);
+    es_session_destroy(s);
+    assert_int_equal(rs.streaming, 1);
+    assert_int_equal(rs.tuned, 1);
+    assert_true(rs.predicted_seconds > 0);
+    assert_memory_equal(res, got, sizeof(float) * (size_t)n * 320);
+    /* the choice is the selection's for what the session measured (plus the measured excess) */
+    const uint64_t extra = t->other_bytes > t->other_estimate ? t->other_bytes - t->other_estimate : 0;
+    es_tune_choice c;
+    assert_int_equal(es_tune_select(t, p.mem_budget_bytes, rs.other_bytes + extra, 0,
+                                    ES_POLICY_EARLY, 1, &c), ES_OK);
+    assert_int_equal(rs.groups, c.groups);
+    assert_int_equal(rs.banks, c.banks);
+    assert_int_equal(rs.queue_depth, c.qd);
+    /* another thread count: the tuning does not apply, and the session says why */
+    p.n_threads = 2;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "made for 1 thread, this run uses 2"));
+    free(res);
+    free(got);
+    es_tune_free(t);
+    es_model_close(m);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Saved and loaded, every number survives; damage and another model are refused by line. */
+static void test_file_round_trip_and_damage(void **state)
+{
+    (void)state;
+    es_model *m = open_model(pack);
+    es_tune *t = make_tune(m, 1);
+    t->choices[0] = (es_tune_choice){12345678, 5e8, 2, 7, 2, 1.25, 0};
+    t->n_choices = 1;
+    char path[512];
+    snprintf(path, sizeof(path), "%s", t_tmp_path("round.tune"));
+    assert_int_equal(es_tune_save(t, path), ES_OK);
+    es_tune *u = NULL;
+    if (es_tune_load(m, path, &u) != ES_OK) fail_msg("load: %s", es_last_error());
+    assert_int_equal(u->n_profiles, t->n_profiles);
+    assert_int_equal(u->q0, t->q0);
+    assert_int_equal(u->other_bytes, t->other_bytes);
+    assert_string_equal(u->cpu, t->cpu);
+    assert_int_equal(u->n_choices, 1);
+    assert_int_equal(u->choices[0].banks, 7);
+    for (int i = 0; i < t->n_profiles; i++) {
+        const es_tune_profile *a = &t->prof[i], *b = &u->prof[i];
+        assert_int_equal(a->G, b->G);
+        for (int64_t j = 0; j < (int64_t)a->n_sparse * a->K; j++) {
+            assert_true(t_near(a->x[j], b->x[j], 1e-8 * (1 + a->x[j])));
+            assert_int_equal(a->bytes[j], b->bytes[j]);
+            assert_int_equal(a->routes[j], b->routes[j]);
+        }
+        /* the loaded profile predicts what the original does */
+        assert_true(t_near(es_tune_predict(a, 2, 3, 0, ES_POLICY_EARLY, 1, NULL),
+                           es_tune_predict(b, 2, 3, 0, ES_POLICY_EARLY, 1, NULL), 1e-6));
+    }
+    assert_int_equal(es_tune_applies(u, 1, NULL), ES_OK);
+    assert_int_equal(es_tune_applies(u, 3, NULL), ES_E_INVAL);
+    es_tune_free(u);
+
+    size_t len = 0;
+    char *good = t_read_file(path, &len);
+    assert_non_null(good);
+    /* damage: cut short, a letter in a number, extra text, another version, an empty file */
+    struct { const char *from, *to, *msg; } cases[] = {
+        {"\nend\n", "\n", "the file ends early"},
+        {"\nq0 ", "\nq0 x", "bad value"},
+        {"\nend\n", "\nend\nmore\n", "text after 'end'"},
+        {"estream-tune 1", "estream-tune 9", "not version 1"},
+        {"\nx ", "\nx z", "a number is missing or out of range"},
+    };
+    for (size_t i = 0; i < T_LEN(cases); i++) {
+        char *bad = malloc(len + 64);
+        const char *at = strstr(good, cases[i].from);
+        assert_non_null(at);
+        const size_t pre = (size_t)(at - good);
+        memcpy(bad, good, pre);
+        strcpy(bad + pre, cases[i].to);
+        strcat(bad, at + strlen(cases[i].from));
+        write_text(path, bad);
+        free(bad);
+        assert_int_equal(es_tune_load(m, path, &u), ES_E_FORMAT);
+        if (!strstr(es_last_error(), cases[i].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", i, es_last_error(), cases[i].msg);
+        assert_non_null(strstr(es_last_error(), "line "));
+    }
+    write_text(path, "");
+    assert_int_equal(es_tune_load(m, path, &u), ES_E_FORMAT);
+    /* made for another model file: the GGUF next to the pack */
+    write_text(path, good);
+    es_model *other = open_model(gguf);
+    assert_int_equal(es_tune_load(other, path, &u), ES_E_FORMAT);
+    assert_non_null(strstr(es_last_error(), "another model file"));
+    es_model_close(other);
+    unlink(path);
+    assert_int_equal(es_tune_load(m, path, &u), ES_E_IO);
+    free(good);
+    es_tune_free(t);
+    es_model_close(m);
+}
+
+/* The storage figures are cached per device: a second tuning reads them, a damaged cache is
+ * measured again and rewritten. */
+static void test_storage_cache(void **state)
+{
+    (void)state;
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/estream", cache);
+    es_model *m = open_model(pack);
+    es_tune *t = make_tune(m, 1); /* the fixtures' setup tuned once already: cached */
+    es_tune_free(t);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    char file[1200] = "";
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "storage-", 8)) snprintf(file, sizeof(file), "%s/%s", dir, e->d_name);
+    closedir(d);
+    assert_true(file[0] != 0);
+    size_t len = 0;
+    char *text = t_read_file(file, &len);
+    assert_non_null(text);
+    assert_true(strncmp(text, "estream-storage 1\n", 18) == 0);
+    int rows = 0;
+    for (char *s = text; *s; s++) rows += *s == '\n';
+    assert_int_equal(rows, 1 + 4 * 4); /* header + 4 group sizes x 4 depths */
+    write_text(file, "estream-storage 1\n12 x\n");
+    t = make_tune(m, 1);
+    es_tune_free(t);
+    char *again = t_read_file(file, &len);
+    assert_non_null(again);
+    rows = 0;
+    for (char *s = again; *s; s++) rows += *s == '\n';
+    assert_int_equal(rows, 1 + 4 * 4);
+    free(text);
+    free(again);
+    es_model_close(m);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(gguf, sizeof(gguf), "%s", t_tmp_path("tune-small.gguf"));
+    snprintf(pack, sizeof(pack), "%s.pack", gguf);
+    es_synth_opts so = {.arch = "olmoe", .preset = "small", .type = "q4_0", .seed = 11};
+    if (es_synth(&so, gguf) != ES_OK || es_pack(gguf, pack, NULL, NULL) != ES_OK) return -1;
+    char *d = t_mkdtemp("tune-cache");
+    if (!d) return -1;
+    snprintf(cache, sizeof(cache), "%s", d);
+    free(d);
+    setenv("XDG_CACHE_HOME", cache, 1);
+    t_rng r = {3};
+    for (size_t i = 0; i < T_LEN(ids); i++) ids[i] = (int32_t)(t_next(&r) % 320);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(gguf);
+    unlink(pack);
+    t_rm_rf(cache);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_recurrence_by_hand),
+        cmocka_unit_test(test_recurrence_properties),
+        cmocka_unit_test(test_select),
+        cmocka_unit_test(test_profile_from_run),
+        cmocka_unit_test(test_session_uses_tuning),
+        cmocka_unit_test(test_file_round_trip_and_damage),
+        cmocka_unit_test(test_storage_cache),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
