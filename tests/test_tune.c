@@ -339,6 +339,7 @@ static void test_file_round_trip_and_damage(void **state)
         {"\nend\n", "\nend\nmore\n", "text after 'end'"},
         {"estream-tune 1", "estream-tune 9", "not version 1"},
         {"\nx ", "\nx z", "a number is missing or out of range"},
+        {"\nne ", "\nne 1 ", "extra text after the numbers"},
     };
     for (size_t i = 0; i < T_LEN(cases); i++) {
         char *bad = malloc(len + 64);

@@ -3,7 +3,9 @@
 # (preset mini, Q4_0), pack it, prefill a long prompt (the first 3,000 bytes of WikiText-2 when
 # the shared data is there, else a built-in paragraph) with every expert resident and then
 # under a memory budget below the resident run's peak (experts streamed from the pack into a
-# small arena: same logits, less memory), and measure both at several prompt lengths.
+# small arena: same logits, less memory), tune the arena for that budget (estream tune: storage,
+# one profile per group size, the pipeline model) and prefill again with the tuned arena, and
+# measure at several prompt lengths.
 # Usage: bash tools/demo.sh [PRESET] [TYPE] [BUDGET]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,7 @@ pack=$tmp/estream-demo-$preset-$type.pack
 prompt=$tmp/estream-demo-prompt.txt
 [ -f "$model" ] || build/estream synth --preset "$preset" --type "$type" --seed 1 -o "$model"
 [ -f "$pack" ] || build/estream pack "$model" -o "$pack"
+rm -f "$pack.tune" # the demo shows the default rule first, then tunes
 if [ -f ../shared/data/text/wikitext-2-test.txt ]; then
     head -c 3000 ../shared/data/text/wikitext-2-test.txt >"$prompt"
 else
@@ -33,4 +36,8 @@ echo "== estream prefill -f $prompt --mem $budget (experts streamed from the pac
 build/estream prefill -m "$pack" -f "$prompt" --top 5 --mem "$budget"
 echo
 echo "== estream bench -p 128,512,1024 --mem $budget --policy early,on-demand (with the bounds)"
-build/estream bench -m "$pack" -p 128,512,1024 -r 3 --mem "$budget" --policy early,on-demand
+build/estream bench -m "$pack" -p 128,512,1024 -r 3 --mem "$budget" --policy early,on-demand --tune none
+echo
+echo "== estream tune --mem $budget (writes $pack.tune), then prefill --mem $budget with it"
+build/estream tune -m "$pack" --mem "$budget"
+build/estream prefill -m "$pack" -f "$prompt" --top 5 --mem "$budget"

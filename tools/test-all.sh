@@ -25,10 +25,10 @@ run release
 run "asan+ubsan" SAN=1
 # ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;
 # test_trace: three threads recording into one trace; test_stream: the expert loader thread and
-# the residency protocol, with slow, short and failing reads).
+# the residency protocol, with slow, short and failing reads; test_tune: profile runs).
 echo "=== tsan ==="
 if make -j"$jobs" TSAN=1 build-tsan/estream >/dev/null 2>&1; then
-    for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream; do
+    for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune; do
         [ -f "tests/$t.c" ] || continue
         make -j"$jobs" TSAN=1 "build-tsan/tests/$t" >/dev/null || { total_f=$((total_f + 1)); status=1; continue; }
         out=$(ESTREAM_DATA=${ESTREAM_DATA:-$PWD/../shared/data} ESTREAM_BIN=$PWD/build-tsan/estream \

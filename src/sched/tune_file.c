@@ -157,7 +157,8 @@ static es_status doubles_line(reader *r, const char *key, double *v, int64_t n)
     char *s = r->fields;
     for (int64_t i = 0; i < n; i++)
         if (!get_double(&s, &v[i])) return bad(r, "a number is missing or out of range");
-    return *s ? bad(r, "extra text after the numbers") : ES_OK;
+    if (*s) return bad(r, "extra text after the numbers");
+    return ES_OK;
 }
 
 static es_status u64s_line(reader *r, const char *key, uint64_t *v, int64_t n)
