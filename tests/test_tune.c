@@ -196,33 +196,35 @@ static es_tune *make_tune(es_model *m, int n_threads)
 static void test_profile_from_run(void **state)
 {
     (void)state;
-    es_model *m = open_model(pack);
-    es_tune *t = make_tune(m, 2);
-    assert_int_equal(t->n_profiles, 4);
-    assert_true(t->q0 == 1 || t->q0 == 2 || t->q0 == 4 || t->q0 == 8);
-    assert_true(t->other_estimate > 0 && t->other_bytes > 0);
-    for (int i = 0; i < t->n_profiles; i++) {
-        const es_tune_profile *p = &t->prof[i];
-        assert_int_equal(p->n_sparse, 2);
-        assert_int_equal(p->K, (8 + p->G - 1) / p->G);
-        assert_int_equal(p->bank_bytes, es_stream_bank_bytes(m, p->G));
-        double sum = p->tail;
-        for (int w = 0; w < p->n_sparse; w++) {
-            int64_t routes = 0;
-            sum += p->ne[w];
-            for (int k = 0; k < p->K; k++) {
-                routes += p->routes[w * p->K + k];
-                sum += p->x[w * p->K + k];
-                assert_true(p->bytes[w * p->K + k] > 0 &&
-                            p->bytes[w * p->K + k] <= p->bank_bytes);
+    for (int src = 0; src < 2; src++) { /* from the pack, and from the GGUF (3 reads a group) */
+        es_model *m = open_model(src ? gguf : pack);
+        es_tune *t = make_tune(m, 2);
+        assert_int_equal(t->n_profiles, 4);
+        assert_true(t->q0 == 1 || t->q0 == 2 || t->q0 == 4 || t->q0 == 8);
+        assert_true(t->other_estimate > 0 && t->other_bytes > 0);
+        for (int i = 0; i < t->n_profiles; i++) {
+            const es_tune_profile *p = &t->prof[i];
+            assert_int_equal(p->n_sparse, 2);
+            assert_int_equal(p->K, (8 + p->G - 1) / p->G);
+            assert_int_equal(p->bank_bytes, es_stream_bank_bytes(m, p->G));
+            double sum = p->tail;
+            for (int w = 0; w < p->n_sparse; w++) {
+                int64_t routes = 0;
+                sum += p->ne[w];
+                for (int k = 0; k < p->K; k++) {
+                    routes += p->routes[w * p->K + k];
+                    sum += p->x[w * p->K + k];
+                    assert_true(p->bytes[w * p->K + k] > 0 &&
+                                p->bytes[w * p->K + k] <= p->bank_bytes);
+                }
+                assert_int_equal(routes, (int64_t)T_LEN(ids) * 4); /* small: top-4 */
             }
-            assert_int_equal(routes, (int64_t)T_LEN(ids) * 4); /* small: top-4 */
+            for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) assert_true(p->bw[q] > 0);
+            assert_true(sum > 0 && sum <= p->seconds + 1e-6); /* the rest is waiting for experts */
         }
-        for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) assert_true(p->bw[q] > 0);
-        assert_true(sum > 0 && sum <= p->seconds + 1e-6); /* the rest is waiting for experts */
+        es_tune_free(t);
+        es_model_close(m);
     }
-    es_tune_free(t);
-    es_model_close(m);
 }
 
 /* A budgeted session with the tuning takes the configurator's choice and gives the resident
@@ -318,6 +320,7 @@ static void test_file_round_trip_and_damage(void **state)
         assert_int_equal(a->G, b->G);
         for (int64_t j = 0; j < (int64_t)a->n_sparse * a->K; j++) {
             assert_true(t_near(a->x[j], b->x[j], 1e-8 * (1 + a->x[j])));
+            assert_true(t_near(a->l[j], b->l[j], 1e-8 * (1 + a->l[j])));
             assert_int_equal(a->bytes[j], b->bytes[j]);
             assert_int_equal(a->routes[j], b->routes[j]);
         }
@@ -395,7 +398,7 @@ static void test_storage_cache(void **state)
     assert_true(strncmp(text, "estream-storage 1\n", 18) == 0);
     int rows = 0;
     for (char *s = text; *s; s++) rows += *s == '\n';
-    assert_int_equal(rows, 1 + 4 * 4); /* header + 4 group sizes x 4 depths */
+    assert_true(rows >= 1 + 4 * 4); /* header + 4 group sizes x 4 depths (+ the GGUF's sizes) */
     write_text(file, "estream-storage 1\n12 x\n");
     t = make_tune(m, 1);
     es_tune_free(t);
@@ -403,7 +406,7 @@ static void test_storage_cache(void **state)
     assert_non_null(again);
     rows = 0;
     for (char *s = again; *s; s++) rows += *s == '\n';
-    assert_int_equal(rows, 1 + 4 * 4);
+    assert_int_equal(rows, 1 + 4 * 4); /* the pack's sizes alone, measured again */
     free(text);
     free(again);
     es_model_close(m);

@@ -47,6 +47,7 @@ static const char help[] =
     "  --no-cache       measure the storage again even if it is cached\n"
     "  --explain        run each chosen configuration once and print, per layer, the\n"
     "                   recurrence's predicted completion time against the measured one\n"
+    "                   (a table: not with --json)\n"
     "  --sweep          the oracle: run every feasible configuration end to end (G in the\n"
     "                   candidates, B in 1, 2, 4, ... and the most that fit, Q in 1, 2, 4, 8\n"
     "                   up to B), then time the oracle's best, the configurator's choice and\n"
@@ -187,9 +188,9 @@ typedef struct run_result {
     double layer_done[4096]; /* with record: each sparse layer's completion, s */
 } run_result;
 
-static void run_once(const es_model *m, const tune_opts *o, const int32_t *ids, size_t n,
-                     uint64_t budget, double io, int G, int B, int Q, const es_tune *tune,
-                     int record, run_result *out)
+static es_status run_once(const es_model *m, const tune_opts *o, const int32_t *ids, size_t n,
+                          uint64_t budget, double io, int G, int B, int Q, const es_tune *tune,
+                          int record, run_result *out)
 {
     /* An explicit arena runs without the session's budget check (the configurator's B_max
      * already applied it); the default path (tune) gets the budget and chooses. */
@@ -200,6 +201,7 @@ static void run_once(const es_model *m, const tune_opts *o, const int32_t *ids, 
     es_reset_peak_rss();
     es_session *s = NULL;
     es_status st = es_session_create_rec(m, &sp, NULL, record, &s);
+    if (st == ES_E_BUDGET && tune) return st; /* the default path refused the budget */
     if (st) cli_die_status(st, "tune");
     float *logits = malloc(sizeof(float) * (size_t)es_model_n_vocab(m));
     if (!logits) cli_die("out of memory");
@@ -219,6 +221,7 @@ static void run_once(const es_model *m, const tune_opts *o, const int32_t *ids, 
     }
     free(logits);
     es_session_destroy(s);
+    return ES_OK;
 }
 
 static void explain(const es_model *m, const tune_opts *o, const es_tune *t,
@@ -232,10 +235,23 @@ static void explain(const es_model *m, const tune_opts *o, const es_tune *t,
     es_tune_predict(p, c->qd, c->banks, c->io_limit, ES_POLICY_EARLY, 1, pred);
     printf("\nexplain: budget %.0f MiB%s, G %d, B %d, Q %d\n", (double)c->budget / (1 << 20),
            c->io_limit > 0 ? " (io-limit)" : "", c->groups, c->banks, c->qd);
-    printf("  layer  predicted ms  measured ms   diff\n");
-    for (int w = 0; w < p->n_sparse && w < 4096; w++)
-        printf("  %5d  %12.1f  %11.1f  %+5.1f%%\n", w, pred[w] * 1e3, r->layer_done[w] * 1e3,
-               r->layer_done[w] > 0 ? 100.0 * (pred[w] / r->layer_done[w] - 1) : 0.0);
+    const double bw = es_tune_bandwidth(p, c->qd < c->banks ? c->qd : c->banks, c->io_limit);
+    printf("  layer  predicted ms  measured ms   diff   reads: model ms  profile ms\n");
+    for (int w = 0; w < p->n_sparse && w < 4096; w++) {
+        /* the layer's reads: bytes at the modelled bandwidth, and their read times in the
+         * profile run (which had Q0 reads in flight) */
+        double model = 0, prof = 0;
+        for (int k = 0; k < p->K; k++) {
+            const int64_t j = (int64_t)w * p->K + k;
+            if (p->routes[j] == 0) continue;
+            model += bw > 0 ? (double)p->bytes[j] / bw : 0;
+            prof += p->l[j];
+        }
+        printf("  %5d  %12.1f  %11.1f  %+5.1f%%  %14.1f  %10.1f\n", w, pred[w] * 1e3,
+               r->layer_done[w] * 1e3,
+               r->layer_done[w] > 0 ? 100.0 * (pred[w] / r->layer_done[w] - 1) : 0.0,
+               model * 1e3, prof * 1e3);
+    }
     printf("  total  %12.1f  %11.1f  %+5.1f%%  (bubbles %.1f%% measured)\n", c->predicted * 1e3,
            r->seconds * 1e3, 100.0 * (c->predicted / r->seconds - 1),
            100.0 * r->stats.bubble_rate);
@@ -262,10 +278,22 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The median of v's finite values (NAN when there is none). Reorders v. */
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof(double), cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(v[i])) v[k++] = v[i];
+    if (k == 0) return NAN;
+    qsort(v, (size_t)k, sizeof(double), cmp_d);
+    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
+/* A JSON number, or null for NaN/infinity (which JSON cannot hold). */
+static void json_num(double v)
+{
+    if (isfinite(v)) printf("%.6f", v);
+    else printf("null");
 }
 
 static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
@@ -304,7 +332,8 @@ static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
                     done++;
                     row->runs++;
                     if (r->peak > c->budget) row->over_budget++;
-                    if (r->seconds < best) {
+                    /* the oracle: the fastest run that kept its budget */
+                    if (r->peak <= c->budget && r->seconds < best) {
                         best = r->seconds;
                         row->og = p->G;
                         row->ob = (int)b;
@@ -316,6 +345,11 @@ static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
     }
     row->oracle_single = best;
     row->seconds = (double)(es_now_ns() - t_begin) * 1e-9;
+    if (!isfinite(best)) { /* every run went over the budget: nothing to compare */
+        row->regret = NAN;
+        free(r);
+        return;
+    }
     /* the final comparison: chosen, oracle, default path, interleaved */
     double *tc = calloc((size_t)o->reps, sizeof(double));
     double *to = calloc((size_t)o->reps, sizeof(double));
@@ -331,7 +365,13 @@ static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
         row->chosen_peak = r->peak > row->chosen_peak ? r->peak : row->chosen_peak;
         run_once(m, o, ids, n, c->budget, c->io_limit, row->og, row->ob, row->oq, NULL, 0, r);
         to[k] = r->seconds;
-        run_once(m, o, ids, n, c->budget, c->io_limit, 0, 0, 0, t, 0, r);
+        if (run_once(m, o, ids, n, c->budget, c->io_limit, 0, 0, 0, t, 0, r) != ES_OK) {
+            /* this process's M_other grew past the budget (a sanitizer's allocator, say) */
+            fprintf(stderr, "estream: tune: the default --mem path refused %.0f MiB here: %s\n",
+                    (double)c->budget / (1 << 20), es_last_error());
+            td[k] = NAN;
+            continue;
+        }
         td[k] = r->seconds;
         row->dg = r->stats.groups;
         row->db = r->stats.banks;
@@ -352,8 +392,8 @@ static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
 
 static void print_choice_json(const char *key, int G, int B, int Q, double secs)
 {
-    printf("\"%s\": {\"groups\": %d, \"banks\": %d, \"qd\": %d, \"seconds\": %.6f", key, G, B, Q,
-           secs);
+    printf("\"%s\": {\"groups\": %d, \"banks\": %d, \"qd\": %d, \"seconds\": ", key, G, B, Q);
+    json_num(secs);
 }
 
 int cmd_tune(int argc, char **argv)
@@ -382,6 +422,7 @@ int cmd_tune(int argc, char **argv)
     }
     if (!o.model) cli_die("tune: -m MODEL is required (see estream tune --help)");
     if (!o.mem_list) cli_die("tune: --mem BUDGET[,BUDGET...] is required (see estream tune --help)");
+    if (o.explain && o.json) cli_die("tune: --explain prints a table; leave out --json");
     es_model *m = cli_open_model(o.model, 0);
     if (es_model_n_expert(m) < 1) cli_die("tune: %s has no experts to stream", o.model);
     parse_lists(&o, m);
@@ -455,7 +496,7 @@ int cmd_tune(int argc, char **argv)
         printf("\ntuned in %.1f s (selection %.2f ms); wrote %s\n", tune_seconds,
                select_seconds * 1e3, out);
     }
-    if (o.explain && !o.json)
+    if (o.explain)
         for (int i = 0; i < t->n_choices; i++) explain(m, &o, t, &t->choices[i], ids, n);
 
     sweep_row *rows = calloc((size_t)t->n_choices, sizeof(sweep_row));
@@ -487,6 +528,11 @@ int cmd_tune(int argc, char **argv)
                    row->over_budget ? "  (some sweep runs over budget)" : "");
             fflush(stdout);
         }
+        for (int i = 0; i < t->n_choices; i++)
+            if (rows[i].og == 0)
+                fprintf(stderr, "estream: tune: at %.0f MiB every sweep run went over the budget "
+                                "(M_other is underestimated here)\n",
+                        (double)rows[i].chosen.budget / (1 << 20));
         if (!o.json)
             printf("\nconfigurator %.1f s, sweep %.1f s: %.0fx faster\n", tune_seconds,
                    sweep_seconds, sweep_seconds / tune_seconds);
@@ -525,10 +571,11 @@ int cmd_tune(int argc, char **argv)
                 print_choice_json("oracle", row->og, row->ob, row->oq, row->oracle_med);
                 printf("}, ");
                 print_choice_json("default", row->dg, row->db, row->dq, row->default_med);
-                printf(", \"peak_rss_bytes\": %llu}, \"regret\": %.6f, \"sweep_runs\": %d, "
-                       "\"sweep_seconds\": %.3f, \"over_budget_runs\": %d",
-                       (unsigned long long)row->default_peak, row->regret, row->runs,
-                       row->seconds, row->over_budget);
+                printf(", \"peak_rss_bytes\": %llu}, \"regret\": ",
+                       (unsigned long long)row->default_peak);
+                json_num(row->regret);
+                printf(", \"sweep_runs\": %d, \"sweep_seconds\": %.3f, \"over_budget_runs\": %d",
+                       row->runs, row->seconds, row->over_budget);
             }
             printf("}");
         }

@@ -148,7 +148,9 @@ es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m
         return NULL;
     }
     es_tune *t = NULL;
+    const uint64_t t0 = es_now_ns();
     es_status st = es_tune_load(m, path, &t);
+    const double load_ms = (double)(es_now_ns() - t0) * 1e-6;
     if (st == ES_OK) {
         const int threads = sp->n_threads ? sp->n_threads : cli_default_threads();
         if ((st = es_tune_applies(t, threads, sp->kernels)) != ES_OK) {
@@ -162,7 +164,8 @@ es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m
                         "arena (run estream tune again to fix)\n",
                 cmd, path, es_last_error());
     } else {
-        fprintf(stderr, "estream: %s: the arena comes from the tuning %s\n", cmd, path);
+        fprintf(stderr, "estream: %s: the arena comes from the tuning %s (read in %.1f ms)\n",
+                cmd, path, load_ms);
     }
     free(path);
     sp->tune = t;

@@ -27,9 +27,10 @@ es_status es_tune_profile_alloc(es_tune_profile *p, int G, int n_sparse, int K)
     p->ne = calloc((size_t)n_sparse, sizeof(double));
     p->x = calloc(n, sizeof(double));
     p->v = calloc(n, sizeof(double));
+    p->l = calloc(n, sizeof(double));
     p->bytes = calloc(n, sizeof(uint64_t));
     p->routes = calloc(n, sizeof(int64_t));
-    if (!p->ne || !p->x || !p->v || !p->bytes || !p->routes) {
+    if (!p->ne || !p->x || !p->v || !p->l || !p->bytes || !p->routes) {
         es_tune_profile_free(p);
         return es_fail(ES_E_NOMEM, "out of memory for a profile");
     }
@@ -41,9 +42,10 @@ void es_tune_profile_free(es_tune_profile *p)
     free(p->ne);
     free(p->x);
     free(p->v);
+    free(p->l);
     free(p->bytes);
     free(p->routes);
-    p->ne = p->x = p->v = NULL;
+    p->ne = p->x = p->v = p->l = NULL;
     p->bytes = NULL;
     p->routes = NULL;
 }
@@ -63,6 +65,8 @@ es_status es_tune_profile_from_record(es_tune_profile *p, const es_stream_record
             p->bytes[j] = r->bytes[j];
             p->routes[j] = routes[j];
             p->x[j] = p->v[j] = 0;
+            p->l[j] = r->t_submit[j] && r->t_read_done[j] ? secs(r->t_submit[j], r->t_read_done[j])
+                                                          : 0;
             if (routes[j] == 0) continue;
             if (!r->t_want[j] || !r->t_acquired[j] || !r->t_released[j] || !r->t_ready[j])
                 return es_fail(ES_E_INVAL, "profile: layer %d group %d was not recorded", w, k);

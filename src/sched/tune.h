@@ -49,6 +49,9 @@ typedef struct es_tune_profile {
     double bw[ES_TUNE_N_DEPTHS]; /* bytes/s reading groups of this G at each depth */
     double *ne;                /* [n_sparse] N_w */
     double *x, *v;             /* [n_seq] X_k, V_k (0 for a group without routes) */
+    double *l;                 /* [n_seq] read time measured in the profile run (submitted ->
+                                  last byte; 0 if not read): shown by --explain, not used by
+                                  the model, which takes L_k from the storage figures */
     uint64_t *bytes;           /* [n_seq] */
     int64_t *routes;           /* [n_seq] */
 } es_tune_profile;

@@ -14,6 +14,7 @@
  *   ne <n_sparse values>
  *   x <n_seq values>          (one line each, after every profile line)
  *   v <n_seq values>
+ *   l <n_seq values>
  *   bytes <n_seq values>
  *   routes <n_seq values>
  *   choice <budget> <io_limit> <G> <B> <Q> <predicted>
@@ -71,6 +72,7 @@ es_status es_tune_save(const es_tune *t, const char *path)
         put_doubles(b, "ne", p->ne, p->n_sparse);
         put_doubles(b, "x", p->x, n);
         put_doubles(b, "v", p->v, n);
+        put_doubles(b, "l", p->l, n);
         put_u64s(b, "bytes", p->bytes, n);
         put_u64s(b, "routes", (const uint64_t *)p->routes, n);
     }
@@ -200,6 +202,7 @@ static es_status read_profile(reader *r, es_tune_profile *p)
     ES_TRY(doubles_line(r, "ne", p->ne, W));
     ES_TRY(doubles_line(r, "x", p->x, n));
     ES_TRY(doubles_line(r, "v", p->v, n));
+    ES_TRY(doubles_line(r, "l", p->l, n));
     ES_TRY(u64s_line(r, "bytes", p->bytes, n));
     ES_TRY(u64s_line(r, "routes", (uint64_t *)p->routes, n));
     for (int64_t j = 0; j < n; j++)
