@@ -953,13 +953,14 @@ static void test_tune(void **state)
     char bud[32];
     snprintf(bud, sizeof(bud), "%llu", budget);
     char *argv[] = {(char *)t_bin(), "tune", "-m", pk, "--mem", bud, "--groups", "1,2", "-t", "2",
-                    "--sweep", "--reps", "100", "--out", tf, NULL};
+                    "--tokens", "16", "--sweep", "--reps", "100", "--out", tf, NULL};
     pid_t pid = spawn(argv);
     assert_true(pid > 0);
     usleep(300000);
     assert_int_equal(kill(pid, SIGINT), 0);
     const int st = wait_for(pid, 20.0);
-    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGINT)
+        fail_msg("tune: wait status %#x, want death by SIGINT", st);
     assert_false(has_temp(dir));
     char *left = t_read_file(tf, &len);
     if (left) assert_true(len > 4 && strcmp(left + len - 4, "end\n") == 0);

@@ -533,7 +533,7 @@ int cmd_tune(int argc, char **argv)
                 fprintf(stderr, "estream: tune: at %.0f MiB every sweep run went over the budget "
                                 "(M_other is underestimated here)\n",
                         (double)rows[i].chosen.budget / (1 << 20));
-        if (!o.json)
+        if (!o.json && t->n_choices > 0)
             printf("\nconfigurator %.1f s, sweep %.1f s: %.0fx faster\n", tune_seconds,
                    sweep_seconds, sweep_seconds / tune_seconds);
     }
