@@ -310,11 +310,7 @@ static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
         int done = 0;
         for (int i = 0; i < t->n_profiles; i++) {
             const es_tune_profile *p = &t->prof[i];
-            if (c->budget < other + p->bank_bytes) continue;
-            int64_t bmax = (int64_t)((c->budget - other) / p->bank_bytes);
-            const int64_t useful = es_tune_routed_groups(p);
-            if (bmax > useful) bmax = useful;
-            if (bmax > ES_STREAM_MAX_BANKS) bmax = ES_STREAM_MAX_BANKS;
+            const int64_t bmax = es_tune_max_banks(p, c->budget, other);
             for (int64_t b = 1; b <= bmax; b = b * 2 > bmax && b < bmax ? bmax : b * 2) {
                 for (int q = 0; q < ES_TUNE_N_DEPTHS && es_tune_depths[q] <= b; q++) {
                     if (pass == 0) {

@@ -6,6 +6,7 @@
 #include "pack/pack.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,35 +150,50 @@ double es_tune_predict(const es_tune_profile *p, int q, int b, double io_limit, 
     return f_layer + p->tail;
 }
 
+int64_t es_tune_max_banks(const es_tune_profile *p, uint64_t budget, uint64_t other)
+{
+    if (p->bank_bytes == 0 || budget < other + p->bank_bytes) return 0;
+    int64_t bmax = (int64_t)((budget - other) / p->bank_bytes);
+    const int64_t useful = es_tune_routed_groups(p);
+    if (bmax > useful) bmax = useful;
+    return bmax > ES_STREAM_MAX_BANKS ? ES_STREAM_MAX_BANKS : bmax;
+}
+
 es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, double io_limit,
                          es_policy pol, int verify, es_tune_choice *out)
 {
     memset(out, 0, sizeof(*out));
     out->budget = budget;
     out->io_limit = io_limit;
-    uint64_t min_budget = UINT64_MAX;
     const int Q0 = t->q0 > 0 ? t->q0 : 4;
-    for (int i = 0; i < t->n_profiles; i++) {
-        const es_tune_profile *p = &t->prof[i];
-        if (p->bank_bytes == 0) continue;
-        if (other + p->bank_bytes < min_budget) min_budget = other + p->bank_bytes;
-        if (budget < other + p->bank_bytes) continue;
-        int64_t bmax = (int64_t)((budget - other) / p->bank_bytes);
-        const int64_t useful = es_tune_routed_groups(p);
-        if (bmax > useful) bmax = useful;
-        if (bmax > ES_STREAM_MAX_BANKS) bmax = ES_STREAM_MAX_BANKS;
-        for (int b = 1; b <= bmax; b++) {
-            const double tp = es_tune_predict(p, Q0, b, io_limit, pol, verify, NULL);
-            /* strictly faster by more than 0.1 %: ties go to fewer banks, then smaller G */
-            if (out->groups == 0 || tp < out->predicted * 0.999) {
-                out->groups = p->G;
-                out->banks = b;
-                out->qd = Q0 < b ? Q0 : b;
-                out->predicted = tp;
+    uint64_t min_budget = UINT64_MAX;
+    for (int i = 0; i < t->n_profiles; i++)
+        if (t->prof[i].bank_bytes && other + t->prof[i].bank_bytes < min_budget)
+            min_budget = other + t->prof[i].bank_bytes;
+    out->min_budget = min_budget;
+    /* pass 1: the fastest prediction; pass 2: the smallest arena within 0.1 % of it */
+    double best = INFINITY;
+    uint64_t best_arena = UINT64_MAX;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < t->n_profiles; i++) {
+            const es_tune_profile *p = &t->prof[i];
+            const int64_t bmax = es_tune_max_banks(p, budget, other);
+            for (int b = 1; b <= bmax; b++) {
+                const double tp = es_tune_predict(p, Q0, b, io_limit, pol, verify, NULL);
+                if (pass == 0) {
+                    if (tp < best) best = tp;
+                    continue;
+                }
+                const uint64_t arena = (uint64_t)b * p->bank_bytes;
+                if (tp <= best * 1.001 && arena < best_arena) {
+                    best_arena = arena;
+                    out->groups = p->G;
+                    out->banks = b;
+                    out->qd = Q0 < b ? Q0 : b;
+                    out->predicted = tp;
+                }
             }
         }
-    }
-    out->min_budget = min_budget;
     if (out->groups == 0) {
         if (min_budget == UINT64_MAX)
             return es_fail(ES_E_INVAL, "the tuning holds no profile");

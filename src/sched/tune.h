@@ -24,8 +24,8 @@
  *   gate_n: early 0; after-routing T_ne(w); on-demand T_ne(w) for a layer's first group, else
  *   f_{n-1}. The request takes f_N + tail.
  * - Choice: B_max(G) = (budget - M_other) / bank_bytes(G) (at most ES_STREAM_MAX_BANKS and one
- *   bank per routed group); the recurrence for every B <= B_max(G); B*(G) the fastest (ties: the
- *   fewest banks); G* the fastest G. Q is the storage's Q0.
+ *   bank per routed group); the recurrence for every B <= B_max(G); the fastest (G, B) wins, and
+ *   among those within 0.1 % of the fastest the smallest arena. Q = min(Q0, B).
  */
 #ifndef ES_TUNE_H
 #define ES_TUNE_H
@@ -103,6 +103,10 @@ double es_tune_predict(const es_tune_profile *p, int q, int b, double io_limit, 
 
 /* The routed groups of p's request (the most banks that can help). */
 int64_t es_tune_routed_groups(const es_tune_profile *p);
+
+/* B_max(G): the most banks of p's G worth having under the budget with M_other = other (at most
+ * one per routed group and ES_STREAM_MAX_BANKS); 0 when not one bank fits. */
+int64_t es_tune_max_banks(const es_tune_profile *p, uint64_t budget, uint64_t other);
 
 /* Chooses (G, B, Q) for `budget` with M_other = other. ES_E_BUDGET (message: the smallest
  * budget that works) when no G has one bank. */
