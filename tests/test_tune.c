@@ -166,6 +166,18 @@ static void test_select(void **state)
     assert_int_equal(es_tune_select(&t, 103, 100, 0, ES_POLICY_EARLY, 0, &c), ES_E_BUDGET);
     assert_non_null(strstr(es_last_error(), "the smallest budget that works"));
     assert_int_equal(c.min_budget, 104);
+    /* Q0 = 1 from the storage, but the checksums (0.5 s after each 2 s read) idle the device
+     * between reads at depth 1: G 1 B 2 at depth 1 takes 12.5 (d 2 4.5 | 7 9.5, f 4.5 7 | 10
+     * 12), at depth 2 12 (reads back to back: d 2 4 | 6.5 8.5, f 4.5 6.5 | 9.5 11.5), so the
+     * choice takes depth 2 (B 3 or 4 are no faster and larger) */
+    t.q0 = 1;
+    t.n_profiles = 1;
+    assert_int_equal(es_tune_select(&t, 116, 100, 0, ES_POLICY_EARLY, 1, &c), ES_OK);
+    assert_int_equal(c.groups, 1);
+    assert_int_equal(c.banks, 2);
+    assert_int_equal(c.qd, 2);
+    assert_true(t_near(c.predicted, 12, 1e-9));
+    assert_true(t_near(es_tune_predict(&t.prof[0], 1, 2, 0, ES_POLICY_EARLY, 1, NULL), 12.5, 1e-9));
     for (int i = 0; i < 2; i++) es_tune_profile_free(&t.prof[i]);
 }
 

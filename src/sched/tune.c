@@ -171,28 +171,39 @@ es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, doub
         if (t->prof[i].bank_bytes && other + t->prof[i].bank_bytes < min_budget)
             min_budget = other + t->prof[i].bank_bytes;
     out->min_budget = min_budget;
-    /* pass 1: the fastest prediction; pass 2: the smallest arena within 0.1 % of it */
+    /* Depths: Q0 first (the storage's own answer), then the other characterized ones: the
+     * loader checks each group before it submits the next read, so a deeper queue can keep
+     * the device busy where the device alone gains nothing from it. */
+    int depths[ES_TUNE_N_DEPTHS + 1], n_depths = 0;
+    depths[n_depths++] = Q0;
+    for (int k = 0; k < ES_TUNE_N_DEPTHS; k++)
+        if (es_tune_depths[k] != Q0) depths[n_depths++] = es_tune_depths[k];
+    /* pass 1: the fastest prediction; pass 2: the smallest arena within 0.1 % of it (ties:
+     * the first depth tried) */
     double best = INFINITY;
     uint64_t best_arena = UINT64_MAX;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < t->n_profiles; i++) {
             const es_tune_profile *p = &t->prof[i];
             const int64_t bmax = es_tune_max_banks(p, budget, other);
-            for (int b = 1; b <= bmax; b++) {
-                const double tp = es_tune_predict(p, Q0, b, io_limit, pol, verify, NULL);
-                if (pass == 0) {
-                    if (tp < best) best = tp;
-                    continue;
+            for (int b = 1; b <= bmax; b++)
+                for (int k = 0; k < n_depths; k++) {
+                    const int q = depths[k] < b ? depths[k] : b; /* at most B reads in flight */
+                    if (k > 0 && depths[k] > b) continue; /* the same as q = B, tried already */
+                    const double tp = es_tune_predict(p, q, b, io_limit, pol, verify, NULL);
+                    if (pass == 0) {
+                        if (tp < best) best = tp;
+                        continue;
+                    }
+                    const uint64_t arena = (uint64_t)b * p->bank_bytes;
+                    if (tp <= best * 1.001 && arena < best_arena) {
+                        best_arena = arena;
+                        out->groups = p->G;
+                        out->banks = b;
+                        out->qd = q;
+                        out->predicted = tp;
+                    }
                 }
-                const uint64_t arena = (uint64_t)b * p->bank_bytes;
-                if (tp <= best * 1.001 && arena < best_arena) {
-                    best_arena = arena;
-                    out->groups = p->G;
-                    out->banks = b;
-                    out->qd = Q0 < b ? Q0 : b;
-                    out->predicted = tp;
-                }
-            }
         }
     if (out->groups == 0) {
         if (min_budget == UINT64_MAX)
