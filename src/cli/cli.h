@@ -64,6 +64,10 @@ void cli_stream_apply(const char *cmd, const cli_stream *o, const char *model_pa
  * be used. Sets sp->tune; free the result with es_tune_free() after the session is made. */
 es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m,
                          const char *model_path, bool budget, es_session_params *sp);
+/* Splits a comma-separated value of flag into at most cap items pointing into *copy (a
+ * strdup of list the caller frees); dies on an empty list or too many items. */
+int cli_split_list(const char *cmd, const char *flag, const char *list, char **copy,
+                   char **items, int cap);
 /* "600M", "1.5G", "25%" (of the file at model_path), plain bytes; dies on anything else. */
 uint64_t cli_budget_bytes(const char *cmd, const char *v, const char *model_path);
 int cli_policy(const char *v, es_policy *out); /* 0, or -1 for an unknown name */

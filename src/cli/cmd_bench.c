@@ -146,19 +146,6 @@ static void parse_lengths(const char *list, bench_opts *b)
 }
 
 /* Splits a comma list into at most cap items (pointers into a copy the caller frees). */
-static int split_list(const char *what, const char *list, char **copy, char **items, int cap)
-{
-    *copy = strdup(list);
-    if (!*copy) cli_die("out of memory");
-    int n = 0;
-    for (char *save = NULL, *t = strtok_r(*copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n == cap) cli_die("bench: more than %d items in %s", cap, what);
-        items[n++] = t;
-    }
-    if (n == 0) cli_die("bench: empty %s list", what);
-    return n;
-}
-
 static void print_row(const bench_opts *b, const bench_row *r, const es_session_params *sp,
                       double res_tps, double raw_bps)
 {
@@ -256,8 +243,8 @@ int cmd_bench(int argc, char **argv)
     /* configurations: budgets x policies (a single one without the lists) */
     char *mem_copy = NULL, *pol_copy = NULL, *mems[32] = {NULL}, *pols[3] = {NULL};
     int n_mem = 1, n_pol = 1;
-    if (mem_list) n_mem = split_list("--mem", mem_list, &mem_copy, mems, 32);
-    if (policy_list) n_pol = split_list("--policy", policy_list, &pol_copy, pols, 3);
+    if (mem_list) n_mem = cli_split_list("bench", "--mem", mem_list, &mem_copy, mems, 32);
+    if (policy_list) n_pol = cli_split_list("bench", "--policy", policy_list, &pol_copy, pols, 3);
     es_session_params base = es_session_default_params();
     base.n_threads = b.n_threads;
     base.reference = b.reference;

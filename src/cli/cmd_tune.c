@@ -76,32 +76,17 @@ typedef struct tune_opts {
     bool json, sweep, explain, no_cache;
 } tune_opts;
 
-/* Splits a comma-separated list into at most cap items (modifies s). */
-static int split(char *s, char **items, int cap, const char *flag)
-{
-    int n = 0;
-    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == cap) cli_die("tune: %s: at most %d values", flag, cap);
-        items[n++] = tok;
-    }
-    if (n == 0) cli_die("tune: %s: empty list", flag);
-    return n;
-}
-
 static void parse_lists(tune_opts *o, const es_model *m)
 {
-    char *items[MAX_LIST];
-    char *s = strdup(o->mem_list);
-    if (!s) cli_die("out of memory");
-    o->n_budgets = split(s, items, MAX_LIST, "--mem");
+    char *items[MAX_LIST], *s = NULL;
+    o->n_budgets = cli_split_list("tune", "--mem", o->mem_list, &s, items, MAX_LIST);
     for (int i = 0; i < o->n_budgets; i++)
         o->budgets[i] = cli_budget_bytes("tune", items[i], o->model);
     free(s);
     o->n_io = 1;
     o->io[0] = 0;
     if (o->io_list) {
-        if (!(s = strdup(o->io_list))) cli_die("out of memory");
-        o->n_io = split(s, items, MAX_LIST, "--io-limit");
+        o->n_io = cli_split_list("tune", "--io-limit", o->io_list, &s, items, MAX_LIST);
         for (int i = 0; i < o->n_io; i++) {
             char *end;
             const double v = strtod(items[i], &end);
@@ -118,8 +103,7 @@ static void parse_lists(tune_opts *o, const es_model *m)
             if (def[i] <= E) o->groups[o->n_groups++] = def[i];
         return;
     }
-    if (!(s = strdup(o->groups_list))) cli_die("out of memory");
-    o->n_groups = split(s, items, ES_TUNE_MAX_G, "--groups");
+    o->n_groups = cli_split_list("tune", "--groups", o->groups_list, &s, items, ES_TUNE_MAX_G);
     for (int i = 0; i < o->n_groups; i++) {
         o->groups[i] = (int)cli_int("--groups", items[i], 1, E);
         for (int k = 0; k < i; k++)

@@ -67,6 +67,20 @@ bool cli_stream_flag(cli_args *a, const char *s, cli_stream *o)
     return true;
 }
 
+int cli_split_list(const char *cmd, const char *flag, const char *list, char **copy,
+                   char **items, int cap)
+{
+    *copy = strdup(list);
+    if (!*copy) cli_die("out of memory");
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(*copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == cap) cli_die("%s: %s: at most %d values", cmd, flag, cap);
+        items[n++] = t;
+    }
+    if (n == 0) cli_die("%s: %s: empty list", cmd, flag);
+    return n;
+}
+
 int cli_policy(const char *v, es_policy *out)
 {
     static const es_policy all[] = {ES_POLICY_EARLY, ES_POLICY_AFTER_ROUTING,
