@@ -61,6 +61,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # Per-ISA kernel files get their own flags; nothing else is built with them (STYLE §6).
 $(BUILD)/src/quant/x86_avx2.o $(BUILD)/src/quant/vec_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/src/quant/x86_avxvnni.o: CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
 $(BUILD)/src/quant/x86_avx512.o $(BUILD)/src/quant/vec_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl \
                                            -mavx512dq -mavx512vnni
 

@@ -85,7 +85,7 @@ int main(int argc, char **argv)
     if (es_pool_create(1, &p1) || es_pool_create(n_cpu, &pn)) return 1;
     es_kern_init(NULL);
     double peak[2];
-    const char *peak_isa = measure_int8_peak(p1, pn, peak);
+    const char *peak_isa = measure_int8_peak(es_kern_isa_name(), p1, pn, peak);
 
     /* experts: random weights quantized to type */
     const size_t gb = FF * es_qtype_row_bytes(type, D), db = D * es_qtype_row_bytes(type, FF);

@@ -2,12 +2,13 @@
  * bench_kern: throughput of the prefill matrix kernels (es_gemm) against the machine's measured
  * int8 peak. See bench/README.md for what each number means.
  *
- *   build-x/bench/bench_kern [--reps N] [--isa scalar|avx2|avx512] [--type q4_0,...] [--quick]
+ *   build-x/bench/bench_kern [--reps N] [--isa scalar|avx2|avxvnni|avx512] [--type q4_0,...] [--quick]
  *
- * Method: the peak is a loop of independent vpdpbusd zmm instructions (12 accumulators, no
- * memory operands; bench/peak.h), run on 1 and on 2 threads; on CPUs without AVX-512 VNNI it is
- * the same loop of vpmaddubsw ymm (64 int8 ops each). The float kernels are compared with a loop
- * of independent vfmadd231ps (zmm, or ymm without AVX-512). Each GEMM is checked against the
+ * Method: each kernel table is compared with the peak of the instruction it is built on: a loop
+ * of independent vpdpbusd zmm (avx512), vpdpbusd ymm (avxvnni) or vpmaddubsw ymm (avx2; 64 int8
+ * ops each) instructions (12 accumulators, no memory operands; bench/peak.h), run on 1 and on
+ * 2 threads. The float kernels are compared with a loop of independent vfmadd231ps (zmm for
+ * avx512, else ymm). Each GEMM is checked against the
  * scalar table on a subset of columns before it is timed. Then, per repetition: a short peak run
  * on 1 thread, the GEMM on 1 thread, a short peak run on 2 threads, the GEMM on 2 threads
  * (interleaved, DESIGN §9, so a period of shared cores hits both sides); the table gives the
@@ -201,7 +202,7 @@ int main(int argc, char **argv)
             quick = 1;
         else {
             fprintf(stderr,
-                    "usage: %s [--reps N] [--isa scalar|avx2|avx512] [--type q4_0,f16,...] "
+                    "usage: %s [--reps N] [--isa scalar|avx2|avxvnni|avx512] [--type q4_0,f16,...] "
                     "[--quick]\n",
                     argv[0]);
             return 2;
@@ -228,20 +229,6 @@ int main(int argc, char **argv)
         printf("pool: empty 2-thread fork-join %.2f us\n", (now_s() - t0) / RUNS * 1e6);
     }
 
-    double pk_int[2], pk_flt[2];
-    const char *pk_name = measure_int8_peak(p1, p2, pk_int);
-    if (__builtin_cpu_supports("avx512vnni")) {
-        measure_peak(fma512_loop, 12 * 32.0, p1, p2, pk_flt);
-        g_int_loop = vnni_loop, g_flt_loop = fma512_loop, g_int_ops = 12 * 128.0,
-        g_flt_ops = 12 * 32.0;
-    } else {
-        measure_peak(fma256_loop, 12 * 16.0, p1, p2, pk_flt);
-        g_int_loop = maddubs_loop, g_flt_loop = fma256_loop, g_int_ops = 12 * 64.0,
-        g_flt_ops = 12 * 16.0;
-    }
-    printf("peak (%s, vfmadd231ps): int8 %.1f / %.1f Gops/s, fma %.1f / %.1f GFLOP/s (1 / 2 "
-           "threads)\n",
-           pk_name, pk_int[0], pk_int[1], pk_flt[0], pk_flt[1]);
     printf(
         "GEMM: median of %d runs each; 1 and 2 threads alternate, each run right after a short\n"
         "      peak run on the same threads; %% of peak = median of (run / adjacent peak);\n"
@@ -255,17 +242,27 @@ int main(int argc, char **argv)
     const shape shapes_quick[] = {{2048, 1024, 128}};
     const shape *shapes = quick ? shapes_quick : shapes_full;
     const int n_shapes = quick ? 1 : (int)(sizeof(shapes_full) / sizeof(shapes_full[0]));
-    static const char *isas[] = {"avx2", "avx512", "scalar"};
+    const char *const *isas = es_kern_isa_names;
     es_kern ks;
     es_kern_get("scalar", &ks);
     int ok = 1;
-    for (size_t ii = 0; ii < 3; ii++) {
+    for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
         es_kern k;
         if (only_isa ? strcmp(only_isa, isas[ii]) != 0 : !strcmp(isas[ii], "scalar")) continue;
         if (!es_kern_get(isas[ii], &k)) {
             printf("%s: not available on this CPU\n", isas[ii]);
             continue;
         }
+        /* the peak of the instruction this table is built on (scalar: the AVX2 one) */
+        const peak_kind pk = peak_for_isa(isas[ii]);
+        double pk_int[2], pk_flt[2];
+        measure_peak(pk.int_loop, pk.int_ops, p1, p2, pk_int);
+        measure_peak(pk.flt_loop, pk.flt_ops, p1, p2, pk_flt);
+        g_int_loop = pk.int_loop, g_flt_loop = pk.flt_loop, g_int_ops = pk.int_ops,
+        g_flt_ops = pk.flt_ops;
+        printf("%s peak (%s, vfmadd231ps): int8 %.1f / %.1f Gops/s, fma %.1f / %.1f GFLOP/s "
+               "(1 / 2 threads)\n",
+               isas[ii], pk.name, pk_int[0], pk_int[1], pk_flt[0], pk_flt[1]);
         for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
             if (only_types && !strstr(only_types, es_qtype_name(types[ti]))) continue;
             for (int si = 0; si < n_shapes; si++)

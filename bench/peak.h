@@ -1,6 +1,6 @@
 /*
- * Machine peaks for the benchmarks: loops of independent vpdpbusd (int8, AVX-512 VNNI),
- * vpmaddubsw (int8, AVX2) and vfmadd (float) instructions with 12 accumulators, timed on one
+ * Machine peaks for the benchmarks: loops of independent vpdpbusd (int8: zmm for AVX-512 VNNI,
+ * ymm for AVX-VNNI), vpmaddubsw (int8, AVX2) and vfmadd (float) instructions with 12 accumulators, timed on one
  * thread and on every thread of a pool. Header-only (static functions) so each benchmark
  * program is one file.
  */
@@ -10,6 +10,7 @@
 #include "sched/pool.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define PEAK_ITERS 20000000L
@@ -42,6 +43,21 @@ __attribute__((target("avx2"))) static void maddubs_loop(long n)
             "vpmaddubsw %%ymm14, %%ymm15, %%ymm6\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm7\n\t"
             "vpmaddubsw %%ymm14, %%ymm15, %%ymm8\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm9\n\t"
             "vpmaddubsw %%ymm14, %%ymm15, %%ymm10\n\t vpmaddubsw %%ymm14, %%ymm15, %%ymm11\n\t" ::
+                : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                  "xmm10", "xmm11");
+}
+
+/* The VEX-encoded vpdpbusd of AVX-VNNI (ymm). */
+__attribute__((target("avxvnni"))) static void vnni_vex_loop(long n)
+{
+    for (long i = 0; i < n; i++)
+        __asm__ volatile(
+            "{vex} vpdpbusd %%ymm14, %%ymm15, %%ymm0\n\t {vex} vpdpbusd %%ymm14, %%ymm15, %%ymm1\n\t"
+            "{vex} vpdpbusd %%ymm14, %%ymm15, %%ymm2\n\t {vex} vpdpbusd %%ymm14, %%ymm15, %%ymm3\n\t"
+            "{vex} vpdpbusd %%ymm14, %%ymm15, %%ymm4\n\t {vex} vpdpbusd %%ymm14, %%ymm15, %%ymm5\n\t"
+            "{vex} vpdpbusd %%ymm14, %%ymm15, %%ymm6\n\t {vex} vpdpbusd %%ymm14, %%ymm15, %%ymm7\n\t"
+            "{vex} vpdpbusd %%ymm14, %%ymm15, %%ymm8\n\t {vex} vpdpbusd %%ymm14, %%ymm15, %%ymm9\n\t"
+            "{vex} vpdpbusd %%ymm14, %%ymm15, %%ymm10\n\t {vex} vpdpbusd %%ymm14, %%ymm15, %%ymm11\n\t" ::
                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
                   "xmm10", "xmm11");
 }
@@ -127,16 +143,34 @@ __attribute__((unused)) static void measure_peak(void (*loop)(long), double ops_
         out[k] = ops_per_iter * PEAK_ITERS * (k ? es_pool_size(p2) : 1) / median(t[k], REPS) / 1e9;
 }
 
-/* The int8 peak of the best ISA this CPU has, 1 thread and all of p2's threads (G ops/s), and
- * the ISA's name. */
-static const char *measure_int8_peak(es_pool *p1, es_pool *p2, double out[2])
+/* The peak loops that go with a kernel table: the int8 product instruction it is built on and
+ * the float FMA of its register width. ops = operations per loop iteration (12 instructions). */
+typedef struct peak_kind {
+    const char *name;
+    void (*int_loop)(long);
+    double int_ops;
+    void (*flt_loop)(long);
+    double flt_ops;
+} peak_kind;
+
+__attribute__((unused)) static peak_kind peak_for_isa(const char *isa)
 {
-    if (__builtin_cpu_supports("avx512vnni")) {
-        measure_peak(vnni_loop, 12 * 128.0, p1, p2, out);
-        return "avx512 vpdpbusd";
-    }
-    measure_peak(maddubs_loop, 12 * 64.0, p1, p2, out);
-    return "avx2 vpmaddubsw";
+    if (!strcmp(isa, "avx512"))
+        return (peak_kind){"avx512 vpdpbusd zmm", vnni_loop, 12 * 128.0, fma512_loop, 12 * 32.0};
+    if (!strcmp(isa, "avxvnni"))
+        return (peak_kind){"avx-vnni vpdpbusd ymm", vnni_vex_loop, 12 * 64.0, fma256_loop,
+                           12 * 16.0};
+    return (peak_kind){"avx2 vpmaddubsw ymm", maddubs_loop, 12 * 64.0, fma256_loop, 12 * 16.0};
+}
+
+/* The int8 peak of the named kernel table's instruction, 1 thread and all of p2's threads
+ * (G ops/s); returns the instruction's name. */
+__attribute__((unused)) static const char *measure_int8_peak(const char *isa, es_pool *p1,
+                                                             es_pool *p2, double out[2])
+{
+    const peak_kind k = peak_for_isa(isa);
+    measure_peak(k.int_loop, k.int_ops, p1, p2, out);
+    return k.name;
 }
 
 #endif

@@ -196,6 +196,44 @@ static void test_reference_output(void **state)
     assert_non_null(strstr(out, "kernels, fast path"));
 }
 
+/* info --system and every bench row name the kernel table in use and the CPU's features; the
+ * table follows ESTREAM_ISA, and a table this CPU lacks is never claimed. */
+static void test_system(void **state)
+{
+    (void)state;
+    char out[8192], cmd[1024], want[64];
+    assert_int_equal(run("info --system", out, sizeof(out), NULL, 0), 0);
+    snprintf(want, sizeof(want), "kernels:       %s (", es_kernels_name());
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "features:"));
+    const char *names[] = {"scalar", "avx2", "avxvnni", "avx512"};
+    for (size_t i = 0; i < T_LEN(names); i++) {
+        /* the "runs here" list holds exactly the available tables */
+        snprintf(want, sizeof(want), " %s", names[i]);
+        const char *list = strstr(out, "(runs here:");
+        assert_non_null(list);
+        const char *end = strchr(list, ';');
+        const char *hit = strstr(list, want);
+        const bool listed = hit && hit < end && (hit[strlen(want)] == ' ' || hit + strlen(want) == end);
+        assert_int_equal(listed, es_kernels_available(names[i]));
+        if (!es_kernels_available(names[i])) continue;
+        snprintf(cmd, sizeof(cmd), "ESTREAM_ISA=%s %s bench -m " DATA "tiny-f32.gguf -p 8 -r 1 --json",
+                 names[i], t_bin());
+        assert_int_equal(run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
+        snprintf(want, sizeof(want), "\"kernels\": \"%s\"", names[i]);
+        assert_non_null(strstr(out, want));
+        assert_non_null(strstr(out, "\"cpu_features\": \""));
+        snprintf(cmd, sizeof(cmd), "ESTREAM_ISA=%s %s bench -m " DATA "tiny-f32.gguf -p 8 -r 1",
+                 names[i], t_bin());
+        assert_int_equal(run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
+        snprintf(want, sizeof(want), "  %s\n", names[i]); /* the row's last column */
+        assert_non_null(strstr(out, want));
+        assert_non_null(strstr(out, "features:"));
+        assert_int_equal(run("info --system", out, sizeof(out), NULL, 0), 0);
+    }
+    expect_error("info --system -m " DATA "tiny-f32.gguf", "not both");
+}
+
 static void test_unknown_architecture(void **state)
 {
     (void)state;
@@ -977,6 +1015,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_flags),
         cmocka_unit_test(test_reference_output),
+        cmocka_unit_test(test_system),
         cmocka_unit_test(test_unknown_architecture),
         cmocka_unit_test(test_broken_tokenizer_one_line),
         cmocka_unit_test(test_prefill_json_and_dump),

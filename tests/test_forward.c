@@ -266,7 +266,7 @@ static void test_route_skew(void **state)
     es_model_close(m);
 }
 
-/* The fast path with each kernel table this CPU has (scalar, avx2, avx512) gives the same
+/* The fast path with each kernel table this CPU has (scalar, avx2, avxvnni, avx512) gives the same
  * logits within a small tolerance: the tables differ only in the exp approximation and the
  * float lane order of a few element-wise steps. */
 static void test_fast_every_isa(void **state)
@@ -274,7 +274,7 @@ static void test_fast_every_isa(void **state)
     (void)state;
     size_t n;
     int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
-    const char *isas[] = {"scalar", "avx2", "avx512"};
+    const char *isas[] = {"scalar", "avx2", "avxvnni", "avx512"};
     const char *models[] = {DATA "tiny-q4_0.gguf", DATA "tiny-f32.gguf"};
     int n_tables = 0;
     for (size_t i = 0; i < T_LEN(isas); i++) n_tables += es_kernels_available(isas[i]);

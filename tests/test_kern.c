@@ -306,10 +306,24 @@ static void test_avx2_vs_scalar(void **state)
     check_isa("avx2");
 }
 
+static void test_avxvnni_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("avxvnni");
+}
+
 static void test_avx512_vs_scalar(void **state)
 {
     (void)state;
     check_isa("avx512");
+}
+
+/* The best table this CPU has (the one es_kern_init(NULL) picks). */
+static const char *best_isa(void)
+{
+    for (int i = ES_KERN_N_ISA - 1; i > 0; i--)
+        if (es_kern_isa_available(es_kern_isa_names[i])) return es_kern_isa_names[i];
+    return "scalar";
 }
 
 /* The integer act preparation of every ISA is bit-identical to scalar in q, d and ds. */
@@ -320,10 +334,9 @@ static void test_act_identical(void **state)
     assert_true(es_kern_get("scalar", &ks));
     const int64_t K = 2048, nr = 11;
     float *X = make_x(nr, K, K, 9);
-    const char *isas[] = {"avx2", "avx512"};
     int ran = 0;
-    for (size_t i = 0; i < ES_LEN(isas); i++) {
-        if (!es_kern_get(isas[i], &kv)) continue;
+    for (size_t i = 1; i < ES_KERN_N_ISA; i++) {
+        if (!es_kern_get(es_kern_isa_names[i], &kv)) continue;
         ran++;
         const es_kern_ops *os = &ks.op[ES_QTYPE_Q4_0], *ov = &kv.op[ES_QTYPE_Q4_0];
         assert_int_equal(os->act_row_bytes(K), ov->act_row_bytes(K));
@@ -412,6 +425,11 @@ static void test_determinism_avx2(void **state)
     (void)state;
     check_determinism("avx2");
 }
+static void test_determinism_avxvnni(void **state)
+{
+    (void)state;
+    check_determinism("avxvnni");
+}
 static void test_determinism_avx512(void **state)
 {
     (void)state;
@@ -442,10 +460,7 @@ static void test_threads(void **state)
 {
     (void)state;
     es_kern k;
-    assert_true(es_kern_get(es_kern_isa_available("avx512") ? "avx512"
-                            : es_kern_isa_available("avx2") ? "avx2"
-                                                            : "scalar",
-                            &k));
+    assert_true(es_kern_get(best_isa(), &k));
     for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
         const uint32_t type = all_types[ti];
         const int64_t K = is_k_type(type) ? 512 : 160, N = 101, nr = 23;
@@ -502,10 +517,9 @@ static guarded guard_copy(const void *src, size_t n)
 static void test_guard_pages(void **state)
 {
     (void)state;
-    const char *isas[] = {"scalar", "avx2", "avx512"};
-    for (size_t ii = 0; ii < ES_LEN(isas); ii++) {
+    for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
         es_kern k;
-        if (!es_kern_get(isas[ii], &k)) continue;
+        if (!es_kern_get(es_kern_isa_names[ii], &k)) continue;
         for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
             const uint32_t type = all_types[ti];
             const int64_t K = is_k_type(type) ? 512 : is_float_type(type) ? 37 : 96, N = 35, nr = 9;
@@ -541,13 +555,15 @@ static void test_guard_pages(void **state)
 static void test_init_forcing(void **state)
 {
     (void)state;
-    const char *best = es_kern_isa_available("avx512") ? "avx512"
-                       : es_kern_isa_available("avx2") ? "avx2"
-                                                       : "scalar";
+    const char *best = best_isa();
     assert_string_equal(es_kern_init("scalar"), "scalar");
     assert_string_equal(es_kern_isa_name(), "scalar");
     assert_string_equal(es_kern_init("bogus"), best); /* warning, then the best */
     assert_string_equal(es_kern_init("avx2"), es_kern_isa_available("avx2") ? "avx2" : "scalar");
+    /* a table the CPU lacks falls back to the best one below it, never above */
+    assert_string_equal(es_kern_init("avxvnni"), es_kern_isa_available("avxvnni") ? "avxvnni"
+                                                 : es_kern_isa_available("avx2")  ? "avx2"
+                                                                                  : "scalar");
     assert_string_equal(es_kern_init("avx512"), best);
     setenv("ESTREAM_ISA", "scalar", 1);
     assert_string_equal(es_kern_init(NULL), "scalar");
@@ -615,9 +631,11 @@ int main(void)
         cmocka_unit_test(test_scalar_vs_float),
         cmocka_unit_test(test_act_identical),
         cmocka_unit_test(test_avx2_vs_scalar),
+        cmocka_unit_test(test_avxvnni_vs_scalar),
         cmocka_unit_test(test_avx512_vs_scalar),
         cmocka_unit_test(test_determinism_scalar),
         cmocka_unit_test(test_determinism_avx2),
+        cmocka_unit_test(test_determinism_avxvnni),
         cmocka_unit_test(test_determinism_avx512),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_guard_pages),

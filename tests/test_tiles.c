@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 
 static const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0};
-static const char *const isas[] = {"scalar", "avx2", "avx512"};
+static const char *const *const isas = es_kern_isa_names;
 
 static void *aalloc(size_t n)
 {
@@ -184,6 +184,11 @@ static void test_avx2(void **state)
     (void)state;
     check_table("avx2");
 }
+static void test_avxvnni(void **state)
+{
+    (void)state;
+    check_table("avxvnni");
+}
 static void test_avx512(void **state)
 {
     (void)state;
@@ -196,7 +201,7 @@ static void test_guard_pages(void **state)
 {
     (void)state;
     const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    for (size_t ii = 0; ii < T_LEN(isas); ii++) {
+    for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
         es_kern k;
         if (!es_kern_get(isas[ii], &k)) continue;
         for (size_t ti = 0; ti < T_LEN(types); ti++) {
@@ -236,7 +241,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),   cmocka_unit_test(test_scalar),
-        cmocka_unit_test(test_avx2),        cmocka_unit_test(test_avx512),
+        cmocka_unit_test(test_avx2),        cmocka_unit_test(test_avxvnni),
+        cmocka_unit_test(test_avx512),
         cmocka_unit_test(test_guard_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -39,6 +39,10 @@ es_model *cli_open_model(const char *path, unsigned flags);
 int cli_default_threads(void);
 /* Writes s as a JSON string literal (quotes included) to f. */
 void cli_json_str(FILE *f, const char *s, size_t len);
+/* This machine for people (estream info --system, bench): CPU, features, caches. */
+void cli_print_system(FILE *f);
+/* The same as JSON members ("cpu": ..., "cpu_features": ...), no braces, for result rows. */
+void cli_system_json(FILE *f);
 
 /* --mem, --groups, --banks, --qd, --policy, --io-limit, --io-backend, --no-direct,
  * --no-verify, --trace (stream_opts.c): prefill, ppl and bench take them. */

@@ -165,6 +165,8 @@ static void print_row(const bench_opts *b, const bench_row *r, const es_session_
             printf("\"path\": \"reference\", ");
         else
             printf("\"path\": \"fast\", \"kernels\": \"%s\", ", s->kernels);
+        cli_system_json(stdout);
+        printf(", ");
         cli_stream_print(stdout, s, true);
         if (res_tps > 0)
             printf(", \"resident_tokens_per_second\": %.3f, \"raw_read_bytes_per_second\": %.0f, "
@@ -173,8 +175,9 @@ static void print_row(const bench_opts *b, const bench_row *r, const es_session_
                    res_tps, raw_bps, disk, bound, bound > 0 ? r->tps / bound : 0);
         printf("}\n");
     } else if (!s->streaming && !sp->mem_budget_bytes) {
-        printf("%-8d %8d %12.1f %9.1f .. %-9.1f %12.1f\n", r->n_prompt, threads, r->tps,
-               r->tps_min, r->tps_max, (double)r->peak_rss / (1 << 20));
+        printf("%-8d %8d %12.1f %9.1f .. %-9.1f %12.1f  %s\n", r->n_prompt, threads, r->tps,
+               r->tps_min, r->tps_max, (double)r->peak_rss / (1 << 20),
+               b->reference ? "ref" : s->kernels);
     } else {
         char budget[32] = "-", arena[32] = "resident", bounds[64] = "";
         if (sp->mem_budget_bytes)
@@ -184,9 +187,10 @@ static void print_row(const bench_opts *b, const bench_row *r, const es_session_
         if (res_tps > 0)
             snprintf(bounds, sizeof(bounds), "%9.1f %9.1f %6.2f", res_tps, disk,
                      bound > 0 ? r->tps / bound : 0);
-        printf("%-7s %-13s %7d %9.1f %9.1f %7.1f%% %-12s %8.0f %s\n", budget,
+        printf("%-7s %-13s %7d %9.1f %9.1f %7.1f%% %-12s %8.0f %-7s %s\n", budget,
                s->streaming ? s->policy : "-", r->n_prompt, r->tps, (double)r->peak_rss / (1 << 20),
-               100.0 * s->bubble_rate, arena, (double)s->bytes_read / 1e6, bounds);
+               100.0 * s->bubble_rate, arena, (double)s->bytes_read / 1e6,
+               b->reference ? "ref" : s->kernels, bounds);
     }
     fflush(stdout);
 }
@@ -274,17 +278,18 @@ int cmd_bench(int argc, char **argv)
         for (int i = 0; i < b.n_lens; i++) res_tps[i] = rows[i].tps;
     }
     if (!b.json) {
+        cli_print_system(stdout);
         if (b.reference)
             printf("model %s, reference path, 1 thread, %d reps (median)\n", b.model, b.reps);
         else
             printf("model %s, %s kernels, fast path, %d threads, %d reps (median)\n", b.model,
                    es_kernels_name(), b.n_threads, b.reps);
         if (!table)
-            printf("%-8s %8s %12s %21s %12s\n", "n_prompt", "threads", "tokens/s",
-                   "(min .. max)", "peak RSS MiB");
+            printf("%-8s %8s %12s %21s %12s  %s\n", "n_prompt", "threads", "tokens/s",
+                   "(min .. max)", "peak RSS MiB", "table");
         else
-            printf("%-7s %-13s %7s %9s %9s %8s %-12s %8s%s\n", "MiB", "policy", "n_prompt",
-                   "tok/s", "peak MiB", "bubble", "BxG qQ", "MB read",
+            printf("%-7s %-13s %7s %9s %9s %8s %-12s %8s %-7s%s\n", "MiB", "policy", "n_prompt",
+                   "tok/s", "peak MiB", "bubble", "BxG qQ", "MB read", "table",
                    b.bounds ? "  resident  disk-bnd  /bound" : "");
     }
     raw_bw cache[64];

@@ -1,19 +1,58 @@
-/* estream info: architecture, hyperparameters, tensor table and expert sizes of a GGUF file. */
+/* estream info: architecture, hyperparameters, tensor table and expert sizes of a GGUF file;
+ * with --system, the CPU, its features and the kernel table the fast path would use. */
 #include "cli/cli.h"
+#include "core/cpu.h"
 #include "model/model.h"
+#include "quant/kern.h"
 #include "pack/pack.h"
 #include "quant/tiles.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char help[] =
     "usage: estream info -m MODEL\n"
+    "       estream info --system\n"
     "\n"
     "Prints the architecture, hyperparameters, tokenizer, every tensor (type, shape, bytes) and the\n"
     "bytes of one expert per layer. Vocabulary-only files (no weights) show the tokenizer only.\n"
-    "A pack (estream pack) shows its version, layout, source and the record size of each layer.\n";
+    "A pack (estream pack) shows its version, layout, source and the record size of each layer.\n"
+    "\n"
+    "--system prints this machine instead: the CPU, the features estream detected (and the OS\n"
+    "enabled), its caches, and the kernel table the fast path uses (the best this CPU runs, or the\n"
+    "one ESTREAM_ISA names) with every table it could run. `estream bench` prints the same.\n";
+
+void cli_print_system(FILE *f)
+{
+    const es_cpu_info *ci = es_cpu_get();
+    char fl[512];
+    fprintf(f, "cpu:           %s (%ld online CPUs)\n", ci->brand, sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(f, "features:      %s\n", es_cpu_flags_str(ci->flags, fl, sizeof(fl)));
+    fprintf(f, "caches:        L1d %zu KiB, L2 %zu KiB, L3 %zu KiB (%s)\n", ci->l1d_bytes >> 10,
+            ci->l2_bytes >> 10, ci->l3_bytes >> 10, ci->cache_from_cpuid ? "cpuid" : "defaults");
+}
+
+static void print_kernels(FILE *f)
+{
+    fprintf(f, "kernels:       %s (runs here:", es_kernels_name());
+    for (int i = 0; i < ES_KERN_N_ISA; i++)
+        if (es_kernels_available(es_kern_isa_names[i])) fprintf(f, " %s", es_kern_isa_names[i]);
+    const char *env = getenv("ESTREAM_ISA");
+    fprintf(f, "; %s)\n", env && *env ? "ESTREAM_ISA is set" : "the best; ESTREAM_ISA picks another");
+}
+
+void cli_system_json(FILE *f)
+{
+    const es_cpu_info *ci = es_cpu_get();
+    char fl[512];
+    es_cpu_flags_str(ci->flags, fl, sizeof(fl));
+    fputs("\"cpu\": ", f);
+    cli_json_str(f, ci->brand, strlen(ci->brand));
+    fputs(", \"cpu_features\": ", f);
+    cli_json_str(f, fl, strlen(fl));
+}
 
 static void print_bytes(double b)
 {
@@ -121,13 +160,21 @@ int cmd_info(int argc, char **argv)
 {
     cli_args a = {argc, 1, argv, "info"};
     const char *model = NULL;
+    bool sys = false;
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) { fputs(help, stdout); return 0; }
         else if (!strcmp(s, "-m") || !strcmp(s, "--model")) model = cli_value(&a, s);
+        else if (!strcmp(s, "--system")) sys = true;
         else cli_unknown(&a, s);
     }
-    if (!model) cli_die("info: no model: give -m MODEL");
+    if (sys) {
+        if (model) cli_die("info: give either -m MODEL or --system, not both");
+        cli_print_system(stdout);
+        print_kernels(stdout);
+        return 0;
+    }
+    if (!model) cli_die("info: no model: give -m MODEL (or --system for this machine)");
     /* Open with weights; a file without an architecture or weights falls back to vocab-only. */
     es_model *m = NULL;
     es_status st = es_model_open(model, 0, &m);

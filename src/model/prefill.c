@@ -17,8 +17,12 @@ int es_kernels_available(const char *isa) { return es_kern_isa_available(isa); }
 
 es_status es_kernels_select(const char *isa)
 {
-    if (isa && strcmp(isa, "scalar") && strcmp(isa, "avx2") && strcmp(isa, "avx512"))
-        return es_fail(ES_E_INVAL, "unknown kernel table '%s' (scalar, avx2, avx512)", isa);
+    bool known = isa == NULL;
+    for (int i = 0; i < ES_KERN_N_ISA && !known; i++)
+        known = strcmp(isa, es_kern_isa_names[i]) == 0;
+    if (!known)
+        return es_fail(ES_E_INVAL, "unknown kernel table '%s' (scalar, avx2, avxvnni, avx512)",
+                       isa);
     if (isa && !es_kern_isa_available(isa))
         return es_fail(ES_E_UNSUPPORTED, "this CPU or OS cannot run the %s kernels", isa);
     es_kern_init(isa);

@@ -3,7 +3,8 @@
  *
  * DESIGN: one table of function pointers indexed by weight type (STYLE §6). The scalar table is
  * filled first, then each ISA the CPU has overrides the entries it implements, in increasing
- * order (avx2, then avx512), up to the ISA requested by ESTREAM_ISA. After es_kern_init() the
+ * order (avx2, avxvnni, avx512), up to the ISA requested by ESTREAM_ISA. An ISA the CPU lacks is
+ * passed over (an AVX-512 VNNI machine need not have AVX-VNNI). After es_kern_init() the
  * table is read-only; the wrappers below read it without locks. A wrapper called before any
  * es_kern_init() initializes once (pthread_once) with the environment's choice.
  */
@@ -17,8 +18,10 @@
 
 es_kern es_kern_active;
 
-static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
-enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_COUNT };
+const char *const es_kern_isa_names[ES_KERN_N_ISA] = {"scalar", "avx2", "avxvnni", "avx512"};
+#define isa_names es_kern_isa_names
+enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_COUNT };
+_Static_assert(ISA_COUNT == ES_KERN_N_ISA, "one name per ISA");
 
 static bool isa_ok(int isa)
 {
@@ -27,6 +30,8 @@ static bool isa_ok(int isa)
         return true;
     case ISA_AVX2:
         return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C);
+    case ISA_AVXVNNI:
+        return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX_VNNI);
     case ISA_AVX512:
         return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX512_CORE |
                           ES_CPU_AVX512_VNNI);
@@ -45,11 +50,12 @@ static void fill_upto(es_kern *k, int isa)
 {
     es_kern_fill_scalar(k);
     es_vec_fill_scalar(k);
-    if (isa >= ISA_AVX2) {
+    if (isa >= ISA_AVX2 && isa_ok(ISA_AVX2)) {
         es_kern_fill_avx2(k);
         es_vec_fill_avx2(k);
     }
-    if (isa >= ISA_AVX512) {
+    if (isa >= ISA_AVXVNNI && isa_ok(ISA_AVXVNNI)) es_kern_fill_avxvnni(k);
+    if (isa >= ISA_AVX512 && isa_ok(ISA_AVX512)) {
         es_kern_fill_avx512(k);
         es_vec_fill_avx512(k);
     }
@@ -81,7 +87,7 @@ const char *es_kern_init(const char *force)
     if (force && *force) {
         int i = isa_index(force);
         if (i < 0) {
-            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: unknown ISA (scalar, avx2, avx512); using %s",
+            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: unknown ISA (scalar, avx2, avxvnni, avx512); using %s",
                    force, isa_names[best]);
         } else if (!isa_ok(i)) {
             while (i > ISA_SCALAR && !isa_ok(i))

@@ -61,7 +61,7 @@ typedef struct es_kern_ops {
 } es_kern_ops;
 
 typedef struct es_kern {
-    const char *isa;                /* "scalar", "avx2", "avx512" */
+    const char *isa;                /* one of es_kern_isa_names */
     es_kern_ops op[ES_QTYPE_COUNT]; /* indexed by es_qtype */
     /* Element-wise steps of the fast path (vec_<isa>.c). Each element's result depends only on
      * its inputs (SIMD tails use masks or padding, never a different formula), so splitting an
@@ -76,16 +76,21 @@ typedef struct es_kern {
     void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
 } es_kern;
 
+/* The kernel tables, in the order es_kern_init() prefers them (last = best): "scalar", "avx2"
+ * (AVX2 + FMA + F16C), "avxvnni" (that + VEX vpdpbusd), "avx512" (AVX-512 F/BW/VL/DQ + VNNI). */
+#define ES_KERN_N_ISA 4
+extern const char *const es_kern_isa_names[ES_KERN_N_ISA];
+
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
 extern es_kern es_kern_active;
 
-/* Fills the active table with the best ISA this CPU has, or the one force names ("scalar",
- * "avx2", "avx512"). force NULL: the value of the environment variable ESTREAM_ISA, if set and
+/* Fills the active table with the best ISA this CPU has, or the one force names (one of
+ * es_kern_isa_names). force NULL: the value of the environment variable ESTREAM_ISA, if set and
  * not empty. An unknown name, or an ISA this CPU (or OS) lacks, logs a warning and falls back to
  * the best available ISA not above the request. Returns the ISA chosen (a static string). */
 const char *es_kern_init(const char *force);
 
-/* Name of the active ISA ("scalar", "avx2", "avx512"); initializes the table if needed. */
+/* Name of the active ISA (one of es_kern_isa_names); initializes the table if needed. */
 const char *es_kern_isa_name(void);
 
 /* True if this CPU and OS can run the named ISA's kernels. */
@@ -99,6 +104,7 @@ bool es_kern_get(const char *isa, es_kern *k);
  * implements, so call es_kern_fill_scalar() first. Only call an ISA's fill if it is available. */
 void es_kern_fill_scalar(es_kern *k);
 void es_kern_fill_avx2(es_kern *k);
+void es_kern_fill_avxvnni(es_kern *k);
 void es_kern_fill_avx512(es_kern *k);
 void es_vec_fill_scalar(es_kern *k);
 void es_vec_fill_avx2(es_kern *k);

@@ -1,6 +1,7 @@
 /*
  * AVX2 kernel table (AVX2, FMA, F16C; no VNNI needed). Built with its own -m flags; exports only
- * es_kern_fill_avx2() (STYLE §6).
+ * es_kern_fill_avx2() (STYLE §6). x86_avxvnni.c builds this file a second time with ES_AVXVNNI
+ * defined (and -mavxvnni): the AVX-VNNI table, es_kern_fill_avxvnni().
  *
  * DESIGN: the structure of x86_avx512.c on 256-bit registers: tiles of 8 output rows (one lane
  * per row) decoded once per K-slice into the per-thread scratch, then a register-blocked
@@ -18,6 +19,11 @@
  * so the int32 result is the exact dot product, and the float operations per block are those of
  * kern_scalar.c in the same order: results match the scalar table bit for bit.
  *
+ * AVX-VNNI (ES_AVXVNNI): the VEX-encoded vpdpbusd does unsigned-by-signed bytes into int32 in
+ * one instruction with no int16 stage, on the same operands (Q8_0 keeps the sign trick); the
+ * int32 sums are the same exact integers, so that table matches the scalar one bit for bit too.
+ * Without the int16 partial sums it has registers for 6 token rows instead of 5.
+ *
  * Tile record per block of 32 (REC bytes): u8 q[8 groups][8 rows][4], f32 s[8], f32 m[8]
  * (Q4_K/Q5_K: -(dmin*m); Q6_K: second-half scale). Float weights: tiles of 16 rows x K-slice,
  * [k][16] floats, 6 tokens x 2 vectors of accumulators.
@@ -28,6 +34,14 @@
 
 #include <immintrin.h>
 #include <string.h>
+
+#ifdef ES_AVXVNNI
+#define ISA_NAME "avxvnni"
+#define FILL_TABLE es_kern_fill_avxvnni
+#else
+#define ISA_NAME "avx2"
+#define FILL_TABLE es_kern_fill_avx2
+#endif
 
 #define NR 8    /* output rows per integer tile */
 #define NRF 16  /* output rows per float tile: two ymm */
@@ -287,6 +301,9 @@ typedef struct mk_args {
 
 static inline int tb_of(int kind)
 {
+#ifdef ES_AVXVNNI
+    return kind == A_Q6K ? 4 : 6;
+#endif
     switch (kind) {
     case A_Q40:
     case A_Q4K:
@@ -331,6 +348,14 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
 #pragma GCC unroll 6
             for (int t = 0; t < T; t++) {
                 const __m256i xb = bcst4(xr[t] + oq + 4 * g);
+#ifdef ES_AVXVNNI
+                acc[t] = kind == A_Q80
+                             ? _mm256_dpbusd_avx_epi32(acc[t], aw, _mm256_sign_epi8(xb, w))
+                             : _mm256_dpbusd_avx_epi32(acc[t], w, xb);
+                (void)s16;
+                (void)ones;
+                (void)gs;
+#else
                 if (kind == A_Q80) {
                     const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xb, w));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, ones));
@@ -342,11 +367,14 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
                      * adds into a tree over all 8 products and spills most of them */
                     __asm__("" : "+x"(s16[t]));
                 }
+#endif
             }
+#ifndef ES_AVXVNNI
             if (kind != A_Q80 && g % gs == gs - 1)
 #pragma GCC unroll 6
                 for (int t = 0; t < T; t++)
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s16[t], ones));
+#endif
             if (kind == A_Q6K && g == 3) {
                 const __m256 s = _mm256_load_ps((const float *)(rec + 256));
 #pragma GCC unroll 6
@@ -382,7 +410,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
     {                                                                                              \
         mk_int(kind, T, a);                                                                        \
     }
-#define MK_ALL(kind) MK(kind, 1) MK(kind, 2) MK(kind, 3) MK(kind, 4) MK(kind, 5)
+#define MK_ALL(kind) MK(kind, 1) MK(kind, 2) MK(kind, 3) MK(kind, 4) MK(kind, 5) MK(kind, 6)
 MK_ALL(A_Q40)
 MK_ALL(A_Q80)
 MK_ALL(A_Q4K)
@@ -391,7 +419,8 @@ MK_ALL(A_Q6K)
 typedef void (*mk_fn)(const mk_args *a);
 #define MK_ROW(kind)                                                                               \
     {                                                                                              \
-        NULL, mk_##kind##_1, mk_##kind##_2, mk_##kind##_3, mk_##kind##_4, mk_##kind##_5, NULL      \
+        NULL, mk_##kind##_1, mk_##kind##_2, mk_##kind##_3, mk_##kind##_4, mk_##kind##_5,           \
+            mk_##kind##_6                                                                          \
     }
 static const mk_fn mk_table[5][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
                                              MK_ROW(A_Q5K), MK_ROW(A_Q6K)};
@@ -795,9 +824,9 @@ GEMM_F(gemm_f32, ES_QTYPE_F32)
 GEMM_F(gemm_f16, ES_QTYPE_F16)
 GEMM_F(gemm_bf16, ES_QTYPE_BF16)
 
-void es_kern_fill_avx2(es_kern *k)
+void FILL_TABLE(es_kern *k)
 {
-    k->isa = "avx2";
+    k->isa = ISA_NAME;
     static const struct {
         uint32_t type;
         es_kern_ops ops;
