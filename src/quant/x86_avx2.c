@@ -20,8 +20,10 @@
  * kern_scalar.c in the same order: results match the scalar table bit for bit.
  *
  * AVX-VNNI (ES_AVXVNNI): the VEX-encoded vpdpbusd does unsigned-by-signed bytes into int32 in
- * one instruction with no int16 stage, on the same operands (Q8_0 keeps the sign trick); the
- * int32 sums are the same exact integers, so that table matches the scalar one bit for bit too.
+ * one instruction with no int16 stage and no saturation, on the same operands except Q8_0, whose
+ * weights are stored as q + 128 (unsigned, as in x86_avx512.c) with -128 * sum(x) starting the
+ * sum, so no vpsignb; the int32 sums are the same exact integers, so that table matches the
+ * scalar one bit for bit too.
  * Without the int16 partial sums it has registers for 6 token rows instead of 5.
  *
  * Tile record per block of 32 (REC bytes): u8 q[8 groups][8 rows][4], f32 s[8], f32 m[8]
@@ -38,9 +40,11 @@
 #ifdef ES_AVXVNNI
 #define ISA_NAME "avxvnni"
 #define FILL_TABLE es_kern_fill_avxvnni
+#define VNNI 1
 #else
 #define ISA_NAME "avx2"
 #define FILL_TABLE es_kern_fill_avx2
+#define VNNI 0
 #endif
 
 #define NR 8    /* output rows per integer tile */
@@ -173,16 +177,18 @@ static void dec_q4_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
-/* Q8_0: signed bytes as they are (the kernel uses the sign trick). */
+/* Q8_0: AVX2 keeps the signed bytes as they are (the kernel uses the sign trick); AVX-VNNI
+ * stores q ^ 0x80 = q + 128, unsigned, and the act correction (c_mult -128) removes the 128. */
 static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
+    const __m256i flip = _mm256_set1_epi8(VNNI ? (char)0x80 : 0);
     for (int64_t b = kb0; b < kb1; b++) {
         uint8_t *rec = tile + (b - kb0) * REC;
         __m256i raw[8];
         tr8x8(W + b * 34 + 2, wrb, nr, raw);
 #pragma GCC unroll 16
         for (int g = 0; g < 8; g++)
-            _mm256_store_si256((__m256i *)(rec + 32 * g), raw[g]);
+            _mm256_store_si256((__m256i *)(rec + 32 * g), _mm256_xor_si256(raw[g], flip));
         _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 34, wrb, nr));
     }
 }
@@ -338,20 +344,18 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
         __m256 flo[TBMAX];
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++)
-            acc[t] = kind == A_Q40   ? bcst4(xr[t] + oc + 4 * b)
-                     : kind == A_Q6K ? bcst4(xr[t] + oc2 + 8 * b)
-                                     : _mm256_setzero_si256();
+            acc[t] = kind == A_Q40 || (VNNI && kind == A_Q80) ? bcst4(xr[t] + oc + 4 * b)
+                     : kind == A_Q6K                         ? bcst4(xr[t] + oc2 + 8 * b)
+                                                             : _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
             const __m256i w = _mm256_load_si256((const __m256i *)(rec + 32 * g));
-            const __m256i aw = kind == A_Q80 ? _mm256_abs_epi8(w) : w;
+            const __m256i aw = kind == A_Q80 && !VNNI ? _mm256_abs_epi8(w) : w;
 #pragma GCC unroll 6
             for (int t = 0; t < T; t++) {
                 const __m256i xb = bcst4(xr[t] + oq + 4 * g);
 #ifdef ES_AVXVNNI
-                acc[t] = kind == A_Q80
-                             ? _mm256_dpbusd_avx_epi32(acc[t], aw, _mm256_sign_epi8(xb, w))
-                             : _mm256_dpbusd_avx_epi32(acc[t], w, xb);
+                acc[t] = _mm256_dpbusd_avx_epi32(acc[t], aw, xb);
                 (void)s16;
                 (void)ones;
                 (void)gs;
@@ -522,8 +526,9 @@ static inline __attribute__((always_inline)) void dec_t_q(const int q8, const ui
             const int *p = (const int *)(q + 4 * nt * g);
             const __m256i v = n == 8 ? _mm256_loadu_si256((const __m256i *)p)
                                      : _mm256_maskload_epi32(p, m);
-            if (q8) {
-                _mm256_store_si256((__m256i *)(rec + 32 * g), v);
+            if (q8) { /* the encoding of dec_q8_0 */
+                _mm256_store_si256((__m256i *)(rec + 32 * g),
+                                   _mm256_xor_si256(v, _mm256_set1_epi8(VNNI ? (char)0x80 : 0)));
             } else {
                 _mm256_store_si256((__m256i *)(rec + 32 * g), and8(v, 15));
                 _mm256_store_si256((__m256i *)(rec + 32 * (g + 4)), and8(srl16(v, 4), 15));
@@ -675,6 +680,10 @@ static void act_q4_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *ac
 static void act_plain(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
     act_q8(X, ldx, n, K, act, 0, 0);
+}
+static void act_q8_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, VNNI ? -128 : 0, 0);
 }
 static void act_q6_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
@@ -832,7 +841,7 @@ void FILL_TABLE(es_kern *k)
         es_kern_ops ops;
     } tab[] = {
         {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_q4_0, gemm_q4_0, scratch_int, gemm_tiled_q4_0}},
-        {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_plain, gemm_q8_0, scratch_int, gemm_tiled_q8_0}},
+        {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_q8_0, gemm_q8_0, scratch_int, gemm_tiled_q8_0}},
         {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_plain, gemm_q4_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_plain, gemm_q5_K, scratch_int, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int, NULL}},
