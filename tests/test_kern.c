@@ -318,6 +318,18 @@ static void test_avx512_vs_scalar(void **state)
     check_isa("avx512");
 }
 
+static void test_neon_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("neon");
+}
+
+static void test_i8mm_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("i8mm");
+}
+
 /* The best table this CPU has (the one es_kern_init(NULL) picks). */
 static const char *best_isa(void)
 {
@@ -434,6 +446,16 @@ static void test_determinism_avx512(void **state)
 {
     (void)state;
     check_determinism("avx512");
+}
+static void test_determinism_neon(void **state)
+{
+    (void)state;
+    check_determinism("neon");
+}
+static void test_determinism_i8mm(void **state)
+{
+    (void)state;
+    check_determinism("i8mm");
 }
 
 /* ---- threads: the pool splits [0, N) at odd points; results are bit-identical --------------- */
@@ -559,12 +581,30 @@ static void test_init_forcing(void **state)
     assert_string_equal(es_kern_init("scalar"), "scalar");
     assert_string_equal(es_kern_isa_name(), "scalar");
     assert_string_equal(es_kern_init("bogus"), best); /* warning, then the best */
-    assert_string_equal(es_kern_init("avx2"), es_kern_isa_available("avx2") ? "avx2" : "scalar");
-    /* a table the CPU lacks falls back to the best one below it, never above */
-    assert_string_equal(es_kern_init("avxvnni"), es_kern_isa_available("avxvnni") ? "avxvnni"
-                                                 : es_kern_isa_available("avx2")  ? "avx2"
-                                                                                  : "scalar");
-    assert_string_equal(es_kern_init("avx512"), best);
+    /* the tables of one architecture: a table the CPU lacks falls back to the best one below it,
+     * never above; the other architecture's tables are never available, and asking for one
+     * gives the best table (a warning, as for an unknown name) */
+    if (!es_kern_isa_available("neon")) { /* x86, or an Arm CPU without dotprod */
+        assert_false(es_kern_isa_available("neon"));
+        assert_false(es_kern_isa_available("i8mm"));
+        assert_string_equal(es_kern_init("avx2"),
+                            es_kern_isa_available("avx2") ? "avx2" : "scalar");
+        assert_string_equal(es_kern_init("avxvnni"), es_kern_isa_available("avxvnni") ? "avxvnni"
+                                                     : es_kern_isa_available("avx2")  ? "avx2"
+                                                                                      : "scalar");
+        assert_string_equal(es_kern_init("avx512"), best);
+        if (!es_kern_isa_available("avx2")) { /* an x86 without AVX2, or an Arm CPU */
+            assert_string_equal(es_kern_init("neon"), best);
+            assert_string_equal(es_kern_init("i8mm"), best);
+        }
+    } else { /* AArch64 with dotprod */
+        for (size_t i = 1; i <= 3; i++) { /* avx2, avxvnni, avx512 */
+            assert_false(es_kern_isa_available(es_kern_isa_names[i]));
+            assert_string_equal(es_kern_init(es_kern_isa_names[i]), best);
+        }
+        assert_string_equal(es_kern_init("neon"), "neon");
+        assert_string_equal(es_kern_init("i8mm"), best);
+    }
     setenv("ESTREAM_ISA", "scalar", 1);
     assert_string_equal(es_kern_init(NULL), "scalar");
     setenv("ESTREAM_ISA", "", 1);
@@ -621,6 +661,9 @@ static void test_cpu(void **state)
     assert_true(c->l1d_bytes >= 16 << 10 && c->l2_bytes >= c->l1d_bytes);
     assert_true(es_cpu_has(0));
     if (es_cpu_has(ES_CPU_AVX512_VNNI)) assert_true(es_cpu_has(ES_CPU_AVX512F));
+    /* an Arm CPU reporting dotprod or i8mm must report ASIMD; x86 reports none of them */
+    if (es_cpu_has(ES_CPU_DOTPROD) || es_cpu_has(ES_CPU_I8MM)) assert_true(es_cpu_has(ES_CPU_NEON));
+    if (es_cpu_has(ES_CPU_AVX2)) assert_false(es_cpu_has(ES_CPU_NEON));
 }
 
 int main(void)
@@ -633,10 +676,14 @@ int main(void)
         cmocka_unit_test(test_avx2_vs_scalar),
         cmocka_unit_test(test_avxvnni_vs_scalar),
         cmocka_unit_test(test_avx512_vs_scalar),
+        cmocka_unit_test(test_neon_vs_scalar),
+        cmocka_unit_test(test_i8mm_vs_scalar),
         cmocka_unit_test(test_determinism_scalar),
         cmocka_unit_test(test_determinism_avx2),
         cmocka_unit_test(test_determinism_avxvnni),
         cmocka_unit_test(test_determinism_avx512),
+        cmocka_unit_test(test_determinism_neon),
+        cmocka_unit_test(test_determinism_i8mm),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_guard_pages),
         cmocka_unit_test(test_init_forcing),
