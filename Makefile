@@ -80,7 +80,8 @@ $(BUILD)/src/quant/x86_avx2.o $(BUILD)/src/quant/vec_avx2.o: CFLAGS += -mavx2 -m
 $(BUILD)/src/quant/x86_avxvnni.o: CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
 $(BUILD)/src/quant/x86_avx512.o $(BUILD)/src/quant/vec_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl \
                                            -mavx512dq -mavx512vnni
-# AArch64: the rest of the build stays baseline armv8-a (NEON only); dotprod and i8mm only here.
+# AArch64: the rest of the build (arm_asimd.c and vec_neon.c too) stays baseline armv8-a, NEON
+# only; dotprod and i8mm only here, and the table is chosen at run time from HWCAP.
 $(BUILD)/src/quant/arm_neon.o: CFLAGS += -march=armv8.2-a+dotprod
 $(BUILD)/src/quant/arm_i8mm.o: CFLAGS += -march=armv8.2-a+dotprod+i8mm
 

@@ -267,7 +267,7 @@ static void test_route_skew(void **state)
 }
 
 /* The fast path with each kernel table this CPU has (scalar, avx2, avxvnni, avx512; on AArch64
- * neon, i8mm) gives the same
+ * asimd, neon, i8mm) gives the same
  * logits within a small tolerance: the tables differ only in the exp approximation and the
  * float lane order of a few element-wise steps. */
 static void test_fast_every_isa(void **state)
@@ -275,7 +275,7 @@ static void test_fast_every_isa(void **state)
     (void)state;
     size_t n;
     int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
-    const char *isas[] = {"scalar", "avx2", "avxvnni", "avx512", "neon", "i8mm"};
+    const char *isas[] = {"scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"};
     const char *models[] = {DATA "tiny-q4_0.gguf", DATA "tiny-f32.gguf"};
     int n_tables = 0;
     for (size_t i = 0; i < T_LEN(isas); i++) n_tables += es_kernels_available(isas[i]);
@@ -356,12 +356,12 @@ static void test_compare_rejects_garbage(void **state)
 static void test_kernels_reselect(void **state)
 {
     (void)state;
-    /* a SIMD table to switch to: avx2 on x86-64, neon on AArch64 */
-    const char *simd = es_kernels_available("avx2")   ? "avx2"
-                       : es_kernels_available("neon") ? "neon"
-                                                      : NULL;
+    /* a SIMD table to switch to: avx2 on x86-64, asimd on AArch64 */
+    const char *simd = es_kernels_available("avx2")    ? "avx2"
+                       : es_kernels_available("asimd") ? "asimd"
+                                                       : NULL;
     if (!simd) {
-        print_message("no avx2 or neon table on this CPU: nothing to switch to, skipped\n");
+        print_message("no avx2 or asimd table on this CPU: nothing to switch to, skipped\n");
         skip();
     }
     size_t n;

@@ -318,6 +318,12 @@ static void test_avx512_vs_scalar(void **state)
     check_isa("avx512");
 }
 
+static void test_asimd_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("asimd");
+}
+
 static void test_neon_vs_scalar(void **state)
 {
     (void)state;
@@ -446,6 +452,11 @@ static void test_determinism_avx512(void **state)
 {
     (void)state;
     check_determinism("avx512");
+}
+static void test_determinism_asimd(void **state)
+{
+    (void)state;
+    check_determinism("asimd");
 }
 static void test_determinism_neon(void **state)
 {
@@ -584,7 +595,7 @@ static void test_init_forcing(void **state)
     /* the tables of one architecture: a table the CPU lacks falls back to the best one below it,
      * never above; the other architecture's tables are never available, and asking for one
      * gives the best table (a warning, as for an unknown name) */
-    if (!es_kern_isa_available("neon")) { /* x86, or an Arm CPU without dotprod */
+    if (!es_kern_isa_available("asimd")) { /* not AArch64 */
         assert_false(es_kern_isa_available("neon"));
         assert_false(es_kern_isa_available("i8mm"));
         assert_string_equal(es_kern_init("avx2"),
@@ -593,16 +604,16 @@ static void test_init_forcing(void **state)
                                                      : es_kern_isa_available("avx2")  ? "avx2"
                                                                                       : "scalar");
         assert_string_equal(es_kern_init("avx512"), best);
-        if (!es_kern_isa_available("avx2")) { /* an x86 without AVX2, or an Arm CPU */
-            assert_string_equal(es_kern_init("neon"), best);
-            assert_string_equal(es_kern_init("i8mm"), best);
-        }
-    } else { /* AArch64 with dotprod */
+        for (size_t i = 4; i < ES_KERN_N_ISA; i++) /* asimd, neon, i8mm */
+            assert_string_equal(es_kern_init(es_kern_isa_names[i]), best);
+    } else { /* AArch64 */
         for (size_t i = 1; i <= 3; i++) { /* avx2, avxvnni, avx512 */
             assert_false(es_kern_isa_available(es_kern_isa_names[i]));
             assert_string_equal(es_kern_init(es_kern_isa_names[i]), best);
         }
-        assert_string_equal(es_kern_init("neon"), "neon");
+        assert_string_equal(es_kern_init("asimd"), "asimd");
+        assert_string_equal(es_kern_init("neon"),
+                            es_kern_isa_available("neon") ? "neon" : "asimd");
         assert_string_equal(es_kern_init("i8mm"), best);
     }
     setenv("ESTREAM_ISA", "scalar", 1);
@@ -676,12 +687,14 @@ int main(void)
         cmocka_unit_test(test_avx2_vs_scalar),
         cmocka_unit_test(test_avxvnni_vs_scalar),
         cmocka_unit_test(test_avx512_vs_scalar),
+        cmocka_unit_test(test_asimd_vs_scalar),
         cmocka_unit_test(test_neon_vs_scalar),
         cmocka_unit_test(test_i8mm_vs_scalar),
         cmocka_unit_test(test_determinism_scalar),
         cmocka_unit_test(test_determinism_avx2),
         cmocka_unit_test(test_determinism_avxvnni),
         cmocka_unit_test(test_determinism_avx512),
+        cmocka_unit_test(test_determinism_asimd),
         cmocka_unit_test(test_determinism_neon),
         cmocka_unit_test(test_determinism_i8mm),
         cmocka_unit_test(test_threads),

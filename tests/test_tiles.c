@@ -194,6 +194,11 @@ static void test_avx512(void **state)
     (void)state;
     check_table("avx512");
 }
+static void test_asimd(void **state)
+{
+    (void)state;
+    check_table("asimd");
+}
 static void test_neon(void **state)
 {
     (void)state;
@@ -252,7 +257,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),   cmocka_unit_test(test_scalar),
         cmocka_unit_test(test_avx2),        cmocka_unit_test(test_avxvnni),
-        cmocka_unit_test(test_avx512),      cmocka_unit_test(test_neon),
+        cmocka_unit_test(test_avx512),      cmocka_unit_test(test_asimd),
+        cmocka_unit_test(test_neon),
         cmocka_unit_test(test_i8mm),
         cmocka_unit_test(test_guard_pages),
     };

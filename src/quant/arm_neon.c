@@ -3,7 +3,9 @@
  * -march=armv8.2-a+dotprod for this file only (the rest of the build stays baseline armv8-a) and
  * chosen at run time from HWCAP (dispatch.c). arm_i8mm.c builds this file a second time with
  * ES_I8MM defined (and +i8mm): the i8mm table, es_kern_fill_i8mm(), whose integer micro-kernel
- * uses smmla instead of sdot. Exports only those fills (STYLE §6).
+ * uses smmla instead of sdot. arm_asimd.c builds it with ES_ASIMD (baseline armv8-a): the asimd
+ * table, es_kern_fill_asimd(), for cores without dotprod (Cortex-A53/A57/A72), with smull +
+ * sadalp in place of sdot. Exports only those fills (STYLE §6).
  *
  * DESIGN: the structure of x86_avx2.c on 128-bit registers: tiles of 8 output rows decoded once
  * per K-slice into the per-thread scratch, then a register-blocked micro-kernel over the token
@@ -23,7 +25,9 @@
  *     i8  q[8 groups][8 rows][4]   (bytes 32g .. 32g+15: rows 0-3; 32g+16 .. 32g+31: rows 4-7)
  *     f32 s[8]                     block scale per row (Q6_K: the first half's)
  *     f32 m[8]                     Q4_K/Q5_K: -(dmin*m); Q6_K: the second half's scale
- * Register block: 4 tokens (3 for Q6_K, which keeps a float partial per half).
+ * Register block: 4 tokens (3 for Q6_K, which keeps a float partial per half). asimd: the same
+ * record; each sdot becomes dup + 2 smull + 2 sadalp into two pair-sum accumulators per 4 rows
+ * (exact: int16 products, int32 sums), hence 3 tokens (2 for Q6_K).
  *
  * smmla (i8mm): vmmlaq_s32(acc, a, b) treats a and b as 2x8 byte matrices and adds a * b^T, a
  * 2x2 int32 block. a = 8 activation bytes of 2 tokens, b = 8 weights of 2 output rows: twice
@@ -47,12 +51,30 @@
 #include <arm_neon.h>
 #include <string.h>
 
-#ifdef ES_I8MM
+#if defined(ES_I8MM)
 #define ISA_NAME "i8mm"
 #define FILL_TABLE es_kern_fill_i8mm
+#elif defined(ES_ASIMD)
+#define ISA_NAME "asimd"
+#define FILL_TABLE es_kern_fill_asimd
 #else
 #define ISA_NAME "neon"
 #define FILL_TABLE es_kern_fill_neon
+#endif
+
+#ifdef ES_ASIMD
+/* Without sdot: dword L of x to every lane, then smull (rows 0-1) and smull2 (rows 2-3) give
+ * the 16 products as int16 (|w x| <= 128 * 127 fits), and sadalp adds neighbouring pairs into
+ * int32: acc and pr hold two partial sums per row, added pairwise (addp) at the end. */
+#define DOT_LANE(acc, pr, w, x, L)                                                                 \
+    do {                                                                                           \
+        const int8x16_t xb_ = vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(x), L));   \
+        (acc) = vpadalq_s16((acc), vmull_s8(vget_low_s8(w), vget_low_s8(xb_)));                    \
+        (pr) = vpadalq_s16((pr), vmull_high_s8((w), xb_));                                         \
+    } while (0)
+#else
+/* sdot: lane i += bytes 4i..4i+3 of w times bytes 4L..4L+3 of x. */
+#define DOT_LANE(acc, pr, w, x, L) ((acc) = vdotq_laneq_s32((acc), (w), (x), (L)))
 #endif
 
 #define NR 8    /* output rows per integer tile */
@@ -327,9 +349,11 @@ typedef struct mk_args {
 
 static inline int tb_of(int kind)
 {
-#ifdef ES_I8MM
+#if defined(ES_I8MM)
     (void)kind;
     return 4; /* two token pairs */
+#elif defined(ES_ASIMD)
+    return kind == A_Q6K ? 2 : 3; /* twice the accumulators of sdot */
 #else
     return kind == A_Q6K ? 3 : 4;
 #endif
@@ -439,10 +463,11 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
         }
 #else
         int8x16_t xv[TBMAX][2];
+        int32x4_t pr[TBMAX][2]; /* asimd: rows 2-3 (6-7) as pair sums, acc rows 0-1 (4-5) */
         for (int t = 0; t < T; t++) {
             xv[t][0] = vld1q_s8((const int8_t *)xr[t] + oq);
             xv[t][1] = vld1q_s8((const int8_t *)xr[t] + oq + 16);
-            acc[t][0] = acc[t][1] = vdupq_n_s32(0);
+            acc[t][0] = acc[t][1] = pr[t][0] = pr[t][1] = vdupq_n_s32(0);
         }
         for (int half = 0; half < 2; half++) {
             /* lanes must be immediates: one line per group of the half */
@@ -451,8 +476,8 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
         const int8_t *wp = (const int8_t *)rec + 32 * (4 * half + L);                              \
         const int8x16_t w0 = vld1q_s8(wp), w1 = vld1q_s8(wp + 16);                                 \
         for (int t = 0; t < T; t++) {                                                              \
-            acc[t][0] = vdotq_laneq_s32(acc[t][0], w0, xv[t][half], L);                            \
-            acc[t][1] = vdotq_laneq_s32(acc[t][1], w1, xv[t][half], L);                            \
+            DOT_LANE(acc[t][0], pr[t][0], w0, xv[t][half], L);                                     \
+            DOT_LANE(acc[t][1], pr[t][1], w1, xv[t][half], L);                                     \
         }                                                                                          \
     } while (0)
             STEP(0);
@@ -460,6 +485,16 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
             STEP(2);
             STEP(3);
 #undef STEP
+#ifdef ES_ASIMD
+            if (half == 1 || kind == A_Q6K) /* pair sums -> one int32 per row, rows 0-3 */
+                for (int t = 0; t < T; t++)
+                    for (int h = 0; h < 2; h++) {
+                        acc[t][h] = vpaddq_s32(acc[t][h], pr[t][h]);
+                        pr[t][h] = vdupq_n_s32(0);
+                    }
+#else
+            (void)pr;
+#endif
             if (kind == A_Q6K && half == 0) { /* the first half's partial, as scalar */
                 for (int t = 0; t < T; t++)
                     for (int h = 0; h < 2; h++) {

@@ -3,13 +3,12 @@
  *
  * DESIGN: one table of function pointers indexed by weight type (STYLE §6). The scalar table is
  * filled first, then each ISA the CPU has overrides the entries it implements, in increasing
- * order (x86: avx2, avxvnni, avx512; AArch64: neon, i8mm), up to the ISA requested by
+ * order (x86: avx2, avxvnni, avx512; AArch64: asimd, neon, i8mm), up to the ISA requested by
  * ESTREAM_ISA. An ISA the CPU lacks is passed over (an AVX-512 VNNI machine need not have
  * AVX-VNNI). The list of names is the same on every architecture; another architecture's tables
  * are never available (their files are not even built), and a request for one gets the best
- * table of this machine. An AArch64 CPU without dotprod (Cortex-A53/A57/A72) runs the scalar
- * table: its plain-NEON int8 products (smull + sadalp) would need a third kernel family for
- * little gain on cores that old. After es_kern_init() the
+ * table of this machine. On AArch64, asimd needs only Advanced SIMD (every Linux AArch64 CPU),
+ * neon adds dotprod, i8mm adds smmla. After es_kern_init() the
  * table is read-only; the wrappers below read it without locks. A wrapper called before any
  * es_kern_init() initializes once (pthread_once) with the environment's choice.
  */
@@ -23,11 +22,11 @@
 
 es_kern es_kern_active;
 
-const char *const es_kern_isa_names[ES_KERN_N_ISA] = {"scalar", "avx2",  "avxvnni",
-                                                       "avx512", "neon", "i8mm"};
+const char *const es_kern_isa_names[ES_KERN_N_ISA] = {"scalar", "avx2",  "avxvnni", "avx512",
+                                                       "asimd",  "neon", "i8mm"};
 #define isa_names es_kern_isa_names
-#define ISA_LIST "scalar, avx2, avxvnni, avx512, neon, i8mm"
-enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_NEON, ISA_I8MM, ISA_COUNT };
+#define ISA_LIST "scalar, avx2, avxvnni, avx512, asimd, neon, i8mm"
+enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_ASIMD, ISA_NEON, ISA_I8MM, ISA_COUNT };
 _Static_assert(ISA_COUNT == ES_KERN_N_ISA, "one name per ISA");
 
 /* Which architecture's files this build has (the Makefile builds x86_*.c only for x86-64 and
@@ -68,6 +67,8 @@ static bool isa_ok(int isa)
     case ISA_AVX512:
         return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX512_CORE |
                           ES_CPU_AVX512_VNNI);
+    case ISA_ASIMD:
+        return es_cpu_has(ES_CPU_NEON);
     case ISA_NEON:
         return es_cpu_has(ES_CPU_NEON | ES_CPU_DOTPROD);
     case ISA_I8MM:
@@ -99,10 +100,11 @@ static void fill_upto(es_kern *k, int isa)
     }
 #endif
 #if BUILT_ARM64
-    if (isa >= ISA_NEON && isa_ok(ISA_NEON)) {
-        es_kern_fill_neon(k);
-        es_vec_fill_neon(k);
+    if (isa >= ISA_ASIMD && isa_ok(ISA_ASIMD)) {
+        es_kern_fill_asimd(k);
+        es_vec_fill_neon(k); /* baseline NEON: no extension needed */
     }
+    if (isa >= ISA_NEON && isa_ok(ISA_NEON)) es_kern_fill_neon(k);
     if (isa >= ISA_I8MM && isa_ok(ISA_I8MM)) es_kern_fill_i8mm(k);
 #endif
 }

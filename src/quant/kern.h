@@ -78,9 +78,9 @@ typedef struct es_kern {
 
 /* The kernel tables, in the order es_kern_init() prefers them (last = best): "scalar", "avx2"
  * (AVX2 + FMA + F16C), "avxvnni" (that + VEX vpdpbusd), "avx512" (AVX-512 F/BW/VL/DQ + VNNI),
- * "neon" (AArch64 ASIMD + dotprod sdot), "i8mm" (that + smmla). One list for every architecture:
- * another architecture's tables are never available. */
-#define ES_KERN_N_ISA 6
+ * "asimd" (AArch64 Advanced SIMD: smull + sadalp), "neon" (that + dotprod sdot), "i8mm" (that +
+ * smmla). One list for every architecture: another architecture's tables are never available. */
+#define ES_KERN_N_ISA 7
 extern const char *const es_kern_isa_names[ES_KERN_N_ISA];
 
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
@@ -108,6 +108,7 @@ void es_kern_fill_scalar(es_kern *k);
 void es_kern_fill_avx2(es_kern *k);
 void es_kern_fill_avxvnni(es_kern *k);
 void es_kern_fill_avx512(es_kern *k);
+void es_kern_fill_asimd(es_kern *k);
 void es_kern_fill_neon(es_kern *k);
 void es_kern_fill_i8mm(es_kern *k);
 void es_vec_fill_scalar(es_kern *k);
