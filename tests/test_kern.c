@@ -377,7 +377,10 @@ static void test_act_identical(void **state)
 static void check_determinism(const char *isa)
 {
     es_kern k;
-    if (!es_kern_get(isa, &k)) skip();
+    if (!es_kern_get(isa, &k)) {
+        print_message("%s: not available on this CPU, skipped\n", isa);
+        skip();
+    }
     for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
         const uint32_t type = all_types[ti];
         const int64_t K = is_k_type(type) ? 2048 : is_float_type(type) ? 517 : 2080;
