@@ -7,6 +7,8 @@
 #   make fuzz       build the libFuzzer harnesses (clang)  -> build-fuzz/fuzz_*
 #   make mutants    plant each bug of tests/mutants.txt in a scratch copy; the suite must fail
 #   make debug      -O0 -g -DES_DEBUG            -> build-debug/
+#   tools/cross-aarch64.sh   cross-build for AArch64 (CC=aarch64-linux-gnu-gcc BUILD=build-aarch64)
+#                            and run the kernel tests under qemu-user
 
 CC       ?= cc
 OPT      ?= -O2
@@ -37,19 +39,33 @@ endif
 BUILD ?= $(MODE_DIR)
 
 # liburing, PCRE2 and xxHash are found with pkg-config. Without liburing the loader uses pread.
-HAVE_URING := $(shell pkg-config --exists liburing && echo 1)
+# A cross build points pkg-config at the target's .pc files (PKG_CONFIG_LIBDIR, or
+# PKG_CONFIG=<triplet>-pkg-config); tools/cross-aarch64.sh does.
+PKG_CONFIG ?= pkg-config
+HAVE_URING := $(shell $(PKG_CONFIG) --exists liburing && echo 1)
 ifeq ($(HAVE_URING),1)
-  CFLAGS += -DES_HAVE_URING $(shell pkg-config --cflags liburing)
-  LDLIBS += $(shell pkg-config --libs liburing)
+  CFLAGS += -DES_HAVE_URING $(shell $(PKG_CONFIG) --cflags liburing)
+  LDLIBS += $(shell $(PKG_CONFIG) --libs liburing)
 endif
-CFLAGS += $(shell pkg-config --cflags libpcre2-8)
-LDLIBS += $(shell pkg-config --libs libpcre2-8)
+CFLAGS += $(shell $(PKG_CONFIG) --cflags libpcre2-8)
+LDLIBS += $(shell $(PKG_CONFIG) --libs libpcre2-8)
 # xxHash (XXH3-64): the checksum of each expert record in a pack (src/pack).
-CFLAGS += $(shell pkg-config --cflags libxxhash)
-LDLIBS += $(shell pkg-config --libs libxxhash)
-TEST_LDLIBS := $(shell pkg-config --libs cmocka)
+CFLAGS += $(shell $(PKG_CONFIG) --cflags libxxhash)
+LDLIBS += $(shell $(PKG_CONFIG) --libs libxxhash)
+TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
 
-LIB_SRC   := $(sort $(shell find src -name '*.c' -not -path 'src/cli/*'))
+# The target architecture picks the kernel files: x86_*.c (and vec_avx*.c) only for x86-64,
+# arm_*.c (and vec_neon.c) only for AArch64; elsewhere only the scalar table is built.
+TARGET := $(shell $(CC) -dumpmachine)
+ifneq (,$(findstring x86_64,$(TARGET)))
+  ARCH_SKIP := src/quant/arm_% src/quant/vec_neon.c
+else ifneq (,$(findstring aarch64,$(TARGET)))
+  ARCH_SKIP := src/quant/x86_% src/quant/vec_avx%
+else
+  ARCH_SKIP := src/quant/x86_% src/quant/vec_avx% src/quant/arm_% src/quant/vec_neon.c
+endif
+
+LIB_SRC   := $(filter-out $(ARCH_SKIP),$(sort $(shell find src -name '*.c' -not -path 'src/cli/*')))
 CLI_SRC   := $(sort $(wildcard src/cli/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
@@ -64,6 +80,10 @@ $(BUILD)/src/quant/x86_avx2.o $(BUILD)/src/quant/vec_avx2.o: CFLAGS += -mavx2 -m
 $(BUILD)/src/quant/x86_avxvnni.o: CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
 $(BUILD)/src/quant/x86_avx512.o $(BUILD)/src/quant/vec_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl \
                                            -mavx512dq -mavx512vnni
+# AArch64: the rest of the build (arm_asimd.c and vec_neon.c too) stays baseline armv8-a, NEON
+# only; dotprod and i8mm only here, and the table is chosen at run time from HWCAP.
+$(BUILD)/src/quant/arm_neon.o: CFLAGS += -march=armv8.2-a+dotprod
+$(BUILD)/src/quant/arm_i8mm.o: CFLAGS += -march=armv8.2-a+dotprod+i8mm
 
 .PHONY: all lib cli tests bench fuzz test mutants debug clean
 all: $(BUILD)/estream
@@ -128,6 +148,6 @@ debug:
 	$(MAKE) DEBUG=1
 
 clean:
-	rm -rf build build-san build-tsan build-debug build-fuzz
+	rm -rf build build-san build-tsan build-debug build-fuzz build-aarch64
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -79,12 +79,13 @@ typedef struct es_prefill_opts {
                         * tests set it small to exercise the split. */
 } es_prefill_opts;
 
-/* The kernel table the fast path uses: "scalar", "avx2", "avxvnni" or "avx512" (the best this
- * CPU and OS support, or the one ESTREAM_ISA names). */
+/* The kernel table the fast path uses: "scalar", "avx2", "avxvnni" or "avx512" on x86-64,
+ * "scalar", "asimd", "neon" or "i8mm" on AArch64 (the best this CPU and OS support, or the one
+ * ESTREAM_ISA names). */
 const char *es_kernels_name(void);
 /* Whether this CPU and OS can run the named kernel table. */
 int es_kernels_available(const char *isa);
-/* Selects a kernel table ("scalar", "avx2", "avxvnni", "avx512"; NULL: the best available, or
+/* Selects a kernel table ("scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"; NULL: the best available, or
  * ESTREAM_ISA). ES_E_INVAL for an unknown name, ES_E_UNSUPPORTED for a table this CPU lacks. Not thread-safe:
  * call it while no prefill runs. */
 es_status es_kernels_select(const char *isa);
@@ -135,7 +136,7 @@ typedef struct es_session_params {
                          * demand to the longest prompt seen */
     int plan_capacity;  /* routes per expert-operator invocation (0 = 16384); results do not
                          * depend on it (tests set it small to split each layer) */
-    const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512"; NULL = es_kernels_name() at creation */
+    const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"; NULL = es_kernels_name() at creation */
 
     /* Memory-bounded runs (expert streaming, DESIGN §5-6). With mem_budget_bytes set, the
      * session measures the memory everything but the experts needs (M_other: what the process

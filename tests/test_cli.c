@@ -206,7 +206,7 @@ static void test_system(void **state)
     snprintf(want, sizeof(want), "kernels:       %s (", es_kernels_name());
     assert_non_null(strstr(out, want));
     assert_non_null(strstr(out, "features:"));
-    const char *names[] = {"scalar", "avx2", "avxvnni", "avx512"};
+    const char *names[] = {"scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"};
     for (size_t i = 0; i < T_LEN(names); i++) {
         /* the "runs here" list holds exactly the available tables */
         snprintf(want, sizeof(want), " %s", names[i]);

@@ -266,7 +266,8 @@ static void test_route_skew(void **state)
     es_model_close(m);
 }
 
-/* The fast path with each kernel table this CPU has (scalar, avx2, avxvnni, avx512) gives the same
+/* The fast path with each kernel table this CPU has (scalar, avx2, avxvnni, avx512; on AArch64
+ * asimd, neon, i8mm) gives the same
  * logits within a small tolerance: the tables differ only in the exp approximation and the
  * float lane order of a few element-wise steps. */
 static void test_fast_every_isa(void **state)
@@ -274,7 +275,7 @@ static void test_fast_every_isa(void **state)
     (void)state;
     size_t n;
     int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
-    const char *isas[] = {"scalar", "avx2", "avxvnni", "avx512"};
+    const char *isas[] = {"scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"};
     const char *models[] = {DATA "tiny-q4_0.gguf", DATA "tiny-f32.gguf"};
     int n_tables = 0;
     for (size_t i = 0; i < T_LEN(isas); i++) n_tables += es_kernels_available(isas[i]);
@@ -355,8 +356,12 @@ static void test_compare_rejects_garbage(void **state)
 static void test_kernels_reselect(void **state)
 {
     (void)state;
-    if (!es_kernels_available("avx2")) {
-        print_message("no avx2 table on this CPU: nothing to switch to, skipped\n");
+    /* a SIMD table to switch to: avx2 on x86-64, asimd on AArch64 */
+    const char *simd = es_kernels_available("avx2")    ? "avx2"
+                       : es_kernels_available("asimd") ? "asimd"
+                                                       : NULL;
+    if (!simd) {
+        print_message("no avx2 or asimd table on this CPU: nothing to switch to, skipped\n");
         skip();
     }
     size_t n;
@@ -368,7 +373,7 @@ static void test_kernels_reselect(void **state)
     es_session *ses;
     assert_int_equal(es_session_create(m, NULL, &ses), ES_OK);
     assert_int_equal(es_session_prefill(ses, ids, n, 1, a), ES_OK);
-    assert_int_equal(es_kernels_select("avx2"), ES_OK);
+    assert_int_equal(es_kernels_select(simd), ES_OK);
     assert_int_equal(es_session_prefill(ses, ids, n, 1, b), ES_OK); /* still scalar buffers */
     assert_memory_equal(a, b, sizeof(float) * n * nv);
     es_run_stats rs;
@@ -377,7 +382,7 @@ static void test_kernels_reselect(void **state)
     es_session_destroy(ses);
     assert_int_equal(es_session_create(m, NULL, &ses), ES_OK);
     es_session_stats(ses, &rs);
-    assert_string_equal(rs.kernels, "avx2");
+    assert_string_equal(rs.kernels, simd);
     assert_int_equal(es_session_prefill(ses, ids, n, 1, b), ES_OK);
     t_logit_stats s = t_compare_logits(b, a, n, nv);
     assert_true(s.max <= 2e-3);

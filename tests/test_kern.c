@@ -318,6 +318,24 @@ static void test_avx512_vs_scalar(void **state)
     check_isa("avx512");
 }
 
+static void test_asimd_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("asimd");
+}
+
+static void test_neon_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("neon");
+}
+
+static void test_i8mm_vs_scalar(void **state)
+{
+    (void)state;
+    check_isa("i8mm");
+}
+
 /* The best table this CPU has (the one es_kern_init(NULL) picks). */
 static const char *best_isa(void)
 {
@@ -359,7 +377,10 @@ static void test_act_identical(void **state)
 static void check_determinism(const char *isa)
 {
     es_kern k;
-    if (!es_kern_get(isa, &k)) skip();
+    if (!es_kern_get(isa, &k)) {
+        print_message("%s: not available on this CPU, skipped\n", isa);
+        skip();
+    }
     for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
         const uint32_t type = all_types[ti];
         const int64_t K = is_k_type(type) ? 2048 : is_float_type(type) ? 517 : 2080;
@@ -434,6 +455,21 @@ static void test_determinism_avx512(void **state)
 {
     (void)state;
     check_determinism("avx512");
+}
+static void test_determinism_asimd(void **state)
+{
+    (void)state;
+    check_determinism("asimd");
+}
+static void test_determinism_neon(void **state)
+{
+    (void)state;
+    check_determinism("neon");
+}
+static void test_determinism_i8mm(void **state)
+{
+    (void)state;
+    check_determinism("i8mm");
 }
 
 /* ---- threads: the pool splits [0, N) at odd points; results are bit-identical --------------- */
@@ -559,12 +595,30 @@ static void test_init_forcing(void **state)
     assert_string_equal(es_kern_init("scalar"), "scalar");
     assert_string_equal(es_kern_isa_name(), "scalar");
     assert_string_equal(es_kern_init("bogus"), best); /* warning, then the best */
-    assert_string_equal(es_kern_init("avx2"), es_kern_isa_available("avx2") ? "avx2" : "scalar");
-    /* a table the CPU lacks falls back to the best one below it, never above */
-    assert_string_equal(es_kern_init("avxvnni"), es_kern_isa_available("avxvnni") ? "avxvnni"
-                                                 : es_kern_isa_available("avx2")  ? "avx2"
-                                                                                  : "scalar");
-    assert_string_equal(es_kern_init("avx512"), best);
+    /* the tables of one architecture: a table the CPU lacks falls back to the best one below it,
+     * never above; the other architecture's tables are never available, and asking for one
+     * gives the best table (a warning, as for an unknown name) */
+    if (!es_kern_isa_available("asimd")) { /* not AArch64 */
+        assert_false(es_kern_isa_available("neon"));
+        assert_false(es_kern_isa_available("i8mm"));
+        assert_string_equal(es_kern_init("avx2"),
+                            es_kern_isa_available("avx2") ? "avx2" : "scalar");
+        assert_string_equal(es_kern_init("avxvnni"), es_kern_isa_available("avxvnni") ? "avxvnni"
+                                                     : es_kern_isa_available("avx2")  ? "avx2"
+                                                                                      : "scalar");
+        assert_string_equal(es_kern_init("avx512"), best);
+        for (size_t i = 4; i < ES_KERN_N_ISA; i++) /* asimd, neon, i8mm */
+            assert_string_equal(es_kern_init(es_kern_isa_names[i]), best);
+    } else { /* AArch64 */
+        for (size_t i = 1; i <= 3; i++) { /* avx2, avxvnni, avx512 */
+            assert_false(es_kern_isa_available(es_kern_isa_names[i]));
+            assert_string_equal(es_kern_init(es_kern_isa_names[i]), best);
+        }
+        assert_string_equal(es_kern_init("asimd"), "asimd");
+        assert_string_equal(es_kern_init("neon"),
+                            es_kern_isa_available("neon") ? "neon" : "asimd");
+        assert_string_equal(es_kern_init("i8mm"), best);
+    }
     setenv("ESTREAM_ISA", "scalar", 1);
     assert_string_equal(es_kern_init(NULL), "scalar");
     setenv("ESTREAM_ISA", "", 1);
@@ -621,6 +675,9 @@ static void test_cpu(void **state)
     assert_true(c->l1d_bytes >= 16 << 10 && c->l2_bytes >= c->l1d_bytes);
     assert_true(es_cpu_has(0));
     if (es_cpu_has(ES_CPU_AVX512_VNNI)) assert_true(es_cpu_has(ES_CPU_AVX512F));
+    /* an Arm CPU reporting dotprod or i8mm must report ASIMD; x86 reports none of them */
+    if (es_cpu_has(ES_CPU_DOTPROD) || es_cpu_has(ES_CPU_I8MM)) assert_true(es_cpu_has(ES_CPU_NEON));
+    if (es_cpu_has(ES_CPU_AVX2)) assert_false(es_cpu_has(ES_CPU_NEON));
 }
 
 int main(void)
@@ -633,10 +690,16 @@ int main(void)
         cmocka_unit_test(test_avx2_vs_scalar),
         cmocka_unit_test(test_avxvnni_vs_scalar),
         cmocka_unit_test(test_avx512_vs_scalar),
+        cmocka_unit_test(test_asimd_vs_scalar),
+        cmocka_unit_test(test_neon_vs_scalar),
+        cmocka_unit_test(test_i8mm_vs_scalar),
         cmocka_unit_test(test_determinism_scalar),
         cmocka_unit_test(test_determinism_avx2),
         cmocka_unit_test(test_determinism_avxvnni),
         cmocka_unit_test(test_determinism_avx512),
+        cmocka_unit_test(test_determinism_asimd),
+        cmocka_unit_test(test_determinism_neon),
+        cmocka_unit_test(test_determinism_i8mm),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_guard_pages),
         cmocka_unit_test(test_init_forcing),

@@ -194,6 +194,21 @@ static void test_avx512(void **state)
     (void)state;
     check_table("avx512");
 }
+static void test_asimd(void **state)
+{
+    (void)state;
+    check_table("asimd");
+}
+static void test_neon(void **state)
+{
+    (void)state;
+    check_table("neon");
+}
+static void test_i8mm(void **state)
+{
+    (void)state;
+    check_table("i8mm");
+}
 
 /* A tiled matrix that ends where an inaccessible page begins (a short last tile, too): the
  * kernels' masked loads must stay inside it. */
@@ -242,7 +257,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),   cmocka_unit_test(test_scalar),
         cmocka_unit_test(test_avx2),        cmocka_unit_test(test_avxvnni),
-        cmocka_unit_test(test_avx512),
+        cmocka_unit_test(test_avx512),      cmocka_unit_test(test_asimd),
+        cmocka_unit_test(test_neon),
+        cmocka_unit_test(test_i8mm),
         cmocka_unit_test(test_guard_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: Release, ASan+UBSan, TSan (concurrent parts), the planted-bug check
-# (tools/mutants.sh) and bounded fuzz runs.
+# (tools/mutants.sh), bounded fuzz runs, and the AArch64 kernel tables cross-built and run under
+# qemu-user (tools/cross-aarch64.sh).
 # Prints "N passed, N failed" per configuration and a final total.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -77,5 +78,17 @@ if make fuzz >/dev/null 2>&1; then
 else
     echo "fuzz: build failed"; make fuzz 2>&1 | tail -n 20; total_f=$((total_f + 1)); status=1
 fi
+# AArch64 (neon, i8mm tables): cross build + qemu-user, three CPU models. A skip (no cross
+# toolchain or qemu, and no way to install them) counts as a failure here: CI installs them.
+echo "=== aarch64 (cross build, qemu-user) ==="
+out=$(bash tools/cross-aarch64.sh 2>&1)
+rc=$?
+echo "$out"
+p=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' | tail -n 1)
+f=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' | tail -n 1)
+[ -n "$p" ] || { p=0; f=1; }           # skipped (77) or died before its summary
+[ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1
+total_p=$((total_p + p)) total_f=$((total_f + f))
+[ "$f" -eq 0 ] || status=1
 echo "all: $total_p passed, $total_f failed"
 exit $status

@@ -25,7 +25,7 @@ static const char usage[] =
     "  pack      -m MODEL -o OUT.pack          write the pack the expert streamer reads\n"
     "  tune      -m MODEL --mem BUDGETS        choose the arena for memory budgets (MODEL.tune)\n"
     "\n"
-    "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avx512\n";
+    "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avxvnni|avx512|asimd|neon|i8mm\n";
 
 void cli_die(const char *fmt, ...)
 {

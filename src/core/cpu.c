@@ -3,8 +3,10 @@
  * from the deterministic cache-parameter leaves.
  *
  * DESIGN: detection runs once (pthread_once) and fills a static es_cpu_info that is read-only
- * afterwards, so es_cpu_has() is a load and a compare. On a non-x86 build every flag is off and
- * the cache sizes are defaults; the scalar kernels then run.
+ * afterwards, so es_cpu_has() is a load and a compare. On AArch64 the features are the HWCAP bits
+ * the kernel reports (it sets them only for what it lets user space run) and the caches come from
+ * sysfs. On any other architecture every flag is off and the cache sizes are defaults; the scalar
+ * kernels then run.
  */
 #include "core/cpu.h"
 
@@ -18,11 +20,19 @@
 #else
 #define HAVE_X86 0
 #endif
+#if defined(__aarch64__)
+#include <stdlib.h>
+#include <sys/auxv.h>
+#define HAVE_ARM64 1
+#else
+#define HAVE_ARM64 0
+#endif
 
 static es_cpu_info info;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* Defaults when CPUID has no cache leaves: small enough to be right on every x86 since 2013. */
+/* Defaults when CPUID (sysfs) has no cache sizes: small enough to be right on every x86 since
+ * 2013 and on every 64-bit Arm core with dotprod. */
 #define DEFAULT_L1D ((size_t)32 << 10)
 #define DEFAULT_L2 ((size_t)256 << 10)
 
@@ -153,6 +163,118 @@ static void detect(void)
     info.l2_bytes = l2 ? l2 : DEFAULT_L2;
     info.l3_bytes = l3;
 }
+#elif HAVE_ARM64
+/* HWCAP bits of the arm64 Linux ABI (asm/hwcap.h), spelled out so old headers still build. */
+#define HWCAP_ASIMD_BIT (1ul << 1)
+#define HWCAP_ASIMDHP_BIT (1ul << 10)
+#define HWCAP_ASIMDDP_BIT (1ul << 20)
+#define HWCAP2_I8MM_BIT (1ul << 13)
+
+/* Size in bytes of a sysfs cache "size" file ("48K", "1024K", "32M"); 0 if unreadable. */
+static size_t sysfs_size(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char buf[32] = {0};
+    size_t v = 0;
+    if (fgets(buf, sizeof(buf), f)) {
+        char *end;
+        v = (size_t)strtoull(buf, &end, 10);
+        if (*end == 'K') v <<= 10;
+        else if (*end == 'M') v <<= 20;
+    }
+    fclose(f);
+    return v;
+}
+
+static int sysfs_int(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int v = -1;
+    if (fscanf(f, "%d", &v) != 1) v = -1;
+    fclose(f);
+    return v;
+}
+
+/* cpu0's caches: index<i>/{level,type,size}; missing entries keep their zero. */
+static void caches_from_sysfs(size_t *l1d, size_t *l2, size_t *l3)
+{
+    for (int i = 0; i < 8; i++) {
+        char p[96], type[16] = {0};
+        snprintf(p, sizeof(p), "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        FILE *f = fopen(p, "r");
+        if (!f) break;
+        if (!fgets(type, sizeof(type), f)) type[0] = 0;
+        fclose(f);
+        if (strncmp(type, "Instruction", 11) == 0) continue;
+        snprintf(p, sizeof(p), "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        const int level = sysfs_int(p);
+        snprintf(p, sizeof(p), "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        const size_t bytes = sysfs_size(p);
+        if (level == 1) *l1d = bytes;
+        if (level == 2) *l2 = bytes;
+        if (level == 3) *l3 = bytes;
+    }
+}
+
+/* Implementer and part of cpu0 from /proc/cpuinfo ("CPU implementer : 0x41"); -1 if absent
+ * (qemu-user shows the host's file, which has neither). */
+static void midr_from_cpuinfo(int *impl, int *part)
+{
+    *impl = *part = -1;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+        const char *c = strchr(line, ':');
+        if (!c) continue;
+        if (strncmp(line, "CPU implementer", 15) == 0 && *impl < 0)
+            *impl = (int)strtol(c + 1, NULL, 0);
+        else if (strncmp(line, "CPU part", 8) == 0 && *part < 0)
+            *part = (int)strtol(c + 1, NULL, 0);
+    }
+    fclose(f);
+}
+
+static void detect(void)
+{
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    uint64_t f = 0;
+    if (hw & HWCAP_ASIMD_BIT) f |= ES_CPU_NEON;
+    if (hw & HWCAP_ASIMDDP_BIT) f |= ES_CPU_DOTPROD;
+    if (hw & HWCAP_ASIMDHP_BIT) f |= ES_CPU_FP16;
+    if (hw2 & HWCAP2_I8MM_BIT) f |= ES_CPU_I8MM;
+    info.flags = f;
+
+    int impl, part;
+    midr_from_cpuinfo(&impl, &part);
+    static const struct {
+        int id;
+        const char *name;
+    } vendors[] = {{0x41, "ARM"},      {0x42, "Broadcom"}, {0x46, "Fujitsu"}, {0x48, "HiSilicon"},
+                   {0x4e, "NVIDIA"},   {0x51, "Qualcomm"}, {0x61, "Apple"},   {0x6d, "Microsoft"},
+                   {0xc0, "Ampere"}};
+    snprintf(info.vendor, sizeof(info.vendor), "unknown");
+    for (size_t i = 0; i < sizeof(vendors) / sizeof(vendors[0]); i++)
+        if (vendors[i].id == impl)
+            snprintf(info.vendor, sizeof(info.vendor), "%s", vendors[i].name);
+    if (impl >= 0 && part >= 0)
+        snprintf(info.brand, sizeof(info.brand), "aarch64 implementer 0x%02x part 0x%03x", impl,
+                 part);
+    else
+        snprintf(info.brand, sizeof(info.brand), "aarch64");
+    info.family = impl;
+    info.model = part;
+
+    size_t l1d = 0, l2 = 0, l3 = 0;
+    caches_from_sysfs(&l1d, &l2, &l3);
+    info.cache_from_cpuid = l1d && l2;
+    info.l1d_bytes = l1d ? l1d : DEFAULT_L1D;
+    info.l2_bytes = l2 ? l2 : DEFAULT_L2;
+    if (info.l2_bytes < info.l1d_bytes) info.l2_bytes = info.l1d_bytes;
+    info.l3_bytes = l3;
+}
 #else
 static void detect(void)
 {
@@ -196,6 +318,10 @@ char *es_cpu_flags_str(uint64_t flags, char *buf, size_t cap)
         {ES_CPU_AMX_TILE, "amx_tile"},
         {ES_CPU_AMX_INT8, "amx_int8"},
         {ES_CPU_AMX_BF16, "amx_bf16"},
+        {ES_CPU_NEON, "neon"},
+        {ES_CPU_DOTPROD, "dotprod"},
+        {ES_CPU_I8MM, "i8mm"},
+        {ES_CPU_FP16, "fp16"},
     };
     if (cap == 0) return buf;
     size_t n = 0;

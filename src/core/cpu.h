@@ -1,11 +1,13 @@
 /*
- * CPU feature and cache detection (x86-64).
+ * CPU feature and cache detection (x86-64 and AArch64).
  *
  * DESIGN: features come from CPUID, and a vector extension counts only if the OS also saves its
  * register state on context switch (XCR0 read with xgetbv): a CPU can report AVX-512 while the
  * kernel or hypervisor leaves ZMM state unsaved, and using it then corrupts registers. Cache sizes
  * come from CPUID leaf 4 (Intel) or 0x8000001D (AMD), not from sysfs/lscpu, which virtual machines
- * often report wrongly. Everything is computed once on first use and read-only afterwards.
+ * often report wrongly. On AArch64 features come from the kernel's HWCAP/HWCAP2 words (getauxval),
+ * which already reflect what the OS enables, and cache sizes from sysfs (defaults if absent).
+ * Everything is computed once on first use and read-only afterwards.
  *
  * Thread-safety: every function here may be called from any thread at any time.
  */
@@ -34,19 +36,24 @@
 #define ES_CPU_AMX_TILE (1ull << 16) /* reported only; Linux also needs arch_prctl to use it */
 #define ES_CPU_AMX_INT8 (1ull << 17)
 #define ES_CPU_AMX_BF16 (1ull << 18)
+/* AArch64 (from HWCAP/HWCAP2) */
+#define ES_CPU_NEON (1ull << 24)    /* Advanced SIMD (ASIMD): every Linux AArch64 CPU has it */
+#define ES_CPU_DOTPROD (1ull << 25) /* SDOT/UDOT int8 dot products (Armv8.2+, Cortex-A76+) */
+#define ES_CPU_I8MM (1ull << 26)    /* SMMLA int8 2x8x2 matrix multiply (Armv8.6+, Neoverse V1+) */
+#define ES_CPU_FP16 (1ull << 27)    /* half-precision arithmetic (reported only) */
 
 /* The AVX-512 subset every Skylake-SP-or-later and Zen 4-or-later part has. */
 #define ES_CPU_AVX512_CORE (ES_CPU_AVX512F | ES_CPU_AVX512BW | ES_CPU_AVX512VL | ES_CPU_AVX512DQ)
 
 typedef struct es_cpu_info {
-    char vendor[13];       /* "GenuineIntel", "AuthenticAMD" */
-    char brand[49];        /* brand string, leading spaces trimmed */
-    int family, model;     /* display family and model */
+    char vendor[13];       /* "GenuineIntel", "AuthenticAMD"; AArch64: implementer ("ARM") */
+    char brand[49];        /* brand string, leading spaces trimmed; AArch64: MIDR part, "aarch64" */
+    int family, model;     /* display family and model; AArch64: implementer and part numbers */
     uint64_t flags;        /* ES_CPU_* */
     size_t l1d_bytes;      /* per core; never 0 (a conservative default if CPUID has none) */
     size_t l2_bytes;       /* per core (or per the group that shares it); never 0 */
     size_t l3_bytes;       /* 0 if none reported */
-    bool cache_from_cpuid; /* false: the sizes above are defaults, CPUID gave nothing */
+    bool cache_from_cpuid; /* false: the sizes above are defaults, CPUID (sysfs) gave nothing */
 } es_cpu_info;
 
 /* The detected CPU. The pointer is valid for the life of the process. */

@@ -21,8 +21,8 @@ es_status es_kernels_select(const char *isa)
     for (int i = 0; i < ES_KERN_N_ISA && !known; i++)
         known = strcmp(isa, es_kern_isa_names[i]) == 0;
     if (!known)
-        return es_fail(ES_E_INVAL, "unknown kernel table '%s' (scalar, avx2, avxvnni, avx512)",
-                       isa);
+        return es_fail(ES_E_INVAL,
+                       "unknown kernel table '%s' (scalar, avx2, avxvnni, avx512, asimd, neon, i8mm)", isa);
     if (isa && !es_kern_isa_available(isa))
         return es_fail(ES_E_UNSUPPORTED, "this CPU or OS cannot run the %s kernels", isa);
     es_kern_init(isa);

@@ -3,8 +3,12 @@
  *
  * DESIGN: one table of function pointers indexed by weight type (STYLE §6). The scalar table is
  * filled first, then each ISA the CPU has overrides the entries it implements, in increasing
- * order (avx2, avxvnni, avx512), up to the ISA requested by ESTREAM_ISA. An ISA the CPU lacks is
- * passed over (an AVX-512 VNNI machine need not have AVX-VNNI). After es_kern_init() the
+ * order (x86: avx2, avxvnni, avx512; AArch64: asimd, neon, i8mm), up to the ISA requested by
+ * ESTREAM_ISA. An ISA the CPU lacks is passed over (an AVX-512 VNNI machine need not have
+ * AVX-VNNI). The list of names is the same on every architecture; another architecture's tables
+ * are never available (their files are not even built), and a request for one gets the best
+ * table of this machine. On AArch64, asimd needs only Advanced SIMD (every Linux AArch64 CPU),
+ * neon adds dotprod, i8mm adds smmla. After es_kern_init() the
  * table is read-only; the wrappers below read it without locks. A wrapper called before any
  * es_kern_init() initializes once (pthread_once) with the environment's choice.
  */
@@ -18,13 +22,41 @@
 
 es_kern es_kern_active;
 
-const char *const es_kern_isa_names[ES_KERN_N_ISA] = {"scalar", "avx2", "avxvnni", "avx512"};
+const char *const es_kern_isa_names[ES_KERN_N_ISA] = {"scalar", "avx2",  "avxvnni", "avx512",
+                                                       "asimd",  "neon", "i8mm"};
 #define isa_names es_kern_isa_names
-enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_COUNT };
+#define ISA_LIST "scalar, avx2, avxvnni, avx512, asimd, neon, i8mm"
+enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_ASIMD, ISA_NEON, ISA_I8MM, ISA_COUNT };
 _Static_assert(ISA_COUNT == ES_KERN_N_ISA, "one name per ISA");
+
+/* Which architecture's files this build has (the Makefile builds x86_*.c only for x86-64 and
+ * arm_*.c only for AArch64, so the other fills do not exist here). */
+#if defined(__x86_64__)
+#define BUILT_X86 1
+#else
+#define BUILT_X86 0
+#endif
+#if defined(__aarch64__)
+#define BUILT_ARM64 1
+#else
+#define BUILT_ARM64 0
+#endif
+
+/* The architecture a table is for: 0 any (scalar), 1 x86-64, 2 AArch64. */
+static int isa_arch(int isa)
+{
+    return isa == ISA_SCALAR ? 0 : isa <= ISA_AVX512 ? 1 : 2;
+}
+
+static bool isa_native(int isa)
+{
+    const int a = isa_arch(isa);
+    return a == 0 || (a == 1 && BUILT_X86) || (a == 2 && BUILT_ARM64);
+}
 
 static bool isa_ok(int isa)
 {
+    if (!isa_native(isa)) return false;
     switch (isa) {
     case ISA_SCALAR:
         return true;
@@ -35,6 +67,12 @@ static bool isa_ok(int isa)
     case ISA_AVX512:
         return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX512_CORE |
                           ES_CPU_AVX512_VNNI);
+    case ISA_ASIMD:
+        return es_cpu_has(ES_CPU_NEON);
+    case ISA_NEON:
+        return es_cpu_has(ES_CPU_NEON | ES_CPU_DOTPROD);
+    case ISA_I8MM:
+        return es_cpu_has(ES_CPU_NEON | ES_CPU_DOTPROD | ES_CPU_I8MM);
     }
     return false;
 }
@@ -50,6 +88,7 @@ static void fill_upto(es_kern *k, int isa)
 {
     es_kern_fill_scalar(k);
     es_vec_fill_scalar(k);
+#if BUILT_X86
     if (isa >= ISA_AVX2 && isa_ok(ISA_AVX2)) {
         es_kern_fill_avx2(k);
         es_vec_fill_avx2(k);
@@ -59,6 +98,15 @@ static void fill_upto(es_kern *k, int isa)
         es_kern_fill_avx512(k);
         es_vec_fill_avx512(k);
     }
+#endif
+#if BUILT_ARM64
+    if (isa >= ISA_ASIMD && isa_ok(ISA_ASIMD)) {
+        es_kern_fill_asimd(k);
+        es_vec_fill_neon(k); /* baseline NEON: no extension needed */
+    }
+    if (isa >= ISA_NEON && isa_ok(ISA_NEON)) es_kern_fill_neon(k);
+    if (isa >= ISA_I8MM && isa_ok(ISA_I8MM)) es_kern_fill_i8mm(k);
+#endif
 }
 
 bool es_kern_isa_available(const char *isa)
@@ -87,7 +135,10 @@ const char *es_kern_init(const char *force)
     if (force && *force) {
         int i = isa_index(force);
         if (i < 0) {
-            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: unknown ISA (scalar, avx2, avxvnni, avx512); using %s",
+            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: unknown ISA (" ISA_LIST "); using %s", force,
+                   isa_names[best]);
+        } else if (!isa_native(i)) {
+            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: a table for another architecture; using %s",
                    force, isa_names[best]);
         } else if (!isa_ok(i)) {
             while (i > ISA_SCALAR && !isa_ok(i))

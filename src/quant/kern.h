@@ -12,7 +12,7 @@
  * multiply with the same table (es_kern_active).
  *
  * DESIGN (how the SIMD kernels are fast): es_gemm() is not a loop of dot products. For each tile
- * of output rows (32 on AVX-512, 8 on AVX2) and a K-slice, it decodes the weights ONCE into an
+ * of output rows (32 on AVX-512, 8 on AVX2 and NEON) and a K-slice, it decodes the weights ONCE into an
  * interleaved int8 (or float) operand layout in the caller's per-thread scratch buffer (sized
  * from the L2 that es_cpu_get() reports), then runs a register-blocked micro-kernel over every
  * token row of the call with that tile: on AVX-512 VNNI, vpdpbusd with 16 output rows in the 16
@@ -77,8 +77,10 @@ typedef struct es_kern {
 } es_kern;
 
 /* The kernel tables, in the order es_kern_init() prefers them (last = best): "scalar", "avx2"
- * (AVX2 + FMA + F16C), "avxvnni" (that + VEX vpdpbusd), "avx512" (AVX-512 F/BW/VL/DQ + VNNI). */
-#define ES_KERN_N_ISA 4
+ * (AVX2 + FMA + F16C), "avxvnni" (that + VEX vpdpbusd), "avx512" (AVX-512 F/BW/VL/DQ + VNNI),
+ * "asimd" (AArch64 Advanced SIMD: smull + sadalp), "neon" (that + dotprod sdot), "i8mm" (that +
+ * smmla). One list for every architecture: another architecture's tables are never available. */
+#define ES_KERN_N_ISA 7
 extern const char *const es_kern_isa_names[ES_KERN_N_ISA];
 
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
@@ -106,9 +108,13 @@ void es_kern_fill_scalar(es_kern *k);
 void es_kern_fill_avx2(es_kern *k);
 void es_kern_fill_avxvnni(es_kern *k);
 void es_kern_fill_avx512(es_kern *k);
+void es_kern_fill_asimd(es_kern *k);
+void es_kern_fill_neon(es_kern *k);
+void es_kern_fill_i8mm(es_kern *k);
 void es_vec_fill_scalar(es_kern *k);
 void es_vec_fill_avx2(es_kern *k);
 void es_vec_fill_avx512(es_kern *k);
+void es_vec_fill_neon(es_kern *k);
 
 /* ---- the calls the engine makes, through a table it holds ------------------------------------
  * Each takes the kernel table k to use: a session keeps its own copy (es_kern_get), so two
