@@ -70,6 +70,30 @@ static void test_recurrence_by_hand(void **state)
 
 /* More banks or more reads in flight never make the prediction slower; it is never faster than
  * the compute chain or than reading every routed byte at the bandwidth. */
+/* A random profile of W sparse layers x K groups of G experts; *chain (the compute alone) and
+ * *bytes (what a request reads) for the bounds. */
+static void random_profile(t_rng *r, es_tune_profile *p, int G, int W, int K, double *chain,
+                           uint64_t *bytes)
+{
+    assert_int_equal(es_tune_profile_alloc(p, G, W, K), ES_OK);
+    *chain = p->tail = (double)(t_next(r) % 100) / 100;
+    *bytes = 0;
+    for (int w = 0; w < W; w++) *chain += p->ne[w] = (double)(t_next(r) % 100) / 50;
+    for (int j = 0; j < W * K; j++) {
+        p->routes[j] = t_next(r) % 4 ? 1 + (int64_t)(t_next(r) % 9) : 0;
+        p->bytes[j] = 1 + t_next(r) % 1000;
+        p->x[j] = (double)(t_next(r) % 100) / 40;
+        p->v[j] = (double)(t_next(r) % 10) / 40;
+        if (p->routes[j]) {
+            *chain += p->x[j];
+            *bytes += p->bytes[j];
+        }
+    }
+    double bw = 100 + (double)(t_next(r) % 400);
+    for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) p->bw[q] = bw *= 1.2;
+    p->bank_bytes = (uint64_t)G * 1000;
+}
+
 static void test_recurrence_properties(void **state)
 {
     (void)state;
@@ -77,22 +101,9 @@ static void test_recurrence_properties(void **state)
     for (int trial = 0; trial < 200; trial++) {
         es_tune_profile p;
         const int W = 1 + (int)(t_next(&r) % 4), K = 1 + (int)(t_next(&r) % 6);
-        assert_int_equal(es_tune_profile_alloc(&p, 2, W, K), ES_OK);
-        double chain = p.tail = (double)(t_next(&r) % 100) / 100;
-        uint64_t bytes = 0;
-        for (int w = 0; w < W; w++) chain += p.ne[w] = (double)(t_next(&r) % 100) / 50;
-        for (int j = 0; j < W * K; j++) {
-            p.routes[j] = t_next(&r) % 4 ? 1 + (int64_t)(t_next(&r) % 9) : 0;
-            p.bytes[j] = 1 + t_next(&r) % 1000;
-            p.x[j] = (double)(t_next(&r) % 100) / 40;
-            p.v[j] = (double)(t_next(&r) % 10) / 40;
-            if (p.routes[j]) {
-                chain += p.x[j];
-                bytes += p.bytes[j];
-            }
-        }
-        double bw = 100 + (double)(t_next(&r) % 400);
-        for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) p.bw[q] = bw *= 1.2;
+        double chain;
+        uint64_t bytes;
+        random_profile(&r, &p, 2, W, K, &chain, &bytes);
         const es_policy pols[] = {ES_POLICY_EARLY, ES_POLICY_AFTER_ROUTING, ES_POLICY_ON_DEMAND};
         for (size_t k = 0; k < T_LEN(pols); k++)
             for (int q = 1; q <= 8; q *= 2) {
@@ -179,6 +190,65 @@ static void test_select(void **state)
     assert_true(t_near(c.predicted, 12, 1e-9));
     assert_true(t_near(es_tune_predict(&t.prof[0], 1, 2, 0, ES_POLICY_EARLY, 1, NULL), 12.5, 1e-9));
     for (int i = 0; i < 2; i++) es_tune_profile_free(&t.prof[i]);
+}
+
+/* es_tune_select bisects over B (the prediction never grows with B): its choice must be the one
+ * an exhaustive scan of every G, B <= B_max and depth finds (smallest arena within 0.1 % of the
+ * fastest; ties: first profile, smallest B, first depth tried), on random tunings. */
+static void test_select_matches_exhaustive(void **state)
+{
+    (void)state;
+    t_rng r = {11};
+    const es_policy pols[] = {ES_POLICY_EARLY, ES_POLICY_AFTER_ROUTING, ES_POLICY_ON_DEMAND};
+    for (int trial = 0; trial < 400; trial++) {
+        es_tune t;
+        memset(&t, 0, sizeof(t));
+        t.q0 = 1 << (t_next(&r) % 4);
+        const int W = 1 + (int)(t_next(&r) % 3), experts = 8;
+        t.n_profiles = 3;
+        for (int i = 0; i < t.n_profiles; i++) {
+            double chain;
+            uint64_t bytes;
+            random_profile(&r, &t.prof[i], 1 << i, W, experts >> i, &chain, &bytes);
+        }
+        const uint64_t other = 5000, budget = other + 1000 + t_next(&r) % 40000;
+        const double io = trial % 3 == 0 ? 300 : 0;
+        const es_policy pol = pols[trial % 3];
+        const int verify = trial & 1;
+        /* the exhaustive scan, written out here on its own */
+        int depths[ES_TUNE_N_DEPTHS + 1], nd = 0;
+        depths[nd++] = t.q0;
+        for (int k = 0; k < ES_TUNE_N_DEPTHS; k++)
+            if (es_tune_depths[k] != t.q0) depths[nd++] = es_tune_depths[k];
+        double best = INFINITY;
+        for (int i = 0; i < t.n_profiles; i++)
+            for (int64_t b = 1; b <= es_tune_max_banks(&t.prof[i], budget, other); b++)
+                for (int k = 0; k < nd; k++) {
+                    if (k > 0 && depths[k] > b) continue;
+                    const int q = depths[k] < b ? depths[k] : (int)b;
+                    best = fmin(best, es_tune_predict(&t.prof[i], q, (int)b, io, pol, verify, NULL));
+                }
+        int wg = 0, wb = 0, wq = 0;
+        uint64_t warena = UINT64_MAX;
+        for (int i = 0; i < t.n_profiles; i++)
+            for (int64_t b = 1; b <= es_tune_max_banks(&t.prof[i], budget, other); b++)
+                for (int k = 0; k < nd; k++) {
+                    if (k > 0 && depths[k] > b) continue;
+                    const int q = depths[k] < b ? depths[k] : (int)b;
+                    const double tp = es_tune_predict(&t.prof[i], q, (int)b, io, pol, verify, NULL);
+                    const uint64_t arena = (uint64_t)b * t.prof[i].bank_bytes;
+                    if (tp <= best * 1.001 && arena < warena) {
+                        warena = arena;
+                        wg = t.prof[i].G, wb = (int)b, wq = q;
+                    }
+                }
+        es_tune_choice c;
+        assert_int_equal(es_tune_select(&t, budget, other, io, pol, verify, &c), ES_OK);
+        if (c.groups != wg || c.banks != wb || c.qd != wq)
+            fail_msg("trial %d: chose G %d B %d Q %d, the exhaustive scan G %d B %d Q %d", trial,
+                     c.groups, c.banks, c.qd, wg, wb, wq);
+        for (int i = 0; i < t.n_profiles; i++) es_tune_profile_free(&t.prof[i]);
+    }
 }
 
 /* ---- on a real model ---- */
@@ -456,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_recurrence_by_hand),
         cmocka_unit_test(test_recurrence_properties),
         cmocka_unit_test(test_select),
+        cmocka_unit_test(test_select_matches_exhaustive),
         cmocka_unit_test(test_profile_from_run),
         cmocka_unit_test(test_session_uses_tuning),
         cmocka_unit_test(test_file_round_trip_and_damage),

@@ -178,33 +178,56 @@ es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, doub
     depths[n_depths++] = Q0;
     for (int k = 0; k < ES_TUNE_N_DEPTHS; k++)
         if (es_tune_depths[k] != Q0) depths[n_depths++] = es_tune_depths[k];
-    /* pass 1: the fastest prediction; pass 2: the smallest arena within 0.1 % of it (ties:
-     * the first depth tried) */
+    /* The predicted time never grows with B (more banks only relax a_n >= f_{n-B}, and the
+     * recurrence is made of max and + alone, which floating point keeps monotone), nor with Q.
+     * So pass 1 needs only B = B_max per (G, depth) for the fastest prediction, and pass 2 finds
+     * by bisection, per (G, depth), the smallest B within 0.1 % of it: the same answer as trying
+     * every B (the smallest arena; ties: the first profile, then the first depth tried), with
+     * O(log B_max) predictions instead of B_max. */
     double best = INFINITY;
-    uint64_t best_arena = UINT64_MAX;
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < t->n_profiles; i++) {
-            const es_tune_profile *p = &t->prof[i];
-            const int64_t bmax = es_tune_max_banks(p, budget, other);
-            for (int b = 1; b <= bmax; b++)
-                for (int k = 0; k < n_depths; k++) {
-                    const int q = depths[k] < b ? depths[k] : b; /* at most B reads in flight */
-                    if (k > 0 && depths[k] > b) continue; /* the same as q = B, tried already */
-                    const double tp = es_tune_predict(p, q, b, io_limit, pol, verify, NULL);
-                    if (pass == 0) {
-                        if (tp < best) best = tp;
-                        continue;
-                    }
-                    const uint64_t arena = (uint64_t)b * p->bank_bytes;
-                    if (tp <= best * 1.001 && arena < best_arena) {
-                        best_arena = arena;
-                        out->groups = p->G;
-                        out->banks = b;
-                        out->qd = q;
-                        out->predicted = tp;
-                    }
-                }
+    for (int i = 0; i < t->n_profiles; i++) {
+        const es_tune_profile *p = &t->prof[i];
+        const int64_t bmax = es_tune_max_banks(p, budget, other);
+        for (int k = 0; k < n_depths && bmax >= 1; k++) {
+            const int q = depths[k] < bmax ? depths[k] : (int)bmax;
+            const double tp = es_tune_predict(p, q, (int)bmax, io_limit, pol, verify, NULL);
+            if (tp < best) best = tp;
         }
+    }
+    const double limit = best * 1.001;
+    uint64_t best_arena = UINT64_MAX;
+    for (int i = 0; i < t->n_profiles; i++) {
+        const es_tune_profile *p = &t->prof[i];
+        const int64_t bmax = es_tune_max_banks(p, budget, other);
+        for (int k = 0; k < n_depths; k++) {
+            /* depth k runs with q = min(depth, B); a depth above B is the same as q = B, which
+             * the first depth (Q0) already covers, so the others start at B = depth */
+            int64_t lo = k == 0 ? 1 : depths[k], hi = bmax;
+            if (lo > hi) continue;
+            const int q_hi = depths[k] < hi ? depths[k] : (int)hi;
+            double t_hi = es_tune_predict(p, q_hi, (int)hi, io_limit, pol, verify, NULL);
+            if (!(t_hi <= limit)) continue;
+            while (lo < hi) { /* invariant: B = hi meets the limit, with time t_hi */
+                const int64_t mid = lo + (hi - lo) / 2;
+                const int q = depths[k] < mid ? depths[k] : (int)mid;
+                const double tm = es_tune_predict(p, q, (int)mid, io_limit, pol, verify, NULL);
+                if (tm <= limit) {
+                    hi = mid;
+                    t_hi = tm;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            const uint64_t arena = (uint64_t)hi * p->bank_bytes;
+            if (arena < best_arena) {
+                best_arena = arena;
+                out->groups = p->G;
+                out->banks = (int)hi;
+                out->qd = depths[k] < hi ? depths[k] : (int)hi;
+                out->predicted = t_hi;
+            }
+        }
+    }
     if (out->groups == 0) {
         if (min_budget == UINT64_MAX)
             return es_fail(ES_E_INVAL, "the tuning holds no profile");

@@ -24,9 +24,10 @@
  *   gate_n: early 0; after-routing T_ne(w); on-demand T_ne(w) for a layer's first group, else
  *   f_{n-1}. The request takes f_N + tail.
  * - Choice: B_max(G) = (budget - M_other) / bank_bytes(G) (at most ES_STREAM_MAX_BANKS and one
- *   bank per routed group); the recurrence for every B <= B_max(G) and every characterized depth
- *   q <= B (Q0 first); the fastest (G, B, Q) wins, and among those within 0.1 % of the fastest
- *   the smallest arena. Q0 alone is not enough: the loader checks each group's records before
+ *   bank per routed group); every B <= B_max(G) and every characterized depth q <= B (Q0
+ *   first); the fastest (G, B, Q) wins, and among those within 0.1 % of the fastest the smallest
+ *   arena. The prediction never grows with B, so B_max gives each (G, depth)'s fastest and a
+ *   bisection its smallest B within the limit: the same choice as trying every B. Q0 alone is not enough: the loader checks each group's records before
  *   it submits the next read, so with Q = 1 the device idles during the checksums, which a
  *   deeper queue hides when reading is the bottleneck (measured: 4.7 % at 800 MB/s).
  */
