@@ -85,39 +85,6 @@
 
 enum { A_Q40, A_Q80, A_Q4K, A_Q5K, A_Q6K };
 
-/* ---- slices (as in x86_avx2.c) ------------------------------------------------------------- */
-
-typedef struct plan {
-    int64_t ks, rg;
-} plan;
-
-/* K-slice ks (a multiple of unit) whose tile fills a quarter of L2, and the token rows per group
- * whose act slice fits half of L2. Depends on K and the cache size only, never on [n0, n1). */
-static plan make_plan(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u, size_t act_u)
-{
-    const size_t l2 = es_cpu_get()->l2_bytes;
-    const int64_t k_units = (K + unit - 1) / unit;
-    int64_t n = (int64_t)(l2 / 4 / tile_u);
-    if (n > k_units) n = k_units;
-    if (n < 1) n = 1;
-    int64_t rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
-    if (rg < 96) {
-        n = (int64_t)(l2 / 2 / (act_u * 96));
-        if (n < 1) n = 1;
-        rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
-    }
-    if (rg < 24) rg = 24;
-    plan p = {n * unit, n_rows};
-    if (p.rg > rg) p.rg = rg / 24 * 24; /* a multiple of every register block height */
-    return p;
-}
-
-static int64_t max_slice(int64_t unit, size_t tile_u)
-{
-    size_t n = es_cpu_get()->l2_bytes / 4 / tile_u;
-    return (int64_t)(n < 1 ? 1 : n) * unit;
-}
-
 /* ---- helpers ------------------------------------------------------------------------------- */
 
 /* 4 rows (row j at base + j*wrb; rows >= nr read as zero) of 16 bytes = 4 dwords -> out[g] lane j
@@ -566,7 +533,7 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
 {
     ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
     const int64_t nb = K / 32;
-    const plan pl = make_plan(K, n_rows, 256, 8 * REC, ACT256);
+    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC, ACT256);
     const int64_t ksb = pl.ks / 32;
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
     mk_args a;
@@ -595,7 +562,7 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
 
 static size_t scratch_int(int64_t K)
 {
-    const int64_t nb = K / 32, ksb = max_slice(256, 8 * REC) / 32;
+    const int64_t nb = K / 32, ksb = es_kern_max_slice(256, 8 * REC) / 32;
     return (size_t)(nb < ksb ? nb : ksb) * REC + 64;
 }
 
@@ -675,7 +642,7 @@ static void gemm_int_tiled(int kind, tdecode_fn dec, uint32_t type, const void *
 {
     ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
     const int64_t nb = K / 32;
-    const plan pl = make_plan(K, n_rows, 256, 8 * REC, ACT256);
+    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC, ACT256);
     const int64_t ksb = pl.ks / 32;
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
     mk_args a;
@@ -843,7 +810,7 @@ static void gemm_flt(uint32_t type, const void *W, int64_t K, int64_t n0, int64_
                      int accumulate, void *scratch)
 {
     ES_ASSERT(((uintptr_t)scratch & 63) == 0);
-    const plan pl = make_plan(K, n_rows, 32, 32 * NRF * 4, 128);
+    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 32, 32 * NRF * 4, 128);
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
     mkf_args a;
     a.tile = scratch;
@@ -873,7 +840,7 @@ static void gemm_flt(uint32_t type, const void *W, int64_t K, int64_t n0, int64_
 
 static size_t scratch_f(int64_t K)
 {
-    const int64_t ks = max_slice(32, 32 * NRF * 4);
+    const int64_t ks = es_kern_max_slice(32, 32 * NRF * 4);
     const int64_t n = K < ks ? K : ks;
     return (size_t)n * NRF * 4 + 64;
 }

@@ -223,6 +223,18 @@ static inline void es_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
     }
 }
 
+/* How a SIMD GEMM cuts its work for the caches (kern_slices.c): ks k values per slice (a
+ * multiple of unit) and rg token rows per group. unit is 256 for the integer tiles and 32 for
+ * the float ones; tile_u and act_u are the bytes of decoded tile and of one row's activations
+ * per unit. Register block heights must divide 24. */
+typedef struct es_kern_slices {
+    int64_t ks, rg;
+} es_kern_slices;
+es_kern_slices es_kern_make_slices(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u,
+                                   size_t act_u);
+/* The largest slice es_kern_make_slices() can choose (it sizes the per-thread scratch). */
+int64_t es_kern_max_slice(int64_t unit, size_t tile_u);
+
 /* The portable act preparation (scalar code): the SIMD tables produce bit-identical q, d, ds. */
 void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                        int32_t c_mult, int32_t c2_mult);

@@ -53,53 +53,7 @@
 
 enum { KQ, KM, K6 }; /* kernel kinds: offset-128 weights; unsigned + mins; Q6_K halves */
 
-/* ---- cache-sized slices -------------------------------------------------------------------- */
-
-/*
- * Loop order of a GEMM: for each row group, for each K-slice, for each tile of output rows:
- * decode the tile, then run the micro-kernel over the group's token rows. The group's activation
- * slice should stay in L2 (each tile re-reads it from there), and so should the decoded tile (the
- * micro-kernel loads each weight vector once per register block of tokens, an L2 stream it
- * sustains; measured: a tile sized for L2 beats one sized for L1 by 5-10 %, because fewer slices
- * mean fewer Y round trips and kernel calls). Y is read and written once per slice. Slices are
- * as long as the tile budget (a quarter of L2) allows; rows are then grouped so that a group's
- * act slice fits half of L2 (each group decodes the tiles again, so groups are at least 96
- * rows; below that the slices get thinner instead). None of this changes results (kern.h,
- * determinism).
- */
-typedef struct plan {
-    int64_t ks; /* k per slice (a multiple of unit) */
-    int64_t rg; /* rows per group */
-} plan;
-
-/* Per unit of k (256 for the integer tiles, 32 for the float ones): tile_u bytes of decoded tile,
- * act_u bytes of activations per row. */
-static plan make_plan(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u, size_t act_u)
-{
-    const size_t l2 = es_cpu_get()->l2_bytes;
-    const int64_t k_units = (K + unit - 1) / unit;
-    int64_t n = (int64_t)(l2 / 4 / tile_u); /* the tile in a quarter of L2 */
-    if (n > k_units) n = k_units;
-    if (n < 1) n = 1;
-    /* rows whose act slice fits half of L2; at least 96 (decode amortized), else thinner slices */
-    int64_t rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
-    if (rg < 96) {
-        n = (int64_t)(l2 / 2 / (act_u * 96));
-        if (n < 1) n = 1;
-        rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
-    }
-    if (rg < 24) rg = 24;
-    plan p = {n * unit, n_rows};
-    if (p.rg > rg) p.rg = rg / 24 * 24; /* a multiple of every register block height */
-    return p;
-}
-
-/* The largest slice make_plan() can choose (it sizes the scratch). */
-static int64_t max_slice(int64_t unit, size_t tile_u)
-{
-    size_t n = es_cpu_get()->l2_bytes / 4 / tile_u;
-    return (int64_t)(n < 1 ? 1 : n) * unit;
-}
+/* Cache-sized slices and row groups: es_kern_make_slices() (kern_slices.c). */
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -613,7 +567,7 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
     ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
     const size_t bs = kind == KQ ? REC_Q : REC_K;
     const int64_t nb = K / 32;
-    const plan pl = make_plan(K, n_rows, 256, 8 * bs, ACT256_Q);
+    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * bs, ACT256_Q);
     const int64_t ksb = pl.ks / 32;
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
     mk_args a;
@@ -648,7 +602,7 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
 
 static size_t scratch_int(size_t bs, int64_t K)
 {
-    const int64_t nb = K / 32, ksb = max_slice(256, 8 * bs) / 32;
+    const int64_t nb = K / 32, ksb = es_kern_max_slice(256, 8 * bs) / 32;
     return (size_t)(nb < ksb ? nb : ksb) * bs + 64;
 }
 static size_t scratch_q(int64_t K)
@@ -760,7 +714,7 @@ static void gemm_int_tiled(tdecode_fn dec, uint32_t type, const void *W, int64_t
 {
     ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
     const int64_t nb = K / 32;
-    const plan pl = make_plan(K, n_rows, 256, 8 * REC_Q, ACT256_Q);
+    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC_Q, ACT256_Q);
     const int64_t ksb = pl.ks / 32;
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
     mk_args a;
@@ -951,7 +905,7 @@ gemm_flt(const uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1, 
          const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate, void *scratch)
 {
     ES_ASSERT(((uintptr_t)scratch & 63) == 0);
-    const plan pl = make_plan(K, n_rows, 32, 32 * NRF * 4, 128);
+    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 32, 32 * NRF * 4, 128);
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
     mkf_args a;
     a.tile = scratch;
@@ -983,7 +937,7 @@ gemm_flt(const uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1, 
 
 static size_t scratch_f(int64_t K)
 {
-    const int64_t ks = max_slice(32, 32 * NRF * 4);
+    const int64_t ks = es_kern_max_slice(32, 32 * NRF * 4);
     const int64_t n = K < ks ? (K + 15) / 16 * 16 : ks;
     return (size_t)n * NRF * 4 + 64;
 }
