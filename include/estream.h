@@ -238,8 +238,8 @@ es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, in
 /* Synthetic models: random weights with the tensor names, shapes and metadata of llama.cpp's
  * architecture, so llama.cpp loads the same file. */
 typedef struct es_synth_opts {
-    const char *arch;       /* "olmoe" */
-    const char *preset;     /* "tiny", "mini", "olmoe-1b-7b" */
+    const char *arch;       /* NULL, or the preset's architecture (checked) */
+    const char *preset;     /* "tiny", "mini", "olmoe-1b-7b", "tiny-qwen3moe", ... (es_synth_presets) */
     const char *type;       /* weight type: "f32", "f16", "q8_0", "q4_0" */
     uint64_t seed;
     const char *vocab_path; /* NULL: estream's built-in byte-level BPE; else copy its tokenizer */

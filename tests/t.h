@@ -235,7 +235,7 @@ static inline int32_t *t_read_ids(const char *path, size_t *n)
  * a disagreement, so no tolerance passes garbage.
  * Quantized models are compared by percentiles: a near-tie in an MoE router can send one token
  * to another expert in one engine, which moves that token's logits a lot and nothing else. */
-typedef struct t_logit_stats { double median, p90, max, top1; } t_logit_stats;
+typedef struct t_logit_stats { double median, p90, max, top1, kl; } t_logit_stats;
 static int t_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -261,8 +261,27 @@ static inline t_logit_stats t_compare_logits(const float *a, const float *b, siz
         agree += finite && ia == ib;
     }
     qsort(d, n, sizeof(double), t_cmp_double);
-    t_logit_stats s = {d[n / 2], d[(n * 9) / 10], d[n - 1], (double)agree / (double)n};
+    t_logit_stats s = {d[n / 2], d[(n * 9) / 10], d[n - 1], (double)agree / (double)n, 0};
     free(d);
+    /* kl: the mean over positions of KL(softmax(b) || softmax(a)), b the reference (what
+     * llama-perplexity --kl-divergence reports); infinite if either row is not finite. */
+    for (size_t t = 0; t < n; t++) {
+        const float *ra = a + t * nv, *rb = b + t * nv;
+        double ma = -INFINITY, mb = -INFINITY, za = 0, zb = 0, kl = 0;
+        for (size_t v = 0; v < nv; v++) {
+            ma = ra[v] > ma ? ra[v] : ma;
+            mb = rb[v] > mb ? rb[v] : mb;
+        }
+        for (size_t v = 0; v < nv; v++) {
+            za += exp(ra[v] - ma);
+            zb += exp(rb[v] - mb);
+        }
+        for (size_t v = 0; v < nv; v++) {
+            const double lb = rb[v] - mb - log(zb), la = ra[v] - ma - log(za);
+            kl += exp(lb) * (lb - la);
+        }
+        s.kl += isfinite(kl) ? kl / (double)n : INFINITY;
+    }
     return s;
 }
 

@@ -157,10 +157,10 @@ static void test_flags(void **state)
     expect_error("prefill -m " DATA "tiny-f32.gguf -p hi --top -1", "--top");
     /* one "synth:" prefix, not two */
     char err[4096];
-    assert_int_not_equal(run("synth --arch llama --preset tiny -o x.gguf", out, sizeof(out), err,
+    assert_int_not_equal(run("synth --arch mamba --preset tiny -o x.gguf", out, sizeof(out), err,
                              sizeof(err)), 0);
     assert_null(strstr(err, "synth: synth:"));
-    assert_non_null(strstr(err, "unknown architecture 'llama'"));
+    assert_non_null(strstr(err, "unknown architecture 'mamba'"));
     /* the default length list is capped at the context (tiny: 512) instead of failing */
     assert_int_equal(run("bench -m " DATA "tiny-f32.gguf -r 1 --json", out, sizeof(out), NULL, 0), 0);
     assert_non_null(strstr(out, "\"n_prompt\": 512"));

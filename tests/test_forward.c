@@ -17,8 +17,23 @@ static es_model *open_ok(const char *path)
     return m;
 }
 
-/* Fast vs reference and fast vs llama.cpp (t_compare_logits explains the percentiles). */
-static void compare(const char *model, const char *llama_logits, double p90, double max)
+/* What two logit matrices must agree on: per-position max |diff| percentiles, the share of
+ * positions with the same top-1, and the mean KL divergence (t_compare_logits). */
+typedef struct limits { double p90, max, top1, kl; } limits;
+
+static void check_limits(const char *what, const char *model, t_logit_stats s, limits lim)
+{
+    print_message("%s: %s per-position max |diff|: median %.3g, p90 %.3g, max %.3g; top-1 "
+                  "%.1f%%; mean KL %.3g\n", model, what, s.median, s.p90, s.max, 100 * s.top1, s.kl);
+    assert_true(s.p90 <= lim.p90);
+    assert_true(s.max <= lim.max);
+    assert_true(s.top1 >= lim.top1);
+    assert_true(s.kl <= lim.kl);
+}
+
+/* Fast vs reference within `self`, and both vs llama.cpp's logits of the same file (where given)
+ * within `llama`. */
+static void compare_lim(const char *model, limits self, const char *llama_logits, limits llama)
 {
     size_t n;
     int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
@@ -29,29 +44,27 @@ static void compare(const char *model, const char *llama_logits, double p90, dou
     assert_int_equal(es_prefill(m, ids, n, &o, ref), ES_OK);
     o.reference = 0;
     assert_int_equal(es_prefill(m, ids, n, &o, fast), ES_OK);
-    t_logit_stats s = t_compare_logits(fast, ref, n, nv);
-    print_message("%s: fast vs reference per-position max |diff|: median %.3g, p90 %.3g, "
-                  "max %.3g; top-1 %.1f%%\n", model, s.median, s.p90, s.max, 100 * s.top1);
-    assert_true(s.p90 <= p90);
-    assert_true(s.max <= max);
-    assert_true(s.top1 >= 0.93); /* near-ties in the output and router flips */
+    check_limits("fast vs reference", model, t_compare_logits(fast, ref, n, nv), self);
     if (llama_logits) {
         size_t len;
         float *want = (float *)t_read_file(llama_logits, &len);
         assert_non_null(want);
         assert_int_equal(len, sizeof(float) * n * nv);
-        s = t_compare_logits(fast, want, n, nv);
-        print_message("%s: fast vs llama.cpp per-position max |diff|: median %.3g, p90 %.3g, "
-                      "max %.3g; top-1 %.1f%%\n", model, s.median, s.p90, s.max, 100 * s.top1);
-        assert_true(s.p90 <= p90);
-        assert_true(s.max <= max);
-        assert_true(s.top1 >= 0.93); /* near-ties in the output and router flips */
+        check_limits("fast vs llama.cpp", model, t_compare_logits(fast, want, n, nv), llama);
+        check_limits("reference vs llama.cpp", model, t_compare_logits(ref, want, n, nv), llama);
         free(want);
     }
     free(ref);
     free(fast);
     free(ids);
     es_model_close(m);
+}
+
+/* The olmoe limits: top-1 at least 93 % (near-ties in the output and router flips), KL free. */
+static void compare(const char *model, const char *llama_logits, double p90, double max)
+{
+    const limits lim = {p90, max, 0.93, INFINITY};
+    compare_lim(model, lim, llama_logits, lim);
 }
 
 /* F32: the fast path's float kernels only reorder sums. Quantized: the fast path quantizes
@@ -71,6 +84,40 @@ static void test_fast_q4_0(void **s)
     (void)s;
     compare(DATA "tiny-q4_0.gguf", DATA "tiny-q4_0.llama-logits.bin", 0.12, 3.0);
 }
+/* The other families against llama.cpp on the same files (tests/data/README.md): tiny-qwen3moe
+ * has per-head q/k norms, a head size (32) that is not hidden / heads (16) and a tied output
+ * head; tiny-mixtral normal RoPE and no q/k norms; both GQA and a renormalised top-k;
+ * tiny-deepseek a dense first layer, shared experts and a scaled top-k. F16 in the
+ * issue's exact terms (top-1 >= 99.6 %, mean KL <= 1e-5; measured 100 % and 3-7e-7, a planted
+ * NORM-for-NEOX RoPE swap or a missing renormalisation fails them); quantized as olmoe. */
+static const limits f16_self = {1e-4, 1e-4, 1.0, 1e-9};   /* float kernels: sum order only */
+static const limits f16_llama = {0.02, 0.03, 0.996, 1e-5}; /* ggml rounds activations to F16 */
+static void test_family_qwen3moe(void **s)
+{
+    (void)s;
+    compare_lim(DATA "tiny-qwen3moe-f16.gguf", f16_self, DATA "tiny-qwen3moe-f16.llama-logits.bin",
+                f16_llama);
+    /* its Q4_0 head is the tied embedding (llama-quantize would keep a Q8_0/Q6_K output head),
+     * so logits move more with the 8-bit activations; one router flip reaches 7.8 */
+    const limits q4 = {0.3, 9.0, 0.93, 0.05};
+    compare_lim(DATA "tiny-qwen3moe-q4_0.gguf", q4, DATA "tiny-qwen3moe-q4_0.llama-logits.bin", q4);
+}
+/* deepseek: a dense first layer and shared experts through the dense kernels, top-k scaled */
+static void test_family_deepseek(void **s)
+{
+    (void)s;
+    compare_lim(DATA "tiny-deepseek-f16.gguf", f16_self, DATA "tiny-deepseek-f16.llama-logits.bin",
+                f16_llama);
+    compare(DATA "tiny-deepseek-q4_0.gguf", DATA "tiny-deepseek-q4_0.llama-logits.bin", 0.15, 3.0);
+}
+static void test_family_mixtral(void **s)
+{
+    (void)s;
+    compare_lim(DATA "tiny-mixtral-f16.gguf", f16_self, DATA "tiny-mixtral-f16.llama-logits.bin",
+                f16_llama);
+    compare(DATA "tiny-mixtral-q4_0.gguf", DATA "tiny-mixtral-q4_0.llama-logits.bin", 0.12, 3.0);
+}
+
 /* Grouped-query attention (2 KV heads for 4 query heads): llama.cpp's olmoe cannot load it, so
  * the fast and reference paths (two separate attention implementations) check each other. */
 static void test_fast_gqa(void **s)
@@ -402,6 +449,9 @@ int main(void)
         cmocka_unit_test(test_fast_q8_0),
         cmocka_unit_test(test_fast_q4_0),
         cmocka_unit_test(test_fast_gqa),
+        cmocka_unit_test(test_family_qwen3moe),
+        cmocka_unit_test(test_family_mixtral),
+        cmocka_unit_test(test_family_deepseek),
         cmocka_unit_test(test_small_f32),
         cmocka_unit_test(test_small_q4_0),
         cmocka_unit_test(test_fast_threads_bit_identical),

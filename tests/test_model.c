@@ -44,12 +44,23 @@ static es_model *open_ok(const char *path)
 static void test_synth_is_deterministic(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < T_LEN(goldens); i++) {
+    static const struct { const char *preset, *type, *model; } files[] = {
+        {"tiny", "f32", DATA "tiny-f32.gguf"},
+        {"tiny", "q8_0", DATA "tiny-q8_0.gguf"},
+        {"tiny", "q4_0", DATA "tiny-q4_0.gguf"},
+        {"tiny-qwen3moe", "f16", DATA "tiny-qwen3moe-f16.gguf"},
+        {"tiny-qwen3moe", "q4_0", DATA "tiny-qwen3moe-q4_0.gguf"},
+        {"tiny-mixtral", "f16", DATA "tiny-mixtral-f16.gguf"},
+        {"tiny-mixtral", "q4_0", DATA "tiny-mixtral-q4_0.gguf"},
+        {"tiny-deepseek", "f16", DATA "tiny-deepseek-f16.gguf"},
+        {"tiny-deepseek", "q4_0", DATA "tiny-deepseek-q4_0.gguf"},
+    };
+    for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
-        es_synth_opts o = {.arch = "olmoe", .preset = "tiny", .type = goldens[i].type, .seed = 1};
+        es_synth_opts o = {.preset = files[i].preset, .type = files[i].type, .seed = 1};
         assert_int_equal(es_synth(&o, out), ES_OK);
         size_t la, lb;
-        char *a = t_read_file(out, &la), *b = t_read_file(goldens[i].model, &lb);
+        char *a = t_read_file(out, &la), *b = t_read_file(files[i].model, &lb);
         assert_non_null(a);
         assert_non_null(b);
         assert_int_equal(la, lb);
@@ -75,6 +86,46 @@ static void test_hparams(void **state)
     assert_int_equal(es_model_n_vocab(m), 320);
     /* one expert = gate + up (64x64) + down (64x64) in f32 */
     assert_int_equal(es_model_expert_bytes(m, 0), 3 * 64 * 64 * 4);
+    assert_int_equal(m->layers[0].q_norm.ne[0], 64); /* over the whole projection */
+    es_model_close(m);
+
+    /* qwen3moe: heads of 32 from attention.key_length (not 64 / 4), per-head q/k norms, GQA,
+     * and no output.weight: the head is the token embedding */
+    m = open_ok(DATA "tiny-qwen3moe-f16.gguf");
+    assert_string_equal(es_model_arch(m), "qwen3moe");
+    assert_int_equal(m->hp.n_embd_head, 32);
+    assert_int_equal(m->hp.n_embd_q, 128);
+    assert_int_equal(m->hp.n_embd_kv, 64);
+    assert_int_equal(m->layers[1].wq.ne[1], 128);
+    assert_int_equal(m->layers[1].wo.ne[0], 128);
+    assert_int_equal(m->layers[1].q_norm.ne[0], 32);
+    assert_int_equal(m->layers[1].k_norm.ne[0], 32);
+    assert_ptr_equal(m->output.data, m->tok_embd.data);
+    assert_true(m->family->topk_renorm);
+    es_model_close(m);
+
+    /* llama with experts (Mixtral): no q/k norms, heads of hidden / heads, normal RoPE */
+    m = open_ok(DATA "tiny-mixtral-f16.gguf");
+    assert_string_equal(es_model_arch(m), "llama");
+    assert_int_equal(m->hp.n_embd_head, 16);
+    assert_int_equal(m->hp.n_head_kv, 2);
+    assert_null(m->layers[0].q_norm.data);
+    assert_int_equal(m->family->rope, ES_ROPE_NORM);
+    assert_ptr_not_equal(m->output.data, m->tok_embd.data);
+    es_model_close(m);
+
+    /* deepseek: layer 0 dense (FFN 128, no router or experts), layers 1-2 MoE with 2 shared
+     * experts (one FFN of 2 x 32) and the routed weights scaled by 1.5 */
+    m = open_ok(DATA "tiny-deepseek-f16.gguf");
+    assert_int_equal(m->hp.n_layer_dense_lead, 1);
+    assert_false(es_layer_is_moe(&m->layers[0]));
+    assert_true(es_layer_is_moe(&m->layers[1]));
+    assert_int_equal(m->layers[0].ffn_down.ne[0], 128);
+    assert_null(m->layers[0].gate_inp.data);
+    assert_int_equal(m->hp.n_ff_shexp, 64);
+    assert_int_equal(m->layers[2].gate_shexp.ne[1], 64);
+    assert_true(m->hp.expert_weights_scale == 1.5f);
+    assert_int_equal(es_model_expert_bytes(m, 0), 0);
     es_model_close(m);
 }
 
@@ -163,33 +214,46 @@ static void test_prefill_rejects_bad_input(void **state)
     es_model_close(m);
 }
 
-/* Perplexity matches llama-perplexity on the same file, text and context. */
+/* Perplexity matches llama-perplexity on the same file, text and context, for each family
+ * (tokenizing the text with that file's pre-tokenizer: gpt-2, qwen2, llama-bpe, deepseek-llm), on the
+ * reference path and the fast path. */
 static void test_ppl_matches_llama_cpp(void **state)
 {
     (void)state;
+    static const char *const stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16",
+                                        "tiny-deepseek-f16"};
     size_t len = 0;
-    char *want_txt = t_read_file(DATA "tiny-f32.llama-ppl.txt", &len);
-    assert_non_null(want_txt);
-    double want = strtod(want_txt, NULL);
-    free(want_txt);
     char *text = t_read_file(DATA "ppl-text.txt", &len);
     assert_non_null(text);
-    es_model *m = open_ok(DATA "tiny-f32.gguf");
-    int32_t *ids = malloc(sizeof(int32_t) * (len + 2));
-    size_t n;
-    assert_int_equal(es_tokenize(m, text, len, 1, 0, ids, len + 2, &n), ES_OK);
-    es_prefill_opts o = {.reference = 1};
-    es_ppl_result r;
-    assert_int_equal(es_perplexity(m, ids, n, 128, 0, &o, NULL, NULL, &r), ES_OK);
-    print_message("ppl estream %.6f llama.cpp %.6f (%lld scored, %d chunks)\n", r.ppl, want,
-                  (long long)r.n_scored, r.chunks);
-    assert_true(fabs(r.ppl - want) / want < 1e-3);
-    assert_int_equal(r.n_scored, (int64_t)r.chunks * (128 - 1 - 64));
-    /* too little text for the context: a clear error */
-    assert_int_equal(es_perplexity(m, ids, 200, 128, 0, &o, NULL, NULL, &r), ES_E_INVAL);
-    free(ids);
+    for (size_t i = 0; i < T_LEN(stems); i++) {
+        char path[256];
+        snprintf(path, sizeof(path), DATA "%s.llama-ppl.txt", stems[i]);
+        size_t wlen = 0;
+        char *want_txt = t_read_file(path, &wlen);
+        assert_non_null(want_txt);
+        const double want = strtod(want_txt, NULL);
+        free(want_txt);
+        snprintf(path, sizeof(path), DATA "%s.gguf", stems[i]);
+        es_model *m = open_ok(path);
+        int32_t *ids = malloc(sizeof(int32_t) * (len + 2));
+        size_t n;
+        assert_int_equal(es_tokenize(m, text, len, 1, 0, ids, len + 2, &n), ES_OK);
+        for (int reference = 1; reference >= 0; reference--) {
+            es_prefill_opts o = {.reference = reference, .n_threads = 2};
+            es_ppl_result r;
+            assert_int_equal(es_perplexity(m, ids, n, 128, 0, &o, NULL, NULL, &r), ES_OK);
+            print_message("%s (%s path): ppl estream %.6f llama.cpp %.6f (%lld scored, %d "
+                          "chunks)\n", stems[i], reference ? "reference" : "fast", r.ppl, want,
+                          (long long)r.n_scored, r.chunks);
+            assert_true(fabs(r.ppl - want) / want < 1e-3);
+            assert_int_equal(r.n_scored, (int64_t)r.chunks * (128 - 1 - 64));
+            /* too little text for the context: a clear error */
+            assert_int_equal(es_perplexity(m, ids, 200, 128, 0, &o, NULL, NULL, &r), ES_E_INVAL);
+        }
+        free(ids);
+        es_model_close(m);
+    }
     free(text);
-    es_model_close(m);
 }
 
 static void test_open_errors(void **state)
@@ -260,6 +324,20 @@ static es_status ctx_huge(es_gguf_writer *w)
     return es_gguf_writer_set_u64(w, "olmoe.context_length", UINT64_MAX);
 }
 
+static es_status arch_mamba(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_str(w, "general.architecture", "mamba");
+}
+static es_status value_heads_8(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "olmoe.attention.value_length", 8);
+}
+static es_status heads_7(es_gguf_writer *w) /* 64 is no multiple of 7, and no key_length */
+{
+    es_status st = es_gguf_writer_set_u32(w, "olmoe.attention.head_count", 7);
+    return st ? st : es_gguf_writer_set_u32(w, "olmoe.attention.head_count_kv", 7);
+}
+
 /* Missing and wrongly typed metadata are told apart, for required and optional keys. */
 static void test_metadata_types(void **state)
 {
@@ -273,6 +351,12 @@ static void test_metadata_types(void **state)
                       "olmoe.attention.head_count_kv has type string, expected an integer");
     expect_meta_error(NULL, freq_base_bool, "olmoe.rope.freq_base has type bool, expected a number");
     expect_meta_error(NULL, ctx_huge, "olmoe.context_length = 18446744073709551615 is out of range");
+    /* families: an unknown one names those estream runs; a model without experts is refused as
+     * dense; head sizes that do not fit */
+    expect_meta_error(NULL, arch_mamba, "unknown architecture 'mamba' (estream runs olmoe");
+    expect_meta_error("olmoe.expert_count", NULL, "estream runs mixture-of-experts models only");
+    expect_meta_error(NULL, value_heads_8, "value heads of 8 differ from key heads of 16");
+    expect_meta_error(NULL, heads_7, "not a multiple of 7 heads");
 }
 
 int main(void)

@@ -31,14 +31,16 @@ typedef struct fixture {
     int32_t ids[T_LONG];
 } fixture;
 
-static fixture fx_q4, fx_f32;
+static fixture fx_q4, fx_f32, fx_qwen3moe, fx_mixtral, fx_deepseek;
 
-static void make_fixture(fixture *fx, const char *type)
+static void make_fixture(fixture *fx, const char *preset, const char *type)
 {
     snprintf(fx->gguf, sizeof(fx->gguf), "%s", t_tmp_path(type));
-    strcat(fx->gguf, "-stream-small.gguf");
+    strcat(fx->gguf, "-stream-");
+    strcat(fx->gguf, preset);
+    strcat(fx->gguf, ".gguf");
     snprintf(fx->pack, sizeof(fx->pack), "%s.pack", fx->gguf);
-    es_synth_opts so = {.arch = "olmoe", .preset = "small", .type = type, .seed = 5};
+    es_synth_opts so = {.preset = preset, .type = type, .seed = 5};
     if (es_synth(&so, fx->gguf) != ES_OK) fail_msg("synth: %s", es_last_error());
     if (es_pack(fx->gguf, fx->pack, NULL, NULL) != ES_OK) fail_msg("pack: %s", es_last_error());
     t_rng r = {99};
@@ -149,6 +151,21 @@ static void test_identical_f32(void **state)
                            {0, 2, 3, 4, 2, ES_POLICY_AFTER_ROUTING, 0},
                            {1, 8, 2, 1, 1, ES_POLICY_ON_DEMAND, 2}};
     check_configs(&fx_f32, some, T_LEN(some), 97);
+}
+
+/* The other families stream the same way (their experts are the same three tensors; attention,
+ * norms, a tied head, dense layers and shared experts stay resident): tiny-qwen3moe,
+ * tiny-mixtral and tiny-deepseek (its dense first layer has nothing to stream), Q4_0, pack and
+ * GGUF. */
+static void test_identical_families(void **state)
+{
+    (void)state;
+    const config some[] = {{1, 3, 2, 2, 2, ES_POLICY_EARLY, 0},
+                           {0, 2, 3, 4, 2, ES_POLICY_AFTER_ROUTING, 0},
+                           {1, 1, 1, 1, 1, ES_POLICY_ON_DEMAND, 2}};
+    check_configs(&fx_qwen3moe, some, T_LEN(some), T_LONG);
+    check_configs(&fx_mixtral, some, T_LEN(some), T_LONG);
+    check_configs(&fx_deepseek, some, T_LEN(some), T_LONG);
 }
 
 /* A 3-token prompt routes 12 of 16 (layer, expert) pairs at most: unrouted groups are skipped
@@ -486,15 +503,18 @@ static void test_trace_file(void **state)
 static int setup(void **state)
 {
     (void)state;
-    make_fixture(&fx_q4, "q4_0");
-    make_fixture(&fx_f32, "f32");
+    make_fixture(&fx_q4, "small", "q4_0");
+    make_fixture(&fx_f32, "small", "f32");
+    make_fixture(&fx_qwen3moe, "tiny-qwen3moe", "q4_0");
+    make_fixture(&fx_mixtral, "tiny-mixtral", "q4_0");
+    make_fixture(&fx_deepseek, "tiny-deepseek", "q4_0");
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    const fixture *fs[] = {&fx_q4, &fx_f32};
+    const fixture *fs[] = {&fx_q4, &fx_f32, &fx_qwen3moe, &fx_mixtral, &fx_deepseek};
     for (size_t i = 0; i < T_LEN(fs); i++) {
         unlink(fs[i]->gguf);
         unlink(fs[i]->pack);
@@ -507,6 +527,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_q4_0),
         cmocka_unit_test(test_identical_f32),
+        cmocka_unit_test(test_identical_families),
         cmocka_unit_test(test_unrouted_groups_skipped),
         cmocka_unit_test(test_session_reuse),
         cmocka_unit_test(test_slow_and_short_reads),

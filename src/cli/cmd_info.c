@@ -203,7 +203,8 @@ int cmd_info(int argc, char **argv)
     printf(")\n");
     es_str name;
     if (es_gguf_get_str(g, "general.name", &name)) printf("name:          %.*s\n", (int)name.len, name.ptr);
-    printf("architecture:  %s\n", es_model_arch(m));
+    printf("architecture:  %s%s%s%s\n", es_model_arch(m), m->family ? " (" : "",
+           m->family ? m->family->model_names : "", m->family ? ")" : "");
     es_str tm = {0}, tp = {0};
     es_gguf_get_str(g, "tokenizer.ggml.model", &tm);
     es_gguf_get_str(g, "tokenizer.ggml.pre", &tp);
@@ -218,8 +219,14 @@ int cmd_info(int argc, char **argv)
     printf("context:       %d\n", hp->n_ctx);
     printf("hidden:        %d, layers %d, heads %d (kv %d, head dim %d)\n", hp->n_embd,
            hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_embd_head);
-    printf("experts:       %d, top-%d, expert FFN %d\n", hp->n_expert, hp->n_expert_used,
-           hp->n_ff_exp);
+    printf("experts:       %d, top-%d%s, expert FFN %d\n", hp->n_expert, hp->n_expert_used,
+           m->family->topk_renorm ? " renormalised" : "", hp->n_ff_exp);
+    if (hp->n_expert_shared)
+        printf("shared:        %d experts (FFN %d) in every MoE layer\n", hp->n_expert_shared,
+               hp->n_ff_shexp);
+    if (hp->n_layer_dense_lead)
+        printf("dense layers:  %d (FFN %d) before the MoE layers\n", hp->n_layer_dense_lead,
+               hp->n_ff);
     printf("rope base:     %g, rms eps %g\n", (double)hp->rope_freq_base, (double)hp->rms_eps);
     if (es_pack_is_pack(g)) print_pack(g);
     uint64_t expert_total;
@@ -229,10 +236,12 @@ int cmd_info(int argc, char **argv)
     printf(" (experts ");
     print_bytes((double)expert_total);
     printf(", %.1f%%)\n", total ? 100.0 * (double)expert_total / (double)total : 0.0);
+    const int il = hp->n_layer_dense_lead; /* the first MoE layer */
+    const es_layer *L = &m->layers[il];
     printf("one expert:    ");
-    print_bytes((double)es_model_expert_bytes(m, 0));
-    printf(" (gate %s, up %s, down %s in layer 0)\n", es_qtype_name(m->layers[0].gate_exps.type),
-           es_qtype_name(m->layers[0].up_exps.type), es_qtype_name(m->layers[0].down_exps.type));
+    print_bytes((double)es_model_expert_bytes(m, il));
+    printf(" (gate %s, up %s, down %s in layer %d)\n", es_qtype_name(L->gate_exps.type),
+           es_qtype_name(L->up_exps.type), es_qtype_name(L->down_exps.type), il);
     es_model_close(m);
     return 0;
 }

@@ -6,17 +6,33 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: estream synth [--arch olmoe] --preset tiny|tiny-gqa|small|mini|olmoe-1b-7b [--type f32|f16|q8_0|q4_0]\n"
-    "                     [--seed N] [--vocab VOCAB.gguf] -o FILE\n"
+    "usage: estream synth --preset NAME [--type f32|f16|q8_0|q4_0] [--seed N] [--vocab VOCAB.gguf]\n"
+    "                     [--arch ARCH] -o FILE\n"
     "\n"
     "Writes a model with random weights and llama.cpp's tensor names, shapes and metadata for the\n"
-    "architecture, so llama.cpp loads the same file. Presets:\n"
-    "  tiny         hidden 64, 2 layers, 4 heads, 8 experts, top-2, expert FFN 64 (tests)\n"
-    "  tiny-gqa     tiny with 2 KV heads (grouped-query attention; llama.cpp's olmoe cannot load\n"
-    "               it: it wants attn_k_norm over the whole hidden size)\n"
-    "  mini         hidden 512, 4 layers, 8 heads, 32 experts, top-4, expert FFN 512\n"
-    "  olmoe-1b-7b  OLMoE-1B-7B's shape: hidden 2048, 16 layers, 16 heads, 64 experts, top-8,\n"
-    "               expert FFN 1024, vocab 50304, context 4096\n"
+    "preset's architecture, so llama.cpp loads the same file. Presets:\n"
+    "  olmoe (OLMoE):\n"
+    "  tiny           hidden 64, 2 layers, 4 heads, 8 experts, top-2, expert FFN 64 (tests)\n"
+    "  tiny-gqa       tiny with 2 KV heads (grouped-query attention; llama.cpp's olmoe cannot\n"
+    "                 load it: it wants attn_k_norm over the whole hidden size)\n"
+    "  small          hidden 320, 2 layers, 5 heads, 8 experts, top-4, expert FFN 288 (tests)\n"
+    "  mini           hidden 512, 4 layers, 8 heads, 32 experts, top-4, expert FFN 512\n"
+    "  olmoe-1b-7b    OLMoE-1B-7B's shape: hidden 2048, 16 layers, 16 heads, 64 experts, top-8,\n"
+    "                 expert FFN 1024, vocab 50304, context 4096\n"
+    "  qwen3moe (Qwen3-MoE):\n"
+    "  tiny-qwen3moe  hidden 64, 2 layers, 4 heads of 32 (2 KV), 8 experts, top-2, tied output\n"
+    "  qwen3-30b-a3b  Qwen3-30B-A3B's shape: hidden 2048, 48 layers, 32 heads of 128 (4 KV),\n"
+    "                 128 experts, top-8, expert FFN 768, vocab 151936 (about 17 GB in q4_0)\n"
+    "  llama with experts (Mixtral):\n"
+    "  tiny-mixtral   hidden 64, 2 layers, 4 heads (2 KV), 8 experts, top-2, expert FFN 64\n"
+    "  mixtral-8x7b   Mixtral-8x7B's shape: hidden 4096, 32 layers, 32 heads (8 KV), 8 experts,\n"
+    "                 top-2, expert FFN 14336, vocab 32000 (about 26 GB in q4_0)\n"
+    "  deepseek (DeepSeek-MoE):\n"
+    "  tiny-deepseek  hidden 64, 3 layers (the first dense, FFN 128), 4 heads, 8 experts of 32,\n"
+    "                 top-2 scaled by 1.5, 2 shared experts\n"
+    "  deepseek-moe-16b  DeepSeek-MoE-16B's shape: hidden 2048, 28 layers (the first dense, FFN\n"
+    "                 10944), 16 heads, 64 experts of 1408, top-6, 2 shared, vocab 102400\n"
+    "--arch, if given, must be the preset's architecture.\n"
     "Type defaults to f32; q4_0 keeps the output head in q6_k as llama-quantize does. The\n"
     "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file.\n"
     "FILE is written atomically: a temporary file beside it is renamed over it when complete; a\n"
@@ -42,7 +58,7 @@ static void progress(void *user, uint64_t done, uint64_t total)
 int cmd_synth(int argc, char **argv)
 {
     cli_args a = {argc, 1, argv, "synth"};
-    es_synth_opts o = {.arch = "olmoe", .type = "f32", .seed = 1};
+    es_synth_opts o = {.type = "f32", .seed = 1};
     const char *out = NULL;
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];
@@ -55,7 +71,7 @@ int cmd_synth(int argc, char **argv)
         else if (!strcmp(s, "-o") || !strcmp(s, "--output")) out = cli_value(&a, s);
         else cli_unknown(&a, s);
     }
-    if (!o.preset) cli_die("synth: give --preset tiny, tiny-gqa, small, mini or olmoe-1b-7b");
+    if (!o.preset) cli_die("synth: give --preset NAME (see estream synth --help)");
     if (!out) cli_die("synth: give the output file with -o FILE");
     const char *shown = out;
     if (!strcmp(out, "-")) out = "/dev/stdout"; /* written in place, or replaced if a file */
@@ -64,7 +80,7 @@ int cmd_synth(int argc, char **argv)
     o.user = &last_tenth;
     es_status st = es_synth(&o, out);
     if (st) cli_die_status(st, "synth");
-    fprintf(stderr, "synth: wrote %s (%s, preset %s, %s, seed %llu)\n", shown, o.arch, o.preset,
+    fprintf(stderr, "synth: wrote %s (preset %s, %s, seed %llu)\n", shown, o.preset,
             o.type, (unsigned long long)o.seed);
     return 0;
 }

@@ -32,8 +32,10 @@ void es_budget_touch_weights(const es_model *m)
     uint8_t sink = touch(&m->output_norm) ^ touch(&m->output);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const es_layer *L = &m->layers[il];
-        const es_tensor *ts[] = {&L->attn_norm, &L->wq,     &L->wk,       &L->wv,      &L->wo,
-                                 &L->q_norm,    &L->k_norm, &L->ffn_norm, &L->gate_inp};
+        const es_tensor *ts[] = {&L->attn_norm,  &L->wq,       &L->wk,         &L->wv,
+                                 &L->wo,         &L->q_norm,   &L->k_norm,     &L->ffn_norm,
+                                 &L->gate_inp,   &L->ffn_gate, &L->ffn_up,     &L->ffn_down,
+                                 &L->gate_shexp, &L->up_shexp, &L->down_shexp};
         for (size_t i = 0; i < ES_LEN(ts); i++) sink ^= touch(ts[i]);
     }
     (void)sink;
@@ -53,7 +55,7 @@ static int64_t request_groups(const es_model *m, int G)
 {
     int64_t n = 0;
     const int K = (m->hp.n_expert + G - 1) / G;
-    for (int il = 0; il < m->hp.n_layer; il++) n += m->layers[il].exp_bytes[0] > 0 ? K : 0;
+    for (int il = 0; il < m->hp.n_layer; il++) n += es_layer_is_moe(&m->layers[il]) ? K : 0;
     return n;
 }
 

@@ -28,6 +28,7 @@ enum {
     GEMM_CHUNK = 64,     /* output rows per work item of a dense product */
     PLAN_CAPACITY = 16384, /* default routes per expert-plan invocation; more are split */
     MAX_PLANS = 8,       /* distinct expert shape classes (weight-type mixes) per model */
+    FFN_ROWS = 256,      /* token rows per pass of a dense FFN (bounds its gate/up buffers) */
 };
 
 typedef struct plan_entry { es_expert_shape shape; int n_slots; es_plan *plan; } plan_entry;
@@ -44,6 +45,8 @@ struct es_fast {
     float *x, *h, *q, *k, *v, *att, *tmp, *moe; /* [t_cap][...] activations */
     float *rope_cs;       /* [t_cap][n_rot/2][2] cos, sin */
     float *router;        /* [t_cap][n_expert] logits */
+    float *ffn_g, *ffn_u; /* [FFN_ROWS][ffn_width]: a dense FFN's gate and up (NULL: none) */
+    int64_t ffn_width;    /* the widest dense FFN: n_ff of dense layers, n_ff_shexp */
     es_route *routes;     /* [t_cap * n_expert_used], sorted by expert then token */
     es_route *routes_tmp; /* [t_cap * n_expert_used] counting-sort scratch */
     int64_t *route_start; /* [n_expert + 1] counting-sort offsets */
@@ -83,17 +86,20 @@ static size_t fbytes(int64_t a, int64_t b) { return sizeof(float) * (size_t)a * 
 
 static void free_buffers(es_fast *f, const es_hparams *hp)
 {
-    const int64_t T = f->t_cap, d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t T = f->t_cap, d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
     es_free_big(f->x, fbytes(T, d));
     es_free_big(f->h, fbytes(T, d));
-    es_free_big(f->q, fbytes(T, d));
+    es_free_big(f->q, fbytes(T, dq));
     es_free_big(f->k, fbytes(T, dkv));
     es_free_big(f->v, fbytes(T, dkv));
-    es_free_big(f->att, fbytes(T, d));
+    es_free_big(f->att, fbytes(T, dq));
     es_free_big(f->tmp, fbytes(T, d));
     es_free_big(f->moe, fbytes(T, d));
     es_free_big(f->rope_cs, fbytes(T, hp->n_rot));
     es_free_big(f->router, fbytes(T, hp->n_expert));
+    es_free_big(f->ffn_g, fbytes(FFN_ROWS, f->ffn_width));
+    es_free_big(f->ffn_u, fbytes(FFN_ROWS, f->ffn_width));
+    f->ffn_g = f->ffn_u = NULL;
     es_free_big(f->routes, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     es_free_big(f->routes_tmp, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     es_free_big(f->act, f->act_bytes);
@@ -122,19 +128,33 @@ void es_fast_destroy(es_fast *f, const es_hparams *hp)
     free(f);
 }
 
-/* Largest activation buffer any dense product of the model needs for T rows. */
+/* Largest activation buffer any dense product of the model needs for T rows (the row length of
+ * each product is its weight's ne[0]: n_embd, n_embd_q for the attention output, the FFN size
+ * for a dense FFN's down projection, which runs FFN_ROWS rows at a time). */
 static size_t max_act_bytes(const es_kern *k, const es_model *m, int64_t T)
 {
-    size_t mx = es_act_bytes(k, m->output.type, T, m->hp.n_embd);
+    size_t mx = es_act_bytes(k, m->output.type, T, m->output.ne[0]);
+    const int64_t T_ffn = T < FFN_ROWS ? T : FFN_ROWS;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const es_layer *L = &m->layers[il];
-        const es_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate_inp};
+        const es_tensor *ts[] = {&L->wq,       &L->wk,     &L->wv,       &L->wo,
+                                 &L->gate_inp, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                                 &L->gate_shexp, &L->up_shexp, &L->down_shexp};
         for (size_t i = 0; i < ES_LEN(ts); i++) {
-            size_t b = es_act_bytes(k, ts[i]->type, T, m->hp.n_embd);
+            if (!ts[i]->data) continue;
+            const bool ffn = i >= 5;
+            size_t b = es_act_bytes(k, ts[i]->type, ffn ? T_ffn : T, ts[i]->ne[0]);
             mx = b > mx ? b : mx;
         }
     }
     return mx;
+}
+
+/* The widest dense FFN of the model (0 if it has none). */
+static int64_t ffn_width(const es_model *m)
+{
+    int64_t w = m->hp.n_layer_dense_lead > 0 ? m->hp.n_ff : 0;
+    return m->hp.n_ff_shexp > w ? m->hp.n_ff_shexp : w;
 }
 
 static es_plan *plan_for(es_fast *f, const es_model *m, const es_layer *L, es_status *st);
@@ -147,19 +167,27 @@ static void resident_release(es_expert_provider *p, int il, int e0);
 static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
 {
     const es_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
     free_buffers(f, hp);
     f->t_cap = T;
     f->x = es_alloc_big(fbytes(T, d));
     f->h = es_alloc_big(fbytes(T, d));
-    f->q = es_alloc_big(fbytes(T, d));
+    f->q = es_alloc_big(fbytes(T, dq));
     f->k = es_alloc_big(fbytes(T, dkv));
     f->v = es_alloc_big(fbytes(T, dkv));
-    f->att = es_alloc_big(fbytes(T, d));
+    f->att = es_alloc_big(fbytes(T, dq));
     f->tmp = es_alloc_big(fbytes(T, d));
     f->moe = es_alloc_big(fbytes(T, d));
     f->rope_cs = es_alloc_big(fbytes(T, hp->n_rot));
     f->router = es_alloc_big(fbytes(T, hp->n_expert));
+    f->ffn_width = ffn_width(m);
+    if (f->ffn_width > 0) {
+        f->ffn_g = es_alloc_big(fbytes(FFN_ROWS, f->ffn_width));
+        f->ffn_u = es_alloc_big(fbytes(FFN_ROWS, f->ffn_width));
+        if (!f->ffn_g || !f->ffn_u)
+            return es_fail(ES_E_NOMEM, "out of memory for a dense FFN of %lld",
+                           (long long)f->ffn_width);
+    }
     f->routes = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     f->routes_tmp = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     f->act_bytes = max_act_bytes(f->kern, m, T);
@@ -169,7 +197,8 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
         return es_fail(ES_E_NOMEM, "out of memory for the activations of %lld tokens", (long long)T);
     es_status st = es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, f->pool, f->kern,
                                   &f->attn);
-    for (int il = 0; il < hp->n_layer && st == ES_OK; il++) plan_for(f, m, &m->layers[il], &st);
+    for (int il = 0; il < hp->n_layer && st == ES_OK; il++)
+        if (es_layer_is_moe(&m->layers[il])) plan_for(f, m, &m->layers[il], &st);
     return st;
 }
 
@@ -223,16 +252,20 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
     size_t sb = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const es_layer *L = &m->layers[il];
-        const es_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate_inp, &m->output};
+        const es_tensor *ts[] = {&L->wq,       &L->wk,         &L->wv,       &L->wo,
+                                 &L->gate_inp, &L->ffn_gate,   &L->ffn_up,   &L->ffn_down,
+                                 &L->gate_shexp, &L->up_shexp, &L->down_shexp, &m->output};
         for (size_t i = 0; i < ES_LEN(ts); i++) {
+            if (!ts[i]->data) continue; /* not in this layer's kind */
             if (!es_kern_supports(k, ts[i]->type)) {
                 es_fast_destroy(f, hp);
                 return es_fail(ES_E_UNSUPPORTED, "no fast kernel for %s (%s); use --reference",
                                ts[i]->name, es_qtype_name(ts[i]->type));
             }
-            const size_t b = es_gemm_scratch_bytes(k, ts[i]->type, hp->n_embd);
+            const size_t b = es_gemm_scratch_bytes(k, ts[i]->type, ts[i]->ne[0]);
             sb = b > sb ? b : sb;
         }
+        if (!es_layer_is_moe(L)) continue;
         for (int e = 0; e < hp->n_expert; e++) {
             es_expert_slot *s = &f->slots[(size_t)il * (size_t)hp->n_expert + (size_t)e];
             s->gate = es_layer_expert(L, 0, e); /* pointers only: nothing is touched here */
@@ -306,7 +339,7 @@ static void run_gemms(es_fast *f, const gemm_task *tasks, int n)
 
 /* Row-wise steps, split statically by rows. */
 enum row_op { ROW_EMBED, ROW_ATTN_NORM, ROW_PREP, ROW_QK_NORM_ROPE, ROW_ADD, ROW_FFN_NORM,
-              ROW_ROUTE, ROW_OUT_NORM };
+              ROW_ROUTE, ROW_OUT_NORM, ROW_SWIGLU };
 
 typedef struct row_job {
     es_fast *f;
@@ -315,41 +348,45 @@ typedef struct row_job {
     enum row_op op;
     const int32_t *ids;
     int64_t T, r_begin;
-    const float *src;     /* ROW_PREP: rows to prepare; ROW_ADD: rows to add into x */
+    const float *src;     /* ROW_PREP: rows to prepare; ROW_ADD: rows to add into dst */
+    float *dst;           /* ROW_ADD: NULL adds into the residual stream x */
     uint32_t wtype;       /* ROW_PREP */
-    int64_t K;            /* ROW_PREP */
+    int64_t K;            /* ROW_PREP: row length; ROW_SWIGLU: the FFN width */
 } row_job;
 
-static void rope_neox(float *v, int n_rot, const float *cs)
+/* RoPE of one head vector with the position's (cos, sin) per pair: NEOX pairs (i, i + n_rot/2),
+ * normal pairs (2i, 2i + 1). */
+static void rope_head(es_rope_kind kind, float *v, int n_rot, const float *cs)
 {
     const int half = n_rot / 2;
+    const int step = kind == ES_ROPE_NEOX ? 1 : 2, other = kind == ES_ROPE_NEOX ? half : 1;
     for (int i = 0; i < half; i++) {
         const float c = cs[2 * i], s = cs[2 * i + 1];
-        const float x0 = v[i], x1 = v[i + half];
-        v[i] = x0 * c - x1 * s;
-        v[i + half] = x0 * s + x1 * c;
+        float *a = v + i * step, *b = a + other;
+        const float x0 = *a, x1 = *b;
+        *a = x0 * c - x1 * s;
+        *b = x0 * s + x1 * c;
     }
 }
 
-/* Softmax over the experts and top-k, exactly as the reference path chooses. */
-static void route_token(const float *logits, int n_expert, int k, float *probs, int *chosen)
+/* The family's q/k normalisation of one token's projections (arch.h). */
+static void qk_norm(const es_fast *f, const es_model *m, const es_layer *L, float *q, float *k)
 {
-    float mx = -INFINITY;
-    for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
-    double sum = 0.0;
-    for (int e = 0; e < n_expert; e++) {
-        probs[e] = expf(logits[e] - mx);
-        sum += probs[e];
-    }
-    for (int e = 0; e < n_expert; e++) probs[e] = (float)(probs[e] / sum);
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < n_expert; e++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
-            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
-        }
-        chosen[j] = best;
+    const es_hparams *hp = &m->hp;
+    switch (m->family->qk_norm) {
+    case ES_QK_NORM_NONE: break;
+    case ES_QK_NORM_WHOLE:
+        f->kern->rmsnorm(q, q, L->q_norm.data, hp->n_embd_q, hp->rms_eps);
+        f->kern->rmsnorm(k, k, L->k_norm.data, hp->n_embd_kv, hp->rms_eps);
+        break;
+    case ES_QK_NORM_HEAD:
+        for (int hh = 0; hh < hp->n_head; hh++)
+            f->kern->rmsnorm(q + hh * hp->n_embd_head, q + hh * hp->n_embd_head, L->q_norm.data,
+                             hp->n_embd_head, hp->rms_eps);
+        for (int hh = 0; hh < hp->n_head_kv; hh++)
+            f->kern->rmsnorm(k + hh * hp->n_embd_head, k + hh * hp->n_embd_head, L->k_norm.data,
+                             hp->n_embd_head, hp->rms_eps);
+        break;
     }
 }
 
@@ -359,7 +396,7 @@ static void row_worker(void *arg, int ith, int nth)
     es_fast *f = j->f;
     const es_hparams *hp = &j->m->hp;
     const es_layer *L = j->L;
-    const int64_t d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
     const int64_t n = j->T - j->r_begin;
     const int64_t r0 = j->r_begin + n * ith / nth, r1 = j->r_begin + n * (ith + 1) / nth;
     if (r1 <= r0) return;
@@ -397,31 +434,39 @@ static void row_worker(void *arg, int ith, int nth)
                        (uint8_t *)f->act + (size_t)(r0 - j->r_begin) * rb);
         break;
     }
-    case ROW_QK_NORM_ROPE:
+    case ROW_QK_NORM_ROPE: {
+        const es_rope_kind rk = j->m->family->rope;
         for (int64_t t = r0; t < r1; t++) {
-            f->kern->rmsnorm(f->q + t * d, f->q + t * d, L->q_norm.data, d, hp->rms_eps);
-            f->kern->rmsnorm(f->k + t * dkv, f->k + t * dkv, L->k_norm.data, dkv, hp->rms_eps);
+            float *q = f->q + t * dq, *k = f->k + t * dkv;
+            qk_norm(f, j->m, L, q, k);
             const float *cs = f->rope_cs + t * hp->n_rot;
-            for (int hh = 0; hh < hp->n_head; hh++) rope_neox(f->q + t * d + hh * hp->n_embd_head, hp->n_rot, cs);
-            for (int hh = 0; hh < hp->n_head_kv; hh++) rope_neox(f->k + t * dkv + hh * hp->n_embd_head, hp->n_rot, cs);
+            for (int hh = 0; hh < hp->n_head; hh++) rope_head(rk, q + hh * hp->n_embd_head, hp->n_rot, cs);
+            for (int hh = 0; hh < hp->n_head_kv; hh++) rope_head(rk, k + hh * hp->n_embd_head, hp->n_rot, cs);
         }
         break;
-    case ROW_ADD:
+    }
+    case ROW_ADD: {
+        float *dst = j->dst ? j->dst : f->x;
         for (int64_t t = r0; t < r1; t++)
-            for (int64_t i = 0; i < d; i++) f->x[t * d + i] += j->src[t * d + i];
+            for (int64_t i = 0; i < d; i++) dst[t * d + i] += j->src[t * d + i];
+        break;
+    }
+    case ROW_SWIGLU:
+        for (int64_t t = r0; t < r1; t++) f->kern->swiglu(f->ffn_g + t * j->K, f->ffn_u + t * j->K, j->K);
         break;
     case ROW_ROUTE: {
-        float probs[4096];
+        float probs[4096], weight[4096];
         int chosen[4096];
         const int E = hp->n_expert, K = hp->n_expert_used;
         for (int64_t t = r0; t < r1; t++) {
-            route_token(f->router + t * E, E, K, probs, chosen);
+            es_arch_route(j->m->family, f->router + t * E, E, K, hp->expert_weights_scale, probs,
+                          chosen, weight);
             for (int jj = 0; jj < K; jj++) {
                 /* store per token; sorted by expert afterwards */
                 es_route *r = &f->routes[t * K + jj];
                 r->token = (int32_t)t;
                 r->expert = chosen[jj];
-                r->weight = probs[chosen[jj]];
+                r->weight = weight[jj];
             }
         }
         break;
@@ -509,11 +554,38 @@ static es_status moe_stage(es_fast *f, const es_model *m, es_expert_provider *pr
     return ES_OK;
 }
 
+/* A dense FFN over f->h into out ([T][n_embd], overwritten): out = down(silu(gate h) * up h),
+ * FFN_ROWS token rows at a time. A dense layer's FFN, and the shared experts of a MoE layer. */
+static void dense_ffn(es_fast *f, const es_model *m, const es_tensor *gate, const es_tensor *up,
+                      const es_tensor *down, int64_t T, float *out)
+{
+    const int64_t d = m->hp.n_embd, ff = gate->ne[1];
+    for (int64_t t0 = 0; t0 < T; t0 += FFN_ROWS) {
+        const int64_t n = T - t0 < FFN_ROWS ? T - t0 : FFN_ROWS;
+        prepare(f, m, f->h + t0 * d, d, gate->type, 0, n);
+        if (gate->type == up->type) {
+            gemm_task gu[2] = {{gate, f->act, f->ffn_g, ff, n}, {up, f->act, f->ffn_u, ff, n}};
+            run_gemms(f, gu, 2);
+        } else {
+            gemm_task g = {gate, f->act, f->ffn_g, ff, n};
+            run_gemms(f, &g, 1);
+            prepare(f, m, f->h + t0 * d, d, up->type, 0, n);
+            gemm_task u = {up, f->act, f->ffn_u, ff, n};
+            run_gemms(f, &u, 1);
+        }
+        row_job sw = {.f = f, .m = m, .op = ROW_SWIGLU, .T = n, .K = ff};
+        es_pool_run(f->pool, row_worker, &sw);
+        prepare(f, m, f->ffn_g, ff, down->type, 0, n);
+        gemm_task dn = {down, f->act, out + t0 * d, d, n};
+        run_gemms(f, &dn, 1);
+    }
+}
+
 static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov,
                          const int32_t *ids, int64_t T, int all_logits, float *logits)
 {
     const es_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
     row_job ej = {.f = f, .m = m, .op = ROW_EMBED, .ids = ids, .T = T};
     es_pool_run(f->pool, row_worker, &ej);
     const float attn_scale = 1.0f / sqrtf((float)hp->n_embd_head);
@@ -526,7 +598,7 @@ static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov
         run_rows(f, m, L, ROW_ATTN_NORM, T);
         if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
             prepare(f, m, f->h, d, L->wq.type, 0, T);
-            gemm_task qkv[3] = {{&L->wq, f->act, f->q, d, T}, {&L->wk, f->act, f->k, dkv, T},
+            gemm_task qkv[3] = {{&L->wq, f->act, f->q, dq, T}, {&L->wk, f->act, f->k, dkv, T},
                                 {&L->wv, f->act, f->v, dkv, T}};
             run_gemms(f, qkv, 3);
         } else {
@@ -541,16 +613,23 @@ static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov
         run_rows(f, m, L, ROW_QK_NORM_ROPE, T);
         es_attn_set_kv(f->attn, f->k, f->v, T);
         es_attn_run(f->attn, f->q, f->att, T, attn_scale);
-        prepare(f, m, f->att, d, L->wo.type, 0, T);
+        prepare(f, m, f->att, dq, L->wo.type, 0, T);
         gemm_task o = {&L->wo, f->act, f->tmp, d, T};
         run_gemms(f, &o, 1);
         row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
         es_pool_run(f->pool, row_worker, &add);
         span(f, PHASE_ATTENTION, il, t0);
 
-        /* mixture of experts */
+        /* the FFN: dense, or the mixture of experts (+ shared experts) */
         t0 = f->trace ? es_now_ns() : 0;
         run_rows(f, m, L, ROW_FFN_NORM, T);
+        if (!es_layer_is_moe(L)) {
+            dense_ffn(f, m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, T, f->moe);
+            row_job addd = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->moe};
+            es_pool_run(f->pool, row_worker, &addd);
+            span(f, PHASE_MOE, il, t0);
+            continue;
+        }
         prepare(f, m, f->h, d, L->gate_inp.type, 0, T);
         gemm_task rt = {&L->gate_inp, f->act, f->router, hp->n_expert, T};
         run_gemms(f, &rt, 1);
@@ -559,6 +638,12 @@ static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov
         span(f, PHASE_ROUTER, il, t0);
         t0 = f->trace ? es_now_ns() : 0;
         ES_TRY(moe_stage(f, m, prov, il, T));
+        if (L->gate_shexp.data) { /* moe += shared, as llama.cpp adds the two */
+            dense_ffn(f, m, &L->gate_shexp, &L->up_shexp, &L->down_shexp, T, f->tmp);
+            row_job adds = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp,
+                            .dst = f->moe};
+            es_pool_run(f->pool, row_worker, &adds);
+        }
         row_job addm = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->moe};
         es_pool_run(f->pool, row_worker, &addm);
         span(f, PHASE_MOE, il, t0);

@@ -13,10 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Architectures llama.cpp knows that we may support later: named in the error message. */
-static const char *const known_moe_archs[] = {"qwen3moe", "qwen2moe", "llama", "mixtral",
-                                              "deepseek", "deepseek2", "lfm2moe", "lfm2"};
-
 static es_status get_int(const es_model *m, const char *key, bool required, int lo, int hi,
                          int *out)
 {
@@ -51,24 +47,59 @@ static es_status read_hparams(es_model *m)
     ES_TRY(get_int(m, "context_length", true, 1, 1 << 24, &hp->n_ctx));
     ES_TRY(get_int(m, "embedding_length", true, 1, 1 << 16, &hp->n_embd));
     ES_TRY(get_int(m, "block_count", true, 1, 1024, &hp->n_layer));
-    ES_TRY(get_int(m, "feed_forward_length", true, 1, 1 << 18, &hp->n_ff_exp));
+    ES_TRY(get_int(m, "feed_forward_length", true, 1, 1 << 18, &hp->n_ff));
+    hp->n_ff_exp = hp->n_ff;
     ES_TRY(get_int(m, "expert_feed_forward_length", false, 1, 1 << 18, &hp->n_ff_exp));
     ES_TRY(get_int(m, "attention.head_count", true, 1, 4096, &hp->n_head));
     hp->n_head_kv = hp->n_head;
     ES_TRY(get_int(m, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv));
+    const char *path = es_gguf_path(m->gguf);
+    char key[64];
+    snprintf(key, sizeof(key), "%s.expert_count", m->arch);
+    if (es_gguf_find_key(m->gguf, key) < 0)
+        return es_fail(ES_E_UNSUPPORTED, "%s: a dense %s model (no %s): estream runs mixture-of-"
+                       "experts models only", path, m->arch, key);
     ES_TRY(get_int(m, "expert_count", true, 1, 4096, &hp->n_expert));
     ES_TRY(get_int(m, "expert_used_count", true, 1, 4096, &hp->n_expert_used));
-    const char *path = es_gguf_path(m->gguf);
-    if (hp->n_embd % hp->n_head)
-        return es_fail(ES_E_FORMAT, "%s: embedding length %d is not a multiple of %d heads", path,
-                       hp->n_embd, hp->n_head);
+    const es_arch *fam = m->family;
+    if (fam->dense_lead)
+        ES_TRY(get_int(m, "leading_dense_block_count", false, 0, hp->n_layer,
+                       &hp->n_layer_dense_lead));
+    if (hp->n_layer_dense_lead == hp->n_layer)
+        return es_fail(ES_E_UNSUPPORTED, "%s: every layer is dense (%s.leading_dense_block_count "
+                       "= %d): estream runs mixture-of-experts models only", path, m->arch,
+                       hp->n_layer);
+    if (fam->shared_experts) {
+        ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
+        hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
+    }
+    hp->expert_weights_scale = 0.0f; /* none; read only where llama.cpp's graph uses it */
+    if (fam->weights_scale) ES_TRY(get_float(m, "expert_weights_scale", 0.0f, 1e6f,
+                                             &hp->expert_weights_scale));
     if (hp->n_head % hp->n_head_kv)
         return es_fail(ES_E_FORMAT, "%s: %d heads are not a multiple of %d KV heads", path,
                        hp->n_head, hp->n_head_kv);
     if (hp->n_expert_used > hp->n_expert)
         return es_fail(ES_E_FORMAT, "%s: expert_used_count %d > expert_count %d", path,
                        hp->n_expert_used, hp->n_expert);
-    hp->n_embd_head = hp->n_embd / hp->n_head;
+    /* The head size is its own key where hidden / heads would be wrong (Qwen3-MoE: 128 with
+     * hidden 2048 and 32 heads); without the key the hidden size must split into the heads. */
+    int key_len = 0, val_len = 0;
+    ES_TRY(get_int(m, "attention.key_length", false, 1, 1 << 14, &key_len));
+    ES_TRY(get_int(m, "attention.value_length", false, 1, 1 << 14, &val_len));
+    if (key_len == 0 && hp->n_embd % hp->n_head)
+        return es_fail(ES_E_FORMAT, "%s: embedding length %d is not a multiple of %d heads and "
+                       "there is no %s.attention.key_length", path, hp->n_embd, hp->n_head,
+                       m->arch);
+    hp->n_embd_head = key_len ? key_len : hp->n_embd / hp->n_head;
+    if (val_len && val_len != hp->n_embd_head)
+        return es_fail(ES_E_UNSUPPORTED, "%s: value heads of %d differ from key heads of %d, "
+                       "which %s does not have", path, val_len, hp->n_embd_head, m->arch);
+    if ((int64_t)hp->n_head * hp->n_embd_head > (1 << 20))
+        return es_fail(ES_E_FORMAT, "%s: %d heads of %d are too large", path, hp->n_head,
+                       hp->n_embd_head);
+    hp->n_embd_q = hp->n_head * hp->n_embd_head;
+    hp->n_embd_kv = hp->n_head_kv * hp->n_embd_head;
     hp->n_rot = hp->n_embd_head;
     ES_TRY(get_int(m, "rope.dimension_count", false, 2, hp->n_embd_head, &hp->n_rot));
     if (hp->n_rot != hp->n_embd_head)
@@ -76,11 +107,6 @@ static es_status read_hparams(es_model *m)
                        "supported for %s", path, hp->n_rot, hp->n_embd_head, m->arch);
     if (hp->n_rot % 2)
         return es_fail(ES_E_FORMAT, "%s: odd rotary dimension %d", path, hp->n_rot);
-    int key_len = hp->n_embd_head, val_len = hp->n_embd_head;
-    ES_TRY(get_int(m, "attention.key_length", false, 1, 1 << 16, &key_len));
-    ES_TRY(get_int(m, "attention.value_length", false, 1, 1 << 16, &val_len));
-    if (key_len != hp->n_embd_head || val_len != hp->n_embd_head)
-        return es_fail(ES_E_UNSUPPORTED, "%s: head sizes other than n_embd/n_head", path);
     hp->rope_freq_base = 10000.0f;
     hp->rms_eps = 1e-5f;
     ES_TRY(get_float(m, "rope.freq_base", 1.0f, 1e12f, &hp->rope_freq_base));
@@ -98,7 +124,7 @@ static es_status bind(es_model *m, const char *name, uint32_t n_dims, const int6
 {
     const char *path = es_gguf_path(m->gguf);
     const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, name);
-    if (!t) return es_fail(ES_E_FORMAT, "%s: missing tensor %s", path, name);
+    if (!t) return es_fail(ES_E_FORMAT, "%s: missing tensor %s (%s)", path, name, m->arch);
     const es_qtype_info *qi = es_qtype_info_get(t->type);
     if (!qi || !qi->supported)
         return es_fail(ES_E_UNSUPPORTED, "%s: tensor %s has weight type %s, which estream cannot "
@@ -183,15 +209,56 @@ static es_status bind_pack_layer(es_model *m, int il, es_layer *L)
     return ES_OK;
 }
 
+/* The output head: output.weight, or where the family ties it and the file has none, a second
+ * view of the token embedding (with its own name, so that closing frees each once). */
+static es_status bind_output(es_model *m, const int64_t *ne)
+{
+    if (es_gguf_find_tensor(m->gguf, "output.weight") || !m->family->output_optional)
+        return bind(m, "output.weight", 2, ne, false, &m->output);
+    m->output = m->tok_embd;
+    m->output.name = strdup(m->tok_embd.name);
+    return m->output.name ? ES_OK : es_fail(ES_E_NOMEM, "out of memory");
+}
+
+static es_status bind_qk_norms(es_model *m, int il, es_layer *L)
+{
+    const es_hparams *hp = &m->hp;
+    switch (m->family->qk_norm) {
+    case ES_QK_NORM_NONE: return ES_OK;
+    case ES_QK_NORM_WHOLE:
+        ES_TRY(bind_layer(m, il, "attn_q_norm", 1, hp->n_embd_q, 1, 1, true, &L->q_norm));
+        return bind_layer(m, il, "attn_k_norm", 1, hp->n_embd_kv, 1, 1, true, &L->k_norm);
+    case ES_QK_NORM_HEAD:
+        ES_TRY(bind_layer(m, il, "attn_q_norm", 1, hp->n_embd_head, 1, 1, true, &L->q_norm));
+        return bind_layer(m, il, "attn_k_norm", 1, hp->n_embd_head, 1, 1, true, &L->k_norm);
+    }
+    return ES_OK;
+}
+
+/* The FFN of a dense layer, or the shared experts of a MoE layer: gate and up [d] x ff rows,
+ * down [ff] x d rows, named <prefix>{gate,up,down}<suffix>. */
+static es_status bind_ffn(es_model *m, int il, const char *suffix, int64_t ff, es_tensor *gate,
+                          es_tensor *up, es_tensor *down)
+{
+    const int64_t d = m->hp.n_embd;
+    char name[48];
+    snprintf(name, sizeof(name), "ffn_gate%s", suffix);
+    ES_TRY(bind_layer(m, il, name, 2, d, ff, 1, false, gate));
+    snprintf(name, sizeof(name), "ffn_up%s", suffix);
+    ES_TRY(bind_layer(m, il, name, 2, d, ff, 1, false, up));
+    snprintf(name, sizeof(name), "ffn_down%s", suffix);
+    return bind_layer(m, il, name, 2, ff, d, 1, false, down);
+}
+
 static es_status bind_tensors(es_model *m)
 {
     const es_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
     const int64_t ff = hp->n_ff_exp, ne_ = hp->n_expert, nv = hp->n_vocab;
     int64_t ne[2] = {d, nv};
     ES_TRY(bind(m, "token_embd.weight", 2, ne, false, &m->tok_embd));
     ES_TRY(bind(m, "output_norm.weight", 1, ne, true, &m->output_norm));
-    ES_TRY(bind(m, "output.weight", 2, ne, false, &m->output));
+    ES_TRY(bind_output(m, ne));
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers)
         return es_fail(ES_E_NOMEM, "%s: out of memory for %d layers", es_gguf_path(m->gguf),
@@ -199,14 +266,20 @@ static es_status bind_tensors(es_model *m)
     for (int il = 0; il < hp->n_layer; il++) {
         es_layer *L = &m->layers[il];
         ES_TRY(bind_layer(m, il, "attn_norm", 1, d, 1, 1, true, &L->attn_norm));
-        ES_TRY(bind_layer(m, il, "attn_q", 2, d, d, 1, false, &L->wq));
+        ES_TRY(bind_layer(m, il, "attn_q", 2, d, dq, 1, false, &L->wq));
         ES_TRY(bind_layer(m, il, "attn_k", 2, d, dkv, 1, false, &L->wk));
         ES_TRY(bind_layer(m, il, "attn_v", 2, d, dkv, 1, false, &L->wv));
-        ES_TRY(bind_layer(m, il, "attn_output", 2, d, d, 1, false, &L->wo));
-        ES_TRY(bind_layer(m, il, "attn_q_norm", 1, d, 1, 1, true, &L->q_norm));
-        ES_TRY(bind_layer(m, il, "attn_k_norm", 1, dkv, 1, 1, true, &L->k_norm));
+        ES_TRY(bind_layer(m, il, "attn_output", 2, dq, d, 1, false, &L->wo));
+        ES_TRY(bind_qk_norms(m, il, L));
         ES_TRY(bind_layer(m, il, "ffn_norm", 1, d, 1, 1, true, &L->ffn_norm));
+        if (il < hp->n_layer_dense_lead) {
+            ES_TRY(bind_ffn(m, il, "", hp->n_ff, &L->ffn_gate, &L->ffn_up, &L->ffn_down));
+            continue;
+        }
         ES_TRY(bind_layer(m, il, "ffn_gate_inp", 2, d, ne_, 1, false, &L->gate_inp));
+        if (hp->n_expert_shared > 0)
+            ES_TRY(bind_ffn(m, il, "_shexp", hp->n_ff_shexp, &L->gate_shexp, &L->up_shexp,
+                            &L->down_shexp));
         if (m->is_pack) {
             ES_TRY(bind_pack_layer(m, il, L));
             continue;
@@ -235,13 +308,9 @@ static es_status read_arch(es_model *m)
         return es_fail(ES_E_FORMAT, "%s: bad general.architecture", path);
     memcpy(m->arch, arch.ptr, arch.len);
     m->arch[arch.len] = 0;
-    if (m->vocab_only || strcmp(m->arch, "olmoe") == 0) return ES_OK;
-    for (size_t i = 0; i < ES_LEN(known_moe_archs); i++)
-        if (strcmp(m->arch, known_moe_archs[i]) == 0)
-            return es_fail(ES_E_UNSUPPORTED, "%s: architecture '%s' is not supported yet "
-                           "(supported: olmoe)", path, m->arch);
-    return es_fail(ES_E_UNSUPPORTED, "%s: unknown architecture '%s' (supported: olmoe)", path,
-                   m->arch);
+    if (m->vocab_only || (m->family = es_arch_find(m->arch)) != NULL) return ES_OK;
+    return es_fail(ES_E_UNSUPPORTED, "%s: unknown architecture '%s' (estream runs %s)", path,
+                   m->arch, es_arch_supported());
 }
 
 /* Prefixes es_last_error() with "<path>: " unless it names the file already (the tokenizer's
@@ -314,9 +383,11 @@ void es_model_close(es_model *m)
     if (m->layers) {
         for (int il = 0; il < m->hp.n_layer; il++) {
             es_layer *L = &m->layers[il];
-            es_tensor *ts[] = {&L->attn_norm, &L->wq,       &L->wk,       &L->wv,
-                               &L->wo,        &L->q_norm,   &L->k_norm,   &L->ffn_norm,
-                               &L->gate_inp,  &L->gate_exps, &L->up_exps, &L->down_exps};
+            es_tensor *ts[] = {&L->attn_norm, &L->wq,        &L->wk,       &L->wv,
+                               &L->wo,        &L->q_norm,    &L->k_norm,   &L->ffn_norm,
+                               &L->gate_inp,  &L->gate_exps, &L->up_exps,  &L->down_exps,
+                               &L->ffn_gate,  &L->ffn_up,    &L->ffn_down, &L->gate_shexp,
+                               &L->up_shexp,  &L->down_shexp};
             for (size_t i = 0; i < ES_LEN(ts); i++) free_tensor(ts[i]);
         }
         free(m->layers);
@@ -331,7 +402,7 @@ void es_model_close(es_model *m)
 
 size_t es_model_expert_bytes(const es_model *m, int il)
 {
-    const es_layer *L = &m->layers[il];
+    const es_layer *L = &m->layers[il]; /* a dense layer's expert tensors are empty: 0 */
     const int64_t ne = m->hp.n_expert;
     return (L->gate_exps.nbytes + L->up_exps.nbytes + L->down_exps.nbytes) / (size_t)ne;
 }

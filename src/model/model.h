@@ -4,13 +4,14 @@
  * DESIGN: es_model_open() maps the file (gguf reader), checks every tensor the architecture needs
  * (name, type, shape) against the hyperparameters, and keeps views. Nothing is copied or
  * converted at open, so a model costs its mapped pages and nothing more until a prefill runs.
- * Architectures: olmoe (the first target). Others are recognised by name and refused with
- * ES_E_UNSUPPORTED until they are implemented.
+ * Architectures: the families of model/arch.h (olmoe, qwen3moe, llama with experts = Mixtral);
+ * others are refused with ES_E_UNSUPPORTED, naming the ones estream runs.
  */
 #ifndef ES_MODEL_H
 #define ES_MODEL_H
 
 #include "gguf/gguf.h"
+#include "model/arch.h"
 #include "quant/qtypes.h"
 #include "tok/tok.h"
 
@@ -21,11 +22,18 @@ typedef struct es_hparams {
     int n_layer;
     int n_head;
     int n_head_kv;
-    int n_embd_head;    /* n_embd / n_head */
-    int n_rot;          /* rotary dimensions per head (NEOX layout: pairs offset by n_rot/2) */
-    int n_ff_exp;       /* expert FFN size */
+    int n_embd_head;    /* head size: attention.key_length, by default n_embd / n_head */
+    int n_embd_q;       /* n_head * n_embd_head: the query projection and attention output */
+    int n_embd_kv;      /* n_head_kv * n_embd_head: the key and value projections */
+    int n_rot;          /* rotary dimensions per head (= n_embd_head) */
+    int n_ff;           /* feed_forward_length: the dense FFN of dense layers */
+    int n_ff_exp;       /* expert FFN size (expert_feed_forward_length, else n_ff) */
     int n_expert;
     int n_expert_used;  /* top-k */
+    int n_layer_dense_lead; /* layers [0, this) have a dense FFN instead of experts */
+    int n_expert_shared;    /* shared experts of each MoE layer: one FFN of n_ff_shexp */
+    int n_ff_shexp;         /* n_expert_shared * n_ff_exp (0: none) */
+    float expert_weights_scale; /* routed weights multiplied by this (0 or 1: not at all) */
     float rope_freq_base;
     float rms_eps;
 } es_hparams;
@@ -45,12 +53,19 @@ typedef struct es_tensor {
 
 typedef struct es_layer {
     es_tensor attn_norm;  /* [n_embd] f32 */
-    es_tensor wq;         /* [n_embd] x n_embd rows            */
-    es_tensor wk, wv;     /* [n_embd] x n_head_kv*n_embd_head rows */
-    es_tensor wo;         /* [n_embd] x n_embd rows            */
-    es_tensor q_norm;     /* [n_embd] over the whole Q projection */
-    es_tensor k_norm;     /* [n_head_kv*n_embd_head] over the whole K projection */
+    es_tensor wq;         /* [n_embd] x n_embd_q rows  */
+    es_tensor wk, wv;     /* [n_embd] x n_embd_kv rows */
+    es_tensor wo;         /* [n_embd_q] x n_embd rows  */
+    es_tensor q_norm;     /* ES_QK_NORM_WHOLE: [n_embd_q]; ES_QK_NORM_HEAD: [n_embd_head];
+                           * ES_QK_NORM_NONE: absent (data NULL) */
+    es_tensor k_norm;     /* the same for K: [n_embd_kv], [n_embd_head] or absent */
     es_tensor ffn_norm;   /* [n_embd] */
+    /* A dense layer (il < n_layer_dense_lead) has these and no router or experts: */
+    es_tensor ffn_gate, ffn_up; /* [n_embd] x n_ff rows */
+    es_tensor ffn_down;   /* [n_ff] x n_embd rows */
+    /* A MoE layer has a router, experts and, with n_expert_shared > 0, the shared experts: */
+    es_tensor gate_shexp, up_shexp; /* [n_embd] x n_ff_shexp rows (absent: data NULL) */
+    es_tensor down_shexp; /* [n_ff_shexp] x n_embd rows */
     es_tensor gate_inp;   /* router: [n_embd] x n_expert rows */
     es_tensor gate_exps;  /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor up_exps;    /* [n_embd] x n_ff_exp rows x n_expert */
@@ -61,8 +76,11 @@ typedef struct es_layer {
     const uint8_t *exp_data[3];
     uint64_t exp_file_off[3];
     size_t exp_stride[3];
-    size_t exp_bytes[3];  /* one expert's matrix */
+    size_t exp_bytes[3];  /* one expert's matrix (0 in a dense layer) */
 } es_layer;
+
+/* True if layer L routes to experts (false: a dense FFN layer). */
+static inline bool es_layer_is_moe(const es_layer *L) { return L->exp_bytes[0] > 0; }
 
 /* Expert e's matrix i (0 gate, 1 up, 2 down) of layer L in the mapping. */
 static inline const uint8_t *es_layer_expert(const es_layer *L, int i, int64_t e)
@@ -73,13 +91,15 @@ static inline const uint8_t *es_layer_expert(const es_layer *L, int i, int64_t e
 struct es_model {
     es_gguf *gguf;
     char arch[32];
+    const es_arch *family; /* the op variants of arch (NULL for a vocabulary-only open) */
     bool is_pack;          /* experts come from estream pack records (pack.h) */
     bool vocab_only;
     es_hparams hp;
     es_tok *tok;
     es_tensor tok_embd;    /* [n_embd] x n_vocab rows */
     es_tensor output_norm; /* [n_embd] */
-    es_tensor output;      /* [n_embd] x n_vocab rows */
+    es_tensor output;      /* [n_embd] x n_vocab rows; the token embedding's view when the file
+                            * has no output.weight and its family ties them */
     es_layer *layers;      /* [n_layer] */
 };
 

@@ -1,18 +1,22 @@
 /*
- * Reference forward pass for olmoe: the oracle for every fast path.
+ * Reference forward pass for every family of arch.h: the oracle for every fast path.
  *
  * DESIGN: clarity over speed. Weights are dequantized to f32 (es_dequantize_row, the scalar
  * oracle) and every sum runs in a fixed, sequential order in f32 (norm sums in double, as ggml
  * does). One token row at a time where that reads most plainly; the only concession to speed is
  * that matrix products dequantize a chunk of weight rows once and reuse it for every token.
  *
- * Per layer (llama.cpp's olmoe graph):
+ * Per layer (llama.cpp's graphs for olmoe, qwen3moe and llama with experts):
  *   h   = rmsnorm(x) * attn_norm
- *   q,k,v = h Wq^T, h Wk^T, h Wv^T;  q = rmsnorm(q) * q_norm;  k = rmsnorm(k) * k_norm
- *   rope (NEOX: pairs (i, i + n_rot/2)) on q, k;  causal GQA attention, scale 1/sqrt(d_head)
+ *   q,k,v = h Wq^T, h Wk^T, h Wv^T;  q, k normed as the family says (none, over the whole
+ *   projection, or per head);  rope (NEOX: pairs (i, i + n_rot/2); normal: (2i, 2i + 1)) on q, k;
+ *   causal GQA attention, scale 1/sqrt(d_head)
  *   x  += attn Wo^T
- *   h   = rmsnorm(x) * ffn_norm;  p = softmax(h Wr^T);  top-k experts by p (no renormalisation)
- *   x  += moe, moe = sum over chosen e (increasing e) of p_e * down_e(silu(gate_e h) * up_e h)
+ *   h   = rmsnorm(x) * ffn_norm;  p = softmax(h Wr^T);  top-k experts by p (es_arch_route: the
+ *   weights w_e = p_e, or p_e / sum of the chosen p where the family renormalises)
+ *   x  += moe, moe = sum over chosen e (increasing e) of w_e * down_e(silu(gate_e h) * up_e h)
+ *         (+ the shared experts' FFN, down(silu(gate h) * up h), where the family has them)
+ *   or, in a dense layer, x += down(silu(gate h) * up h)
  * then logits = (rmsnorm(x) * output_norm) Wout^T.
  */
 #include "model/model.h"
@@ -71,23 +75,56 @@ static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-/* NEOX rotary embedding of one head vector at position pos: element i pairs with i + n_rot/2,
- * angle pos * base^(-2i/n_rot), the power built by repeated multiplication as ggml does. */
-static void rope_neox(float *v, int n_rot, int pos, float base)
+/* Rotary embedding of one head vector at position pos: pair i is (i, i + n_rot/2) for NEOX and
+ * (2i, 2i + 1) for the normal kind, angle pos * base^(-2i/n_rot), the power built by repeated
+ * multiplication as ggml does. */
+static void rope(es_rope_kind kind, float *v, int n_rot, int pos, float base)
 {
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     float theta = (float)pos;
     const int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
         const float c = cosf(theta), s = sinf(theta);
-        const float x0 = v[i], x1 = v[i + half];
-        v[i] = x0 * c - x1 * s;
-        v[i + half] = x0 * s + x1 * c;
+        const int a = kind == ES_ROPE_NEOX ? i : 2 * i, b = kind == ES_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
         theta *= theta_scale;
     }
 }
 
+/* The family's q/k normalisation of token t's projections. */
+static void qk_norm_ref(const es_model *m, const es_layer *L, float *q, float *k)
+{
+    const es_hparams *hp = &m->hp;
+    const int dh = hp->n_embd_head;
+    switch (m->family->qk_norm) {
+    case ES_QK_NORM_NONE: break;
+    case ES_QK_NORM_WHOLE:
+        rmsnorm(q, q, L->q_norm.data, hp->n_embd_q, hp->rms_eps);
+        rmsnorm(k, k, L->k_norm.data, hp->n_embd_kv, hp->rms_eps);
+        break;
+    case ES_QK_NORM_HEAD:
+        for (int h = 0; h < hp->n_head; h++) rmsnorm(q + h * dh, q + h * dh, L->q_norm.data, dh, hp->rms_eps);
+        for (int h = 0; h < hp->n_head_kv; h++) rmsnorm(k + h * dh, k + h * dh, L->k_norm.data, dh, hp->rms_eps);
+        break;
+    }
+}
+
 static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* out[t] = down(silu(gate h_t) * up h_t) for t < T: a dense FFN (a dense layer's, or the shared
+ * experts'). g, u: scratch of [T][ff]. */
+static void ffn_ref(const es_tensor *gate, const es_tensor *up, const es_tensor *down,
+                    const float *h, int64_t T, int64_t d, float *g, float *u, float *out,
+                    float *wt, float *row)
+{
+    const int64_t ff = gate->ne[1];
+    matmul_ref(gate->data, gate->type, gate->row_bytes, ff, d, h, d, T, g, ff, wt, row);
+    matmul_ref(up->data, up->type, up->row_bytes, ff, d, h, d, T, u, ff, wt, row);
+    for (int64_t i = 0; i < T * ff; i++) g[i] = silu(g[i]) * u[i];
+    matmul_ref(down->data, down->type, down->row_bytes, d, ff, g, ff, T, out, d, wt, row);
+}
 
 /* Causal attention for all heads: out[t][h*dh..] from q [T][n_head*dh], k,v [T][n_kv*dh].
  * scores is scratch of T floats. */
@@ -126,59 +163,31 @@ static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const
     }
 }
 
-/* Softmax router and top-k: chosen[0..k) sorted by increasing expert id, with their
- * probabilities in weight[]. Ties in probability go to the lower expert id. */
-static void route_ref(const float *logits, int n_expert, int k, float *probs, int *chosen,
-                      float *weight)
-{
-    float mx = -INFINITY;
-    for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
-    double sum = 0.0;
-    for (int e = 0; e < n_expert; e++) {
-        probs[e] = expf(logits[e] - mx);
-        sum += probs[e];
-    }
-    for (int e = 0; e < n_expert; e++) probs[e] = (float)(probs[e] / sum);
-    for (int j = 0; j < k; j++) { /* selection: k is small */
-        int best = -1;
-        for (int e = 0; e < n_expert; e++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
-            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
-        }
-        chosen[j] = best;
-    }
-    for (int a = 1; a < k; a++) /* insertion sort by expert id */
-        for (int b = a; b > 0 && chosen[b - 1] > chosen[b]; b--) {
-            int tmp = chosen[b];
-            chosen[b] = chosen[b - 1];
-            chosen[b - 1] = tmp;
-        }
-    for (int j = 0; j < k; j++) weight[j] = probs[chosen[j]];
-}
 
 es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
                          float *logits)
 {
     const es_hparams *hp = &m->hp;
-    const int64_t T = (int64_t)n, d = hp->n_embd, dkv = (int64_t)hp->n_head_kv * hp->n_embd_head;
+    const int64_t T = (int64_t)n, d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
     const int64_t ff = hp->n_ff_exp, nv = hp->n_vocab;
-    const int64_t kmax = d > ff ? d : ff;
+    int64_t ffmax = ff > hp->n_ff_shexp ? ff : hp->n_ff_shexp; /* the widest FFN */
+    if (hp->n_layer_dense_lead > 0 && hp->n_ff > ffmax) ffmax = hp->n_ff;
+    const int64_t dmax = d > dq ? d : dq, kmax = dmax > ffmax ? dmax : ffmax;
     const int E = hp->n_expert, K = hp->n_expert_used;
     es_status st = ES_OK;
 
     float *x = malloc(sizeof(float) * (size_t)(T * d));      /* residual stream */
     float *h = malloc(sizeof(float) * (size_t)(T * d));      /* normed input */
-    float *q = malloc(sizeof(float) * (size_t)(T * d));
+    float *q = malloc(sizeof(float) * (size_t)(T * dmax)); /* queries, then Wo's output */
     float *kk = malloc(sizeof(float) * (size_t)(T * dkv));
     float *vv = malloc(sizeof(float) * (size_t)(T * dkv));
-    float *att = malloc(sizeof(float) * (size_t)(T * d));
+    float *att = malloc(sizeof(float) * (size_t)(T * dmax)); /* attention, then moe */
     float *scores = malloc(sizeof(float) * (size_t)T);
     float *wt = malloc(sizeof(float) * (size_t)(kmax * CHUNK_ROWS));
     float *row = malloc(sizeof(float) * (size_t)kmax);
     float *rl = malloc(sizeof(float) * (size_t)E * 2);       /* router logits + probs */
-    float *g = malloc(sizeof(float) * (size_t)(T * ff));    /* expert gate, then silu(g)*u */
-    float *u = malloc(sizeof(float) * (size_t)(T * ff));    /* expert up */
+    float *g = malloc(sizeof(float) * (size_t)(T * ffmax)); /* FFN gate, then silu(g)*u */
+    float *u = malloc(sizeof(float) * (size_t)(T * ffmax)); /* FFN up */
     float *xe = malloc(sizeof(float) * (size_t)(T * d));    /* gathered rows, then expert out */
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)T);    /* token of each routed row */
     float *rw = malloc(sizeof(float) * (size_t)T);          /* router weight of each row */
@@ -200,30 +209,36 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         /* attention */
         for (int64_t t = 0; t < T; t++)
             rmsnorm(h + t * d, x + t * d, L->attn_norm.data, d, hp->rms_eps);
-        matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, d, d, h, d, T, q, d, wt, row);
+        matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, dq, d, h, d, T, q, dq, wt, row);
         matmul_ref(L->wk.data, L->wk.type, L->wk.row_bytes, dkv, d, h, d, T, kk, dkv, wt, row);
         matmul_ref(L->wv.data, L->wv.type, L->wv.row_bytes, dkv, d, h, d, T, vv, dkv, wt, row);
+        const es_rope_kind rk = m->family->rope;
         for (int64_t t = 0; t < T; t++) {
-            rmsnorm(q + t * d, q + t * d, L->q_norm.data, d, hp->rms_eps);
-            rmsnorm(kk + t * dkv, kk + t * dkv, L->k_norm.data, dkv, hp->rms_eps);
+            qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
             for (int hh = 0; hh < hp->n_head; hh++)
-                rope_neox(q + t * d + hh * hp->n_embd_head, hp->n_rot, (int)t, hp->rope_freq_base);
+                rope(rk, q + t * dq + hh * hp->n_embd_head, hp->n_rot, (int)t, hp->rope_freq_base);
             for (int hh = 0; hh < hp->n_head_kv; hh++)
-                rope_neox(kk + t * dkv + hh * hp->n_embd_head, hp->n_rot, (int)t,
-                          hp->rope_freq_base);
+                rope(rk, kk + t * dkv + hh * hp->n_embd_head, hp->n_rot, (int)t,
+                     hp->rope_freq_base);
         }
         attention_ref(hp, T, q, kk, vv, att, scores);
-        matmul_ref(L->wo.data, L->wo.type, L->wo.row_bytes, d, d, att, d, T, q, d, wt, row);
+        matmul_ref(L->wo.data, L->wo.type, L->wo.row_bytes, d, dq, att, dq, T, q, d, wt, row);
         for (int64_t i = 0; i < T * d; i++) x[i] += q[i];
 
-        /* mixture of experts: route every token, then run each expert (in increasing id) over
-         * the rows routed to it; moe[t] collects the weighted outputs in that order. */
         for (int64_t t = 0; t < T; t++)
             rmsnorm(h + t * d, x + t * d, L->ffn_norm.data, d, hp->rms_eps);
+        if (!es_layer_is_moe(L)) { /* a dense layer */
+            ffn_ref(&L->ffn_gate, &L->ffn_up, &L->ffn_down, h, T, d, g, u, att, wt, row);
+            for (int64_t i = 0; i < T * d; i++) x[i] += att[i];
+            continue;
+        }
+        /* mixture of experts: route every token, then run each expert (in increasing id) over
+         * the rows routed to it; moe[t] collects the weighted outputs in that order. */
         for (int64_t t = 0; t < T; t++) {
             matmul_ref(L->gate_inp.data, L->gate_inp.type, L->gate_inp.row_bytes, E, d, h + t * d,
                        d, 1, rl, E, wt, row);
-            route_ref(rl, E, K, rl + E, chosen + t * K, cw + t * K);
+            es_arch_route(m->family, rl, E, K, hp->expert_weights_scale, rl + E, chosen + t * K,
+                          cw + t * K);
         }
         memset(att, 0, sizeof(float) * (size_t)(T * d)); /* att holds moe[] now */
         for (int e = 0; e < E; e++) {
@@ -248,6 +263,10 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
                          ff, g, ff, R, xe, d, wt, row);
             for (int64_t r = 0; r < R; r++)
                 for (int64_t i = 0; i < d; i++) att[rows[r] * d + i] += rw[r] * xe[r * d + i];
+        }
+        if (L->gate_shexp.data) { /* moe += shared experts */
+            ffn_ref(&L->gate_shexp, &L->up_shexp, &L->down_shexp, h, T, d, g, u, xe, wt, row);
+            for (int64_t i = 0; i < T * d; i++) att[i] += xe[i];
         }
         for (int64_t i = 0; i < T * d; i++) x[i] += att[i];
     }

@@ -1,6 +1,8 @@
 /*
- * Synthetic olmoe models: llama.cpp's olmoe tensor names, shapes and metadata keys with random
- * weights, so that estream and llama.cpp can run the very same file.
+ * Synthetic models of every family in model/arch.h: llama.cpp's tensor names, shapes and
+ * metadata keys for the architecture with random weights, so that estream and llama.cpp can run
+ * the very same file. Each preset names its family; the family decides which tensors there are
+ * (q/k norms, a tied output head).
  *
  * DESIGN: every tensor is generated row by row at write time from (seed, tensor, row), so a file
  * of any size streams to disk in constant memory and the bytes do not depend on write order.
@@ -10,6 +12,7 @@
  */
 #include "estream.h"
 #include "gguf/gguf.h"
+#include "model/arch.h"
 #include "quant/qtypes.h"
 #include "tok/bpe_builder.h"
 
@@ -20,24 +23,72 @@
 #include <strings.h>
 
 typedef struct preset {
-    const char *name;
-    int n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, n_ff_exp, n_expert, n_expert_used;
+    const char *name, *arch;
+    int n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv;
+    int n_embd_head; /* 0: n_embd / n_head (no attention.key_length key) */
+    int n_ff_exp, n_expert, n_expert_used;
+    float rope_base, rms_eps;
+    bool tied;       /* no output.weight: the head is the token embedding */
+    int n_ff;        /* feed_forward_length where it is not the experts' size (a dense FFN's;
+                      * the experts' size is then expert_feed_forward_length); 0: it is */
+    int n_dense_lead, n_shared; /* leading dense layers; shared experts per MoE layer */
+    float weights_scale;        /* expert_weights_scale (written where the family reads it) */
 } preset;
 
+/* Sizes from each model's config.json on Hugging Face where a preset is named after a model. */
 static const preset presets[] = {
     /* tiny: every code path (several experts, top-k > 1, 32-multiple rows), for tests. llama.cpp's
      * olmoe wants attn_k_norm over n_embd, so it cannot load grouped-query attention: tiny-gqa
      * (2 KV heads) covers GQA for estream's own paths only. */
-    {"tiny", 320, 512, 64, 2, 4, 4, 64, 8, 2},
-    {"tiny-gqa", 320, 512, 64, 2, 4, 2, 64, 8, 2},
+    {.name = "tiny", .arch = "olmoe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64, .n_layer = 2,
+     .n_head = 4, .n_head_kv = 4, .n_ff_exp = 64, .n_expert = 8, .n_expert_used = 2,
+     .rope_base = 1e4f, .rms_eps = 1e-5f},
+    {.name = "tiny-gqa", .arch = "olmoe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-5f},
     /* small: the sizes where the fast path splits its work, for tests that must see it: hidden
      * 320 and FFN 288 exceed every column chunk (128) with a tail, top-4 of 8 routes a busy
      * expert past the plan's 512-row block at ~600 tokens, and a context for several key blocks. */
-    {"small", 320, 1024, 320, 2, 5, 5, 288, 8, 4},
-    {"mini", 1024, 2048, 512, 4, 8, 8, 512, 32, 4},
-    {"olmoe-1b-7b", 50304, 4096, 2048, 16, 16, 16, 1024, 64, 8},
+    {.name = "small", .arch = "olmoe", .n_vocab = 320, .n_ctx = 1024, .n_embd = 320,
+     .n_layer = 2, .n_head = 5, .n_head_kv = 5, .n_ff_exp = 288, .n_expert = 8,
+     .n_expert_used = 4, .rope_base = 1e4f, .rms_eps = 1e-5f},
+    {.name = "mini", .arch = "olmoe", .n_vocab = 1024, .n_ctx = 2048, .n_embd = 512,
+     .n_layer = 4, .n_head = 8, .n_head_kv = 8, .n_ff_exp = 512, .n_expert = 32,
+     .n_expert_used = 4, .rope_base = 1e4f, .rms_eps = 1e-5f},
+    {.name = "olmoe-1b-7b", .arch = "olmoe", .n_vocab = 50304, .n_ctx = 4096, .n_embd = 2048,
+     .n_layer = 16, .n_head = 16, .n_head_kv = 16, .n_ff_exp = 1024, .n_expert = 64,
+     .n_expert_used = 8, .rope_base = 1e4f, .rms_eps = 1e-5f},
+    /* tiny-qwen3moe: GQA, a head size (32) that is not hidden / heads (16), per-head q/k norms,
+     * top-k renormalised and a tied output head, as small Qwen3 models have. */
+    {.name = "tiny-qwen3moe", .arch = "qwen3moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
+     .n_ff = 512},
+    {.name = "qwen3-30b-a3b", .arch = "qwen3moe", .n_vocab = 151936, .n_ctx = 40960,
+     .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .n_embd_head = 128,
+     .n_ff_exp = 768, .n_expert = 128, .n_expert_used = 8, .rope_base = 1e6f, .rms_eps = 1e-6f,
+     .n_ff = 6144},
+    /* tiny-mixtral: llama with experts, GQA, normal RoPE, top-2 of 8 renormalised. */
+    {.name = "tiny-mixtral", .arch = "llama", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f},
+    {.name = "mixtral-8x7b", .arch = "llama", .n_vocab = 32000, .n_ctx = 32768, .n_embd = 4096,
+     .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 14336, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f},
+    /* tiny-deepseek: a dense first layer, then MoE layers with 2 shared experts; top-2 of 8 as
+     * is, scaled by expert_weights_scale. */
+    {.name = "tiny-deepseek", .arch = "deepseek", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128, .n_dense_lead = 1,
+     .n_shared = 2, .weights_scale = 1.5f},
+    {.name = "deepseek-moe-16b", .arch = "deepseek", .n_vocab = 102400, .n_ctx = 4096,
+     .n_embd = 2048, .n_layer = 28, .n_head = 16, .n_head_kv = 16, .n_ff_exp = 1408,
+     .n_expert = 64, .n_expert_used = 6, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 10944,
+     .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f},
 };
-static const char *const preset_names[] = {"tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", NULL};
+static const char *const preset_names[] = {
+    "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "qwen3-30b-a3b",
+    "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "deepseek-moe-16b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
@@ -154,12 +205,12 @@ static gen *add_gen(synth_ctx *c, const char *name, enum gen_kind kind, uint32_t
     return g->row && g->qrow ? g : NULL;
 }
 
-static es_status set_tokenizer_builtin(es_gguf_writer *w, int n_vocab)
+static es_status set_tokenizer_builtin(es_gguf_writer *w, int n_vocab, const char *pre)
 {
     es_bpe_vocab v;
     ES_TRY(es_bpe_vocab_build(n_vocab, &v));
     es_status st = es_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
-    if (!st) st = es_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    if (!st) st = es_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
     if (!st) st = es_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, NULL, (uint64_t)v.n_tokens);
     if (!st) st = es_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", ES_GGUF_INT32, v.types, (uint64_t)v.n_tokens);
     if (!st) st = es_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, NULL, (uint64_t)v.n_merges);
@@ -253,20 +304,76 @@ static uint32_t file_type_of(uint32_t t)
     }
 }
 
+/* Writes "<arch>.<key>" = v. */
+static es_status set_arch_u32(es_gguf_writer *w, const char *arch, const char *key, uint32_t v)
+{
+    char full[96];
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    return es_gguf_writer_set_u32(w, full, v);
+}
+static es_status set_arch_f32(es_gguf_writer *w, const char *arch, const char *key, float v)
+{
+    char full[96];
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    return es_gguf_writer_set_f32(w, full, v);
+}
+
+/* The metadata llama.cpp's loader reads for the preset's architecture. */
+static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
+{
+    const char *a = p->arch;
+    char name[96];
+    snprintf(name, sizeof(name), "estream synthetic %s %s", a, p->name);
+    es_status st = es_gguf_writer_set_str(w, "general.architecture", a);
+    if (!st) st = es_gguf_writer_set_str(w, "general.name", name);
+    if (!st) st = es_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype));
+    if (!st) st = set_arch_u32(w, a, "context_length", (uint32_t)p->n_ctx);
+    if (!st) st = set_arch_u32(w, a, "embedding_length", (uint32_t)p->n_embd);
+    if (!st) st = set_arch_u32(w, a, "block_count", (uint32_t)p->n_layer);
+    if (!st) st = set_arch_u32(w, a, "feed_forward_length", (uint32_t)(p->n_ff ? p->n_ff : p->n_ff_exp));
+    if (!st && p->n_ff) st = set_arch_u32(w, a, "expert_feed_forward_length", (uint32_t)p->n_ff_exp);
+    if (!st && p->n_dense_lead) st = set_arch_u32(w, a, "leading_dense_block_count", (uint32_t)p->n_dense_lead);
+    if (!st && p->n_shared) st = set_arch_u32(w, a, "expert_shared_count", (uint32_t)p->n_shared);
+    if (!st && p->weights_scale != 0.0f) st = set_arch_f32(w, a, "expert_weights_scale", p->weights_scale);
+    if (!st) st = set_arch_u32(w, a, "attention.head_count", (uint32_t)p->n_head);
+    if (!st) st = set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)p->n_head_kv);
+    if (!st && p->n_embd_head) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)p->n_embd_head);
+    if (!st && p->n_embd_head) st = set_arch_u32(w, a, "attention.value_length", (uint32_t)p->n_embd_head);
+    if (!st) st = set_arch_f32(w, a, "rope.freq_base", p->rope_base);
+    if (!st) st = set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", p->rms_eps);
+    if (!st) st = set_arch_u32(w, a, "expert_count", (uint32_t)p->n_expert);
+    if (!st) st = set_arch_u32(w, a, "expert_used_count", (uint32_t)p->n_expert_used);
+    return st;
+}
+
 es_status es_synth(const es_synth_opts *o, const char *path)
 {
     if (!o || !path) return es_fail(ES_E_INVAL, "synth: missing options or output path");
-    if (o->arch && strcmp(o->arch, "olmoe") != 0)
-        return es_fail(ES_E_UNSUPPORTED, "synth: unknown architecture '%s' (supported: olmoe)", o->arch);
     const preset *p = NULL;
     for (size_t i = 0; i < ES_LEN(presets); i++)
         if (o->preset && strcmp(o->preset, presets[i].name) == 0) p = &presets[i];
-    if (!p)
-        return es_fail(ES_E_INVAL, "synth: unknown preset '%s' (use tiny, tiny-gqa, small, mini or olmoe-1b-7b)",
-                       o->preset ? o->preset : "");
+    if (o->arch && !es_arch_find(o->arch))
+        return es_fail(ES_E_UNSUPPORTED, "synth: unknown architecture '%s' (estream runs %s)",
+                       o->arch, es_arch_supported());
+    if (!p) {
+        char names[512] = "";
+        for (size_t i = 0; preset_names[i]; i++)
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
+                     preset_names[i]);
+        return es_fail(ES_E_INVAL, "synth: unknown preset '%s' (use %s)", o->preset ? o->preset : "",
+                       names);
+    }
+    if (o->arch && strcmp(o->arch, p->arch) != 0)
+        return es_fail(ES_E_INVAL, "synth: preset %s is a %s model, not %s", p->name, p->arch,
+                       o->arch);
+    const es_arch *fam = es_arch_find(p->arch);
+    ES_ASSERT(fam);
     uint32_t wtype = ES_QTYPE_F32;
     ES_TRY(parse_type(o->type, &wtype));
-    if (es_qtype_row_bytes(wtype, p->n_embd) == 0 || es_qtype_row_bytes(wtype, p->n_ff_exp) == 0)
+    const int dh = p->n_embd_head ? p->n_embd_head : p->n_embd / p->n_head;
+    const int dq = dh * p->n_head, dkv = dh * p->n_head_kv;
+    if (es_qtype_row_bytes(wtype, p->n_embd) == 0 || es_qtype_row_bytes(wtype, p->n_ff_exp) == 0 ||
+        es_qtype_row_bytes(wtype, dq) == 0)
         return es_fail(ES_E_INVAL, "synth: preset %s rows do not fit type %s", p->name, o->type);
     /* llama-quantize keeps a Q4_0 model's output head in Q6_K; do the same where rows allow. */
     uint32_t out_type = wtype;
@@ -278,28 +385,14 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     if (st) return st;
     int n_vocab = p->n_vocab;
     const int d = p->n_embd, L = p->n_layer, E = p->n_expert;
-    const int dkv = d / p->n_head * p->n_head_kv;
     char name[64];
 
-    st = es_gguf_writer_set_str(w, "general.architecture", "olmoe");
-    snprintf(name, sizeof(name), "estream synthetic olmoe %s", p->name);
-    if (!st) st = es_gguf_writer_set_str(w, "general.name", name);
-    if (!st) st = es_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype));
-    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.context_length", (uint32_t)p->n_ctx);
-    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.embedding_length", (uint32_t)d);
-    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.block_count", (uint32_t)L);
-    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.feed_forward_length", (uint32_t)p->n_ff_exp);
-    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.attention.head_count", (uint32_t)p->n_head);
-    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.attention.head_count_kv", (uint32_t)p->n_head_kv);
-    if (!st) st = es_gguf_writer_set_f32(w, "olmoe.rope.freq_base", 10000.0f);
-    if (!st) st = es_gguf_writer_set_f32(w, "olmoe.attention.layer_norm_rms_epsilon", 1e-5f);
-    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.expert_count", (uint32_t)E);
-    if (!st) st = es_gguf_writer_set_u32(w, "olmoe.expert_used_count", (uint32_t)p->n_expert_used);
+    st = set_hparams(w, p, wtype);
     if (!st) st = o->vocab_path ? set_tokenizer_from(w, o->vocab_path, &n_vocab)
-                                : set_tokenizer_builtin(w, n_vocab);
+                                : set_tokenizer_builtin(w, n_vocab, fam->synth_pre);
     if (st) goto done;
 
-    c.cap_gens = 3 + 12 * L;
+    c.cap_gens = 3 + 16 * L;
     c.gens = calloc((size_t)c.cap_gens, sizeof(gen));
     c.common = malloc(sizeof(float) * (size_t)d);
     c.bias = malloc(sizeof(float) * (size_t)(L * E));
@@ -313,22 +406,40 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         const double u = (double)(mix64(++s) >> 11) / 9007199254740992.0;
         c.bias[i] = (float)(1.0 * u * u * u / (0.6 * d));
     }
-    const float sd = 1.0f / sqrtf((float)d), sf = 1.0f / sqrtf((float)p->n_ff_exp);
+    const float sd = 1.0f / sqrtf((float)d), sdq = 1.0f / sqrtf((float)dq), sf = 1.0f / sqrtf((float)p->n_ff_exp);
     const float res = 1.0f / sqrtf((float)L);
     gen *g;
 #define GEN(...) do { if (!(g = add_gen(&c, __VA_ARGS__))) { st = es_fail(ES_E_NOMEM, "out of memory"); goto done; } } while (0)
-    GEN("token_embd.weight", GEN_EMBED, wtype, 2, d, n_vocab, 1, 1.0f, o->seed);
+    /* A tied head multiplies by the embedding: give it the output head's scale. */
+    GEN("token_embd.weight", GEN_EMBED, wtype, 2, d, n_vocab, 1, p->tied ? 3.0f * sd : 1.0f, o->seed);
     g->common = c.common;
     for (int il = 0; il < L; il++) {
 #define LNAME(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix ".weight", il), name)
         GEN(LNAME("attn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
-        GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, d, 1, sd, o->seed);
+        GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, dq, 1, sd, o->seed);
         GEN(LNAME("attn_k"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
         GEN(LNAME("attn_v"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
-        GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, d, d, 1, 0.7f * sd * res, o->seed);
-        GEN(LNAME("attn_q_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
-        GEN(LNAME("attn_k_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, dkv, 1, 1, 1.0f, o->seed);
+        GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, dq, d, 1, 0.7f * sdq * res, o->seed);
+        if (fam->qk_norm != ES_QK_NORM_NONE) {
+            const bool head = fam->qk_norm == ES_QK_NORM_HEAD;
+            GEN(LNAME("attn_q_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, head ? dh : dq, 1, 1, 1.0f, o->seed);
+            GEN(LNAME("attn_k_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, head ? dh : dkv, 1, 1, 1.0f, o->seed);
+        }
         GEN(LNAME("ffn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+        if (il < p->n_dense_lead) { /* a dense FFN instead of experts */
+            const float sff = 1.0f / sqrtf((float)p->n_ff);
+            GEN(LNAME("ffn_gate"), GEN_NORMAL, wtype, 2, d, p->n_ff, 1, sd, o->seed);
+            GEN(LNAME("ffn_down"), GEN_NORMAL, wtype, 2, p->n_ff, d, 1, 1.5f * sff * res, o->seed);
+            GEN(LNAME("ffn_up"), GEN_NORMAL, wtype, 2, d, p->n_ff, 1, sd, o->seed);
+            continue;
+        }
+        if (p->n_shared) { /* the shared experts: one FFN of n_shared experts' size */
+            const int fs = p->n_shared * p->n_ff_exp;
+            const float sfs = 1.0f / sqrtf((float)fs);
+            GEN(LNAME("ffn_gate_shexp"), GEN_NORMAL, wtype, 2, d, fs, 1, sd, o->seed);
+            GEN(LNAME("ffn_down_shexp"), GEN_NORMAL, wtype, 2, fs, d, 1, 1.5f * sfs * res, o->seed);
+            GEN(LNAME("ffn_up_shexp"), GEN_NORMAL, wtype, 2, d, fs, 1, sd, o->seed);
+        }
         GEN(LNAME("ffn_gate_inp"), GEN_ROUTER, ES_QTYPE_F32, 2, d, E, 1, sd, o->seed);
         g->common = c.common;
         g->bias = c.bias + il * E;
@@ -338,7 +449,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
 #undef LNAME
     }
     GEN("output_norm.weight", GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
-    GEN("output.weight", GEN_NORMAL, out_type, 2, d, n_vocab, 1, 3.0f * sd, o->seed);
+    if (!p->tied) GEN("output.weight", GEN_NORMAL, out_type, 2, d, n_vocab, 1, 3.0f * sd, o->seed);
 #undef GEN
     for (int i = 0; i < c.n_gens; i++) {
         gen *t = &c.gens[i];

@@ -93,7 +93,6 @@ static void rec_at(uint64_t *a, int64_t i, uint64_t t)
 
 /* ---- geometry ---- */
 
-static int layer_is_sparse(const es_layer *L) { return L->exp_bytes[0] > 0; }
 
 /* Extents of experts [e0, e1) of layer L (pl: its pack layout, or NULL for a GGUF). */
 static void map_group(const es_layer *L, const es_pack_layer *pl, int e0, int e1, group_map *g)
@@ -139,7 +138,7 @@ static es_status walk_groups(const es_model *m, int G,
     const int E = m->hp.n_expert;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const es_layer *L = &m->layers[il];
-        if (!layer_is_sparse(L)) continue;
+        if (!es_layer_is_moe(L)) continue;
         es_pack_layer pl, *plp = NULL;
         if (m->is_pack) {
             ES_TRY(es_pack_layer_info(m->gguf, il, &pl));
@@ -710,7 +709,7 @@ es_status es_stream_create(const es_model *m, const es_stream_params *params, es
     s->sparse_layer = malloc(sizeof(int) * (size_t)hp->n_layer);
     if (!s->sparse_of || !s->sparse_layer) goto nomem;
     for (int il = 0; il < hp->n_layer; il++) {
-        s->sparse_of[il] = layer_is_sparse(&m->layers[il]) ? s->n_sparse : -1;
+        s->sparse_of[il] = es_layer_is_moe(&m->layers[il]) ? s->n_sparse : -1;
         if (s->sparse_of[il] >= 0) s->sparse_layer[s->n_sparse++] = il;
     }
     if (s->n_sparse == 0) {

@@ -293,7 +293,7 @@ es_status es_tune_load(const es_model *m, const char *path, es_tune **out)
                                   "run estream tune again",
                      path, es_gguf_path(m->gguf));
     int n_sparse = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) n_sparse += m->layers[il].exp_bytes[0] > 0;
+    for (int il = 0; il < m->hp.n_layer; il++) n_sparse += es_layer_is_moe(&m->layers[il]);
     for (int i = 0; st == ES_OK && i < t->n_profiles; i++) {
         const es_tune_profile *p = &t->prof[i];
         const int E = m->hp.n_expert;

@@ -218,7 +218,7 @@ static es_status profile_one(const es_model *m, const es_tune_run_params *rp, es
     if (st == ES_OK) st = es_session_prefill(s, rp->ids, rp->n_ids, 0, logits);
     const uint64_t t1 = es_now_ns();
     for (int il = 0, w = 0; st == ES_OK && il < m->hp.n_layer; il++) {
-        if (m->layers[il].exp_bytes[0] == 0) continue;
+        if (!es_layer_is_moe(&m->layers[il])) continue;
         st = es_session_route_counts(s, il, counts, m->hp.n_expert);
         for (int e = 0; st == ES_OK && e < m->hp.n_expert; e++)
             routes[(int64_t)w * p->K + e / p->G] += counts[e];
@@ -256,7 +256,7 @@ es_status es_tune_run(const es_model *m, const es_tune_run_params *rp, es_tune *
     snprintf(t->kernels, sizeof(t->kernels), "%s", rp->kernels ? rp->kernels : es_kernels_name());
     t->calib_tokens = (int)rp->n_ids;
     int n_sparse = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) n_sparse += m->layers[il].exp_bytes[0] > 0;
+    for (int il = 0; il < m->hp.n_layer; il++) n_sparse += es_layer_is_moe(&m->layers[il]);
     const int E = m->hp.n_expert;
     for (int i = 0; st == ES_OK && i < rp->n_groups; i++) {
         const int G = rp->groups[i];

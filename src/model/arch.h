@@ -1,0 +1,59 @@
+/*
+ * The model families estream runs, as data: one table entry per GGUF architecture (arch.c),
+ * giving the op variants in which its layers differ. The forward passes (reference and fast) and
+ * the synthetic writer read these fields; none of them asks which family it runs.
+ *
+ * DESIGN: a family is what llama.cpp's graph for that architecture computes, read from its
+ * `src/models/<arch>.cpp`: which q/k normalisation, which RoPE pairing, whether the chosen
+ * experts' weights are renormalised. Sizes come from the file's metadata (model.c), never from
+ * the family.
+ */
+#ifndef ES_ARCH_H
+#define ES_ARCH_H
+
+#include <stdbool.h>
+
+/* RMS normalisation of the query and key projections before RoPE. */
+typedef enum es_qk_norm {
+    ES_QK_NORM_NONE,  /* none (llama / Mixtral) */
+    ES_QK_NORM_WHOLE, /* over the whole projection: weight [n_head * head] (olmoe) */
+    ES_QK_NORM_HEAD,  /* over each head vector: weight [head], shared by all heads (qwen3moe) */
+} es_qk_norm;
+
+/* Which elements of a head vector RoPE rotates together (ggml's rope modes). */
+typedef enum es_rope_kind {
+    ES_ROPE_NORM, /* adjacent pairs (2i, 2i + 1) (llama, deepseek) */
+    ES_ROPE_NEOX, /* halves: (i, i + n_rot/2) (olmoe, qwen3moe) */
+} es_rope_kind;
+
+typedef struct es_arch {
+    const char *name;         /* general.architecture */
+    const char *model_names;  /* the models people know it by, for messages and --help */
+    es_qk_norm qk_norm;
+    es_rope_kind rope;
+    bool topk_renorm;         /* the chosen experts' router probabilities are divided by their
+                               * sum (llama.cpp's norm_w) */
+    bool output_optional;     /* no output.weight: the head is the token embedding (tied) */
+    bool dense_lead;          /* the first leading_dense_block_count layers have a dense FFN
+                               * (ffn_gate/up/down) instead of experts */
+    bool shared_experts;      /* expert_shared_count shared experts: one FFN of that many times
+                               * the expert size beside the routed experts (ffn_*_shexp) */
+    bool weights_scale;       /* expert_weights_scale multiplies the routed weights */
+    const char *synth_pre;    /* tokenizer.ggml.pre of the synthetic models' built-in BPE */
+} es_arch;
+
+/* The entry for a general.architecture value, or NULL when estream does not run it. */
+const es_arch *es_arch_find(const char *name);
+
+/* "olmoe (OLMoE), qwen3moe (...), ...": the supported architectures, for messages. */
+const char *es_arch_supported(void);
+
+/* The router's decision for one token, shared by the reference and the fast path because it is
+ * the spec: softmax over the n_expert logits, the k most probable experts (ties to the lower
+ * id) in order of decreasing probability in chosen[], their probabilities in weight[], divided
+ * by their sum (at least 2^-14, as llama.cpp clamps it) where the family renormalises, then
+ * multiplied by scale unless it is 0 or 1. probs: scratch of n_expert floats. */
+void es_arch_route(const es_arch *a, const float *logits, int n_expert, int k, float scale,
+                   float *probs, int *chosen, float *weight);
+
+#endif
