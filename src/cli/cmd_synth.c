@@ -32,6 +32,8 @@ static const char help[] =
     "                 top-2 scaled by 1.5, 2 shared experts\n"
     "  deepseek-moe-16b  DeepSeek-MoE-16B's shape: hidden 2048, 28 layers (the first dense, FFN\n"
     "                 10944), 16 heads, 64 experts of 1408, top-6, 2 shared, vocab 102400\n"
+    "  small-qwen3moe, small-mixtral, small-deepseek: hidden 256 and FFNs of 256 or 512 (tests\n"
+    "                 of the K-quant mixes llama-quantize writes: rows of 256)\n"
     "--arch, if given, must be the preset's architecture.\n"
     "Type defaults to f32; q4_0 keeps the output head in q6_k as llama-quantize does. The\n"
     "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file.\n"

@@ -81,6 +81,18 @@ static const preset presets[] = {
      .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_ff_exp = 32, .n_expert = 8,
      .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128, .n_dense_lead = 1,
      .n_shared = 2, .weights_scale = 1.5f},
+    /* small-*: hidden 256 and FFNs of multiples of 256, so that llama-quantize can write the
+     * K-quant mixes of real downloads (Q4_K_M, Q5_K_M) of them */
+    {.name = "small-qwen3moe", .arch = "qwen3moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 128, .n_ff_exp = 256,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .n_ff = 1024},
+    {.name = "small-mixtral", .arch = "llama", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f},
+    {.name = "small-deepseek", .arch = "deepseek", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 512, .n_dense_lead = 1,
+     .n_shared = 2, .weights_scale = 1.0f},
     {.name = "deepseek-moe-16b", .arch = "deepseek", .n_vocab = 102400, .n_ctx = 4096,
      .n_embd = 2048, .n_layer = 28, .n_head = 16, .n_head_kv = 16, .n_ff_exp = 1408,
      .n_expert = 64, .n_expert_used = 6, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 10944,
@@ -88,7 +100,8 @@ static const preset presets[] = {
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "qwen3-30b-a3b",
-    "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "deepseek-moe-16b", NULL};
+    "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
+    "small-deepseek", "deepseek-moe-16b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
