@@ -17,22 +17,31 @@ static es_model *open_ok(const char *path)
     return m;
 }
 
-/* What two logit matrices must agree on: per-position max |diff| percentiles, the share of
- * positions with the same top-1, and the mean KL divergence (t_compare_logits). */
-typedef struct limits { double p90, max, top1, kl; } limits;
+/* What two logit matrices must agree on: per-position max |diff| (median, p90, max), the share
+ * of positions with the same top-1, and the mean KL divergence (t_compare_logits). */
+typedef struct limits { double median, p90, max, top1, kl; } limits;
 
 static void check_limits(const char *what, const char *model, t_logit_stats s, limits lim)
 {
     print_message("%s: %s per-position max |diff|: median %.3g, p90 %.3g, max %.3g; top-1 "
                   "%.1f%%; mean KL %.3g\n", model, what, s.median, s.p90, s.max, 100 * s.top1, s.kl);
+    assert_true(s.median <= lim.median);
     assert_true(s.p90 <= lim.p90);
     assert_true(s.max <= lim.max);
     assert_true(s.top1 >= lim.top1);
     assert_true(s.kl <= lim.kl);
 }
 
-/* Fast vs reference within `self`, and both vs llama.cpp's logits of the same file (where given)
- * within `llama`. */
+/* The looser of two limits, field by field. */
+static limits loosest(limits a, limits b)
+{
+    return (limits){fmax(a.median, b.median), fmax(a.p90, b.p90), fmax(a.max, b.max),
+                    fmin(a.top1, b.top1), fmax(a.kl, b.kl)};
+}
+
+/* Fast vs reference within `self`; where llama.cpp's logits of the same file are given, fast vs
+ * them within `llama`, and the reference vs them within the looser of the two (the reference
+ * computes in float: from a quantized file it is as far from llama.cpp as from the fast path). */
 static void compare_lim(const char *model, limits self, const char *llama_logits, limits llama)
 {
     size_t n;
@@ -51,7 +60,8 @@ static void compare_lim(const char *model, limits self, const char *llama_logits
         assert_non_null(want);
         assert_int_equal(len, sizeof(float) * n * nv);
         check_limits("fast vs llama.cpp", model, t_compare_logits(fast, want, n, nv), llama);
-        check_limits("reference vs llama.cpp", model, t_compare_logits(ref, want, n, nv), llama);
+        check_limits("reference vs llama.cpp", model, t_compare_logits(ref, want, n, nv),
+                     loosest(self, llama));
         free(want);
     }
     free(ref);
@@ -60,80 +70,106 @@ static void compare_lim(const char *model, limits self, const char *llama_logits
     es_model_close(m);
 }
 
-/* The olmoe limits: top-1 at least 93 % (near-ties in the output and router flips), KL free. */
-static void compare(const char *model, const char *llama_logits, double p90, double max)
+/*
+ * Quantized files. The fast path quantizes activations in llama.cpp's formats to the bit (Q8_0
+ * with its F16 scale for Q4_0/Q8_0 weights, Q8_K per 256 for K-quants), the reference does not:
+ *   quant_self   fast vs reference: the 8-bit activation error (top-1 at least 93 %: near-ties
+ *                in the output and router flips), KL free
+ *   quant_llama  fast vs llama.cpp: the same rounding, so only float sum order differs; a router
+ *                near-tie that flips early moves later positions (attention), which p90/max
+ *                allow; the median stays at float noise unless a format differs (per-32 float
+ *                scales gave a median of 0.06-0.1 here)
+ */
+static const limits quant_self = {INFINITY, 0.12, 3.0, 0.93, INFINITY};
+static const limits quant_llama = {1e-4, 0.15, 0.3, 0.98, 2e-4};
+
+static void compare_quant(const char *model, const char *llama_logits, limits self)
 {
-    const limits lim = {p90, max, 0.93, INFINITY};
-    compare_lim(model, lim, llama_logits, lim);
+    compare_lim(model, self, llama_logits, quant_llama);
 }
 
-/* F32: the fast path's float kernels only reorder sums. Quantized: the fast path quantizes
- * activations per block of 32 (as llama.cpp does), the reference does not. */
+/* F32: the fast path's float kernels only reorder sums. */
 static void test_fast_f32(void **s)
 {
     (void)s;
-    compare(DATA "tiny-f32.gguf", DATA "tiny-f32.llama-logits.bin", 1e-3, 1e-3);
+    const limits f32 = {1e-4, 1e-3, 1e-3, 1.0, 1e-9};
+    compare_lim(DATA "tiny-f32.gguf", f32, DATA "tiny-f32.llama-logits.bin", f32);
 }
 static void test_fast_q8_0(void **s)
 {
     (void)s;
-    compare(DATA "tiny-q8_0.gguf", DATA "tiny-q8_0.llama-logits.bin", 0.12, 3.0);
+    compare_quant(DATA "tiny-q8_0.gguf", DATA "tiny-q8_0.llama-logits.bin", quant_self);
 }
 static void test_fast_q4_0(void **s)
 {
     (void)s;
-    compare(DATA "tiny-q4_0.gguf", DATA "tiny-q4_0.llama-logits.bin", 0.12, 3.0);
+    compare_quant(DATA "tiny-q4_0.gguf", DATA "tiny-q4_0.llama-logits.bin", quant_self);
 }
-/* The other families against llama.cpp on the same files (tests/data/README.md): tiny-qwen3moe
- * has per-head q/k norms, a head size (32) that is not hidden / heads (16) and a tied output
- * head; tiny-mixtral normal RoPE and no q/k norms; both GQA and a renormalised top-k;
- * tiny-deepseek a dense first layer, shared experts and a scaled top-k. F16 in the
- * issue's exact terms (top-1 >= 99.6 %, mean KL <= 1e-5; measured 100 % and 3-7e-7, a planted
- * NORM-for-NEOX RoPE swap or a missing renormalisation fails them); quantized as olmoe. */
-static const limits f16_self = {1e-4, 1e-4, 1.0, 1e-9};   /* float kernels: sum order only */
-static const limits f16_llama = {0.02, 0.03, 0.996, 1e-5}; /* ggml rounds activations to F16 */
+
+/* The other families against llama.cpp on the same files (tests/data/README.md), each file as
+ * (stem, how far the fast path may be from the reference):
+ *   tiny-qwen3moe  per-head q/k norms, a head size (32) that is not hidden / heads (16) and a tied
+ *                  output head; its Q4_0 head is the tied embedding (llama-quantize would keep a
+ *                  Q8_0/Q6_K head), so logits move more with 8-bit activations (one router flip
+ *                  reaches 7.8)
+ *   tiny-mixtral   normal RoPE and no q/k norms; both GQA and a renormalised top-k
+ *   tiny-deepseek  a dense first layer, shared experts through the dense kernels, a scaled top-k
+ * F16 in the issue's exact terms (top-1 >= 99.6 %, mean KL <= 1e-5; measured 100 % and 3-7e-7;
+ * a planted NORM-for-NEOX RoPE swap or a missing renormalisation fails them). */
+static const limits f16_self = {1e-4, 1e-4, 1e-4, 1.0, 1e-9};  /* float kernels: sum order only */
+static const limits f16_llama = {0.01, 0.02, 0.03, 0.996, 1e-5}; /* ggml rounds activations to F16 */
+
+static void family(const char *stem, limits q4_0_self, limits q4_0_llama)
+{
+    char model[128], golden[128];
+    snprintf(model, sizeof(model), DATA "%s-f16.gguf", stem);
+    snprintf(golden, sizeof(golden), DATA "%s-f16.llama-logits.bin", stem);
+    compare_lim(model, f16_self, golden, f16_llama);
+    snprintf(model, sizeof(model), DATA "%s-q4_0.gguf", stem);
+    snprintf(golden, sizeof(golden), DATA "%s-q4_0.llama-logits.bin", stem);
+    compare_lim(model, q4_0_self, golden, q4_0_llama);
+}
 static void test_family_qwen3moe(void **s)
 {
     (void)s;
-    compare_lim(DATA "tiny-qwen3moe-f16.gguf", f16_self, DATA "tiny-qwen3moe-f16.llama-logits.bin",
-                f16_llama);
-    /* its Q4_0 head is the tied embedding (llama-quantize would keep a Q8_0/Q6_K output head),
-     * so logits move more with the 8-bit activations; one router flip reaches 7.8 */
-    const limits q4 = {0.3, 9.0, 0.93, 0.05};
-    compare_lim(DATA "tiny-qwen3moe-q4_0.gguf", q4, DATA "tiny-qwen3moe-q4_0.llama-logits.bin", q4);
-}
-/* deepseek: a dense first layer and shared experts through the dense kernels, top-k scaled */
-static void test_family_deepseek(void **s)
-{
-    (void)s;
-    compare_lim(DATA "tiny-deepseek-f16.gguf", f16_self, DATA "tiny-deepseek-f16.llama-logits.bin",
-                f16_llama);
-    compare(DATA "tiny-deepseek-q4_0.gguf", DATA "tiny-deepseek-q4_0.llama-logits.bin", 0.15, 3.0);
-}
-/* Q4_K_M files as llama-quantize writes them of the small-* F16 presets (tests/data/README.md):
- * the mix of real downloads (Q4_K, with Q5_K, Q6_K and Q8_0 for some tensors and the head).
- * Measured: fast vs llama.cpp top-1 97.4-98.2 %, mean KL 6-18e-4; fast vs reference KL 2-5e-4,
- * reference vs llama.cpp 4.4-4.7e-4: llama.cpp quantizes activations for K-quant weights per
- * 256 values (Q8_K), estream per 32, which is closer to exact, so the issue's 2e-4 against
- * llama.cpp's own logits is not met yet. The limits hold today's figures with a margin. */
-static void test_family_q4_k_m(void **s)
-{
-    (void)s;
-    static const char *const stems[] = {"small-qwen3moe", "small-mixtral", "small-deepseek"};
-    const limits self = {0.2, 1.0, 0.97, 1e-3}, llama = {0.3, 1.0, 0.96, 2.5e-3};
-    for (size_t i = 0; i < T_LEN(stems); i++) {
-        char model[128], golden[128];
-        snprintf(model, sizeof(model), DATA "%s-q4_k_m.gguf", stems[i]);
-        snprintf(golden, sizeof(golden), DATA "%s-q4_k_m.llama-logits.bin", stems[i]);
-        compare_lim(model, self, golden, llama);
-    }
+    /* a router near-tie early in the text: the avx512 table's sum order flips it, so later
+     * positions move by ~0.09 there (median; top-1 97.4 %, KL 2.2e-4 with its near-tied tied
+     * head); the other tables agree with llama.cpp to 2e-6 at the median */
+    family("tiny-qwen3moe", (limits){INFINITY, 0.3, 9.0, 0.93, 0.05},
+           (limits){0.1, 0.15, 0.3, 0.96, 3e-4});
 }
 static void test_family_mixtral(void **s)
 {
     (void)s;
-    compare_lim(DATA "tiny-mixtral-f16.gguf", f16_self, DATA "tiny-mixtral-f16.llama-logits.bin",
-                f16_llama);
-    compare(DATA "tiny-mixtral-q4_0.gguf", DATA "tiny-mixtral-q4_0.llama-logits.bin", 0.12, 3.0);
+    family("tiny-mixtral", quant_self, quant_llama);
+}
+static void test_family_deepseek(void **s)
+{
+    (void)s;
+    family("tiny-deepseek", (limits){INFINITY, 0.15, 3.0, 0.93, INFINITY}, quant_llama);
+}
+
+/* Q4_K_M files as llama-quantize writes them of the small-* F16 presets (tests/data/README.md):
+ * the mix of real downloads (Q4_K, with Q5_K, Q6_K and Q8_0 for some tensors and the head).
+ * The issue's terms against llama.cpp's own logits: top-1 >= 98 %, mean KL <= 2e-4 (measured
+ * 99.1-100 % and 0.7-1.3e-4; with per-32 float activation scales it was 97.4-98.2 % and
+ * 6-18e-4). small-qwen3moe has an early router near-tie that moves most later positions by
+ * ~0.06 (median), the others agree to float noise at the median. Fast vs reference is the per-256
+ * activation error (KL 4.4-14e-4). */
+static void test_family_q4_k_m(void **s)
+{
+    (void)s;
+    static const struct { const char *stem; double median; } files[] = {
+        {"small-qwen3moe", 0.1}, {"small-mixtral", 1e-4}, {"small-deepseek", 1e-4}};
+    const limits self = {INFINITY, 0.2, 1.0, 0.96, 2e-3};
+    for (size_t i = 0; i < T_LEN(files); i++) {
+        char model[128], golden[128];
+        snprintf(model, sizeof(model), DATA "%s-q4_k_m.gguf", files[i].stem);
+        snprintf(golden, sizeof(golden), DATA "%s-q4_k_m.llama-logits.bin", files[i].stem);
+        limits llama = quant_llama;
+        llama.median = files[i].median;
+        compare_lim(model, self, golden, llama);
+    }
 }
 
 /* Grouped-query attention (2 KV heads for 4 query heads): llama.cpp's olmoe cannot load it, so
@@ -144,7 +180,7 @@ static void test_fast_gqa(void **s)
     const char *path = t_tmp_path("tiny-gqa.gguf");
     es_synth_opts o = {.arch = "olmoe", .preset = "tiny-gqa", .type = "q8_0", .seed = 3};
     assert_int_equal(es_synth(&o, path), ES_OK);
-    compare(path, NULL, 0.12, 3.0);
+    compare_lim(path, quant_self, NULL, quant_llama);
     unlink(path);
 }
 

@@ -182,28 +182,83 @@ static void test_scalar_vs_float(void **state)
     }
 }
 
-/* The prepared activations approximate X: |q*d - x| <= d/2 (plus rounding of x*(1/d)). */
+/*
+ * The prepared activations are llama.cpp's formats: over each group of g values (32 for Q8_0
+ * and Q4_0 weights, 256 for K-quants) with max |x| = a, q = x * 127 / a rounded (|error| <= 1/2,
+ * +-127 at the max), and every block's d is a / 127 (for g = 32 rounded to F16: at most 2^-11
+ * off and an F16 value; for g = 256 the float 1 / (127 / a): within 2 ulp).
+ */
+static void check_act_groups(const es_kern *k, uint32_t type, int64_t g)
+{
+    const int64_t K = 1024, nr = 9;
+    float *X = make_x(nr, K, K, 5);
+    X[3] = 0.004f; /* a block whose scale F16 cannot hold as a normal number: kept as float */
+    for (int i = 4; i < 32; i++)
+        X[i] = i % 3 ? 0.001f : -0.002f;
+    const es_kern_ops *o = &k->op[type];
+    void *act = aalloc(o->act_row_bytes(K) * nr);
+    o->act_prepare(X, K, nr, K, act);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *row = (const uint8_t *)act + r * o->act_row_bytes(K);
+        const int8_t *q = (const int8_t *)row;
+        const float *d = (const float *)(row + es_act_q8_off_d(K)), *x = X + r * K;
+        for (int64_t g0 = 0; g0 < K; g0 += g) {
+            float a = 0.0f;
+            for (int64_t i = g0; i < g0 + g; i++)
+                a = fmaxf(a, fabsf(x[i]));
+            const double want_d = a / 127.0, d0 = d[g0 / 32];
+            for (int64_t b = g0 / 32; b < (g0 + g) / 32; b++)
+                assert_true(d[b] == d0);
+            if (g == 32 && d0 >= 0x1p-14 && d0 <= 65504) {
+                assert_true(fabs(d0 - want_d) <= want_d * 0x1p-11);
+                assert_true(es_f16_to_f32(es_f32_to_f16((float)d0)) == (float)d0);
+            } else {
+                assert_true(fabs(d0 - want_d) <= want_d * 0x1p-22);
+            }
+            for (int64_t i = g0; i < g0 + g; i++) {
+                const double exact = a > 0 ? (double)x[i] * 127.0 / a : 0.0;
+                assert_true(fabs(q[i] - exact) <= 0.5001);
+                if (fabsf(x[i]) == a && a > 0) assert_int_equal(q[i], x[i] > 0 ? 127 : -127);
+            }
+        }
+    }
+    free(act);
+    free(X);
+}
+
 static void test_act_quant(void **state)
 {
     (void)state;
     es_kern ks;
     assert_true(es_kern_get("scalar", &ks));
-    const int64_t K = 1024, nr = 9;
-    float *X = make_x(nr, K, K, 5);
-    const es_kern_ops *o = &ks.op[ES_QTYPE_Q8_0];
-    void *act = aalloc(o->act_row_bytes(K) * nr);
-    o->act_prepare(X, K, nr, K, act);
-    float *xf = malloc(sizeof(float) * K);
-    for (int64_t r = 0; r < nr; r++) {
-        act_row_floats(&ks, ES_QTYPE_Q8_0, act, r, K, xf);
-        const float *d =
-            (const float *)((uint8_t *)act + r * o->act_row_bytes(K) + es_act_q8_off_d(K));
-        for (int64_t i = 0; i < K; i++)
-            assert_true(fabsf(xf[i] - X[r * K + i]) <= d[i / 32] * 0.5001f + 1e-30f);
+    check_act_groups(&ks, ES_QTYPE_Q8_0, 32);
+    check_act_groups(&ks, ES_QTYPE_Q4_0, 32);
+    check_act_groups(&ks, ES_QTYPE_Q4_K, 256);
+    check_act_groups(&ks, ES_QTYPE_Q6_K, 256);
+
+    /* by hand: max 1.27 -> x * 100 rounded; d = 0.01 in F16 = (1 + 287/1024) * 2^-7 for Q8_0,
+     * the float 1/100 for Q4_K (the 7 other blocks of its 256 are zero) */
+    float x[256] = {1.27f, -0.5f, 0.013f, -1.27f};
+    for (int t = 0; t < 2; t++) {
+        const uint32_t type = t ? ES_QTYPE_Q4_K : ES_QTYPE_Q8_0;
+        uint8_t *act = aalloc(ks.op[type].act_row_bytes(256));
+        ks.op[type].act_prepare(x, 256, 1, 256, act);
+        const int8_t *q = (const int8_t *)act;
+        const float *d = (const float *)(act + es_act_q8_off_d(256));
+        assert_int_equal(q[0], 127);
+        assert_int_equal(q[1], -50);
+        assert_int_equal(q[2], 1);
+        assert_int_equal(q[3], -127);
+        assert_int_equal(q[4], 0);
+        if (t) {
+            assert_float_equal(d[0], 0.01f, 0.01f * 1e-6f);
+            assert_true(d[7] == d[0]);
+        } else {
+            assert_true(d[0] == 0x1.47cp-7f);
+            assert_true(d[1] == 0.0f);
+        }
+        free(act);
     }
-    free(xf);
-    free(act);
-    free(X);
 }
 
 /* ---- every ISA against scalar --------------------------------------------------------------- */
@@ -359,20 +414,26 @@ static void test_act_identical(void **state)
     assert_true(es_kern_get("scalar", &ks));
     const int64_t K = 2048, nr = 11;
     float *X = make_x(nr, K, K, 9);
+    static const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0, ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
+                                     ES_QTYPE_Q6_K};
     int ran = 0;
     for (size_t i = 1; i < ES_KERN_N_ISA; i++) {
         if (!es_kern_get(es_kern_isa_names[i], &kv)) continue;
         ran++;
-        const es_kern_ops *os = &ks.op[ES_QTYPE_Q4_0], *ov = &kv.op[ES_QTYPE_Q4_0];
-        assert_int_equal(os->act_row_bytes(K), ov->act_row_bytes(K));
-        const size_t rb = os->act_row_bytes(K);
-        uint8_t *a = aalloc(rb * nr), *b = aalloc(rb * nr);
-        os->act_prepare(X, K, nr, K, a);
-        ov->act_prepare(X, K, nr, K, b);
-        for (int64_t r = 0; r < nr; r++) /* q, d, ds; c and c2 are ISA-specific */
-            assert_memory_equal(a + r * rb, b + r * rb, (size_t)es_act_q8_off_c(K));
-        free(a);
-        free(b);
+        for (size_t ti = 0; ti < ES_LEN(types); ti++) {
+            const es_kern_ops *os = &ks.op[types[ti]], *ov = &kv.op[types[ti]];
+            assert_int_equal(os->act_row_bytes(K), ov->act_row_bytes(K));
+            const size_t rb = os->act_row_bytes(K);
+            uint8_t *a = aalloc(rb * nr), *b = aalloc(rb * nr);
+            os->act_prepare(X, K, nr, K, a);
+            ov->act_prepare(X, K, nr, K, b);
+            for (int64_t r = 0; r < nr; r++) /* q, d, ds; c and c2 are ISA-specific */
+                if (memcmp(a + r * rb, b + r * rb, (size_t)es_act_q8_off_c(K)))
+                    fail_msg("%s %s row %ld: act differs from scalar", es_kern_isa_names[i],
+                             es_qtype_name(types[ti]), (long)r);
+            free(a);
+            free(b);
+        }
     }
     free(X);
     if (!ran) skip();

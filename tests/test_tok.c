@@ -7,7 +7,8 @@
  * "\n__ggml_vocab_test__\n"). One cmocka test per file; mismatches print input, expected, got.
  * Then: decode(encode(s)) == s on the same inputs and on WikiText, BOS/EOS handling,
  * parse_special and Phi-3's right-stripping special tokens, pieces, hand-checked gpt-neox ids,
- * llama3/qwen2 pre-tokenizer splits on a synthetic vocabulary, random bytes (no crash, ids in
+ * llama3/qwen2 pre-tokenizer splits on a synthetic vocabulary, the model families' pre-tokenizers
+ * (qwen2, lfm2, llama-bpe) and vocabularies against llama.cpp's ids on mixed inputs, random bytes (no crash, ids in
  * range), concurrent encoding, malformed metadata (ES_E_FORMAT naming the key) and a lossless
  * round trip of WikiText-2's test split with each vocabulary (bench/bench_tok times it).
  */
@@ -141,13 +142,11 @@ static void vtest_free(vtest *v)
     free(v->want);
 }
 
-/* Reads NAME.inp / NAME.out the way test-tokenizer-0.cpp does. false if they do not exist. */
-static bool vtest_read(const char *name, vtest *v)
+/* Reads test inputs (pi) and expected ids (po) the way test-tokenizer-0.cpp does. false if
+ * they do not exist. */
+static bool vtest_read_paths(const char *pi, const char *po, const char *name, vtest *v)
 {
     memset(v, 0, sizeof(*v));
-    char pi[1100], po[1100];
-    snprintf(pi, sizeof(pi), "%s.inp", vocab_path(name));
-    snprintf(po, sizeof(po), "%s.out", vocab_path(name));
     size_t ni = 0, no = 0;
     v->inp = t_read_file(pi, &ni);
     char *out = t_read_file(po, &no);
@@ -197,6 +196,44 @@ static bool vtest_read(const char *name, vtest *v)
     return true;
 }
 
+/* NAME.inp / NAME.out of a vocabulary in the data folder. */
+static bool vtest_read(const char *name, vtest *v)
+{
+    char pi[1100], po[1100];
+    snprintf(pi, sizeof(pi), "%s.inp", vocab_path(name));
+    snprintf(po, sizeof(po), "%s.out", vocab_path(name));
+    return vtest_read_paths(pi, po, name, v);
+}
+
+/* Every input of v tokenized by t (add_special and parse_special off) equals llama.cpp's ids;
+ * mismatches print the input, the expected and the actual ids. */
+static void check_vtest(const char *name, const es_tok *t, const vtest *v)
+{
+    size_t pass = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        idvec r = enc(t, v->s[i], v->len[i], false, false);
+        bool ok = r.n == v->want[i].n;
+        for (size_t k = 0; ok && k < r.n; k++)
+            ok = r.v[k] == v->want[i].v[k];
+        if (ok) {
+            pass++;
+        } else {
+            print_error("%s case %zu: input '", name, i);
+            print_escaped(v->s[i], v->len[i]);
+            print_error("'\n  expected:");
+            for (size_t k = 0; k < v->want[i].n; k++)
+                print_error(" %d", v->want[i].v[k]);
+            print_error("\n  got:     ");
+            for (size_t k = 0; k < r.n; k++)
+                print_error(" %d", r.v[k]);
+            print_error("\n");
+        }
+        free(r.v);
+    }
+    print_message("  %s: %zu/%zu cases match llama.cpp\n", name, pass, v->n);
+    assert_int_equal(pass, v->n);
+}
+
 static void test_vocab_file(void **state)
 {
     const char *name = *state;
@@ -207,32 +244,76 @@ static void test_vocab_file(void **state)
         vtest_free(&v);
         skip();
     }
-    size_t pass = 0;
-    for (size_t i = 0; i < v.n; i++) {
-        idvec r = enc(t, v.s[i], v.len[i], false, false);
-        bool ok = r.n == v.want[i].n;
-        for (size_t k = 0; ok && k < r.n; k++)
-            ok = r.v[k] == v.want[i].v[k];
-        if (ok) {
-            pass++;
-        } else {
-            print_error("%s case %zu: input '", name, i);
-            print_escaped(v.s[i], v.len[i]);
-            print_error("'\n  expected:");
-            for (size_t k = 0; k < v.want[i].n; k++)
-                print_error(" %d", v.want[i].v[k]);
-            print_error("\n  got:     ");
-            for (size_t k = 0; k < r.n; k++)
-                print_error(" %d", r.v[k]);
-            print_error("\n");
-        }
-        free(r.v);
-    }
-    print_message("  %s: %zu/%zu cases match llama.cpp\n", name, pass, v.n);
+    check_vtest(name, t, &v);
     es_tok_destroy(t);
-    size_t n = v.n;
     vtest_free(&v);
-    assert_int_equal(pass, n);
+}
+
+/*
+ * Pre-tokenizers of the model families that have no reference vocabulary in the data folder
+ * (qwen2: Qwen3-MoE; lfm2: LFM2; llama-bpe: Llama-3-style BPE files): GPT-2's vocabulary with
+ * tokenizer.ggml.pre set to each, written here by estream's GGUF writer. The expected ids in
+ * tests/data/tok-PRE.*.out are llama.cpp's for the same file (tests/data/README.md), on
+ * llama.cpp's own test inputs and on tests/data/tok-mixed.inp (mixed scripts, digits, code,
+ * whitespace runs, emoji). The three pre-tokenizers give different ids from gpt-2's on 5-6 of
+ * the 16 mixed inputs, and qwen2 from llama-bpe on 3.
+ */
+static void test_family_pre_tokenizers(void **state)
+{
+    (void)state;
+    const char *gpt2 = vocab_path("ggml-vocab-gpt-2.gguf");
+    if (access(gpt2, R_OK) != 0) {
+        print_message("  %s not found: skipped\n", gpt2);
+        skip();
+    }
+    static const char *const pres[] = {"qwen2", "lfm2", "llama-bpe"};
+    for (size_t i = 0; i < T_LEN(pres); i++) {
+        es_gguf *g = NULL;
+        es_gguf_writer *w = NULL;
+        const char *path = t_tmp_path("vocab-pre.gguf");
+        assert_int_equal(es_gguf_open(gpt2, &g), ES_OK);
+        assert_int_equal(es_gguf_writer_create(&w), ES_OK);
+        assert_int_equal(es_gguf_writer_copy_kv(w, g, NULL), ES_OK);
+        assert_int_equal(es_gguf_writer_set_str(w, "tokenizer.ggml.pre", pres[i]), ES_OK);
+        assert_int_equal(es_gguf_writer_write(w, path), ES_OK);
+        es_gguf_writer_destroy(w);
+        es_gguf_close(g);
+        assert_int_equal(es_gguf_open(path, &g), ES_OK);
+        es_tok *t = NULL;
+        assert_int_equal(es_tok_create(g, &t), ES_OK);
+        es_gguf_close(g);
+        unlink(path);
+        char pi[1100], po[1100], name[128];
+        const char *inputs[2][2] = {{"gpt2-inp", NULL}, {"mixed", "tests/data/tok-mixed.inp"}};
+        char gpt2_inp[1100];
+        snprintf(gpt2_inp, sizeof(gpt2_inp), "%s.inp", gpt2);
+        inputs[0][1] = gpt2_inp;
+        for (int k = 0; k < 2; k++) {
+            snprintf(pi, sizeof(pi), "%s", inputs[k][1]);
+            snprintf(po, sizeof(po), "tests/data/tok-%s.%s.out", pres[i], inputs[k][0]);
+            snprintf(name, sizeof(name), "%s on %s", pres[i], inputs[k][0]);
+            vtest v;
+            if (!vtest_read_paths(pi, po, name, &v)) fail_msg("%s: %s or %s missing", name, pi, po);
+            check_vtest(name, t, &v);
+            vtest_free(&v);
+        }
+        es_tok_destroy(t);
+    }
+    /* the families' own vocabularies (Mixtral: llama-spm; DeepSeek-MoE: deepseek-llm) on the
+     * mixed inputs too */
+    static const char *const own[] = {"llama-spm", "deepseek-llm"};
+    for (size_t i = 0; i < T_LEN(own); i++) {
+        char file[64], po[128];
+        snprintf(file, sizeof(file), "ggml-vocab-%s.gguf", own[i]);
+        snprintf(po, sizeof(po), "tests/data/tok-%s.mixed.out", own[i]);
+        es_tok *t = open_tok(file);
+        assert_non_null(t);
+        vtest v;
+        if (!vtest_read_paths("tests/data/tok-mixed.inp", po, file, &v)) fail_msg("%s missing", po);
+        check_vtest(file, t, &v);
+        vtest_free(&v);
+        es_tok_destroy(t);
+    }
 }
 
 /* decode(encode(s)) == s for every test input, with every vocabulary (including gpt-neox). */
@@ -836,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_gpt_neox),       cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_threads),        cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_llama3_split),   cmocka_unit_test(test_all_pre),
+        cmocka_unit_test(test_family_pre_tokenizers),
         cmocka_unit_test(test_wikitext_roundtrip),
     };
     size_t n = (size_t)n_files + T_LEN(fixed);

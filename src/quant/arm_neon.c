@@ -689,6 +689,11 @@ static void act_q(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
     es_act_q8_prepare(X, ldx, n, K, act, 0, 0);
 }
+/* K-quant weights: scaled per 256 values as llama.cpp's Q8_K (kern.h) */
+static void act_k(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    es_act_q8k_prepare(X, ldx, n, K, act, 0, 0);
+}
 
 /* ---- float weights ----------------------------------------------------------------------------
  */
@@ -865,9 +870,9 @@ void FILL_TABLE(es_kern *k)
     } tab[] = {
         {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_q, gemm_q4_0, scratch_int, gemm_tiled_q4_0}},
         {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_q, gemm_q8_0, scratch_int, gemm_tiled_q8_0}},
-        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_q, gemm_q4_K, scratch_int, NULL}},
-        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_q, gemm_q5_K, scratch_int, NULL}},
-        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q, gemm_q6_K, scratch_int, NULL}},
+        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_k, gemm_q4_K, scratch_int, NULL}},
+        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_k, gemm_q5_K, scratch_int, NULL}},
+        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_k, gemm_q6_K, scratch_int, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16, scratch_f, NULL}},

@@ -6,8 +6,8 @@
  * W is N rows of K weights in GGUF layout (row stride es_qtype_row_bytes(wtype, K)), of type
  * Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16 or F32. X is first turned into an "act" buffer by
  * es_act_prepare(): for the integer weight types each row is quantized per block of 32 values to
- * int8 with one float scale per block (like Q8_0, never per tensor: residual streams reach
- * several hundred), plus per-block sums the kernels need; for float weight types the act holds
+ * int8 with one float scale per block (like Q8_0; per 256 for K-quant weights, like Q8_K; never
+ * per tensor: residual streams reach several hundred), plus per-block sums the kernels need; for float weight types the act holds
  * the floats. The act format is private to the kernel table that prepared it: prepare and
  * multiply with the same table (es_kern_active).
  *
@@ -177,12 +177,28 @@ void es_gemm_tiled(const es_kern *k, uint32_t wtype, const void *W, int64_t K, i
 /*
  * Activation rows for the integer weight types, all ISAs (K % 32 == 0, nb = K/32 blocks):
  *   int8  q[K]          x / d rounded to nearest even, |q| <= 127
- *   float d[nb]         block scale: max|x| / 127 (0 for an all-zero block)
+ *   float d[nb]         block scale: max|x| / 127 rounded to F16 (0 for an all-zero block;
+ *                       es_act_q8_scale); q is x * (127 / max|x|) rounded. For K-quant
+ *                       weights (Q4_K, Q5_K, Q6_K) the max and the scale are taken over each
+ *                       256 values and repeated in its 8 blocks, as a float 1 / (127 / max).
+ *                       Both are llama.cpp's activation formats (Q8_0 and Q8_K) to the bit: its
+ *                       rounding errors are then the ones estream makes, and the logits of a
+ *                       quantized file agree with llama.cpp's far more closely than exact
+ *                       per-32 float scales would (measured in test_forward).
  *   float ds[nb]        d * sum(q) of the block (the K-quant min term uses it)
  *   int32 c[nb]         c_mult * sum(q): the correction the ISA's weight encoding needs
  *   int32 c2[nb][2]     c2_mult * sum(q) over each half (16 values) of the block (Q6_K)
  * then zero padding to a multiple of 64 bytes. q, d and ds are bit-identical across ISAs.
  */
+/* The block scale for max |x| = amax: amax / 127 rounded to F16, as llama.cpp stores Q8_0
+ * activations, while F16 holds it as a normal number; outside that range (amax below about 0.008
+ * or above 8e6, where F16 would lose precision or overflow) the float itself. */
+static inline float es_act_q8_scale(float amax)
+{
+    const float d = amax / 127.0f;
+    return d >= 0x1p-14f && d <= 65504.0f ? es_f16_to_f32(es_f32_to_f16(d)) : d;
+}
+
 static inline int64_t es_act_q8_off_d(int64_t K)
 {
     return K;
@@ -238,6 +254,10 @@ int64_t es_kern_max_slice(int64_t unit, size_t tile_u);
 /* The portable act preparation (scalar code): the SIMD tables produce bit-identical q, d, ds. */
 void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                        int32_t c_mult, int32_t c2_mult);
+/* The same layout for K-quant weights (K % 256 == 0): one scale per 256 values, stored in each of
+ * the 8 blocks' d (llama.cpp's Q8_K; every table uses this code). */
+void es_act_q8k_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                        int32_t c_mult, int32_t c2_mult);
 void es_act_f32_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act);
 
 #endif

@@ -24,6 +24,19 @@
 
 /* ---- activations ---------------------------------------------------------------------------- */
 
+/* The per-block fields every table reads besides q and d (kern.h). */
+static void act_q8_block_sums(const int8_t *q, float db, int64_t b, float *ds, int32_t *c,
+                              int32_t *c2, int32_t c_mult, int32_t c2_mult)
+{
+    int32_t s[2] = {0, 0};
+    for (int i = 0; i < 32; i++)
+        s[i >> 4] += q[i];
+    ds[b] = db * (float)(s[0] + s[1]);
+    c[b] = c_mult * (s[0] + s[1]);
+    c2[2 * b] = c2_mult * s[0];
+    c2[2 * b + 1] = c2_mult * s[1];
+}
+
 void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                        int32_t c_mult, int32_t c2_mult)
 {
@@ -42,20 +55,50 @@ void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, v
             float amax = 0.0f;
             for (int i = 0; i < 32; i++)
                 amax = fmaxf(amax, fabsf(x[i]));
-            const float db = amax / 127.0f;
-            const float id = db != 0.0f ? 1.0f / db : 0.0f;
-            int32_t s[2] = {0, 0};
-            for (int i = 0; i < 32; i++) {
-                /* lrintf rounds to nearest even, as vcvtps2dq does in the SIMD versions */
-                const int v = (int)lrintf(x[i] * id);
-                q[i] = (int8_t)v;
-                s[i >> 4] += v;
-            }
+            const float db = es_act_q8_scale(amax);
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            /* lrintf rounds to nearest even, as vcvtps2dq does in the SIMD versions */
+            for (int i = 0; i < 32; i++)
+                q[i] = (int8_t)lrintf(x[i] * id);
             d[b] = db;
-            ds[b] = db * (float)(s[0] + s[1]);
-            c[b] = c_mult * (s[0] + s[1]);
-            c2[2 * b] = c2_mult * s[0];
-            c2[2 * b + 1] = c2_mult * s[1];
+            act_q8_block_sums(q, db, b, ds, c, c2, c_mult, c2_mult);
+        }
+        const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
+        memset(row + used, 0, rb - used);
+    }
+}
+
+void es_act_q8k_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                        int32_t c_mult, int32_t c2_mult)
+{
+    ES_ASSERT(K % 256 == 0);
+    const int64_t nb = K / 32;
+    const size_t rb = es_act_q8_row_bytes(K);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *x = X + r * ldx;
+        uint8_t *row = (uint8_t *)act + r * rb;
+        int8_t *q = (int8_t *)row;
+        float *d = (float *)(row + es_act_q8_off_d(K));
+        float *ds = (float *)(row + es_act_q8_off_ds(K));
+        int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
+        int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
+        for (int64_t sb = 0; sb < nb; sb += 8, x += 256, q += 256) {
+            float amax = 0.0f;
+            for (int i = 0; i < 256; i++)
+                amax = fmaxf(amax, fabsf(x[i]));
+            /* the scale is 1 / (127 / max), the operations of llama.cpp's Q8_K; q is rounded to
+             * nearest even like its nearest_int(). llama.cpp keeps the sign of the largest value
+             * in d and q (both flipped when it is positive): the products are the same. */
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const float db = amax != 0.0f ? 1.0f / id : 0.0f;
+            for (int i = 0; i < 256; i++) {
+                const long v = lrintf(x[i] * id);
+                q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            for (int64_t b = sb; b < sb + 8; b++) {
+                d[b] = db;
+                act_q8_block_sums(q + 32 * (b - sb), db, b, ds, c, c2, c_mult, c2_mult);
+            }
         }
         const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
         memset(row + used, 0, rb - used);
@@ -77,6 +120,10 @@ static void act_prepare_q(const float *X, int64_t ldx, int64_t n, int64_t K, voi
     /* The scalar kernel computes dot products directly and ignores c/c2; the values match the
      * AVX-512 encoding so the buffers are comparable byte for byte in tests. */
     es_act_q8_prepare(X, ldx, n, K, act, -128, -128);
+}
+static void act_prepare_k(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    es_act_q8k_prepare(X, ldx, n, K, act, -128, -128);
 }
 
 /* ---- weight row decoding ---------------------------------------------------------------- */
@@ -305,6 +352,9 @@ void es_kern_fill_scalar(es_kern *k)
     for (size_t i = 0; i < ES_LEN(f); i++)
         k->op[f[i].type] =
             (es_kern_ops){es_act_f32_row_bytes, es_act_f32_prepare, f[i].gemm, scratch_f, NULL};
+    k->op[ES_QTYPE_Q4_K].act_prepare = act_prepare_k;
+    k->op[ES_QTYPE_Q5_K].act_prepare = act_prepare_k;
+    k->op[ES_QTYPE_Q6_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q4_0].gemm_tiled = gemm_tiled_q4_0;
     k->op[ES_QTYPE_Q8_0].gemm_tiled = gemm_tiled_q8_0;
 }

@@ -593,11 +593,13 @@ static inline int32_t hsum8i(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
-/* Bit-identical to es_act_q8_prepare() in q, d, ds (see the argument in x86_avx512.c). */
-static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+/* Bit-identical to es_act_q8_prepare() (gb = 1: one scale per block of 32) and to
+ * es_act_q8k_prepare() (gb = 8: one per 256) in q, d, ds: max|x| is exact in any order, the
+ * scale is the same IEEE operations, and vcvtps2dq rounds to nearest even like lrintf. */
+static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act, int gb,
                    int32_t c_mult, int32_t c2_mult)
 {
-    ES_ASSERT(K % 32 == 0);
+    ES_ASSERT(K % (32 * gb) == 0);
     const int64_t nb = K / 32;
     const size_t rb = es_act_q8_row_bytes(K);
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -608,33 +610,33 @@ static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void 
         float *ds = (float *)(row + es_act_q8_off_ds(K));
         int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
         int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
-        for (int64_t b = 0; b < nb; b++) {
-            __m256 v[4], amax = _mm256_setzero_ps();
-#pragma GCC unroll 16
-            for (int i = 0; i < 4; i++) {
-                v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
-                amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
-            }
-            const float db = hmax8(amax) / 127.0f;
-            const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        for (int64_t b0 = 0; b0 < nb; b0 += gb) {
+            __m256 amax = _mm256_setzero_ps();
+            for (int64_t i = 0; i < 4 * gb; i++)
+                amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 32 * b0 + 8 * i)));
+            const float am = hmax8(amax);
+            const float id = am != 0.0f ? 127.0f / am : 0.0f;
+            const float db = gb == 1 ? es_act_q8_scale(am) : am != 0.0f ? 1.0f / id : 0.0f;
             const __m256 vid = _mm256_set1_ps(id);
-            __m256i q[4];
+            for (int64_t b = b0; b < b0 + gb; b++) {
+                __m256i q[4];
 #pragma GCC unroll 16
-            for (int i = 0; i < 4; i++)
-                q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
-            const int32_t s0 = hsum8i(_mm256_add_epi32(q[0], q[1]));
-            const int32_t s1 = hsum8i(_mm256_add_epi32(q[2], q[3]));
-            /* int32 -> int8: values are within [-127, 127], so the saturating packs are exact;
-             * packs interleave 128-bit lanes, the permute puts them back in order */
-            __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
-            __m256i p8 = _mm256_packs_epi16(p16a, p16b);
-            p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            _mm256_storeu_si256((__m256i *)(row + 32 * b), p8);
-            d[b] = db;
-            ds[b] = db * (float)(s0 + s1);
-            c[b] = c_mult * (s0 + s1);
-            c2[2 * b] = c2_mult * s0;
-            c2[2 * b + 1] = c2_mult * s1;
+                for (int i = 0; i < 4; i++)
+                    q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * b + 8 * i), vid));
+                const int32_t s0 = hsum8i(_mm256_add_epi32(q[0], q[1]));
+                const int32_t s1 = hsum8i(_mm256_add_epi32(q[2], q[3]));
+                /* int32 -> int8: values are within [-127, 127], so the saturating packs are
+                 * exact; packs interleave 128-bit lanes, the permute puts them back in order */
+                __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+                __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+                p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                _mm256_storeu_si256((__m256i *)(row + 32 * b), p8);
+                d[b] = db;
+                ds[b] = db * (float)(s0 + s1);
+                c[b] = c_mult * (s0 + s1);
+                c2[2 * b] = c2_mult * s0;
+                c2[2 * b + 1] = c2_mult * s1;
+            }
         }
         const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
         memset(row + used, 0, rb - used);
@@ -643,19 +645,20 @@ static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void 
 
 static void act_q4_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, -8, 0);
-}
-static void act_plain(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
-{
-    act_q8(X, ldx, n, K, act, 0, 0);
+    act_q8(X, ldx, n, K, act, 1, -8, 0);
 }
 static void act_q8_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, VNNI ? -128 : 0, 0);
+    act_q8(X, ldx, n, K, act, 1, VNNI ? -128 : 0, 0);
+}
+/* K-quant weights: one scale per 256 values, as llama.cpp's Q8_K (kern.h) */
+static void act_k45(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, 8, 0, 0);
 }
 static void act_q6_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, 0, -32);
+    act_q8(X, ldx, n, K, act, 8, 0, -32);
 }
 
 /* ---- float weights ----------------------------------------------------------------------------
@@ -810,8 +813,8 @@ void FILL_TABLE(es_kern *k)
     } tab[] = {
         {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_q4_0, gemm_q4_0, scratch_int, gemm_tiled_q4_0}},
         {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_q8_0, gemm_q8_0, scratch_int, gemm_tiled_q8_0}},
-        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_plain, gemm_q4_K, scratch_int, NULL}},
-        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_plain, gemm_q5_K, scratch_int, NULL}},
+        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_k45, gemm_q4_K, scratch_int, NULL}},
+        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_k45, gemm_q5_K, scratch_int, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f, NULL}},

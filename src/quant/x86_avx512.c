@@ -763,11 +763,12 @@ GEMM_TILED(gemm_tiled_q8_0, dec_t_q8_0, ES_QTYPE_Q8_0)
 
 /* ---- activations (integer types) ---------------------------------------------------------- */
 
-/* Bit-identical to es_act_q8_prepare(): max|x| is exact in any order, d and 1/d are the same
+/* Bit-identical to es_act_q8_prepare() (gb = 1: one scale per block of 32) and to
+ * es_act_q8k_prepare() (gb = 8: one per 256): max|x| is exact in any order, the scale is the same
  * IEEE operations, and vcvtps2dq rounds to nearest even like lrintf. */
-static void act_prepare_q(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
+static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act, int gb)
 {
-    ES_ASSERT(K % 32 == 0);
+    ES_ASSERT(K % (32 * gb) == 0);
     const int64_t nb = K / 32;
     const size_t rb = es_act_q8_row_bytes(K);
     const __m512 sign = _mm512_set1_ps(-0.0f);
@@ -778,27 +779,40 @@ static void act_prepare_q(const float *X, int64_t ldx, int64_t n_rows, int64_t K
         float *ds = (float *)(row + es_act_q8_off_ds(K));
         int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
         int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
-        for (int64_t b = 0; b < nb; b++) {
-            const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-            const __m512 a = _mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1));
+        for (int64_t b0 = 0; b0 < nb; b0 += gb) {
+            __m512 a = _mm512_setzero_ps();
+            for (int64_t i = 0; i < 2 * gb; i++)
+                a = _mm512_max_ps(a, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * b0 + 16 * i)));
             const float amax = _mm512_reduce_max_ps(a);
-            const float db = amax / 127.0f;
-            const float id = db != 0.0f ? 1.0f / db : 0.0f;
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const float db = gb == 1 ? es_act_q8_scale(amax) : amax != 0.0f ? 1.0f / id : 0.0f;
             const __m512 vid = _mm512_set1_ps(id);
-            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid));
-            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid));
-            _mm_storeu_si128((__m128i *)(row + 32 * b), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(row + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
-            const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
-            d[b] = db;
-            ds[b] = db * (float)(s0 + s1);
-            c[b] = -128 * (s0 + s1);
-            c2[2 * b] = -128 * s0;
-            c2[2 * b + 1] = -128 * s1;
+            for (int64_t b = b0; b < b0 + gb; b++) {
+                const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), vid));
+                const __m512i q1 =
+                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), vid));
+                _mm_storeu_si128((__m128i *)(row + 32 * b), _mm512_cvtepi32_epi8(q0));
+                _mm_storeu_si128((__m128i *)(row + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+                const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
+                d[b] = db;
+                ds[b] = db * (float)(s0 + s1);
+                c[b] = -128 * (s0 + s1);
+                c2[2 * b] = -128 * s0;
+                c2[2 * b + 1] = -128 * s1;
+            }
         }
         const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
         memset(row + used, 0, rb - used);
     }
+}
+static void act_prepare_q(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
+{
+    act_q8(X, ldx, n_rows, K, act, 1);
+}
+/* K-quant weights: one scale per 256 values, as llama.cpp's Q8_K (kern.h) */
+static void act_prepare_k(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
+{
+    act_q8(X, ldx, n_rows, K, act, 8);
 }
 
 /* ---- float weights -----------------------------------------------------------------------------
@@ -962,9 +976,9 @@ void es_kern_fill_avx512(es_kern *k)
     } tab[] = {
         {ES_QTYPE_Q4_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q4_0, scratch_q, gemm_tiled_q4_0}},
         {ES_QTYPE_Q8_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q8_0, scratch_q, gemm_tiled_q8_0}},
-        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q4_K, scratch_k, NULL}},
-        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q5_K, scratch_k, NULL}},
-        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_prepare_q, gemm_q6_K, scratch_k, NULL}},
+        {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q4_K, scratch_k, NULL}},
+        {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q5_K, scratch_k, NULL}},
+        {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q6_K, scratch_k, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_bf16, scratch_f, NULL}},
