@@ -31,12 +31,9 @@ void es_budget_touch_weights(const es_model *m)
 {
     uint8_t sink = touch(&m->output_norm) ^ touch(&m->output);
     for (int il = 0; il < m->hp.n_layer; il++) {
-        const es_layer *L = &m->layers[il];
-        const es_tensor *ts[] = {&L->attn_norm,  &L->wq,       &L->wk,         &L->wv,
-                                 &L->wo,         &L->q_norm,   &L->k_norm,     &L->ffn_norm,
-                                 &L->gate_inp,   &L->ffn_gate, &L->ffn_up,     &L->ffn_down,
-                                 &L->gate_shexp, &L->up_shexp, &L->down_shexp};
-        for (size_t i = 0; i < ES_LEN(ts); i++) sink ^= touch(ts[i]);
+        const es_tensor *ts[ES_LAYER_N_RESIDENT];
+        es_layer_resident(&m->layers[il], ts);
+        for (int i = 0; i < ES_LAYER_N_RESIDENT; i++) sink ^= touch(ts[i]);
     }
     (void)sink;
 }

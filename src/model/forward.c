@@ -136,13 +136,11 @@ static size_t max_act_bytes(const es_kern *k, const es_model *m, int64_t T)
     size_t mx = es_act_bytes(k, m->output.type, T, m->output.ne[0]);
     const int64_t T_ffn = T < FFN_ROWS ? T : FFN_ROWS;
     for (int il = 0; il < m->hp.n_layer; il++) {
-        const es_layer *L = &m->layers[il];
-        const es_tensor *ts[] = {&L->wq,       &L->wk,     &L->wv,       &L->wo,
-                                 &L->gate_inp, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                                 &L->gate_shexp, &L->up_shexp, &L->down_shexp};
-        for (size_t i = 0; i < ES_LEN(ts); i++) {
+        const es_tensor *ts[ES_LAYER_N_MATRICES];
+        es_layer_matrices(&m->layers[il], ts);
+        for (int i = 0; i < ES_LAYER_N_MATRICES; i++) {
             if (!ts[i]->data) continue;
-            const bool ffn = i >= 5;
+            const bool ffn = i >= ES_LAYER_FIRST_FFN;
             size_t b = es_act_bytes(k, ts[i]->type, ffn ? T_ffn : T, ts[i]->ne[0]);
             mx = b > mx ? b : mx;
         }
@@ -252,9 +250,9 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
     size_t sb = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const es_layer *L = &m->layers[il];
-        const es_tensor *ts[] = {&L->wq,       &L->wk,         &L->wv,       &L->wo,
-                                 &L->gate_inp, &L->ffn_gate,   &L->ffn_up,   &L->ffn_down,
-                                 &L->gate_shexp, &L->up_shexp, &L->down_shexp, &m->output};
+        const es_tensor *ts[ES_LAYER_N_MATRICES + 1];
+        es_layer_matrices(L, ts);
+        ts[ES_LAYER_N_MATRICES] = &m->output;
         for (size_t i = 0; i < ES_LEN(ts); i++) {
             if (!ts[i]->data) continue; /* not in this layer's kind */
             if (!es_kern_supports(k, ts[i]->type)) {

@@ -375,20 +375,20 @@ fail:
     return st;
 }
 
-static void free_tensor(es_tensor *t) { free((void *)t->name); }
+static void free_tensor(const es_tensor *t) { free((void *)t->name); }
 
 void es_model_close(es_model *m)
 {
     if (!m) return;
     if (m->layers) {
         for (int il = 0; il < m->hp.n_layer; il++) {
-            es_layer *L = &m->layers[il];
-            es_tensor *ts[] = {&L->attn_norm, &L->wq,        &L->wk,       &L->wv,
-                               &L->wo,        &L->q_norm,    &L->k_norm,   &L->ffn_norm,
-                               &L->gate_inp,  &L->gate_exps, &L->up_exps,  &L->down_exps,
-                               &L->ffn_gate,  &L->ffn_up,    &L->ffn_down, &L->gate_shexp,
-                               &L->up_shexp,  &L->down_shexp};
-            for (size_t i = 0; i < ES_LEN(ts); i++) free_tensor(ts[i]);
+            const es_layer *L = &m->layers[il];
+            const es_tensor *ts[ES_LAYER_N_RESIDENT];
+            es_layer_resident(L, ts);
+            for (int i = 0; i < ES_LAYER_N_RESIDENT; i++) free_tensor(ts[i]);
+            free_tensor(&L->gate_exps);
+            free_tensor(&L->up_exps);
+            free_tensor(&L->down_exps);
         }
         free(m->layers);
     }

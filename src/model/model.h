@@ -82,6 +82,30 @@ typedef struct es_layer {
 /* True if layer L routes to experts (false: a dense FFN layer). */
 static inline bool es_layer_is_moe(const es_layer *L) { return L->exp_bytes[0] > 0; }
 
+/* A layer's matrices that the dense kernels multiply (everything but the norms and the routed
+ * experts), in this order: wq, wk, wv, wo, the router, the dense FFN's gate/up/down, the shared
+ * experts' gate/up/down. Those a layer's kind lacks are listed with data NULL. The FFN ones
+ * (index >= ES_LAYER_FIRST_FFN) run a bounded number of rows at a time. */
+enum { ES_LAYER_N_MATRICES = 11, ES_LAYER_FIRST_FFN = 5 };
+static inline void es_layer_matrices(const es_layer *L, const es_tensor *out[ES_LAYER_N_MATRICES])
+{
+    const es_tensor *ts[ES_LAYER_N_MATRICES] = {
+        &L->wq,       &L->wk,     &L->wv,       &L->wo,         &L->gate_inp, &L->ffn_gate,
+        &L->ffn_up,   &L->ffn_down, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+    for (int i = 0; i < ES_LAYER_N_MATRICES; i++) out[i] = ts[i];
+}
+
+/* Every tensor a layer keeps resident: its norms and es_layer_matrices(). */
+enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 4 };
+static inline void es_layer_resident(const es_layer *L, const es_tensor *out[ES_LAYER_N_RESIDENT])
+{
+    out[0] = &L->attn_norm;
+    out[1] = &L->q_norm;
+    out[2] = &L->k_norm;
+    out[3] = &L->ffn_norm;
+    es_layer_matrices(L, out + 4);
+}
+
 /* Expert e's matrix i (0 gate, 1 up, 2 down) of layer L in the mapping. */
 static inline const uint8_t *es_layer_expert(const es_layer *L, int i, int64_t e)
 {
