@@ -114,10 +114,13 @@ static void test_fast_q4_0(void **s)
  *                  reaches 7.8)
  *   tiny-mixtral   normal RoPE and no q/k norms; both GQA and a renormalised top-k
  *   tiny-deepseek  a dense first layer, shared experts through the dense kernels, a scaled top-k
- * F16 in the issue's exact terms (top-1 >= 99.6 %, mean KL <= 1e-5; measured 100 % and 3-7e-7;
+ * F16 within the issue's terms (top-1 >= 99.6 %, mean KL <= 1e-5; measured 100 % and 0.4-2.5e-7;
  * a planted NORM-for-NEOX RoPE swap or a missing renormalisation fails them). */
-static const limits f16_self = {1e-4, 1e-4, 1e-4, 1.0, 1e-9};  /* float kernels: sum order only */
-static const limits f16_llama = {0.01, 0.02, 0.03, 0.996, 1e-5}; /* ggml rounds activations to F16 */
+/* The fast path rounds activations to F16 before F16 products, as ggml does; the reference
+ * does not (measured: fast vs reference KL 3-10e-7; fast vs llama.cpp 0.4-2.5e-7, max 0.008, where
+ * float activations gave 3-9e-7 and a router flip in tiny-lfm2moe's perplexity text). */
+static const limits f16_self = {0.01, 0.02, 0.03, 0.996, 1e-5};
+static const limits f16_llama = {0.005, 0.01, 0.02, 0.996, 1e-6};
 
 static void family(const char *stem, limits q4_0_self, limits q4_0_llama)
 {
@@ -149,20 +152,32 @@ static void test_family_deepseek(void **s)
     family("tiny-deepseek", (limits){INFINITY, 0.15, 3.0, 0.93, INFINITY}, quant_llama);
 }
 
+/* lfm2moe: short-convolution blocks beside GQA attention, a dense short-conv first layer, a
+ * sigmoid router with an expert bias, a tied head */
+static void test_family_lfm2moe(void **s)
+{
+    (void)s;
+    /* a tied Q4_0 head, like tiny-qwen3moe's: logits move more with 8-bit activations */
+    family("tiny-lfm2moe", (limits){INFINITY, 0.35, 6.0, 0.93, 0.03}, quant_llama);
+}
+
 /* Q4_K_M files as llama-quantize writes them of the small-* F16 presets (tests/data/README.md):
  * the mix of real downloads (Q4_K, with Q5_K, Q6_K and Q8_0 for some tensors and the head).
  * The issue's terms against llama.cpp's own logits: top-1 >= 98 %, mean KL <= 2e-4 (measured
- * 99.1-100 % and 0.7-1.3e-4; with per-32 float activation scales it was 97.4-98.2 % and
+ * 99.1-100 % and 0.7-1.9e-4; with per-32 float activation scales it was 97.4-98.2 % and
  * 6-18e-4). small-qwen3moe has an early router near-tie that moves most later positions by
  * ~0.06 (median), the others agree to float noise at the median. Fast vs reference is the per-256
  * activation error (KL 4.4-14e-4). */
 static void test_family_q4_k_m(void **s)
 {
     (void)s;
-    static const struct { const char *stem; double median; } files[] = {
-        {"small-qwen3moe", 0.1}, {"small-mixtral", 1e-4}, {"small-deepseek", 1e-4}};
-    const limits self = {INFINITY, 0.2, 1.0, 0.96, 2e-3};
+    /* small-lfm2moe: a router flip of the reference path (float activations) moves one
+     * position by 3.5 and the next two through the convolution; against llama.cpp it agrees */
+    static const struct { const char *stem; double median, self_max, self_kl; } files[] = {
+        {"small-qwen3moe", 0.1, 1.0, 2e-3}, {"small-mixtral", 1e-4, 1.0, 2e-3},
+        {"small-deepseek", 1e-4, 1.0, 2e-3}, {"small-lfm2moe", 0.1, 4.0, 0.012}};
     for (size_t i = 0; i < T_LEN(files); i++) {
+        const limits self = {INFINITY, 0.2, files[i].self_max, 0.96, files[i].self_kl};
         char model[128], golden[128];
         snprintf(model, sizeof(model), DATA "%s-q4_k_m.gguf", files[i].stem);
         snprintf(golden, sizeof(golden), DATA "%s-q4_k_m.llama-logits.bin", files[i].stem);
@@ -506,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_family_qwen3moe),
         cmocka_unit_test(test_family_mixtral),
         cmocka_unit_test(test_family_deepseek),
+        cmocka_unit_test(test_family_lfm2moe),
         cmocka_unit_test(test_family_q4_k_m),
         cmocka_unit_test(test_small_f32),
         cmocka_unit_test(test_small_q4_0),

@@ -219,8 +219,12 @@ int cmd_info(int argc, char **argv)
     printf("context:       %d\n", hp->n_ctx);
     printf("hidden:        %d, layers %d, heads %d (kv %d, head dim %d)\n", hp->n_embd,
            hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_embd_head);
-    printf("experts:       %d, top-%d%s, expert FFN %d\n", hp->n_expert, hp->n_expert_used,
+    printf("experts:       %d, top-%d%s%s, expert FFN %d\n", hp->n_expert, hp->n_expert_used,
+           m->family->gating == ES_GATING_SIGMOID ? " by sigmoid" : "",
            m->family->topk_renorm ? " renormalised" : "", hp->n_ff_exp);
+    if (hp->n_conv_layers)
+        printf("conv layers:   %d of %d are short convolutions (%d taps) instead of attention\n",
+               hp->n_conv_layers, hp->n_layer, hp->n_conv_taps);
     if (hp->n_expert_shared)
         printf("shared:        %d experts (FFN %d) in every MoE layer\n", hp->n_expert_shared,
                hp->n_ff_shexp);

@@ -246,7 +246,7 @@ es_status es_gguf_writer_copy_kv(es_gguf_writer *w, const es_gguf *g, const char
     size_t pl = prefix ? strlen(prefix) : 0;
     for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
         es_str k = es_gguf_key(g, i);
-        if (k.len < pl || memcmp(k.ptr, prefix, pl) != 0) continue;
+        if (pl && (k.len < pl || memcmp(k.ptr, prefix, pl) != 0)) continue;
         const void *val;
         uint64_t len;
         ES_ASSERT(es_gguf_kv_raw(g, i, &val, &len));

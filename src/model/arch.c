@@ -26,6 +26,13 @@ static const es_arch families[] = {
     {.name = "deepseek", .model_names = "DeepSeek-MoE", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
      .shared_experts = true, .weights_scale = true, .synth_pre = "deepseek-llm"},
+    /* LFM2-MoE: short-convolution blocks where head_count_kv is 0 and GQA attention with
+     * per-head q/k RMSNorm elsewhere, NEOX RoPE, leading dense layers, a sigmoid router whose
+     * expert bias steers the choice, top-k renormalised; the final norm is token_embd_norm. */
+    {.name = "lfm2moe", .model_names = "LFM2-MoE", .qk_norm = ES_QK_NORM_HEAD,
+     .rope = ES_ROPE_NEOX, .topk_renorm = true, .output_optional = true, .dense_lead = true,
+     .gating = ES_GATING_SIGMOID, .expert_bias = true, .conv_layers = true,
+     .output_norm = "token_embd_norm.weight", .synth_pre = "lfm2"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -37,26 +44,36 @@ const es_arch *es_arch_find(const char *name)
 
 const char *es_arch_supported(void)
 {
-    return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE)";
+    return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
+           "lfm2moe (LFM2-MoE)";
 }
 
 void es_arch_route(const es_arch *a, const float *logits, int n_expert, int k, float scale,
-                   float *probs, int *chosen, float *weight)
+                   const float *bias, float *probs, int *chosen, float *weight)
 {
-    float mx = -INFINITY;
-    for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
-    double sum = 0.0;
-    for (int e = 0; e < n_expert; e++) {
-        probs[e] = expf(logits[e] - mx);
-        sum += probs[e];
+    if (a->gating == ES_GATING_SIGMOID) {
+        for (int e = 0; e < n_expert; e++) probs[e] = 1.0f / (1.0f + expf(-logits[e]));
+    } else {
+        float mx = -INFINITY;
+        for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < n_expert; e++) {
+            probs[e] = expf(logits[e] - mx);
+            sum += probs[e];
+        }
+        for (int e = 0; e < n_expert; e++) probs[e] = (float)(probs[e] / sum);
     }
-    for (int e = 0; e < n_expert; e++) probs[e] = (float)(probs[e] / sum);
     for (int j = 0; j < k; j++) { /* selection: k is small */
         int best = -1;
+        float best_score = 0.0f;
         for (int e = 0; e < n_expert; e++) {
             bool taken = false;
             for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
-            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
+            const float score = bias ? probs[e] + bias[e] : probs[e];
+            if (!taken && (best < 0 || score > best_score)) {
+                best = e;
+                best_score = score;
+            }
         }
         chosen[j] = best;
         weight[j] = probs[best];

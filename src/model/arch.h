@@ -26,6 +26,12 @@ typedef enum es_rope_kind {
     ES_ROPE_NEOX, /* halves: (i, i + n_rot/2) (olmoe, qwen3moe) */
 } es_rope_kind;
 
+/* How the router turns logits into the probabilities it ranks (llama.cpp's gating func). */
+typedef enum es_gating {
+    ES_GATING_SOFTMAX, /* softmax over the experts (olmoe, qwen3moe, Mixtral, deepseek) */
+    ES_GATING_SIGMOID, /* each expert's own sigmoid (lfm2moe) */
+} es_gating;
+
 typedef struct es_arch {
     const char *name;         /* general.architecture */
     const char *model_names;  /* the models people know it by, for messages and --help */
@@ -39,6 +45,13 @@ typedef struct es_arch {
     bool shared_experts;      /* expert_shared_count shared experts: one FFN of that many times
                                * the expert size beside the routed experts (ffn_*_shexp) */
     bool weights_scale;       /* expert_weights_scale multiplies the routed weights */
+    es_gating gating;
+    bool expert_bias;         /* blk.N.exp_probs_b.bias [n_expert] is added to the probabilities
+                               * for choosing the experts only (their weights stay unbiased) */
+    bool conv_layers;         /* layers whose attention.head_count_kv entry is 0 are LFM2
+                               * short-convolution blocks (shortconv.in_proj, a causal depthwise
+                               * convolution of shortconv.l_cache taps, shortconv.out_proj) */
+    const char *output_norm;  /* the final norm's tensor name (NULL: output_norm.weight) */
     const char *synth_pre;    /* tokenizer.ggml.pre of the synthetic models' built-in BPE */
 } es_arch;
 
@@ -49,11 +62,12 @@ const es_arch *es_arch_find(const char *name);
 const char *es_arch_supported(void);
 
 /* The router's decision for one token, shared by the reference and the fast path because it is
- * the spec: softmax over the n_expert logits, the k most probable experts (ties to the lower
- * id) in order of decreasing probability in chosen[], their probabilities in weight[], divided
- * by their sum (at least 2^-14, as llama.cpp clamps it) where the family renormalises, then
- * multiplied by scale unless it is 0 or 1. probs: scratch of n_expert floats. */
+ * the spec: the family's gating of the n_expert logits (softmax, or a sigmoid each), the k
+ * experts with the largest probability (plus bias[e] where bias is not NULL; ties to the lower
+ * id) in that order in chosen[], their probabilities (unbiased) in weight[], divided by their
+ * sum (at least 2^-14, as llama.cpp clamps it) where the family renormalises, then multiplied
+ * by scale unless it is 0 or 1. probs: scratch of n_expert floats. */
 void es_arch_route(const es_arch *a, const float *logits, int n_expert, int k, float scale,
-                   float *probs, int *chosen, float *weight);
+                   const float *bias, float *probs, int *chosen, float *weight);
 
 #endif

@@ -46,6 +46,7 @@ struct es_fast {
     float *rope_cs;       /* [t_cap][n_rot/2][2] cos, sin */
     float *router;        /* [t_cap][n_expert] logits */
     float *ffn_g, *ffn_u; /* [FFN_ROWS][ffn_width]: a dense FFN's gate and up (NULL: none) */
+    float *conv_bcx;      /* [t_cap][3 n_embd]: a short-conv block's B, C, X (NULL: none) */
     int64_t ffn_width;    /* the widest dense FFN: n_ff of dense layers, n_ff_shexp */
     es_route *routes;     /* [t_cap * n_expert_used], sorted by expert then token */
     es_route *routes_tmp; /* [t_cap * n_expert_used] counting-sort scratch */
@@ -100,6 +101,8 @@ static void free_buffers(es_fast *f, const es_hparams *hp)
     es_free_big(f->ffn_g, fbytes(FFN_ROWS, f->ffn_width));
     es_free_big(f->ffn_u, fbytes(FFN_ROWS, f->ffn_width));
     f->ffn_g = f->ffn_u = NULL;
+    if (f->conv_bcx) es_free_big(f->conv_bcx, fbytes(T, 3 * d));
+    f->conv_bcx = NULL;
     es_free_big(f->routes, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     es_free_big(f->routes_tmp, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     es_free_big(f->act, f->act_bytes);
@@ -186,6 +189,9 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
             return es_fail(ES_E_NOMEM, "out of memory for a dense FFN of %lld",
                            (long long)f->ffn_width);
     }
+    if (hp->n_conv_layers > 0 && !(f->conv_bcx = es_alloc_big(fbytes(T, 3 * d))))
+        return es_fail(ES_E_NOMEM, "out of memory for the short convolutions of %lld tokens",
+                       (long long)T);
     f->routes = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     f->routes_tmp = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     f->act_bytes = max_act_bytes(f->kern, m, T);
@@ -337,7 +343,7 @@ static void run_gemms(es_fast *f, const gemm_task *tasks, int n)
 
 /* Row-wise steps, split statically by rows. */
 enum row_op { ROW_EMBED, ROW_ATTN_NORM, ROW_PREP, ROW_QK_NORM_ROPE, ROW_ADD, ROW_FFN_NORM,
-              ROW_ROUTE, ROW_OUT_NORM, ROW_SWIGLU };
+              ROW_ROUTE, ROW_OUT_NORM, ROW_SWIGLU, ROW_CONV };
 
 typedef struct row_job {
     es_fast *f;
@@ -449,6 +455,28 @@ static void row_worker(void *arg, int ith, int nth)
             for (int64_t i = 0; i < d; i++) dst[t * d + i] += j->src[t * d + i];
         break;
     }
+    case ROW_CONV: {
+        /* LFM2's short convolution, row t of f->moe from rows t-taps+1 .. t of [B | C | X]:
+         * y[c] = C[t][c] * sum_j w[c][j] * (B * X)[t - taps + 1 + j][c], j increasing, rows
+         * before the prompt zero (the empty state), as ggml_ssm_conv sums them */
+        const int taps = hp->n_conv_taps;
+        const float *w = j->L->conv.data;
+        for (int64_t t = r0; t < r1; t++) {
+            const float *bcx = f->conv_bcx + t * 3 * d;
+            float *y = f->moe + t * d;
+            for (int64_t c = 0; c < d; c++) {
+                float sum = 0.0f;
+                for (int jj = 0; jj < taps; jj++) {
+                    const int64_t ts = t - taps + 1 + jj;
+                    if (ts < 0) continue;
+                    const float *r = f->conv_bcx + ts * 3 * d;
+                    sum += r[c] * r[2 * d + c] * w[c * taps + jj];
+                }
+                y[c] = bcx[d + c] * sum;
+            }
+        }
+        break;
+    }
     case ROW_SWIGLU:
         for (int64_t t = r0; t < r1; t++) f->kern->swiglu(f->ffn_g + t * j->K, f->ffn_u + t * j->K, j->K);
         break;
@@ -457,8 +485,8 @@ static void row_worker(void *arg, int ith, int nth)
         int chosen[4096];
         const int E = hp->n_expert, K = hp->n_expert_used;
         for (int64_t t = r0; t < r1; t++) {
-            es_arch_route(j->m->family, f->router + t * E, E, K, hp->expert_weights_scale, probs,
-                          chosen, weight);
+            es_arch_route(j->m->family, f->router + t * E, E, K, hp->expert_weights_scale,
+                          j->L->exp_probs_b.data, probs, chosen, weight);
             for (int jj = 0; jj < K; jj++) {
                 /* store per token; sorted by expert afterwards */
                 es_route *r = &f->routes[t * K + jj];
@@ -579,43 +607,71 @@ static void dense_ffn(es_fast *f, const es_model *m, const es_tensor *gate, cons
     }
 }
 
+/* LFM2's short-convolution block over f->h, added to the residual stream: [B | C | X] = h Win^T,
+ * y = C * conv(B * X) (ROW_CONV, into f->moe, free until the MoE stage), x += y Wout^T. */
+static void conv_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
+{
+    const int64_t d = m->hp.n_embd;
+    prepare(f, m, f->h, d, L->conv_in.type, 0, T);
+    gemm_task in = {&L->conv_in, f->act, f->conv_bcx, 3 * d, T};
+    run_gemms(f, &in, 1);
+    run_rows(f, m, L, ROW_CONV, T);
+    prepare(f, m, f->moe, d, L->conv_out.type, 0, T);
+    gemm_task out = {&L->conv_out, f->act, f->tmp, d, T};
+    run_gemms(f, &out, 1);
+    row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
+    es_pool_run(f->pool, row_worker, &add);
+}
+
+/* Attention over f->h (GQA, q/k norms and RoPE as the family says), added to the residual
+ * stream. */
+static void attention_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
+    const float attn_scale = 1.0f / sqrtf((float)hp->n_embd_head);
+    if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
+        prepare(f, m, f->h, d, L->wq.type, 0, T);
+        gemm_task qkv[3] = {{&L->wq, f->act, f->q, dq, T}, {&L->wk, f->act, f->k, dkv, T},
+                            {&L->wv, f->act, f->v, dkv, T}};
+        run_gemms(f, qkv, 3);
+    } else {
+        const es_tensor *ws[3] = {&L->wq, &L->wk, &L->wv};
+        float *ys[3] = {f->q, f->k, f->v};
+        for (int i = 0; i < 3; i++) {
+            prepare(f, m, f->h, d, ws[i]->type, 0, T);
+            gemm_task t = {ws[i], f->act, ys[i], ws[i]->ne[1], T};
+            run_gemms(f, &t, 1);
+        }
+    }
+    run_rows(f, m, L, ROW_QK_NORM_ROPE, T);
+    es_attn_set_kv(f->attn, f->k, f->v, T);
+    es_attn_run(f->attn, f->q, f->att, T, attn_scale);
+    prepare(f, m, f->att, dq, L->wo.type, 0, T);
+    gemm_task o = {&L->wo, f->act, f->tmp, d, T};
+    run_gemms(f, &o, 1);
+    row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
+    es_pool_run(f->pool, row_worker, &add);
+}
+
 static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov,
                          const int32_t *ids, int64_t T, int all_logits, float *logits)
 {
     const es_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
+    const int64_t d = hp->n_embd;
     row_job ej = {.f = f, .m = m, .op = ROW_EMBED, .ids = ids, .T = T};
     es_pool_run(f->pool, row_worker, &ej);
-    const float attn_scale = 1.0f / sqrtf((float)hp->n_embd_head);
 
     for (int il = 0; il < hp->n_layer; il++) {
         const es_layer *L = &m->layers[il];
         if (prov->layer_begin) ES_TRY(prov->layer_begin(prov, il));
         uint64_t t0 = f->trace ? es_now_ns() : 0;
-        /* attention */
+        /* attention, or a short-convolution block */
         run_rows(f, m, L, ROW_ATTN_NORM, T);
-        if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
-            prepare(f, m, f->h, d, L->wq.type, 0, T);
-            gemm_task qkv[3] = {{&L->wq, f->act, f->q, dq, T}, {&L->wk, f->act, f->k, dkv, T},
-                                {&L->wv, f->act, f->v, dkv, T}};
-            run_gemms(f, qkv, 3);
-        } else {
-            const es_tensor *ws[3] = {&L->wq, &L->wk, &L->wv};
-            float *ys[3] = {f->q, f->k, f->v};
-            for (int i = 0; i < 3; i++) {
-                prepare(f, m, f->h, d, ws[i]->type, 0, T);
-                gemm_task t = {ws[i], f->act, ys[i], ws[i]->ne[1], T};
-                run_gemms(f, &t, 1);
-            }
-        }
-        run_rows(f, m, L, ROW_QK_NORM_ROPE, T);
-        es_attn_set_kv(f->attn, f->k, f->v, T);
-        es_attn_run(f->attn, f->q, f->att, T, attn_scale);
-        prepare(f, m, f->att, dq, L->wo.type, 0, T);
-        gemm_task o = {&L->wo, f->act, f->tmp, d, T};
-        run_gemms(f, &o, 1);
-        row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
-        es_pool_run(f->pool, row_worker, &add);
+        if (L->is_conv)
+            conv_block(f, m, L, T);
+        else
+            attention_block(f, m, L, T);
         span(f, PHASE_ATTENTION, il, t0);
 
         /* the FFN: dense, or the mixture of experts (+ shared experts) */

@@ -41,6 +41,59 @@ static es_status get_float(const es_model *m, const char *key, float lo, float h
     return ES_OK;
 }
 
+/* attention.head_count_kv of layer il: the key, or its il-th entry where it is an array of
+ * n_layer integers (LFM2 writes one, 0 marking a short-convolution layer). Checked by
+ * read_hparams before any call. */
+static int head_count_kv_of(const es_model *m, int il)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.attention.head_count_kv", m->arch);
+    es_gguf_type et;
+    uint64_t n;
+    if (!es_gguf_get_arr(m->gguf, full, &et, &n)) return m->hp.n_head_kv;
+    int32_t v;
+    memcpy(&v, (const uint8_t *)es_gguf_arr_data(m->gguf, full) + 4 * (size_t)il, 4);
+    return v;
+}
+
+/* The KV heads: one value, or (conv families) an array with one entry per layer whose non-zero
+ * entries must agree; sets n_head_kv and n_conv_layers. */
+static es_status read_head_count_kv(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    char full[128];
+    snprintf(full, sizeof(full), "%s.attention.head_count_kv", m->arch);
+    es_gguf_type et;
+    uint64_t n;
+    hp->n_head_kv = hp->n_head;
+    if (!es_gguf_get_arr(m->gguf, full, &et, &n))
+        return get_int(m, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv);
+    if (!m->family->conv_layers)
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s is an array (per-layer KV heads), which %s does "
+                       "not have", path, full, m->arch);
+    if ((et != ES_GGUF_INT32 && et != ES_GGUF_UINT32) || n != (uint64_t)hp->n_layer)
+        return es_fail(ES_E_FORMAT, "%s: %s must be %d 32-bit integers (one per layer)", path,
+                       full, hp->n_layer);
+    int common = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const int v = head_count_kv_of(m, il);
+        if (v < 0 || v > 4096)
+            return es_fail(ES_E_FORMAT, "%s: %s[%d] = %d is out of range [0, 4096]", path, full,
+                           il, v);
+        if (v == 0) {
+            hp->n_conv_layers++;
+        } else if (common && v != common) {
+            return es_fail(ES_E_UNSUPPORTED, "%s: attention layers with %d and %d KV heads (%s) "
+                           "are not supported", path, common, v, full);
+        } else {
+            common = v;
+        }
+    }
+    if (common) hp->n_head_kv = common;
+    return ES_OK;
+}
+
 static es_status read_hparams(es_model *m)
 {
     es_hparams *hp = &m->hp;
@@ -51,8 +104,7 @@ static es_status read_hparams(es_model *m)
     hp->n_ff_exp = hp->n_ff;
     ES_TRY(get_int(m, "expert_feed_forward_length", false, 1, 1 << 18, &hp->n_ff_exp));
     ES_TRY(get_int(m, "attention.head_count", true, 1, 4096, &hp->n_head));
-    hp->n_head_kv = hp->n_head;
-    ES_TRY(get_int(m, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv));
+    ES_TRY(read_head_count_kv(m));
     const char *path = es_gguf_path(m->gguf);
     char key[64];
     snprintf(key, sizeof(key), "%s.expert_count", m->arch);
@@ -72,6 +124,15 @@ static es_status read_hparams(es_model *m)
     if (fam->shared_experts) {
         ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
         hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
+    }
+    if (hp->n_conv_layers > 0)
+        ES_TRY(get_int(m, "shortconv.l_cache", true, 2, 64, &hp->n_conv_taps));
+    if (fam->gating == ES_GATING_SIGMOID) { /* llama.cpp reads the key; 2 is its sigmoid */
+        int gating = 2;
+        ES_TRY(get_int(m, "expert_gating_func", false, 0, 1 << 16, &gating));
+        if (gating != 2)
+            return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_gating_func = %d: estream runs %s "
+                           "with the sigmoid router (2) only", path, m->arch, gating, m->arch);
     }
     hp->expert_weights_scale = 0.0f; /* none; read only where llama.cpp's graph uses it */
     if (fam->weights_scale) ES_TRY(get_float(m, "expert_weights_scale", 0.0f, 1e6f,
@@ -257,7 +318,8 @@ static es_status bind_tensors(es_model *m)
     const int64_t ff = hp->n_ff_exp, ne_ = hp->n_expert, nv = hp->n_vocab;
     int64_t ne[2] = {d, nv};
     ES_TRY(bind(m, "token_embd.weight", 2, ne, false, &m->tok_embd));
-    ES_TRY(bind(m, "output_norm.weight", 1, ne, true, &m->output_norm));
+    const char *out_norm = m->family->output_norm ? m->family->output_norm : "output_norm.weight";
+    ES_TRY(bind(m, out_norm, 1, ne, true, &m->output_norm));
     ES_TRY(bind_output(m, ne));
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers)
@@ -266,17 +328,30 @@ static es_status bind_tensors(es_model *m)
     for (int il = 0; il < hp->n_layer; il++) {
         es_layer *L = &m->layers[il];
         ES_TRY(bind_layer(m, il, "attn_norm", 1, d, 1, 1, true, &L->attn_norm));
-        ES_TRY(bind_layer(m, il, "attn_q", 2, d, dq, 1, false, &L->wq));
-        ES_TRY(bind_layer(m, il, "attn_k", 2, d, dkv, 1, false, &L->wk));
-        ES_TRY(bind_layer(m, il, "attn_v", 2, d, dkv, 1, false, &L->wv));
-        ES_TRY(bind_layer(m, il, "attn_output", 2, dq, d, 1, false, &L->wo));
-        ES_TRY(bind_qk_norms(m, il, L));
+        L->is_conv = m->family->conv_layers && head_count_kv_of(m, il) == 0;
+        if (L->is_conv) {
+            ES_TRY(bind_layer(m, il, "shortconv.conv", 2, hp->n_conv_taps, d, 1, true, &L->conv));
+            ES_TRY(bind_layer(m, il, "shortconv.in_proj", 2, d, 3 * d, 1, false, &L->conv_in));
+            ES_TRY(bind_layer(m, il, "shortconv.out_proj", 2, d, d, 1, false, &L->conv_out));
+        } else {
+            ES_TRY(bind_layer(m, il, "attn_q", 2, d, dq, 1, false, &L->wq));
+            ES_TRY(bind_layer(m, il, "attn_k", 2, d, dkv, 1, false, &L->wk));
+            ES_TRY(bind_layer(m, il, "attn_v", 2, d, dkv, 1, false, &L->wv));
+            ES_TRY(bind_layer(m, il, "attn_output", 2, dq, d, 1, false, &L->wo));
+            ES_TRY(bind_qk_norms(m, il, L));
+        }
         ES_TRY(bind_layer(m, il, "ffn_norm", 1, d, 1, 1, true, &L->ffn_norm));
         if (il < hp->n_layer_dense_lead) {
             ES_TRY(bind_ffn(m, il, "", hp->n_ff, &L->ffn_gate, &L->ffn_up, &L->ffn_down));
             continue;
         }
         ES_TRY(bind_layer(m, il, "ffn_gate_inp", 2, d, ne_, 1, false, &L->gate_inp));
+        if (m->family->expert_bias) {
+            char name[64];
+            snprintf(name, sizeof(name), "blk.%d.exp_probs_b.bias", il);
+            const int64_t nb[1] = {ne_};
+            ES_TRY(bind(m, name, 1, nb, true, &L->exp_probs_b));
+        }
         if (hp->n_expert_shared > 0)
             ES_TRY(bind_ffn(m, il, "_shexp", hp->n_ff_shexp, &L->gate_shexp, &L->up_shexp,
                             &L->down_shexp));

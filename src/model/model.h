@@ -4,7 +4,8 @@
  * DESIGN: es_model_open() maps the file (gguf reader), checks every tensor the architecture needs
  * (name, type, shape) against the hyperparameters, and keeps views. Nothing is copied or
  * converted at open, so a model costs its mapped pages and nothing more until a prefill runs.
- * Architectures: the families of model/arch.h (olmoe, qwen3moe, llama with experts = Mixtral);
+ * Architectures: the families of model/arch.h (olmoe, qwen3moe, llama with experts = Mixtral,
+ * deepseek, lfm2moe);
  * others are refused with ES_E_UNSUPPORTED, naming the ones estream runs.
  */
 #ifndef ES_MODEL_H
@@ -34,6 +35,8 @@ typedef struct es_hparams {
     int n_expert_shared;    /* shared experts of each MoE layer: one FFN of n_ff_shexp */
     int n_ff_shexp;         /* n_expert_shared * n_ff_exp (0: none) */
     float expert_weights_scale; /* routed weights multiplied by this (0 or 1: not at all) */
+    int n_conv_taps;    /* shortconv.l_cache: taps of the short convolution (conv families) */
+    int n_conv_layers;  /* layers that are short-convolution blocks instead of attention */
     float rope_freq_base;
     float rms_eps;
 } es_hparams;
@@ -52,13 +55,18 @@ typedef struct es_tensor {
 } es_tensor;
 
 typedef struct es_layer {
-    es_tensor attn_norm;  /* [n_embd] f32 */
+    bool is_conv;         /* a short-convolution block (conv, conv_in, conv_out) where the other
+                           * layers have attention (wq ... k_norm absent then) */
+    es_tensor attn_norm;  /* [n_embd] f32 (the operator norm of a conv block too) */
     es_tensor wq;         /* [n_embd] x n_embd_q rows  */
     es_tensor wk, wv;     /* [n_embd] x n_embd_kv rows */
     es_tensor wo;         /* [n_embd_q] x n_embd rows  */
     es_tensor q_norm;     /* ES_QK_NORM_WHOLE: [n_embd_q]; ES_QK_NORM_HEAD: [n_embd_head];
                            * ES_QK_NORM_NONE: absent (data NULL) */
     es_tensor k_norm;     /* the same for K: [n_embd_kv], [n_embd_head] or absent */
+    es_tensor conv;       /* [n_conv_taps] x n_embd rows, f32: tap j of channel c at c*taps + j */
+    es_tensor conv_in;    /* [n_embd] x 3 n_embd rows: B, C and X, n_embd each */
+    es_tensor conv_out;   /* [n_embd] x n_embd rows */
     es_tensor ffn_norm;   /* [n_embd] */
     /* A dense layer (il < n_layer_dense_lead) has these and no router or experts: */
     es_tensor ffn_gate, ffn_up; /* [n_embd] x n_ff rows */
@@ -67,6 +75,7 @@ typedef struct es_layer {
     es_tensor gate_shexp, up_shexp; /* [n_embd] x n_ff_shexp rows (absent: data NULL) */
     es_tensor down_shexp; /* [n_ff_shexp] x n_embd rows */
     es_tensor gate_inp;   /* router: [n_embd] x n_expert rows */
+    es_tensor exp_probs_b; /* [n_expert] f32 selection bias (families with expert_bias) */
     es_tensor gate_exps;  /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor up_exps;    /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor down_exps;  /* [n_ff_exp] x n_embd rows x n_expert */
@@ -83,27 +92,32 @@ typedef struct es_layer {
 static inline bool es_layer_is_moe(const es_layer *L) { return L->exp_bytes[0] > 0; }
 
 /* A layer's matrices that the dense kernels multiply (everything but the norms and the routed
- * experts), in this order: wq, wk, wv, wo, the router, the dense FFN's gate/up/down, the shared
- * experts' gate/up/down. Those a layer's kind lacks are listed with data NULL. The FFN ones
- * (index >= ES_LAYER_FIRST_FFN) run a bounded number of rows at a time. */
-enum { ES_LAYER_N_MATRICES = 11, ES_LAYER_FIRST_FFN = 5 };
+ * experts), in this order: wq, wk, wv, wo, the short convolution's in and out projections, the
+ * router, the dense FFN's gate/up/down, the shared experts' gate/up/down. Those a layer's kind
+ * lacks are listed with data NULL. The FFN ones (index >= ES_LAYER_FIRST_FFN) run a bounded
+ * number of rows at a time. */
+enum { ES_LAYER_N_MATRICES = 13, ES_LAYER_FIRST_FFN = 7 };
 static inline void es_layer_matrices(const es_layer *L, const es_tensor *out[ES_LAYER_N_MATRICES])
 {
     const es_tensor *ts[ES_LAYER_N_MATRICES] = {
-        &L->wq,       &L->wk,     &L->wv,       &L->wo,         &L->gate_inp, &L->ffn_gate,
-        &L->ffn_up,   &L->ffn_down, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+        &L->wq,       &L->wk,       &L->wv,         &L->wo,       &L->conv_in,
+        &L->conv_out, &L->gate_inp, &L->ffn_gate,   &L->ffn_up,   &L->ffn_down,
+        &L->gate_shexp, &L->up_shexp, &L->down_shexp};
     for (int i = 0; i < ES_LAYER_N_MATRICES; i++) out[i] = ts[i];
 }
 
-/* Every tensor a layer keeps resident: its norms and es_layer_matrices(). */
-enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 4 };
+/* Every tensor a layer keeps resident: its norms, convolution taps, expert bias and
+ * es_layer_matrices(). */
+enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 6 };
 static inline void es_layer_resident(const es_layer *L, const es_tensor *out[ES_LAYER_N_RESIDENT])
 {
     out[0] = &L->attn_norm;
     out[1] = &L->q_norm;
     out[2] = &L->k_norm;
     out[3] = &L->ffn_norm;
-    es_layer_matrices(L, out + 4);
+    out[4] = &L->conv;
+    out[5] = &L->exp_probs_b;
+    es_layer_matrices(L, out + 6);
 }
 
 /* Expert e's matrix i (0 gate, 1 up, 2 down) of layer L in the mapping. */

@@ -6,12 +6,13 @@
  * does). One token row at a time where that reads most plainly; the only concession to speed is
  * that matrix products dequantize a chunk of weight rows once and reuse it for every token.
  *
- * Per layer (llama.cpp's graphs for olmoe, qwen3moe and llama with experts):
+ * Per layer (llama.cpp's graphs for olmoe, qwen3moe, llama with experts, deepseek, lfm2moe):
  *   h   = rmsnorm(x) * attn_norm
  *   q,k,v = h Wq^T, h Wk^T, h Wv^T;  q, k normed as the family says (none, over the whole
  *   projection, or per head);  rope (NEOX: pairs (i, i + n_rot/2); normal: (2i, 2i + 1)) on q, k;
  *   causal GQA attention, scale 1/sqrt(d_head)
  *   x  += attn Wo^T
+ *   or, in an LFM2 short-convolution layer, x += conv_ref(h) (below)
  *   h   = rmsnorm(x) * ffn_norm;  p = softmax(h Wr^T);  top-k experts by p (es_arch_route: the
  *   weights w_e = p_e, or p_e / sum of the chosen p where the family renormalises)
  *   x  += moe, moe = sum over chosen e (increasing e) of w_e * down_e(silu(gate_e h) * up_e h)
@@ -164,6 +165,30 @@ static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const
 }
 
 
+/* LFM2's short-convolution block: [B | C | X] = h Win^T (bcx: [T][3d]), y[t][c] = C[t][c] *
+ * sum_j w[c][j] * B[s][c] * X[s][c] over s = t - taps + 1 + j >= 0 (j increasing; earlier rows
+ * are the empty state), out = y Wout^T. y: [T][d] scratch. */
+static void conv_ref(const es_hparams *hp, const es_layer *L, const float *h, int64_t T,
+                     float *bcx, float *y, float *out, float *wt, float *row)
+{
+    const int64_t d = hp->n_embd;
+    const int taps = hp->n_conv_taps;
+    const float *w = L->conv.data;
+    matmul_ref(L->conv_in.data, L->conv_in.type, L->conv_in.row_bytes, 3 * d, d, h, d, T, bcx,
+               3 * d, wt, row);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < d; c++) {
+            float sum = 0.0f;
+            for (int j = 0; j < taps; j++) {
+                const int64_t s = t - taps + 1 + j;
+                if (s >= 0) sum += bcx[s * 3 * d + c] * bcx[s * 3 * d + 2 * d + c] * w[c * taps + j];
+            }
+            y[t * d + c] = bcx[t * 3 * d + d + c] * sum;
+        }
+    matmul_ref(L->conv_out.data, L->conv_out.type, L->conv_out.row_bytes, d, d, y, d, T, out, d,
+               wt, row);
+}
+
 es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
                          float *logits)
 {
@@ -193,8 +218,9 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
     float *rw = malloc(sizeof(float) * (size_t)T);          /* router weight of each row */
     int *chosen = malloc(sizeof(int) * (size_t)(T * K));    /* [T][K] experts per token */
     float *cw = malloc(sizeof(float) * (size_t)(T * K));    /* [T][K] their probabilities */
+    float *conv = hp->n_conv_layers ? malloc(sizeof(float) * (size_t)(T * 3 * d)) : NULL;
     if (!x || !h || !q || !kk || !vv || !att || !scores || !wt || !row || !rl || !g || !u || !xe ||
-        !rows || !rw || !chosen || !cw) {
+        !rows || !rw || !chosen || !cw || (hp->n_conv_layers && !conv)) {
         st = es_fail(ES_E_NOMEM, "reference forward: out of memory for %zu tokens", n);
         goto done;
     }
@@ -206,9 +232,14 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
 
     for (int il = 0; il < hp->n_layer; il++) {
         const es_layer *L = &m->layers[il];
-        /* attention */
+        /* attention, or a short-convolution block */
         for (int64_t t = 0; t < T; t++)
             rmsnorm(h + t * d, x + t * d, L->attn_norm.data, d, hp->rms_eps);
+        if (L->is_conv) {
+            conv_ref(hp, L, h, T, conv, att, q, wt, row);
+            for (int64_t i = 0; i < T * d; i++) x[i] += q[i];
+            goto ffn;
+        }
         matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, dq, d, h, d, T, q, dq, wt, row);
         matmul_ref(L->wk.data, L->wk.type, L->wk.row_bytes, dkv, d, h, d, T, kk, dkv, wt, row);
         matmul_ref(L->wv.data, L->wv.type, L->wv.row_bytes, dkv, d, h, d, T, vv, dkv, wt, row);
@@ -225,6 +256,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         matmul_ref(L->wo.data, L->wo.type, L->wo.row_bytes, d, dq, att, dq, T, q, d, wt, row);
         for (int64_t i = 0; i < T * d; i++) x[i] += q[i];
 
+    ffn:
         for (int64_t t = 0; t < T; t++)
             rmsnorm(h + t * d, x + t * d, L->ffn_norm.data, d, hp->rms_eps);
         if (!es_layer_is_moe(L)) { /* a dense layer */
@@ -237,8 +269,8 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         for (int64_t t = 0; t < T; t++) {
             matmul_ref(L->gate_inp.data, L->gate_inp.type, L->gate_inp.row_bytes, E, d, h + t * d,
                        d, 1, rl, E, wt, row);
-            es_arch_route(m->family, rl, E, K, hp->expert_weights_scale, rl + E, chosen + t * K,
-                          cw + t * K);
+            es_arch_route(m->family, rl, E, K, hp->expert_weights_scale, L->exp_probs_b.data,
+                          rl + E, chosen + t * K, cw + t * K);
         }
         memset(att, 0, sizeof(float) * (size_t)(T * d)); /* att holds moe[] now */
         for (int e = 0; e < E; e++) {
@@ -278,6 +310,6 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
                logits, nv, wt, row);
 done:
     free(x); free(h); free(q); free(kk); free(vv); free(att); free(scores); free(wt); free(row);
-    free(rl); free(g); free(u); free(xe); free(rows); free(rw); free(chosen); free(cw);
+    free(rl); free(g); free(u); free(xe); free(rows); free(rw); free(chosen); free(cw); free(conv);
     return st;
 }

@@ -33,6 +33,8 @@ typedef struct preset {
                       * the experts' size is then expert_feed_forward_length); 0: it is */
     int n_dense_lead, n_shared; /* leading dense layers; shared experts per MoE layer */
     float weights_scale;        /* expert_weights_scale (written where the family reads it) */
+    const char *kinds;          /* conv families: one letter per layer, 'a' attention, 'c' a
+                                 * short-convolution block (head_count_kv 0); NULL: attention */
 } preset;
 
 /* Sizes from each model's config.json on Hugging Face where a preset is named after a model. */
@@ -97,11 +99,28 @@ static const preset presets[] = {
      .n_embd = 2048, .n_layer = 28, .n_head = 16, .n_head_kv = 16, .n_ff_exp = 1408,
      .n_expert = 64, .n_expert_used = 6, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 10944,
      .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f},
+    /* tiny-lfm2moe: a dense short-conv first layer, then attention, conv, attention MoE layers
+     * with a sigmoid router and expert bias, per-head q/k norms, GQA */
+    {.name = "tiny-lfm2moe", .arch = "lfm2moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 4, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 128, .n_dense_lead = 1,
+     .kinds = "caca", .tied = true},
+    {.name = "small-lfm2moe", .arch = "lfm2moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 4, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 512, .n_dense_lead = 1,
+     .kinds = "caca"},
+    /* LFM2-8B-A1B: 24 layers, 6 of them GQA attention (the others short convolutions, 3 taps;
+     * the attention layers' positions approximate the released model's, which cost the same),
+     * the first 2 dense, 32 experts top-4, tied head */
+    {.name = "lfm2-8b-a1b", .arch = "lfm2moe", .n_vocab = 65536, .n_ctx = 128000,
+     .n_embd = 2048, .n_layer = 24, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 1792,
+     .n_expert = 32, .n_expert_used = 4, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 7168,
+     .n_dense_lead = 2, .kinds = "ccaccaccaccaccaccacccacc", .tied = true},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "qwen3-30b-a3b",
     "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
-    "small-deepseek", "deepseek-moe-16b", NULL};
+    "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
@@ -349,7 +368,16 @@ static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
     if (!st && p->n_shared) st = set_arch_u32(w, a, "expert_shared_count", (uint32_t)p->n_shared);
     if (!st && p->weights_scale != 0.0f) st = set_arch_f32(w, a, "expert_weights_scale", p->weights_scale);
     if (!st) st = set_arch_u32(w, a, "attention.head_count", (uint32_t)p->n_head);
-    if (!st) st = set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)p->n_head_kv);
+    if (!st && !p->kinds) st = set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)p->n_head_kv);
+    if (!st && p->kinds) { /* per layer, 0 for a short-convolution block, as LFM2's converter */
+        int32_t kv[1024];
+        for (int il = 0; il < p->n_layer; il++) kv[il] = p->kinds[il] == 'c' ? 0 : p->n_head_kv;
+        snprintf(name, sizeof(name), "%s.attention.head_count_kv", a);
+        st = es_gguf_writer_set_arr(w, name, ES_GGUF_INT32, kv, (uint64_t)p->n_layer);
+        if (!st) st = set_arch_u32(w, a, "shortconv.l_cache", 3);
+    }
+    if (!st && es_arch_find(a)->gating == ES_GATING_SIGMOID)
+        st = set_arch_u32(w, a, "expert_gating_func", 2);
     if (!st && p->n_embd_head) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)p->n_embd_head);
     if (!st && p->n_embd_head) st = set_arch_u32(w, a, "attention.value_length", (uint32_t)p->n_embd_head);
     if (!st) st = set_arch_f32(w, a, "rope.freq_base", p->rope_base);
@@ -429,6 +457,12 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     for (int il = 0; il < L; il++) {
 #define LNAME(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix ".weight", il), name)
         GEN(LNAME("attn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+        if (p->kinds && p->kinds[il] == 'c') { /* a short-convolution block */
+            GEN(LNAME("shortconv.conv"), GEN_NORMAL, ES_QTYPE_F32, 2, 3, d, 1, 0.5f, o->seed);
+            GEN(LNAME("shortconv.in_proj"), GEN_NORMAL, wtype, 2, d, 3 * d, 1, sd, o->seed);
+            GEN(LNAME("shortconv.out_proj"), GEN_NORMAL, wtype, 2, d, d, 1, 0.7f * sd * res, o->seed);
+            goto ffn;
+        }
         GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, dq, 1, sd, o->seed);
         GEN(LNAME("attn_k"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
         GEN(LNAME("attn_v"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
@@ -438,6 +472,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(LNAME("attn_q_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, head ? dh : dq, 1, 1, 1.0f, o->seed);
             GEN(LNAME("attn_k_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, head ? dh : dkv, 1, 1, 1.0f, o->seed);
         }
+    ffn:
         GEN(LNAME("ffn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
         if (il < p->n_dense_lead) { /* a dense FFN instead of experts */
             const float sff = 1.0f / sqrtf((float)p->n_ff);
@@ -453,15 +488,23 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(LNAME("ffn_down_shexp"), GEN_NORMAL, wtype, 2, fs, d, 1, 1.5f * sfs * res, o->seed);
             GEN(LNAME("ffn_up_shexp"), GEN_NORMAL, wtype, 2, d, fs, 1, sd, o->seed);
         }
-        GEN(LNAME("ffn_gate_inp"), GEN_ROUTER, ES_QTYPE_F32, 2, d, E, 1, sd, o->seed);
+        /* a sigmoid router ranks sigmoid(logit) + bias, which squeezes logit gaps by 4 near
+         * 0.5: wider logits keep its choices as clear as a softmax router's */
+        const float rs = fam->gating == ES_GATING_SIGMOID ? 3.0f * sd : sd;
+        GEN(LNAME("ffn_gate_inp"), GEN_ROUTER, ES_QTYPE_F32, 2, d, E, 1, rs, o->seed);
         g->common = c.common;
         g->bias = c.bias + il * E;
+        if (fam->expert_bias) { /* the selection bias: small next to sigmoid probabilities */
+            snprintf(name, sizeof(name), "blk.%d.exp_probs_b.bias", il);
+            GEN(name, GEN_NORMAL, ES_QTYPE_F32, 1, E, 1, 1, 0.02f, o->seed);
+        }
         GEN(LNAME("ffn_gate_exps"), GEN_NORMAL, wtype, 3, d, p->n_ff_exp, E, sd, o->seed);
         GEN(LNAME("ffn_down_exps"), GEN_NORMAL, wtype, 3, p->n_ff_exp, d, E, 1.5f * sf * res, o->seed);
         GEN(LNAME("ffn_up_exps"), GEN_NORMAL, wtype, 3, d, p->n_ff_exp, E, sd, o->seed);
 #undef LNAME
     }
-    GEN("output_norm.weight", GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+    GEN(fam->output_norm ? fam->output_norm : "output_norm.weight", GEN_NORM_WEIGHT,
+        ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
     if (!p->tied) GEN("output.weight", GEN_NORMAL, out_type, 2, d, n_vocab, 1, 3.0f * sd, o->seed);
 #undef GEN
     for (int i = 0; i < c.n_gens; i++) {

@@ -220,7 +220,8 @@ static inline size_t es_act_q8_row_bytes(int64_t K)
     return (size_t)(K + K / 32 * 20 + 63) / 64 * 64;
 }
 /* Float activation rows (F32/F16/BF16 weights in the float kernels): K floats, zero padded to a
- * multiple of 16 floats. */
+ * multiple of 16 floats; for F16 and BF16 weights the floats are rounded to that type first, as
+ * llama.cpp converts them (es_act_f16r_prepare). */
 static inline size_t es_act_f32_row_bytes(int64_t K)
 {
     return (size_t)(K + 15) / 16 * 64;
@@ -259,5 +260,9 @@ void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, v
 void es_act_q8k_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                         int32_t c_mult, int32_t c2_mult);
 void es_act_f32_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act);
+/* The same rows rounded to F16 (|x| <= 65504) or BF16, for F16 and BF16 weights: llama.cpp
+ * converts activations to the weights' type before it multiplies. */
+void es_act_f16r_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act);
+void es_act_bf16r_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act);
 
 #endif

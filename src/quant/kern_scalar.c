@@ -115,6 +115,30 @@ void es_act_f32_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, 
     }
 }
 
+/* F16 weights: llama.cpp multiplies them with activations converted to F16; rounding the floats
+ * the same way gives its products. Values F16 cannot hold (|x| > 65504) stay floats. */
+void es_act_f16r_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
+{
+    es_act_f32_prepare(X, ldx, n_rows, K, act);
+    const size_t rb = es_act_f32_row_bytes(K);
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *row = (float *)((uint8_t *)act + r * rb);
+        for (int64_t k = 0; k < K; k++)
+            if (fabsf(row[k]) <= 65504.0f) row[k] = es_f16_to_f32(es_f32_to_f16(row[k]));
+    }
+}
+
+/* BF16 weights: activations rounded to BF16, as llama.cpp converts them. */
+void es_act_bf16r_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
+{
+    es_act_f32_prepare(X, ldx, n_rows, K, act);
+    const size_t rb = es_act_f32_row_bytes(K);
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *row = (float *)((uint8_t *)act + r * rb);
+        for (int64_t k = 0; k < K; k++) row[k] = es_bf16_to_f32(es_f32_to_bf16(row[k]));
+    }
+}
+
 static void act_prepare_q(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
     /* The scalar kernel computes dot products directly and ignores c/c2; the values match the
@@ -352,6 +376,8 @@ void es_kern_fill_scalar(es_kern *k)
     for (size_t i = 0; i < ES_LEN(f); i++)
         k->op[f[i].type] =
             (es_kern_ops){es_act_f32_row_bytes, es_act_f32_prepare, f[i].gemm, scratch_f, NULL};
+    k->op[ES_QTYPE_F16].act_prepare = es_act_f16r_prepare;
+    k->op[ES_QTYPE_BF16].act_prepare = es_act_bf16r_prepare;
     k->op[ES_QTYPE_Q4_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q5_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q6_K].act_prepare = act_prepare_k;
