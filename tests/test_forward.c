@@ -172,10 +172,12 @@ static void test_family_q4_k_m(void **s)
 {
     (void)s;
     /* small-lfm2moe: a router flip of the reference path (float activations) moves one
-     * position by 3.5 and the next two through the convolution; against llama.cpp it agrees */
-    static const struct { const char *stem; double median, self_max, self_kl; } files[] = {
-        {"small-qwen3moe", 0.1, 1.0, 2e-3}, {"small-mixtral", 1e-4, 1.0, 2e-3},
-        {"small-deepseek", 1e-4, 1.0, 2e-3}, {"small-lfm2moe", 0.1, 4.0, 0.012}};
+     * position by 3.5 and the next two through the convolution. Against llama.cpp its KL is
+     * 1.9e-4 with the x86 tables but 2.5e-4 (top-1 98.2 %) with AArch64's, whose element-wise
+     * float steps tip a sigmoid-router near-tie the other way: the limit allows 3e-4 there. */
+    static const struct { const char *stem; double median, self_max, self_kl, llama_kl; } files[] = {
+        {"small-qwen3moe", 0.1, 1.0, 2e-3, 2e-4}, {"small-mixtral", 1e-4, 1.0, 2e-3, 2e-4},
+        {"small-deepseek", 1e-4, 1.0, 2e-3, 2e-4}, {"small-lfm2moe", 0.1, 4.0, 0.012, 3e-4}};
     for (size_t i = 0; i < T_LEN(files); i++) {
         const limits self = {INFINITY, 0.2, files[i].self_max, 0.96, files[i].self_kl};
         char model[128], golden[128];
@@ -183,6 +185,7 @@ static void test_family_q4_k_m(void **s)
         snprintf(golden, sizeof(golden), DATA "%s-q4_k_m.llama-logits.bin", files[i].stem);
         limits llama = quant_llama;
         llama.median = files[i].median;
+        llama.kl = files[i].llama_kl;
         compare_lim(model, self, golden, llama);
     }
 }
