@@ -37,11 +37,15 @@ static void act_q8_block_sums(const int8_t *q, float db, int64_t b, float *ds, i
     c2[2 * b + 1] = c2_mult * s[1];
 }
 
-void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
-                       int32_t c_mult, int32_t c2_mult)
+/* Rows quantized with one scale per group of gb blocks of 32: gb = 1 is llama.cpp's Q8_0 (the
+ * scale amax / 127 rounded to F16, es_act_q8_scale), gb = 8 its Q8_K (the float 1 / (127 /
+ * amax)); q = x * 127 / amax rounded to nearest even (lrintf, as vcvtps2dq in the SIMD
+ * versions), at most 127 in magnitude. */
+static void act_q8_groups(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                          int gb, int32_t c_mult, int32_t c2_mult)
 {
-    ES_ASSERT(K % 32 == 0);
-    const int64_t nb = K / 32;
+    ES_ASSERT(K % (32 * gb) == 0);
+    const int64_t nb = K / 32, g = 32 * gb;
     const size_t rb = es_act_q8_row_bytes(K);
     for (int64_t r = 0; r < n_rows; r++) {
         const float *x = X + r * ldx;
@@ -51,58 +55,36 @@ void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, v
         float *ds = (float *)(row + es_act_q8_off_ds(K));
         int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
         int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
-        for (int64_t b = 0; b < nb; b++, x += 32, q += 32) {
+        for (int64_t b0 = 0; b0 < nb; b0 += gb, x += g, q += g) {
             float amax = 0.0f;
-            for (int i = 0; i < 32; i++)
+            for (int64_t i = 0; i < g; i++)
                 amax = fmaxf(amax, fabsf(x[i]));
-            const float db = es_act_q8_scale(amax);
             const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            /* lrintf rounds to nearest even, as vcvtps2dq does in the SIMD versions */
-            for (int i = 0; i < 32; i++)
-                q[i] = (int8_t)lrintf(x[i] * id);
-            d[b] = db;
-            act_q8_block_sums(q, db, b, ds, c, c2, c_mult, c2_mult);
+            const float db = gb == 1 ? es_act_q8_scale(amax) : amax != 0.0f ? 1.0f / id : 0.0f;
+            for (int64_t i = 0; i < g; i++) {
+                const long v = lrintf(x[i] * id);
+                q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            for (int64_t b = b0; b < b0 + gb; b++) {
+                d[b] = db;
+                act_q8_block_sums(q + 32 * (b - b0), db, b, ds, c, c2, c_mult, c2_mult);
+            }
         }
         const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
         memset(row + used, 0, rb - used);
     }
 }
 
+void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                       int32_t c_mult, int32_t c2_mult)
+{
+    act_q8_groups(X, ldx, n_rows, K, act, 1, c_mult, c2_mult);
+}
+
 void es_act_q8k_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                         int32_t c_mult, int32_t c2_mult)
 {
-    ES_ASSERT(K % 256 == 0);
-    const int64_t nb = K / 32;
-    const size_t rb = es_act_q8_row_bytes(K);
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *x = X + r * ldx;
-        uint8_t *row = (uint8_t *)act + r * rb;
-        int8_t *q = (int8_t *)row;
-        float *d = (float *)(row + es_act_q8_off_d(K));
-        float *ds = (float *)(row + es_act_q8_off_ds(K));
-        int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
-        int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
-        for (int64_t sb = 0; sb < nb; sb += 8, x += 256, q += 256) {
-            float amax = 0.0f;
-            for (int i = 0; i < 256; i++)
-                amax = fmaxf(amax, fabsf(x[i]));
-            /* the scale is 1 / (127 / max), the operations of llama.cpp's Q8_K; q is rounded to
-             * nearest even like its nearest_int(). llama.cpp keeps the sign of the largest value
-             * in d and q (both flipped when it is positive): the products are the same. */
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const float db = amax != 0.0f ? 1.0f / id : 0.0f;
-            for (int i = 0; i < 256; i++) {
-                const long v = lrintf(x[i] * id);
-                q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-            }
-            for (int64_t b = sb; b < sb + 8; b++) {
-                d[b] = db;
-                act_q8_block_sums(q + 32 * (b - sb), db, b, ds, c, c2, c_mult, c2_mult);
-            }
-        }
-        const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
-        memset(row + used, 0, rb - used);
-    }
+    act_q8_groups(X, ldx, n_rows, K, act, 8, c_mult, c2_mult);
 }
 
 void es_act_f32_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
