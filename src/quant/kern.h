@@ -199,6 +199,17 @@ static inline float es_act_q8_scale(float amax)
     return d >= 0x1p-14f && d <= 65504.0f ? es_f16_to_f32(es_f32_to_f16(d)) : d;
 }
 
+/* One group of gb blocks of 32 with max |x| = amax: sets *id to the multiplier that quantizes
+ * it (127 / amax) and returns the scale stored in each of its blocks' d: for gb = 1 llama.cpp's
+ * Q8_0 (es_act_q8_scale), for gb = 8 its Q8_K (the float 1 / id). 0 for an all-zero group. Every
+ * table's preparation calls this, so their d and q stay bit-identical. */
+static inline float es_act_group_scale(float amax, int gb, float *id)
+{
+    *id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    if (gb == 1) return es_act_q8_scale(amax);
+    return amax != 0.0f ? 1.0f / *id : 0.0f;
+}
+
 static inline int64_t es_act_q8_off_d(int64_t K)
 {
     return K;

@@ -59,8 +59,8 @@ static void act_q8_groups(const float *X, int64_t ldx, int64_t n_rows, int64_t K
             float amax = 0.0f;
             for (int64_t i = 0; i < g; i++)
                 amax = fmaxf(amax, fabsf(x[i]));
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const float db = gb == 1 ? es_act_q8_scale(amax) : amax != 0.0f ? 1.0f / id : 0.0f;
+            float id;
+            const float db = es_act_group_scale(amax, gb, &id);
             for (int64_t i = 0; i < g; i++) {
                 const long v = lrintf(x[i] * id);
                 q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);

@@ -615,8 +615,8 @@ static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void 
             for (int64_t i = 0; i < 4 * gb; i++)
                 amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 32 * b0 + 8 * i)));
             const float am = hmax8(amax);
-            const float id = am != 0.0f ? 127.0f / am : 0.0f;
-            const float db = gb == 1 ? es_act_q8_scale(am) : am != 0.0f ? 1.0f / id : 0.0f;
+            float id;
+            const float db = es_act_group_scale(am, gb, &id);
             const __m256 vid = _mm256_set1_ps(id);
             for (int64_t b = b0; b < b0 + gb; b++) {
                 __m256i q[4];

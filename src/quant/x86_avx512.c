@@ -784,8 +784,8 @@ static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void 
             for (int64_t i = 0; i < 2 * gb; i++)
                 a = _mm512_max_ps(a, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * b0 + 16 * i)));
             const float amax = _mm512_reduce_max_ps(a);
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const float db = gb == 1 ? es_act_q8_scale(amax) : amax != 0.0f ? 1.0f / id : 0.0f;
+            float id;
+            const float db = es_act_group_scale(amax, gb, &id);
             const __m512 vid = _mm512_set1_ps(id);
             for (int64_t b = b0; b < b0 + gb; b++) {
                 const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), vid));
