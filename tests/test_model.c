@@ -56,6 +56,12 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-deepseek", "q4_0", DATA "tiny-deepseek-q4_0.gguf"},
         {"tiny-lfm2moe", "f16", DATA "tiny-lfm2moe-f16.gguf"},
         {"tiny-lfm2moe", "q4_0", DATA "tiny-lfm2moe-q4_0.gguf"},
+        {"tiny-deepseek2", "f16", DATA "tiny-deepseek2-f16.gguf"},
+        {"tiny-deepseek2", "q4_0", DATA "tiny-deepseek2-q4_0.gguf"},
+        {"tiny-deepseek2-joined", "f16", DATA "tiny-deepseek2-joined-f16.gguf"},
+        {"tiny-deepseek2-joined", "q4_0", DATA "tiny-deepseek2-joined-q4_0.gguf"},
+        {"tiny-qwen3moe-yarn", "f16", DATA "tiny-qwen3moe-yarn-f16.gguf"},
+        {"tiny-qwen3moe-yarn", "q4_0", DATA "tiny-qwen3moe-yarn-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -151,6 +157,41 @@ static void test_hparams(void **state)
     assert_int_equal(m->family->gating, ES_GATING_SIGMOID);
     assert_string_equal(m->output_norm.name, "token_embd_norm.weight");
     assert_ptr_equal(m->output.data, m->tok_embd.data);
+    es_model_close(m);
+
+    /* deepseek2: MLA with latent 64, heads of 32 + 16 rope (n_rot 16) and values of 32, the file's
+     * one MQA KV head decompressed to 4; YaRN x40 of 4,096 with DeepSeek's mscale 0.707:
+     * ext_factor 1, cos/sin scale 1, kq scale (1 + 0.1 * 0.707 * ln 40)^2 / sqrt(48); the
+     * correction range from ggml's formula (pairs 2 to 6 for 16 dims) */
+    m = open_ok(DATA "tiny-deepseek2-f16.gguf");
+    assert_string_equal(es_model_arch(m), "deepseek2");
+    assert_int_equal(m->hp.n_lora_kv, 64);
+    assert_true(m->hp.mla_split);
+    assert_int_equal(m->hp.n_embd_head, 48);
+    assert_int_equal(m->hp.n_embd_head_v, 32);
+    assert_int_equal(m->hp.n_rot, 16);
+    assert_int_equal(m->hp.n_head_kv, 4);
+    assert_int_equal(m->hp.n_embd_att, 128);
+    assert_int_equal(m->layers[1].wkv_a.ne[1], 80);
+    assert_int_equal(m->layers[1].wk_b.ne[2], 4);
+    assert_null(m->layers[1].wkv_b.data);
+    assert_true(fabsf(m->hp.rope_freq_scale - 1.0f / 40.0f) < 1e-9f);
+    assert_true(m->hp.rope_ext_factor == 1.0f);
+    assert_true(fabsf(m->hp.rope_cs_scale - 1.0f) < 1e-6f);
+    const double ms = 1.0 + 0.1 * 0.707 * log(40.0);
+    assert_true(fabs(m->hp.attn_scale - ms * ms / sqrt(48.0)) < 1e-6);
+    assert_true(m->hp.rope_corr[0] == 2.0f && m->hp.rope_corr[1] == 6.0f);
+    assert_false(m->hp.topk_renorm);
+    es_model_close(m);
+    m = open_ok(DATA "tiny-deepseek2-joined-f16.gguf");
+    assert_false(m->hp.mla_split);
+    assert_int_equal(m->layers[2].wkv_b.ne[1], 4 * (32 + 32));
+    assert_null(m->layers[2].wk_b.data);
+    es_model_close(m);
+    /* YaRN on qwen3moe: cos/sin scaled by 1 + 0.1 ln 4, no mscale in the softmax scale */
+    m = open_ok(DATA "tiny-qwen3moe-yarn-f16.gguf");
+    assert_true(fabsf(m->hp.rope_cs_scale - (1.0f + 0.1f * logf(4.0f))) < 1e-6f);
+    assert_true(fabsf(m->hp.attn_scale - 1.0f / sqrtf(32.0f)) < 1e-7f);
     es_model_close(m);
 }
 
@@ -262,7 +303,11 @@ static void test_ppl_matches_llama_cpp(void **state)
         {"small-mixtral-q4_k_m", 2e-3, 1e-2},
         {"small-deepseek-q4_k_m", 2e-3, 1e-2},
         {"tiny-lfm2moe-f16", 1e-3, 5e-3}, /* reference: one router flip, 0.41 % (see above) */
-        {"small-lfm2moe-q4_k_m", 2e-3, 2e-2}};
+        {"small-lfm2moe-q4_k_m", 2e-3, 2e-2},
+        {"tiny-deepseek2-f16", 1e-3, 1e-3},
+        {"tiny-deepseek2-joined-f16", 1e-3, 1e-3},
+        /* MLA's activation-rounding flips (test_forward): +0.16 % */
+        {"small-deepseek2-q4_k_m", 3e-3, 2e-2}};
     size_t len = 0;
     char *text = t_read_file(DATA "ppl-text.txt", &len);
     assert_non_null(text);
@@ -312,14 +357,14 @@ static void test_open_errors(void **state)
     es_model_close(m);
 }
 
-/* The tiny model's metadata (no tensors) without key `skip`, then `set` applied; opened, the
- * error message must contain want. */
-static void expect_meta_error(const char *skip, es_status (*set)(es_gguf_writer *),
-                              const char *want)
+/* The metadata (no tensors) of src without key `skip`, then `set` applied; opened, the error
+ * message must contain want. */
+static void expect_meta_error_in(const char *src, const char *skip,
+                                 es_status (*set)(es_gguf_writer *), const char *want)
 {
     const char *path = t_tmp_path("meta.gguf");
     es_gguf *g = NULL;
-    assert_int_equal(es_gguf_open("tests/data/tiny-f32.gguf", &g), ES_OK);
+    assert_int_equal(es_gguf_open(src, &g), ES_OK);
     es_gguf_writer *w = NULL;
     assert_int_equal(es_gguf_writer_create(&w), ES_OK);
     for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
@@ -339,6 +384,28 @@ static void expect_meta_error(const char *skip, es_status (*set)(es_gguf_writer 
     if (!strstr(es_last_error(), want) || !strstr(es_last_error(), path))
         fail_msg("error '%s' lacks '%s' or the path", es_last_error(), want);
     unlink(path);
+}
+static void expect_meta_error(const char *skip, es_status (*set)(es_gguf_writer *),
+                              const char *want)
+{
+    expect_meta_error_in("tests/data/tiny-f32.gguf", skip, set, want);
+}
+
+static es_status q_lora_512(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "deepseek2.attention.q_lora_rank", 512);
+}
+static es_status gating_sigmoid(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "deepseek2.expert_gating_func", 2);
+}
+static es_status rope_longrope(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_str(w, "deepseek2.rope.scaling.type", "longrope");
+}
+static es_status rope_dims_48(es_gguf_writer *w) /* no room left for q_nope */
+{
+    return es_gguf_writer_set_u32(w, "deepseek2.rope.dimension_count", 48);
 }
 
 static es_status arch_u32(es_gguf_writer *w)
@@ -399,6 +466,15 @@ static void test_metadata_types(void **state)
     expect_meta_error("olmoe.expert_count", NULL, "estream runs mixture-of-experts models only");
     expect_meta_error(NULL, value_heads_8, "value heads of 8 differ from key heads of 16");
     expect_meta_error(NULL, heads_7, "not a multiple of 7 heads");
+    /* deepseek2: q LoRA (the full V2/V3), a sigmoid router, an unknown rope scaling, a rotary
+     * part that leaves no q_nope, a missing latent rank */
+    const char *ds2 = DATA "tiny-deepseek2-f16.gguf";
+    expect_meta_error_in(ds2, NULL, q_lora_512, "q_lora_rank = 512: queries through a low-rank");
+    expect_meta_error_in(ds2, NULL, gating_sigmoid, "softmax router (1) only");
+    expect_meta_error_in(ds2, NULL, rope_longrope, "'longrope': estream supports none, linear");
+    expect_meta_error_in(ds2, NULL, rope_dims_48, "below the key head size 48");
+    expect_meta_error_in(ds2, "deepseek2.attention.kv_lora_rank", NULL,
+                         "missing key deepseek2.attention.kv_lora_rank");
 }
 
 int main(void)

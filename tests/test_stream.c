@@ -31,7 +31,7 @@ typedef struct fixture {
     int32_t ids[T_LONG];
 } fixture;
 
-static fixture fx_q4, fx_f32, fx_qwen3moe, fx_mixtral, fx_deepseek, fx_lfm2moe;
+static fixture fx_q4, fx_f32, fx_qwen3moe, fx_mixtral, fx_deepseek, fx_lfm2moe, fx_deepseek2;
 
 static void make_fixture(fixture *fx, const char *preset, const char *type)
 {
@@ -167,6 +167,7 @@ static void test_identical_families(void **state)
     check_configs(&fx_mixtral, some, T_LEN(some), T_LONG);
     check_configs(&fx_deepseek, some, T_LEN(some), T_LONG);
     check_configs(&fx_lfm2moe, some, T_LEN(some), T_LONG);
+    check_configs(&fx_deepseek2, some, T_LEN(some), T_LONG);
 }
 
 /* A 3-token prompt routes 12 of 16 (layer, expert) pairs at most: unrouted groups are skipped
@@ -510,13 +511,14 @@ static int setup(void **state)
     make_fixture(&fx_mixtral, "tiny-mixtral", "q4_0");
     make_fixture(&fx_deepseek, "tiny-deepseek", "q4_0");
     make_fixture(&fx_lfm2moe, "tiny-lfm2moe", "q4_0");
+    make_fixture(&fx_deepseek2, "tiny-deepseek2", "q4_0");
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    const fixture *fs[] = {&fx_q4, &fx_f32, &fx_qwen3moe, &fx_mixtral, &fx_deepseek, &fx_lfm2moe};
+    const fixture *fs[] = {&fx_q4, &fx_f32, &fx_qwen3moe, &fx_mixtral, &fx_deepseek, &fx_lfm2moe, &fx_deepseek2};
     for (size_t i = 0; i < T_LEN(fs); i++) {
         unlink(fs[i]->gguf);
         unlink(fs[i]->pack);

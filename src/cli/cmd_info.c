@@ -231,7 +231,15 @@ int cmd_info(int argc, char **argv)
     if (hp->n_layer_dense_lead)
         printf("dense layers:  %d (FFN %d) before the MoE layers\n", hp->n_layer_dense_lead,
                hp->n_ff);
+    if (hp->n_lora_kv)
+        printf("latent attn:   MLA, latent %d, key heads %d (%d rotary), value heads %d, %s\n",
+               hp->n_lora_kv, hp->n_embd_head, hp->n_rot, hp->n_embd_head_v,
+               hp->mla_split ? "attn_k_b/attn_v_b" : "joined attn_kv_b");
     printf("rope base:     %g, rms eps %g\n", (double)hp->rope_freq_base, (double)hp->rms_eps);
+    if (hp->rope_freq_scale != 1.0f)
+        printf("rope scaling:  %s x%g (softmax scale %.6g)\n",
+               hp->rope_ext_factor != 0.0f ? "yarn" : "linear", 1.0 / (double)hp->rope_freq_scale,
+               (double)hp->attn_scale);
     if (es_pack_is_pack(g)) print_pack(g);
     uint64_t expert_total;
     const uint64_t total = print_tensors(g, &expert_total);

@@ -33,6 +33,13 @@ static const es_arch families[] = {
      .rope = ES_ROPE_NEOX, .topk_renorm = true, .output_optional = true, .dense_lead = true,
      .gating = ES_GATING_SIGMOID, .expert_bias = true, .conv_layers = true,
      .output_norm = "token_embd_norm.weight", .synth_pre = "lfm2"},
+    /* DeepSeek-V2 (-Lite): multi-head latent attention without q LoRA, normal RoPE (with YaRN
+     * in the released models) on the rope part of each head, a leading dense layer, shared
+     * experts, softmax top-k scaled by expert_weights_scale and renormalised only where the
+     * file sets expert_weights_norm. */
+    {.name = "deepseek2", .model_names = "DeepSeek-V2-Lite", .qk_norm = ES_QK_NORM_NONE,
+     .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
+     .shared_experts = true, .weights_scale = true, .mla = true, .synth_pre = "deepseek-llm"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -45,11 +52,11 @@ const es_arch *es_arch_find(const char *name)
 const char *es_arch_supported(void)
 {
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
-           "lfm2moe (LFM2-MoE)";
+           "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2-Lite)";
 }
 
-void es_arch_route(const es_arch *a, const float *logits, int n_expert, int k, float scale,
-                   const float *bias, float *probs, int *chosen, float *weight)
+void es_arch_route(const es_arch *a, bool renorm, const float *logits, int n_expert, int k,
+                   float scale, const float *bias, float *probs, int *chosen, float *weight)
 {
     if (a->gating == ES_GATING_SIGMOID) {
         for (int e = 0; e < n_expert; e++) probs[e] = 1.0f / (1.0f + expf(-logits[e]));
@@ -78,7 +85,7 @@ void es_arch_route(const es_arch *a, const float *logits, int n_expert, int k, f
         chosen[j] = best;
         weight[j] = probs[best];
     }
-    if (a->topk_renorm) {
+    if (renorm) {
         float wsum = 0.0f;
         for (int j = 0; j < k; j++) wsum += weight[j];
         wsum = wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;

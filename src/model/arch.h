@@ -51,6 +51,12 @@ typedef struct es_arch {
     bool conv_layers;         /* layers whose attention.head_count_kv entry is 0 are LFM2
                                * short-convolution blocks (shortconv.in_proj, a causal depthwise
                                * convolution of shortconv.l_cache taps, shortconv.out_proj) */
+    bool mla;                 /* DeepSeek-V2 multi-head latent attention (without q LoRA): q =
+                               * h Wq, one compressed KV row [c | k_pe] = h Wkv_a per token (c
+                               * RMS-normed, k_pe one RoPE key shared by all heads), keys and
+                               * values decompressed per head from c by attn_k_b / attn_v_b (or
+                               * the older joined attn_kv_b); RoPE on the last n_rot dims only;
+                               * YaRN's log multiplier is its mscale (kq scale mscale^2/sqrt) */
     const char *output_norm;  /* the final norm's tensor name (NULL: output_norm.weight) */
     const char *synth_pre;    /* tokenizer.ggml.pre of the synthetic models' built-in BPE */
 } es_arch;
@@ -65,9 +71,10 @@ const char *es_arch_supported(void);
  * the spec: the family's gating of the n_expert logits (softmax, or a sigmoid each), the k
  * experts with the largest probability (plus bias[e] where bias is not NULL; ties to the lower
  * id) in that order in chosen[], their probabilities (unbiased) in weight[], divided by their
- * sum (at least 2^-14, as llama.cpp clamps it) where the family renormalises, then multiplied
+ * sum (at least 2^-14, as llama.cpp clamps it) where renorm (the family's topk_renorm, or the
+ * file's expert_weights_norm where the family reads it), then multiplied
  * by scale unless it is 0 or 1. probs: scratch of n_expert floats. */
-void es_arch_route(const es_arch *a, const float *logits, int n_expert, int k, float scale,
-                   const float *bias, float *probs, int *chosen, float *weight);
+void es_arch_route(const es_arch *a, bool renorm, const float *logits, int n_expert, int k,
+                   float scale, const float *bias, float *probs, int *chosen, float *weight);
 
 #endif

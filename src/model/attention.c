@@ -8,10 +8,10 @@
 #include <string.h>
 
 typedef struct attn_thread {
-    void *q_act;    /* ATTN_BQ prepared query rows (dh) */
+    void *q_act;    /* ATTN_BQ prepared query rows (dk) */
     void *p_act;    /* ATTN_BQ prepared probability rows (ATTN_BK) */
     float *s;       /* [ATTN_BQ][ATTN_BK] scores, then probabilities */
-    float *o;       /* [ATTN_BQ][dh] unnormalised output */
+    float *o;       /* [ATTN_BQ][dv] unnormalised output */
     float *m, *l;   /* [ATTN_BQ] running max and sum */
     void *scratch;  /* es_gemm scratch */
 } attn_thread;
@@ -20,10 +20,10 @@ struct es_attn {
     const es_kern *k; /* the session's kernel table */
     size_t q_act_bytes, p_act_bytes; /* as allocated, for the frees */
     int64_t t_max;
-    int n_head, n_kv, dh, n_threads;
+    int n_head, n_kv, n_kv_v, dk, dv, n_threads;
     es_pool *pool;
-    float *kh;  /* [n_kv][t_max][dh]: key rows of each head, contiguous */
-    float *vtb; /* [n_kv][n_blocks][dh][ATTN_BK]: V transposed per key block, zero padded */
+    float *kh;  /* [n_kv][t_max][dk]: key rows of each head, contiguous */
+    float *vtb; /* [n_kv_v][n_blocks][dv][ATTN_BK]: V transposed per key block, zero padded */
     int64_t n_blocks;
     attn_thread *th;
     size_t scratch_bytes;
@@ -35,8 +35,8 @@ struct es_attn {
     es_pool_counter next;
 };
 
-es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *pool,
-                         const es_kern *k, es_attn **out)
+es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dk, int n_kv_v, int dv,
+                         es_pool *pool, const es_kern *k, es_attn **out)
 {
     *out = NULL;
     es_attn *a = calloc(1, sizeof(*a));
@@ -45,17 +45,19 @@ es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *p
     a->t_max = t_max;
     a->n_head = n_head;
     a->n_kv = n_kv;
-    a->dh = dh;
+    a->n_kv_v = n_kv_v;
+    a->dk = dk;
+    a->dv = dv;
     a->pool = pool;
     a->n_threads = es_pool_size(pool);
     a->n_blocks = (t_max + ATTN_BK - 1) / ATTN_BK;
-    a->kh = es_alloc_big(sizeof(float) * (size_t)n_kv * (size_t)t_max * (size_t)dh);
-    a->vtb = es_alloc_big(sizeof(float) * (size_t)n_kv * (size_t)a->n_blocks * (size_t)dh * ATTN_BK);
+    a->kh = es_alloc_big(sizeof(float) * (size_t)n_kv * (size_t)t_max * (size_t)dk);
+    a->vtb = es_alloc_big(sizeof(float) * (size_t)n_kv_v * (size_t)a->n_blocks * (size_t)dv * ATTN_BK);
     a->th = calloc((size_t)a->n_threads, sizeof(attn_thread));
-    size_t sb = es_gemm_scratch_bytes(a->k, ES_QTYPE_F32, dh);
+    size_t sb = es_gemm_scratch_bytes(a->k, ES_QTYPE_F32, dk);
     const size_t sb2 = es_gemm_scratch_bytes(a->k, ES_QTYPE_F32, ATTN_BK);
     a->scratch_bytes = es_align_up((sb > sb2 ? sb : sb2) + 64, 64);
-    a->q_act_bytes = es_act_bytes(k, ES_QTYPE_F32, ATTN_BQ, dh);
+    a->q_act_bytes = es_act_bytes(k, ES_QTYPE_F32, ATTN_BQ, dk);
     a->p_act_bytes = es_act_bytes(k, ES_QTYPE_F32, ATTN_BQ, ATTN_BK);
     bool ok = a->kh && a->vtb && a->th;
     for (int i = 0; ok && i < a->n_threads; i++) {
@@ -63,7 +65,7 @@ es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *p
         t->q_act = es_alloc_big(a->q_act_bytes);
         t->p_act = es_alloc_big(a->p_act_bytes);
         t->s = es_alloc_big(sizeof(float) * ATTN_BQ * ATTN_BK);
-        t->o = es_alloc_big(sizeof(float) * ATTN_BQ * (size_t)dh);
+        t->o = es_alloc_big(sizeof(float) * ATTN_BQ * (size_t)dv);
         t->m = es_alloc_big(sizeof(float) * ATTN_BQ * 2);
         t->scratch = es_alloc_big(a->scratch_bytes);
         ok = t->q_act && t->p_act && t->s && t->o && t->m && t->scratch;
@@ -80,16 +82,16 @@ es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dh, es_pool *p
 void es_attn_destroy(es_attn *a)
 {
     if (!a) return;
-    const size_t dh = (size_t)a->dh;
-    es_free_big(a->kh, sizeof(float) * (size_t)a->n_kv * (size_t)a->t_max * dh);
-    es_free_big(a->vtb, sizeof(float) * (size_t)a->n_kv * (size_t)a->n_blocks * dh * ATTN_BK);
+    const size_t dk = (size_t)a->dk, dv = (size_t)a->dv;
+    es_free_big(a->kh, sizeof(float) * (size_t)a->n_kv * (size_t)a->t_max * dk);
+    es_free_big(a->vtb, sizeof(float) * (size_t)a->n_kv_v * (size_t)a->n_blocks * dv * ATTN_BK);
     if (a->th)
         for (int i = 0; i < a->n_threads; i++) {
             attn_thread *t = &a->th[i];
             es_free_big(t->q_act, a->q_act_bytes);
             es_free_big(t->p_act, a->p_act_bytes);
             es_free_big(t->s, sizeof(float) * ATTN_BQ * ATTN_BK);
-            es_free_big(t->o, sizeof(float) * ATTN_BQ * dh);
+            es_free_big(t->o, sizeof(float) * ATTN_BQ * dv);
             es_free_big(t->m, sizeof(float) * ATTN_BQ * 2);
             es_free_big(t->scratch, a->scratch_bytes);
         }
@@ -105,22 +107,24 @@ static void kv_worker(void *arg, int ith, int nth)
 {
     kv_job *j = arg;
     es_attn *a = j->a;
-    const int dh = a->dh;
-    const int64_t ld = (int64_t)a->n_kv * dh, nb = (j->T + ATTN_BK - 1) / ATTN_BK;
-    /* items: (kv head, key block) */
-    for (int64_t it = ith; it < a->n_kv * nb; it += nth) {
+    const int dk = a->dk, dv = a->dv;
+    const int64_t ldk = (int64_t)a->n_kv * dk, ldv = (int64_t)a->n_kv_v * dv;
+    const int64_t nb = (j->T + ATTN_BK - 1) / ATTN_BK;
+    const int n_heads = a->n_kv > a->n_kv_v ? a->n_kv : a->n_kv_v;
+    /* items: (head, key block): key head h where h < n_kv, value head h where h < n_kv_v */
+    for (int64_t it = ith; it < n_heads * nb; it += nth) {
         const int h = (int)(it / nb);
         const int64_t b = it % nb;
-        float *vt = a->vtb + (((size_t)h * (size_t)a->n_blocks + (size_t)b) * (size_t)dh) * ATTN_BK;
-        for (int64_t jj = 0; jj < ATTN_BK; jj++) {
+        for (int64_t jj = 0; h < a->n_kv && jj < ATTN_BK; jj++) {
             const int64_t s = b * ATTN_BK + jj;
-            float *kr = a->kh + ((size_t)h * (size_t)a->t_max + (size_t)s) * (size_t)dh;
-            if (s < j->T) {
-                memcpy(kr, j->k + s * ld + h * dh, sizeof(float) * (size_t)dh);
-                for (int i = 0; i < dh; i++) vt[(size_t)i * ATTN_BK + (size_t)jj] = j->v[s * ld + h * dh + i];
-            } else {
-                for (int i = 0; i < dh; i++) vt[(size_t)i * ATTN_BK + (size_t)jj] = 0.0f;
-            }
+            float *kr = a->kh + ((size_t)h * (size_t)a->t_max + (size_t)s) * (size_t)dk;
+            if (s < j->T) memcpy(kr, j->k + s * ldk + h * dk, sizeof(float) * (size_t)dk);
+        }
+        float *vt = a->vtb + (((size_t)h * (size_t)a->n_blocks + (size_t)b) * (size_t)dv) * ATTN_BK;
+        for (int64_t jj = 0; h < a->n_kv_v && jj < ATTN_BK; jj++) {
+            const int64_t s = b * ATTN_BK + jj;
+            for (int i = 0; i < dv; i++)
+                vt[(size_t)i * ATTN_BK + (size_t)jj] = s < j->T ? j->v[s * ldv + h * dv + i] : 0.0f;
         }
     }
 }
@@ -134,21 +138,22 @@ void es_attn_set_kv(es_attn *a, const float *k, const float *v, int64_t T)
 
 static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
 {
-    const int dh = a->dh, hk = h / (a->n_head / a->n_kv);
+    const int dk = a->dk, dv = a->dv, hk = h / (a->n_head / a->n_kv);
+    const int hv = h / (a->n_head / a->n_kv_v);
     const int64_t T = a->T, nq = T - q0 < ATTN_BQ ? T - q0 : ATTN_BQ;
-    const int64_t ldq = (int64_t)a->n_head * dh;
-    es_act_prepare(a->k, ES_QTYPE_F32, a->q + q0 * ldq + h * dh, ldq, nq, dh, t->q_act);
+    const int64_t ldq = (int64_t)a->n_head * dk, ldo = (int64_t)a->n_head * dv;
+    es_act_prepare(a->k, ES_QTYPE_F32, a->q + q0 * ldq + h * dk, ldq, nq, dk, t->q_act);
     for (int64_t i = 0; i < nq; i++) {
         t->m[i] = -INFINITY;
         t->l[i] = 0.0f;
     }
-    memset(t->o, 0, sizeof(float) * (size_t)(nq * dh));
-    const float *kh = a->kh + (size_t)hk * (size_t)a->t_max * (size_t)dh;
+    memset(t->o, 0, sizeof(float) * (size_t)(nq * dv));
+    const float *kh = a->kh + (size_t)hk * (size_t)a->t_max * (size_t)dk;
     const int64_t last_q = q0 + nq - 1;
     for (int64_t s0 = 0; s0 <= last_q; s0 += ATTN_BK) {
         const int64_t s1 = s0 + ATTN_BK; /* padded keys beyond T are masked below */
         const int64_t s_end = s1 < T ? s1 : T;
-        es_gemm(a->k, ES_QTYPE_F32, kh, dh, s0, s_end, t->q_act, NULL, nq, t->s - s0, ATTN_BK, 0,
+        es_gemm(a->k, ES_QTYPE_F32, kh, dk, s0, s_end, t->q_act, NULL, nq, t->s - s0, ATTN_BK, 0,
                 t->scratch);
         for (int64_t i = 0; i < nq; i++) {
             float *srow = t->s + i * ATTN_BK;
@@ -160,17 +165,17 @@ static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
             for (int64_t j = valid > 0 ? valid : 0; j < ATTN_BK; j++) srow[j] = 0.0f;
             t->l[i] = t->l[i] * alpha + sum;
             t->m[i] = mx;
-            float *orow = t->o + i * dh;
-            (void)a->k->scale_max(orow, alpha, dh); /* rescale the partial output */
+            float *orow = t->o + i * dv;
+            (void)a->k->scale_max(orow, alpha, dv); /* rescale the partial output */
         }
         es_act_prepare(a->k, ES_QTYPE_F32, t->s, ATTN_BK, nq, ATTN_BK, t->p_act);
-        const float *vt = a->vtb + (((size_t)hk * (size_t)a->n_blocks + (size_t)(s0 / ATTN_BK)) * (size_t)dh) * ATTN_BK;
-        es_gemm(a->k, ES_QTYPE_F32, vt, ATTN_BK, 0, dh, t->p_act, NULL, nq, t->o, dh, 1, t->scratch);
+        const float *vt = a->vtb + (((size_t)hv * (size_t)a->n_blocks + (size_t)(s0 / ATTN_BK)) * (size_t)dv) * ATTN_BK;
+        es_gemm(a->k, ES_QTYPE_F32, vt, ATTN_BK, 0, dv, t->p_act, NULL, nq, t->o, dv, 1, t->scratch);
     }
     for (int64_t i = 0; i < nq; i++) {
         const float inv = 1.0f / t->l[i];
-        float *dst = a->out + (q0 + i) * ldq + h * dh;
-        for (int k = 0; k < dh; k++) dst[k] = t->o[i * dh + k] * inv;
+        float *dst = a->out + (q0 + i) * ldo + h * dv;
+        for (int k = 0; k < dv; k++) dst[k] = t->o[i * dv + k] * inv;
     }
 }
 

@@ -47,6 +47,12 @@ struct es_fast {
     float *router;        /* [t_cap][n_expert] logits */
     float *ffn_g, *ffn_u; /* [FFN_ROWS][ffn_width]: a dense FFN's gate and up (NULL: none) */
     float *conv_bcx;      /* [t_cap][3 n_embd]: a short-conv block's B, C, X (NULL: none) */
+    float *mla_ckv;       /* MLA: [t_cap][n_lora_kv + n_rot] compressed KV rows [c | k_pe] */
+    float *mla_kvd;       /* MLA: [t_cap][mla_kvd_width] keys (without RoPE) decompressed, and
+                           * in the joined form values */
+    float *mla_out;       /* MLA split: [t_cap][n_embd_att] the values' heads, Wo's input */
+    es_tensor mla_w;      /* MLA split: the layer's key decompression matrix in f32, n_head nope
+                           * rows of n_lora_kv */
     int64_t ffn_width;    /* the widest dense FFN: n_ff of dense layers, n_ff_shexp */
     es_route *routes;     /* [t_cap * n_expert_used], sorted by expert then token */
     es_route *routes_tmp; /* [t_cap * n_expert_used] counting-sort scratch */
@@ -85,6 +91,26 @@ static void span(es_fast *f, int phase, int il, uint64_t t0)
 
 static size_t fbytes(int64_t a, int64_t b) { return sizeof(float) * (size_t)a * (size_t)b; }
 
+/* MLA: the width of a token's decompressed keys without RoPE, all heads (and in the joined
+ * form each head's values after its keys). */
+static int64_t mla_kvd_width(const es_hparams *hp)
+{
+    const int64_t nope = hp->n_embd_head - hp->n_rot;
+    return (int64_t)hp->n_head * (hp->mla_split ? nope : nope + hp->n_embd_head_v);
+}
+
+/* Widths of f->v and f->att: a token's values and attention output; in split MLA the latent
+ * row (one value head shared by all) and each head's attention over it. */
+static bool latent_values(const es_hparams *hp) { return hp->n_lora_kv && hp->mla_split; }
+static int64_t v_width(const es_hparams *hp)
+{
+    return latent_values(hp) ? hp->n_lora_kv : hp->n_embd_v;
+}
+static int64_t att_width(const es_hparams *hp)
+{
+    return latent_values(hp) ? (int64_t)hp->n_head * hp->n_lora_kv : hp->n_embd_att;
+}
+
 static void free_buffers(es_fast *f, const es_hparams *hp)
 {
     const int64_t T = f->t_cap, d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
@@ -92,8 +118,8 @@ static void free_buffers(es_fast *f, const es_hparams *hp)
     es_free_big(f->h, fbytes(T, d));
     es_free_big(f->q, fbytes(T, dq));
     es_free_big(f->k, fbytes(T, dkv));
-    es_free_big(f->v, fbytes(T, dkv));
-    es_free_big(f->att, fbytes(T, dq));
+    es_free_big(f->v, fbytes(T, v_width(hp)));
+    es_free_big(f->att, fbytes(T, att_width(hp)));
     es_free_big(f->tmp, fbytes(T, d));
     es_free_big(f->moe, fbytes(T, d));
     es_free_big(f->rope_cs, fbytes(T, hp->n_rot));
@@ -103,6 +129,10 @@ static void free_buffers(es_fast *f, const es_hparams *hp)
     f->ffn_g = f->ffn_u = NULL;
     if (f->conv_bcx) es_free_big(f->conv_bcx, fbytes(T, 3 * d));
     f->conv_bcx = NULL;
+    if (f->mla_ckv) es_free_big(f->mla_ckv, fbytes(T, hp->n_lora_kv + hp->n_rot));
+    if (f->mla_kvd) es_free_big(f->mla_kvd, fbytes(T, mla_kvd_width(hp)));
+    if (f->mla_out) es_free_big(f->mla_out, fbytes(T, hp->n_embd_att));
+    f->mla_ckv = f->mla_kvd = f->mla_out = NULL;
     es_free_big(f->routes, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     es_free_big(f->routes_tmp, sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     es_free_big(f->act, f->act_bytes);
@@ -123,6 +153,7 @@ void es_fast_destroy(es_fast *f, const es_hparams *hp)
     if (f->scratch)
         for (int i = 0; i < f->n_threads; i++) es_free_big(f->scratch[i], f->scratch_bytes);
     free(f->scratch);
+    if (f->mla_w.data) es_free_big((void *)f->mla_w.data, f->mla_w.nbytes);
     free(f->phi);
     free(f->route_start);
     free(f->route_counts);
@@ -175,8 +206,8 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
     f->h = es_alloc_big(fbytes(T, d));
     f->q = es_alloc_big(fbytes(T, dq));
     f->k = es_alloc_big(fbytes(T, dkv));
-    f->v = es_alloc_big(fbytes(T, dkv));
-    f->att = es_alloc_big(fbytes(T, dq));
+    f->v = es_alloc_big(fbytes(T, v_width(hp)));
+    f->att = es_alloc_big(fbytes(T, att_width(hp)));
     f->tmp = es_alloc_big(fbytes(T, d));
     f->moe = es_alloc_big(fbytes(T, d));
     f->rope_cs = es_alloc_big(fbytes(T, hp->n_rot));
@@ -192,15 +223,33 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
     if (hp->n_conv_layers > 0 && !(f->conv_bcx = es_alloc_big(fbytes(T, 3 * d))))
         return es_fail(ES_E_NOMEM, "out of memory for the short convolutions of %lld tokens",
                        (long long)T);
+    if (hp->n_lora_kv > 0) {
+        f->mla_ckv = es_alloc_big(fbytes(T, hp->n_lora_kv + hp->n_rot));
+        f->mla_kvd = es_alloc_big(fbytes(T, mla_kvd_width(hp)));
+        f->mla_out = es_alloc_big(fbytes(T, hp->n_embd_att));
+        if (!f->mla_ckv || !f->mla_kvd || !f->mla_out)
+            return es_fail(ES_E_NOMEM, "out of memory for the latent attention of %lld tokens",
+                           (long long)T);
+    }
     f->routes = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     f->routes_tmp = es_alloc_big(sizeof(es_route) * (size_t)T * (size_t)hp->n_expert_used);
     f->act_bytes = max_act_bytes(f->kern, m, T);
+    for (int il = 0; latent_values(hp) && il < hp->n_layer; il++) {
+        /* the key decompression's f32 activations, the value heads' latent rows */
+        size_t b = es_act_bytes(f->kern, ES_QTYPE_F32, T, hp->n_lora_kv);
+        f->act_bytes = b > f->act_bytes ? b : f->act_bytes;
+        b = es_act_bytes(f->kern, m->layers[il].wv_b.type, T, hp->n_lora_kv);
+        f->act_bytes = b > f->act_bytes ? b : f->act_bytes;
+    }
     f->act = es_alloc_big(f->act_bytes);
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->moe ||
         !f->rope_cs || !f->router || !f->routes || !f->routes_tmp || !f->act)
         return es_fail(ES_E_NOMEM, "out of memory for the activations of %lld tokens", (long long)T);
-    es_status st = es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, f->pool, f->kern,
-                                  &f->attn);
+    es_status st = latent_values(hp)
+        ? es_attn_create(T, hp->n_head, hp->n_head, hp->n_embd_head, 1, hp->n_lora_kv, f->pool,
+                         f->kern, &f->attn)
+        : es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, hp->n_head_kv,
+                         hp->n_embd_head_v, f->pool, f->kern, &f->attn);
     for (int il = 0; il < hp->n_layer && st == ES_OK; il++)
         if (es_layer_is_moe(&m->layers[il])) plan_for(f, m, &m->layers[il], &st);
     return st;
@@ -285,6 +334,29 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
             }
     }
     for (int e = 0; e < hp->n_expert; e++) f->phi[e] = e;
+    if (latent_values(hp)) { /* MLA's key decompression matrix, rebuilt in f32 for each layer */
+        const int64_t rows = mla_kvd_width(hp);
+        f->mla_w = (es_tensor){.name = "mla decompression", .type = ES_QTYPE_F32,
+                               .ne = {hp->n_lora_kv, rows, 1, 1},
+                               .row_bytes = sizeof(float) * (size_t)hp->n_lora_kv,
+                               .nbytes = fbytes(rows, hp->n_lora_kv)};
+        if (!(f->mla_w.data = es_alloc_big(f->mla_w.nbytes))) {
+            es_fast_destroy(f, hp);
+            return es_fail(ES_E_NOMEM, "out of memory for the latent attention's matrices");
+        }
+        const size_t b = es_gemm_scratch_bytes(k, ES_QTYPE_F32, hp->n_lora_kv);
+        sb = b > sb ? b : sb;
+        for (int il = 0; il < hp->n_layer; il++) {
+            const es_tensor *vb = &m->layers[il].wv_b;
+            if (!es_kern_supports(k, vb->type)) {
+                es_fast_destroy(f, hp);
+                return es_fail(ES_E_UNSUPPORTED, "no fast kernel for %s (%s); use --reference",
+                               vb->name, es_qtype_name(vb->type));
+            }
+            const size_t bv = es_gemm_scratch_bytes(k, vb->type, hp->n_lora_kv);
+            sb = bv > sb ? bv : sb;
+        }
+    }
     f->scratch_bytes = es_align_up(sb, 64);
     for (int i = 0; i < n_threads; i++)
         if (!(f->scratch[i] = es_alloc_big(f->scratch_bytes))) {
@@ -343,7 +415,7 @@ static void run_gemms(es_fast *f, const gemm_task *tasks, int n)
 
 /* Row-wise steps, split statically by rows. */
 enum row_op { ROW_EMBED, ROW_ATTN_NORM, ROW_PREP, ROW_QK_NORM_ROPE, ROW_ADD, ROW_FFN_NORM,
-              ROW_ROUTE, ROW_OUT_NORM, ROW_SWIGLU, ROW_CONV };
+              ROW_ROUTE, ROW_OUT_NORM, ROW_SWIGLU, ROW_CONV, ROW_MLA_NORM_ROPE, ROW_MLA_KV };
 
 typedef struct row_job {
     es_fast *f;
@@ -356,6 +428,7 @@ typedef struct row_job {
     float *dst;           /* ROW_ADD: NULL adds into the residual stream x */
     uint32_t wtype;       /* ROW_PREP */
     int64_t K;            /* ROW_PREP: row length; ROW_SWIGLU: the FFN width */
+    int64_t ld;           /* ROW_PREP: src's row stride (0: K) */
 } row_job;
 
 /* RoPE of one head vector with the position's (cos, sin) per pair: NEOX pairs (i, i + n_rot/2),
@@ -410,16 +483,7 @@ static void row_worker(void *arg, int ith, int nth)
         for (int64_t t = r0; t < r1; t++)
             es_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)j->ids[t] * te->row_bytes,
                               f->x + t * d, d);
-        const int half = hp->n_rot / 2;
-        const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
-        for (int64_t t = r0; t < r1; t++) {
-            float theta = (float)t, *cs = f->rope_cs + t * hp->n_rot;
-            for (int i = 0; i < half; i++) {
-                cs[2 * i] = cosf(theta);
-                cs[2 * i + 1] = sinf(theta);
-                theta *= theta_scale;
-            }
-        }
+        for (int64_t t = r0; t < r1; t++) es_rope_cos_sin(hp, t, f->rope_cs + t * hp->n_rot);
         break;
     }
     case ROW_ATTN_NORM:
@@ -434,7 +498,8 @@ static void row_worker(void *arg, int ith, int nth)
         break;
     case ROW_PREP: {
         const size_t rb = es_act_row_bytes(f->kern, j->wtype, j->K);
-        es_act_prepare(f->kern, j->wtype, j->src + r0 * j->K, j->K, r1 - r0, j->K,
+        const int64_t ld = j->ld ? j->ld : j->K;
+        es_act_prepare(f->kern, j->wtype, j->src + r0 * ld, ld, r1 - r0, j->K,
                        (uint8_t *)f->act + (size_t)(r0 - j->r_begin) * rb);
         break;
     }
@@ -477,6 +542,44 @@ static void row_worker(void *arg, int ith, int nth)
         }
         break;
     }
+    case ROW_MLA_NORM_ROPE: {
+        /* MLA: c = rmsnorm(c) * kv_a_norm; RoPE on k_pe and on each query head's last n_rot;
+         * each head's q_nope rounded as llama.cpp's product with attn_k_b rounds it (its
+         * q_nope . (Wk c) is our (Wk^T q_nope) . c) */
+        const int64_t kv = hp->n_lora_kv, dc = kv + hp->n_rot, dk = hp->n_embd_head;
+        const es_rope_kind rk = j->m->family->rope;
+        for (int64_t t = r0; t < r1; t++) {
+            float *c = f->mla_ckv + t * dc;
+            const float *cs = f->rope_cs + t * hp->n_rot;
+            f->kern->rmsnorm(c, c, L->kv_a_norm.data, kv, hp->rms_eps);
+            rope_head(rk, c + kv, hp->n_rot, cs);
+            for (int hh = 0; hh < hp->n_head; hh++) {
+                float *q = f->q + t * dq + hh * dk;
+                if (hp->mla_split) es_act_round(L->wk_b.type, q, dk - hp->n_rot);
+                rope_head(rk, q + (dk - hp->n_rot), hp->n_rot, cs);
+            }
+        }
+        break;
+    }
+    case ROW_MLA_KV: {
+        /* MLA: each head's key [k_nope | the shared k_pe]; the value is the latent row c, or
+         * in the joined form each head's decompressed value */
+        const int64_t kv = hp->n_lora_kv, rot = hp->n_rot, dc = kv + rot, dk = hp->n_embd_head;
+        const int64_t nope = dk - rot, dv = hp->n_embd_head_v, w = mla_kvd_width(hp) / hp->n_head;
+        for (int64_t t = r0; t < r1; t++) {
+            const float *kd = f->mla_kvd + t * hp->n_head * w, *c = f->mla_ckv + t * dc;
+            for (int hh = 0; hh < hp->n_head; hh++) {
+                float *k = f->k + t * dkv + hh * dk;
+                memcpy(k, kd + hh * w, sizeof(float) * (size_t)nope);
+                memcpy(k + nope, c + kv, sizeof(float) * (size_t)rot);
+                if (!hp->mla_split)
+                    memcpy(f->v + t * hp->n_embd_v + hh * dv, kd + hh * w + nope,
+                           sizeof(float) * (size_t)dv);
+            }
+            if (hp->mla_split) memcpy(f->v + t * kv, c, sizeof(float) * (size_t)kv);
+        }
+        break;
+    }
     case ROW_SWIGLU:
         for (int64_t t = r0; t < r1; t++) f->kern->swiglu(f->ffn_g + t * j->K, f->ffn_u + t * j->K, j->K);
         break;
@@ -485,7 +588,8 @@ static void row_worker(void *arg, int ith, int nth)
         int chosen[4096];
         const int E = hp->n_expert, K = hp->n_expert_used;
         for (int64_t t = r0; t < r1; t++) {
-            es_arch_route(j->m->family, f->router + t * E, E, K, hp->expert_weights_scale,
+            es_arch_route(j->m->family, hp->topk_renorm, f->router + t * E, E, K,
+                          hp->expert_weights_scale,
                           j->L->exp_probs_b.data, probs, chosen, weight);
             for (int jj = 0; jj < K; jj++) {
                 /* store per token; sorted by expert afterwards */
@@ -623,13 +727,24 @@ static void conv_block(es_fast *f, const es_model *m, const es_layer *L, int64_t
     es_pool_run(f->pool, row_worker, &add);
 }
 
+/* The attention output src [T][n_embd_att] projected by Wo and added to the residual stream. */
+static void project_out(es_fast *f, const es_model *m, const es_layer *L, const float *src,
+                        int64_t T)
+{
+    const es_hparams *hp = &m->hp;
+    prepare(f, m, src, hp->n_embd_att, L->wo.type, 0, T);
+    gemm_task o = {&L->wo, f->act, f->tmp, hp->n_embd, T};
+    run_gemms(f, &o, 1);
+    row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
+    es_pool_run(f->pool, row_worker, &add);
+}
+
 /* Attention over f->h (GQA, q/k norms and RoPE as the family says), added to the residual
  * stream. */
 static void attention_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
 {
     const es_hparams *hp = &m->hp;
     const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
-    const float attn_scale = 1.0f / sqrtf((float)hp->n_embd_head);
     if (L->wq.type == L->wk.type && L->wq.type == L->wv.type) {
         prepare(f, m, f->h, d, L->wq.type, 0, T);
         gemm_task qkv[3] = {{&L->wq, f->act, f->q, dq, T}, {&L->wk, f->act, f->k, dkv, T},
@@ -646,12 +761,85 @@ static void attention_block(es_fast *f, const es_model *m, const es_layer *L, in
     }
     run_rows(f, m, L, ROW_QK_NORM_ROPE, T);
     es_attn_set_kv(f->attn, f->k, f->v, T);
-    es_attn_run(f->attn, f->q, f->att, T, attn_scale);
-    prepare(f, m, f->att, dq, L->wo.type, 0, T);
-    gemm_task o = {&L->wo, f->act, f->tmp, d, T};
-    run_gemms(f, &o, 1);
-    row_job add = {.f = f, .m = m, .L = L, .op = ROW_ADD, .T = T, .src = f->tmp};
-    es_pool_run(f->pool, row_worker, &add);
+    es_attn_run(f->attn, f->q, f->att, T, m->hp.attn_scale);
+    project_out(f, m, L, f->att, T);
+}
+
+/* MLA: layer L's key decompression matrix in f32 (f->mla_w), attn_k_b transposed, one head per
+ * work item. */
+typedef struct mla_w_job { es_fast *f; const es_hparams *hp; const es_layer *L; } mla_w_job;
+
+static void mla_w_worker(void *arg, int ith, int nth)
+{
+    const mla_w_job *j = arg;
+    const es_hparams *hp = j->hp;
+    const es_layer *L = j->L;
+    const int64_t kv = hp->n_lora_kv, nope = hp->n_embd_head - hp->n_rot;
+    float tmp[4096]; /* nope <= n_embd_head <= 4096 (model.c) */
+    for (int hh = ith; hh < hp->n_head; hh += nth) {
+        float *w = (float *)j->f->mla_w.data + (size_t)(hh * nope * kv);
+        for (int64_t c = 0; c < kv; c++) {
+            es_dequantize_row(L->wk_b.type, (const uint8_t *)L->wk_b.data + (size_t)(hh * kv + c) * L->wk_b.row_bytes, tmp, nope);
+            for (int64_t i = 0; i < nope; i++) w[i * kv + c] = tmp[i];
+        }
+    }
+}
+
+/* Multi-head latent attention (deepseek2) over f->h, added to the residual stream.
+ * Split files (attn_k_b / attn_v_b): keys are decompressed (each token's keys per head from its
+ * latent row in one f32 product, so scores run over n_embd_head dims where llama.cpp's absorbed
+ * form runs over n_lora_kv + n_rot), with q_nope rounded as llama.cpp's absorption rounds it;
+ * values stay latent as in llama.cpp: every head attends over the shared rows c and its output
+ * goes through that head's attn_v_b with activations in the weight's format (decompressing the
+ * values too would skip that rounding: KL 1e-3 on a Q4_K_M file). Joined files (attn_kv_b):
+ * keys and values decompressed in one product, as llama.cpp does for them. */
+static void mla_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, kv = hp->n_lora_kv, dc = kv + hp->n_rot;
+    if (hp->mla_split) {
+        mla_w_job wj = {f, hp, L};
+        es_pool_run(f->pool, mla_w_worker, &wj);
+    }
+    prepare(f, m, f->h, d, L->wq.type, 0, T);
+    if (L->wq.type == L->wkv_a.type) {
+        gemm_task qc[2] = {{&L->wq, f->act, f->q, hp->n_embd_q, T}, {&L->wkv_a, f->act, f->mla_ckv, dc, T}};
+        run_gemms(f, qc, 2);
+    } else {
+        gemm_task q = {&L->wq, f->act, f->q, hp->n_embd_q, T};
+        run_gemms(f, &q, 1);
+        prepare(f, m, f->h, d, L->wkv_a.type, 0, T);
+        gemm_task c = {&L->wkv_a, f->act, f->mla_ckv, dc, T};
+        run_gemms(f, &c, 1);
+    }
+    run_rows(f, m, L, ROW_MLA_NORM_ROPE, T);
+    const es_tensor *dw = hp->mla_split ? &f->mla_w : &L->wkv_b;
+    row_job pj = {.f = f, .m = m, .op = ROW_PREP, .T = T, .src = f->mla_ckv, .wtype = dw->type,
+                  .K = kv, .ld = dc};
+    es_pool_run(f->pool, row_worker, &pj);
+    gemm_task dk = {dw, f->act, f->mla_kvd, mla_kvd_width(hp), T};
+    run_gemms(f, &dk, 1);
+    run_rows(f, m, L, ROW_MLA_KV, T);
+    es_attn_set_kv(f->attn, f->k, f->v, T);
+    es_attn_run(f->attn, f->q, f->att, T, hp->attn_scale);
+    if (!hp->mla_split) {
+        project_out(f, m, L, f->att, T);
+        return;
+    }
+    /* each head's latent output [T][kv] (stride n_head kv) through its value matrix */
+    const int64_t dv = hp->n_embd_head_v;
+    for (int hh = 0; hh < hp->n_head; hh++) {
+        es_tensor w = L->wv_b; /* head hh's dv rows */
+        w.data = (const uint8_t *)w.data + (size_t)(hh * dv) * w.row_bytes;
+        w.ne[1] = dv;
+        w.ne[2] = 1;
+        row_job pv = {.f = f, .m = m, .op = ROW_PREP, .T = T, .src = f->att + hh * kv,
+                      .wtype = w.type, .K = kv, .ld = hp->n_head * kv};
+        es_pool_run(f->pool, row_worker, &pv);
+        gemm_task g = {&w, f->act, f->mla_out + hh * dv, hp->n_embd_att, T};
+        run_gemms(f, &g, 1);
+    }
+    project_out(f, m, L, f->mla_out, T);
 }
 
 static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov,
@@ -670,6 +858,8 @@ static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov
         run_rows(f, m, L, ROW_ATTN_NORM, T);
         if (L->is_conv)
             conv_block(f, m, L, T);
+        else if (m->family->mla)
+            mla_block(f, m, L, T);
         else
             attention_block(f, m, L, T);
         span(f, PHASE_ATTENTION, il, t0);

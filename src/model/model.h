@@ -5,7 +5,7 @@
  * (name, type, shape) against the hyperparameters, and keeps views. Nothing is copied or
  * converted at open, so a model costs its mapped pages and nothing more until a prefill runs.
  * Architectures: the families of model/arch.h (olmoe, qwen3moe, llama with experts = Mixtral,
- * deepseek, lfm2moe);
+ * deepseek, lfm2moe, deepseek2);
  * others are refused with ES_E_UNSUPPORTED, naming the ones estream runs.
  */
 #ifndef ES_MODEL_H
@@ -23,10 +23,18 @@ typedef struct es_hparams {
     int n_layer;
     int n_head;
     int n_head_kv;
-    int n_embd_head;    /* head size: attention.key_length, by default n_embd / n_head */
-    int n_embd_q;       /* n_head * n_embd_head: the query projection and attention output */
-    int n_embd_kv;      /* n_head_kv * n_embd_head: the key and value projections */
-    int n_rot;          /* rotary dimensions per head (= n_embd_head) */
+    int n_embd_head;    /* key (and query) head size: attention.key_length, by default
+                         * n_embd / n_head; MLA: qk_nope + qk_rope (key_length_mla) */
+    int n_embd_head_v;  /* value head size (= n_embd_head but in MLA: value_length_mla) */
+    int n_embd_q;       /* n_head * n_embd_head: the query projection */
+    int n_embd_kv;      /* n_head_kv * n_embd_head: the key projection */
+    int n_embd_v;       /* n_head_kv * n_embd_head_v: the value projection */
+    int n_embd_att;     /* n_head * n_embd_head_v: the attention output (Wo's input) */
+    int n_rot;          /* rotary dimensions per head: n_embd_head, or in MLA the last qk_rope
+                         * dims of each query head and the shared k_pe */
+    int n_lora_kv;      /* MLA: kv_lora_rank, the compressed KV row (0: not MLA) */
+    bool mla_split;     /* MLA: attn_k_b / attn_v_b (the file has key_length_mla and
+                         * value_length_mla, as llama.cpp decides it); else one attn_kv_b */
     int n_ff;           /* feed_forward_length: the dense FFN of dense layers */
     int n_ff_exp;       /* expert FFN size (expert_feed_forward_length, else n_ff) */
     int n_expert;
@@ -37,9 +45,21 @@ typedef struct es_hparams {
     float expert_weights_scale; /* routed weights multiplied by this (0 or 1: not at all) */
     int n_conv_taps;    /* shortconv.l_cache: taps of the short convolution (conv families) */
     int n_conv_layers;  /* layers that are short-convolution blocks instead of attention */
+    bool topk_renorm;   /* the chosen experts' weights are renormalised (es_arch_route) */
     float rope_freq_base;
+    float rope_freq_scale;  /* 1 / rope.scaling.factor (1: no scaling) */
+    float rope_ext_factor;  /* YaRN's extrapolation mix (1 with YaRN scaling, else 0) */
+    float rope_cs_scale;    /* multiplies every RoPE cos and sin (YaRN's magnitude) */
+    float rope_corr[2];     /* YaRN's correction range of pair indices */
+    float attn_scale;       /* the softmax scale of q.k: 1/sqrt(n_embd_head), MLA's mscale^2 */
     float rms_eps;
 } es_hparams;
+
+/* The cos and sin of RoPE at position pos for each of the n_rot/2 pairs, (cos, sin) interleaved
+ * in cs[n_rot]: ggml's rope cache (the angle built by repeated multiplication, YaRN's ramp
+ * between interpolated and extrapolated angles, the magnitude scale). Shared by the reference
+ * and the fast path because it is the spec. */
+void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs);
 
 /* A read-only view of one tensor in the mapping. ne[0] is the row length. */
 typedef struct es_tensor {
@@ -64,6 +84,14 @@ typedef struct es_layer {
     es_tensor q_norm;     /* ES_QK_NORM_WHOLE: [n_embd_q]; ES_QK_NORM_HEAD: [n_embd_head];
                            * ES_QK_NORM_NONE: absent (data NULL) */
     es_tensor k_norm;     /* the same for K: [n_embd_kv], [n_embd_head] or absent */
+    /* MLA (deepseek2) layers have wq and wo (of n_embd_att) and, instead of wk and wv: */
+    es_tensor wkv_a;      /* [n_embd] x (n_lora_kv + n_rot) rows: [c | k_pe] */
+    es_tensor kv_a_norm;  /* [n_lora_kv] f32 */
+    es_tensor wk_b;       /* [qk_nope, n_lora_kv, n_head]: key decompression, transposed */
+    es_tensor wv_b;       /* [n_lora_kv, n_embd_head_v, n_head]: value decompression */
+    es_tensor wkv_b;      /* older files (!mla_split), instead of the two: [n_lora_kv] x n_head *
+                           * (qk_nope + n_embd_head_v) rows, each head's key rows then its
+                           * value rows */
     es_tensor conv;       /* [n_conv_taps] x n_embd rows, f32: tap j of channel c at c*taps + j */
     es_tensor conv_in;    /* [n_embd] x 3 n_embd rows: B, C and X, n_embd each */
     es_tensor conv_out;   /* [n_embd] x n_embd rows */
@@ -91,33 +119,33 @@ typedef struct es_layer {
 /* True if layer L routes to experts (false: a dense FFN layer). */
 static inline bool es_layer_is_moe(const es_layer *L) { return L->exp_bytes[0] > 0; }
 
-/* A layer's matrices that the dense kernels multiply (everything but the norms and the routed
- * experts), in this order: wq, wk, wv, wo, the short convolution's in and out projections, the
- * router, the dense FFN's gate/up/down, the shared experts' gate/up/down. Those a layer's kind
- * lacks are listed with data NULL. The FFN ones (index >= ES_LAYER_FIRST_FFN) run a bounded
- * number of rows at a time. */
-enum { ES_LAYER_N_MATRICES = 13, ES_LAYER_FIRST_FFN = 7 };
+/* A layer's matrices that the dense kernels multiply whole (everything but the norms, MLA's
+ * per-head attn_k_b / attn_v_b and the routed experts), in this order: wq, wk, wv, wo, MLA's
+ * wkv_a and wkv_b, the short convolution's in and out projections, the router, the dense FFN's
+ * gate/up/down, the shared experts' gate/up/down. Those a layer's kind lacks are listed with
+ * data NULL. The FFN ones (index >= ES_LAYER_FIRST_FFN) run a bounded number of rows at a
+ * time. */
+enum { ES_LAYER_N_MATRICES = 15, ES_LAYER_FIRST_FFN = 9 };
 static inline void es_layer_matrices(const es_layer *L, const es_tensor *out[ES_LAYER_N_MATRICES])
 {
     const es_tensor *ts[ES_LAYER_N_MATRICES] = {
-        &L->wq,       &L->wk,       &L->wv,         &L->wo,       &L->conv_in,
-        &L->conv_out, &L->gate_inp, &L->ffn_gate,   &L->ffn_up,   &L->ffn_down,
-        &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+        &L->wq,       &L->wk,       &L->wv,         &L->wo,       &L->wkv_a,
+        &L->wkv_b,    &L->conv_in,  &L->conv_out,   &L->gate_inp, &L->ffn_gate,
+        &L->ffn_up,   &L->ffn_down, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
     for (int i = 0; i < ES_LAYER_N_MATRICES; i++) out[i] = ts[i];
 }
 
-/* Every tensor a layer keeps resident: its norms, convolution taps, expert bias and
- * es_layer_matrices(). */
-enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 6 };
+/* Every tensor a layer keeps resident: its norms, convolution taps, expert bias, MLA's
+ * decompression matrices and es_layer_matrices(). */
+enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 9 };
 static inline void es_layer_resident(const es_layer *L, const es_tensor *out[ES_LAYER_N_RESIDENT])
 {
-    out[0] = &L->attn_norm;
-    out[1] = &L->q_norm;
-    out[2] = &L->k_norm;
-    out[3] = &L->ffn_norm;
-    out[4] = &L->conv;
-    out[5] = &L->exp_probs_b;
-    es_layer_matrices(L, out + 6);
+    const es_tensor *ts[] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->conv,
+                             &L->exp_probs_b, &L->kv_a_norm, &L->wk_b, &L->wv_b};
+    _Static_assert(sizeof(ts) / sizeof(ts[0]) + ES_LAYER_N_MATRICES == ES_LAYER_N_RESIDENT,
+                   "resident list");
+    for (int i = 0; i < ES_LAYER_N_RESIDENT - ES_LAYER_N_MATRICES; i++) out[i] = ts[i];
+    es_layer_matrices(L, out + ES_LAYER_N_RESIDENT - ES_LAYER_N_MATRICES);
 }
 
 /* Expert e's matrix i (0 gate, 1 up, 2 down) of layer L in the mapping. */

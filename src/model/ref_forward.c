@@ -76,21 +76,17 @@ static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-/* Rotary embedding of one head vector at position pos: pair i is (i, i + n_rot/2) for NEOX and
- * (2i, 2i + 1) for the normal kind, angle pos * base^(-2i/n_rot), the power built by repeated
- * multiplication as ggml does. */
-static void rope(es_rope_kind kind, float *v, int n_rot, int pos, float base)
+/* Rotary embedding of one head vector with the position's (cos, sin) per pair
+ * (es_rope_cos_sin): pair i is (i, i + n_rot/2) for NEOX and (2i, 2i + 1) for the normal kind. */
+static void rope(es_rope_kind kind, float *v, int n_rot, const float *cs)
 {
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
-    float theta = (float)pos;
     const int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
-        const float c = cosf(theta), s = sinf(theta);
+        const float c = cs[2 * i], s = cs[2 * i + 1];
         const int a = kind == ES_ROPE_NEOX ? i : 2 * i, b = kind == ES_ROPE_NEOX ? i + half : 2 * i + 1;
         const float x0 = v[a], x1 = v[b];
         v[a] = x0 * c - x1 * s;
         v[b] = x0 * s + x1 * c;
-        theta *= theta_scale;
     }
 }
 
@@ -127,6 +123,92 @@ static void ffn_ref(const es_tensor *gate, const es_tensor *up, const es_tensor 
     matmul_ref(down->data, down->type, down->row_bytes, d, ff, g, ff, T, out, d, wt, row);
 }
 
+/* Multi-head latent attention (deepseek2) over h into att [T][n_embd_att], in the absorbed form
+ * llama.cpp computes (the fast path decompresses keys and values instead, which cross-checks
+ * the two): q = h Wq^T, [c | k_pe] = h Wkv_a^T, c = rmsnorm(c) * kv_a_norm, RoPE on k_pe and on
+ * the last n_rot dims of each query head; per head, q_nope absorbed into the latent space (q_c =
+ * Wk_h^T q_nope), score(t, s) = (q_c . c_s + q_pe . k_pe_s) * attn_scale, o_c = sum_s p c_s,
+ * out = Wv_h o_c. Wk_h [nope][kv] and Wv_h [dv][kv] come from attn_k_b / attn_v_b or the joined
+ * attn_kv_b. */
+static es_status mla_ref(const es_model *m, const es_layer *L, const float *h, int64_t T,
+                         float *att, float *wt, float *row)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, nh = hp->n_head, kv = hp->n_lora_kv, rot = hp->n_rot;
+    const int64_t dk = hp->n_embd_head, nope = dk - rot, dv = hp->n_embd_head_v;
+    const int64_t dq = hp->n_embd_q, dc = kv + rot;
+    float *q = malloc(sizeof(float) * (size_t)(T * dq));
+    float *ckv = malloc(sizeof(float) * (size_t)(T * dc));
+    float *wk = malloc(sizeof(float) * (size_t)(nh * nope * kv)); /* [h][d][c] */
+    float *wv = malloc(sizeof(float) * (size_t)(nh * dv * kv));   /* [h][j][c] */
+    float *qc = malloc(sizeof(float) * (size_t)kv), *oc = malloc(sizeof(float) * (size_t)kv);
+    float *scores = malloc(sizeof(float) * (size_t)T), *cs = malloc(sizeof(float) * (size_t)rot);
+    es_status st = ES_OK;
+    if (!q || !ckv || !wk || !wv || !qc || !oc || !scores || !cs) {
+        st = es_fail(ES_E_NOMEM, "reference forward: out of memory for %lld tokens", (long long)T);
+        goto done;
+    }
+    matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, dq, d, h, d, T, q, dq, wt, row);
+    matmul_ref(L->wkv_a.data, L->wkv_a.type, L->wkv_a.row_bytes, dc, d, h, d, T, ckv, dc, wt, row);
+    for (int64_t t = 0; t < T; t++) {
+        float *c = ckv + t * dc;
+        rmsnorm(c, c, L->kv_a_norm.data, kv, hp->rms_eps);
+        es_rope_cos_sin(hp, t, cs);
+        rope(m->family->rope, c + kv, (int)rot, cs);
+        for (int64_t hh = 0; hh < nh; hh++) rope(m->family->rope, q + t * dq + hh * dk + nope, (int)rot, cs);
+    }
+    for (int64_t hh = 0; hh < nh; hh++) {
+        if (L->wk_b.data) {
+            for (int64_t c = 0; c < kv; c++) {
+                es_dequantize_row(L->wk_b.type, (const uint8_t *)L->wk_b.data + (size_t)(hh * kv + c) * L->wk_b.row_bytes, row, nope);
+                for (int64_t i = 0; i < nope; i++) wk[(hh * nope + i) * kv + c] = row[i];
+            }
+            for (int64_t j = 0; j < dv; j++)
+                es_dequantize_row(L->wv_b.type, (const uint8_t *)L->wv_b.data + (size_t)(hh * dv + j) * L->wv_b.row_bytes, wv + (hh * dv + j) * kv, kv);
+        } else {
+            const uint8_t *base = (const uint8_t *)L->wkv_b.data + (size_t)(hh * (nope + dv)) * L->wkv_b.row_bytes;
+            for (int64_t i = 0; i < nope; i++)
+                es_dequantize_row(L->wkv_b.type, base + (size_t)i * L->wkv_b.row_bytes, wk + (hh * nope + i) * kv, kv);
+            for (int64_t j = 0; j < dv; j++)
+                es_dequantize_row(L->wkv_b.type, base + (size_t)(nope + j) * L->wkv_b.row_bytes, wv + (hh * dv + j) * kv, kv);
+        }
+    }
+    for (int64_t hh = 0; hh < nh; hh++)
+        for (int64_t t = 0; t < T; t++) {
+            const float *qn = q + t * dq + hh * dk, *qp = qn + nope;
+            for (int64_t c = 0; c < kv; c++) qc[c] = 0.0f;
+            for (int64_t i = 0; i < nope; i++)
+                for (int64_t c = 0; c < kv; c++) qc[c] += qn[i] * wk[(hh * nope + i) * kv + c];
+            float mx = -INFINITY;
+            for (int64_t s = 0; s <= t; s++) {
+                const float *cs_ = ckv + s * dc;
+                float dot = 0.0f;
+                for (int64_t c = 0; c < kv; c++) dot += qc[c] * cs_[c];
+                for (int64_t i = 0; i < rot; i++) dot += qp[i] * cs_[kv + i];
+                scores[s] = dot * hp->attn_scale;
+                if (scores[s] > mx) mx = scores[s];
+            }
+            double sum = 0.0;
+            for (int64_t s = 0; s <= t; s++) {
+                scores[s] = expf(scores[s] - mx);
+                sum += scores[s];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int64_t c = 0; c < kv; c++) oc[c] = 0.0f;
+            for (int64_t s = 0; s <= t; s++)
+                for (int64_t c = 0; c < kv; c++) oc[c] += scores[s] * inv * ckv[s * dc + c];
+            float *out = att + t * hp->n_embd_att + hh * dv;
+            for (int64_t j = 0; j < dv; j++) {
+                float acc = 0.0f;
+                for (int64_t c = 0; c < kv; c++) acc += wv[(hh * dv + j) * kv + c] * oc[c];
+                out[j] = acc;
+            }
+        }
+done:
+    free(q); free(ckv); free(wk); free(wv); free(qc); free(oc); free(scores); free(cs);
+    return st;
+}
+
 /* Causal attention for all heads: out[t][h*dh..] from q [T][n_head*dh], k,v [T][n_kv*dh].
  * scores is scratch of T floats. */
 static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const float *k,
@@ -134,7 +216,7 @@ static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const
 {
     const int dh = hp->n_embd_head, nq = hp->n_head, group = hp->n_head / hp->n_head_kv;
     const int64_t ldq = (int64_t)nq * dh, ldkv = (int64_t)hp->n_head_kv * dh;
-    const float scale = 1.0f / sqrtf((float)dh);
+    const float scale = hp->attn_scale;
     for (int h = 0; h < nq; h++) {
         const int hk = h / group;
         for (int64_t t = 0; t < T; t++) {
@@ -189,6 +271,27 @@ static void conv_ref(const es_hparams *hp, const es_layer *L, const float *h, in
                wt, row);
 }
 
+/* GQA attention over h into att [T][n_embd_q]: projections, the family's q/k norms, RoPE. */
+static void attention_layer_ref(const es_model *m, const es_layer *L, const float *h, int64_t T,
+                                float *q, float *kk, float *vv, float *att, float *scores,
+                                float *wt, float *row)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
+    float cs[4096]; /* n_rot <= n_embd_head <= 4096 (model.c) */
+    matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, dq, d, h, d, T, q, dq, wt, row);
+    matmul_ref(L->wk.data, L->wk.type, L->wk.row_bytes, dkv, d, h, d, T, kk, dkv, wt, row);
+    matmul_ref(L->wv.data, L->wv.type, L->wv.row_bytes, dkv, d, h, d, T, vv, dkv, wt, row);
+    const es_rope_kind rk = m->family->rope;
+    for (int64_t t = 0; t < T; t++) {
+        qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
+        es_rope_cos_sin(hp, t, cs);
+        for (int hh = 0; hh < hp->n_head; hh++) rope(rk, q + t * dq + hh * hp->n_embd_head, hp->n_rot, cs);
+        for (int hh = 0; hh < hp->n_head_kv; hh++) rope(rk, kk + t * dkv + hh * hp->n_embd_head, hp->n_rot, cs);
+    }
+    attention_ref(hp, T, q, kk, vv, att, scores);
+}
+
 es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
                          float *logits)
 {
@@ -197,7 +300,10 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
     const int64_t ff = hp->n_ff_exp, nv = hp->n_vocab;
     int64_t ffmax = ff > hp->n_ff_shexp ? ff : hp->n_ff_shexp; /* the widest FFN */
     if (hp->n_layer_dense_lead > 0 && hp->n_ff > ffmax) ffmax = hp->n_ff;
-    const int64_t dmax = d > dq ? d : dq, kmax = dmax > ffmax ? dmax : ffmax;
+    int64_t dmax = d > dq ? d : dq; /* widest of the hidden, query and attention rows */
+    dmax = dmax > hp->n_embd_att ? dmax : hp->n_embd_att;
+    int64_t kmax = dmax > ffmax ? dmax : ffmax; /* longest weight row */
+    kmax = kmax > hp->n_lora_kv ? kmax : hp->n_lora_kv;
     const int E = hp->n_expert, K = hp->n_expert_used;
     es_status st = ES_OK;
 
@@ -237,26 +343,17 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
             rmsnorm(h + t * d, x + t * d, L->attn_norm.data, d, hp->rms_eps);
         if (L->is_conv) {
             conv_ref(hp, L, h, T, conv, att, q, wt, row);
-            for (int64_t i = 0; i < T * d; i++) x[i] += q[i];
-            goto ffn;
+        } else {
+            if (m->family->mla) {
+                if ((st = mla_ref(m, L, h, T, att, wt, row)) != ES_OK) goto done;
+            } else {
+                attention_layer_ref(m, L, h, T, q, kk, vv, att, scores, wt, row);
+            }
+            matmul_ref(L->wo.data, L->wo.type, L->wo.row_bytes, d, hp->n_embd_att, att,
+                       hp->n_embd_att, T, q, d, wt, row);
         }
-        matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, dq, d, h, d, T, q, dq, wt, row);
-        matmul_ref(L->wk.data, L->wk.type, L->wk.row_bytes, dkv, d, h, d, T, kk, dkv, wt, row);
-        matmul_ref(L->wv.data, L->wv.type, L->wv.row_bytes, dkv, d, h, d, T, vv, dkv, wt, row);
-        const es_rope_kind rk = m->family->rope;
-        for (int64_t t = 0; t < T; t++) {
-            qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
-            for (int hh = 0; hh < hp->n_head; hh++)
-                rope(rk, q + t * dq + hh * hp->n_embd_head, hp->n_rot, (int)t, hp->rope_freq_base);
-            for (int hh = 0; hh < hp->n_head_kv; hh++)
-                rope(rk, kk + t * dkv + hh * hp->n_embd_head, hp->n_rot, (int)t,
-                     hp->rope_freq_base);
-        }
-        attention_ref(hp, T, q, kk, vv, att, scores);
-        matmul_ref(L->wo.data, L->wo.type, L->wo.row_bytes, d, dq, att, dq, T, q, d, wt, row);
         for (int64_t i = 0; i < T * d; i++) x[i] += q[i];
 
-    ffn:
         for (int64_t t = 0; t < T; t++)
             rmsnorm(h + t * d, x + t * d, L->ffn_norm.data, d, hp->rms_eps);
         if (!es_layer_is_moe(L)) { /* a dense layer */
@@ -269,7 +366,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         for (int64_t t = 0; t < T; t++) {
             matmul_ref(L->gate_inp.data, L->gate_inp.type, L->gate_inp.row_bytes, E, d, h + t * d,
                        d, 1, rl, E, wt, row);
-            es_arch_route(m->family, rl, E, K, hp->expert_weights_scale, L->exp_probs_b.data,
+            es_arch_route(m->family, hp->topk_renorm, rl, E, K, hp->expert_weights_scale, L->exp_probs_b.data,
                           rl + E, chosen + t * K, cw + t * K);
         }
         memset(att, 0, sizeof(float) * (size_t)(T * d)); /* att holds moe[] now */

@@ -35,6 +35,13 @@ typedef struct preset {
     float weights_scale;        /* expert_weights_scale (written where the family reads it) */
     const char *kinds;          /* conv families: one letter per layer, 'a' attention, 'c' a
                                  * short-convolution block (head_count_kv 0); NULL: attention */
+    /* MLA families: n_embd_head is qk_nope + qk_rope */
+    int kv_lora, qk_rope, v_head;
+    float yarn_factor;          /* YaRN rope scaling (0: none) of yarn_orig_ctx, with */
+    int yarn_orig_ctx;
+    float yarn_mscale_all;      /* mscale_all_dim (written as 0.1 x, as the converter does) */
+    bool mla_joined;            /* one attn_kv_b per layer, as converters before the split wrote
+                                 * (no _mla keys; key/value_length are the per-head sizes) */
 } preset;
 
 /* Sizes from each model's config.json on Hugging Face where a preset is named after a model. */
@@ -66,6 +73,12 @@ static const preset presets[] = {
      .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
      .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
      .n_ff = 512},
+    /* tiny-qwen3moe-yarn: the same with YaRN scaling x4 of 64 positions, as long-context
+     * Qwen3 files carry it (x4 of 32,768) */
+    {.name = "tiny-qwen3moe-yarn", .arch = "qwen3moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
+     .n_ff = 512, .yarn_factor = 4.0f, .yarn_orig_ctx = 64},
     {.name = "qwen3-30b-a3b", .arch = "qwen3moe", .n_vocab = 151936, .n_ctx = 40960,
      .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .n_embd_head = 128,
      .n_ff_exp = 768, .n_expert = 128, .n_expert_used = 8, .rope_base = 1e6f, .rms_eps = 1e-6f,
@@ -116,11 +129,42 @@ static const preset presets[] = {
      .n_embd = 2048, .n_layer = 24, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 1792,
      .n_expert = 32, .n_expert_used = 4, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 7168,
      .n_dense_lead = 2, .kinds = "ccaccaccaccaccaccacccacc", .tied = true},
+    /* tiny-deepseek2: multi-head latent attention without q LoRA (latent 64, heads of 32 + 16
+     * rope, values of 32), YaRN as DeepSeek-V2-Lite's, a dense first layer, 2 shared experts.
+     * llama.cpp treats a deepseek2 file as q-LoRA-less (-Lite) only at 26 or 27 layers or where
+     * attention.q_lora_rank is 0, which the small presets write. */
+    {.name = "tiny-deepseek2", .arch = "deepseek2", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_embd_head = 48, .n_ff_exp = 32,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128,
+     .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 64, .qk_rope = 16,
+     .v_head = 32, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096, .yarn_mscale_all = 0.707f},
+    {.name = "tiny-deepseek2-joined", .arch = "deepseek2", .n_vocab = 320, .n_ctx = 512,
+     .n_embd = 64, .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_embd_head = 48, .n_ff_exp = 32,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128,
+     .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 64, .qk_rope = 16,
+     .v_head = 32, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096, .yarn_mscale_all = 0.707f,
+     .mla_joined = true},
+    {.name = "small-deepseek2", .arch = "deepseek2", .n_vocab = 320, .n_ctx = 512,
+     .n_embd = 256, .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_embd_head = 192,
+     .n_ff_exp = 256, .n_expert = 8, .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f,
+     .n_ff = 512, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 256,
+     .qk_rope = 64, .v_head = 128, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096,
+     .yarn_mscale_all = 0.707f},
+    /* DeepSeek-V2-Lite: 27 layers (the first dense), 16 heads of 128 + 64 rope, latent 512,
+     * values of 128, 64 experts top-6 + 2 shared, YaRN x40 of 4,096 */
+    {.name = "deepseek-v2-lite", .arch = "deepseek2", .n_vocab = 102400, .n_ctx = 163840,
+     .n_embd = 2048, .n_layer = 27, .n_head = 16, .n_head_kv = 16, .n_embd_head = 192,
+     .n_ff_exp = 1408, .n_expert = 64, .n_expert_used = 6, .rope_base = 1e4f, .rms_eps = 1e-6f,
+     .n_ff = 10944, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 512,
+     .qk_rope = 64, .v_head = 128, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096,
+     .yarn_mscale_all = 0.707f},
 };
 static const char *const preset_names[] = {
-    "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "qwen3-30b-a3b",
+    "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
+    "qwen3-30b-a3b",
     "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
-    "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b", NULL};
+    "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
+    "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "deepseek-v2-lite", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
@@ -350,6 +394,41 @@ static es_status set_arch_f32(es_gguf_writer *w, const char *arch, const char *k
     return es_gguf_writer_set_f32(w, full, v);
 }
 
+/* MLA's keys as llama.cpp's converter writes them (MQA over the latent row: key_length is the
+ * latent plus the rope part, value_length the latent; the per-head sizes in the _mla keys). */
+static es_status set_mla(es_gguf_writer *w, const preset *p)
+{
+    const char *a = p->arch;
+    es_status st = ES_OK;
+    if (p->n_layer != 26 && p->n_layer != 27) st = set_arch_u32(w, a, "attention.q_lora_rank", 0);
+    if (!st) st = set_arch_u32(w, a, "attention.kv_lora_rank", (uint32_t)p->kv_lora);
+    if (p->mla_joined) {
+        if (!st) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)p->n_embd_head);
+        if (!st) st = set_arch_u32(w, a, "attention.value_length", (uint32_t)p->v_head);
+    } else {
+        if (!st) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)(p->kv_lora + p->qk_rope));
+        if (!st) st = set_arch_u32(w, a, "attention.value_length", (uint32_t)p->kv_lora);
+        if (!st) st = set_arch_u32(w, a, "attention.key_length_mla", (uint32_t)p->n_embd_head);
+        if (!st) st = set_arch_u32(w, a, "attention.value_length_mla", (uint32_t)p->v_head);
+    }
+    if (!st) st = set_arch_u32(w, a, "rope.dimension_count", (uint32_t)p->qk_rope);
+    return st;
+}
+
+/* YaRN rope scaling as converters write it (the log multiplier only where it is set). */
+static es_status set_yarn(es_gguf_writer *w, const preset *p)
+{
+    const char *a = p->arch;
+    char key[96];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", a);
+    es_status st = es_gguf_writer_set_str(w, key, "yarn");
+    if (!st) st = set_arch_f32(w, a, "rope.scaling.factor", p->yarn_factor);
+    if (!st) st = set_arch_u32(w, a, "rope.scaling.original_context_length", (uint32_t)p->yarn_orig_ctx);
+    if (!st && p->yarn_mscale_all != 0.0f)
+        st = set_arch_f32(w, a, "rope.scaling.yarn_log_multiplier", 0.1f * p->yarn_mscale_all);
+    return st;
+}
+
 /* The metadata llama.cpp's loader reads for the preset's architecture. */
 static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
 {
@@ -368,7 +447,7 @@ static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
     if (!st && p->n_shared) st = set_arch_u32(w, a, "expert_shared_count", (uint32_t)p->n_shared);
     if (!st && p->weights_scale != 0.0f) st = set_arch_f32(w, a, "expert_weights_scale", p->weights_scale);
     if (!st) st = set_arch_u32(w, a, "attention.head_count", (uint32_t)p->n_head);
-    if (!st && !p->kinds) st = set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)p->n_head_kv);
+    if (!st && !p->kinds) st = set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)(p->kv_lora && !p->mla_joined ? 1 : p->n_head_kv));
     if (!st && p->kinds) { /* per layer, 0 for a short-convolution block, as LFM2's converter */
         int32_t kv[1024];
         for (int il = 0; il < p->n_layer; il++) kv[il] = p->kinds[il] == 'c' ? 0 : p->n_head_kv;
@@ -378,8 +457,10 @@ static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
     }
     if (!st && es_arch_find(a)->gating == ES_GATING_SIGMOID)
         st = set_arch_u32(w, a, "expert_gating_func", 2);
-    if (!st && p->n_embd_head) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)p->n_embd_head);
-    if (!st && p->n_embd_head) st = set_arch_u32(w, a, "attention.value_length", (uint32_t)p->n_embd_head);
+    if (!st && p->kv_lora) st = set_mla(w, p);
+    if (!st && p->yarn_factor > 0.0f) st = set_yarn(w, p);
+    if (!st && p->n_embd_head && !p->kv_lora) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)p->n_embd_head);
+    if (!st && p->n_embd_head && !p->kv_lora) st = set_arch_u32(w, a, "attention.value_length", (uint32_t)p->n_embd_head);
     if (!st) st = set_arch_f32(w, a, "rope.freq_base", p->rope_base);
     if (!st) st = set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", p->rms_eps);
     if (!st) st = set_arch_u32(w, a, "expert_count", (uint32_t)p->n_expert);
@@ -413,8 +494,11 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     ES_TRY(parse_type(o->type, &wtype));
     const int dh = p->n_embd_head ? p->n_embd_head : p->n_embd / p->n_head;
     const int dq = dh * p->n_head, dkv = dh * p->n_head_kv;
+    const int datt = (p->kv_lora ? p->v_head : dh) * p->n_head; /* the attention output */
     if (es_qtype_row_bytes(wtype, p->n_embd) == 0 || es_qtype_row_bytes(wtype, p->n_ff_exp) == 0 ||
-        es_qtype_row_bytes(wtype, dq) == 0)
+        es_qtype_row_bytes(wtype, datt) == 0 ||
+        (p->kv_lora && (es_qtype_row_bytes(wtype, p->kv_lora) == 0 ||
+                        es_qtype_row_bytes(wtype, dh - p->qk_rope) == 0)))
         return es_fail(ES_E_INVAL, "synth: preset %s rows do not fit type %s", p->name, o->type);
     /* llama-quantize keeps a Q4_0 model's output head in Q6_K; do the same where rows allow. */
     uint32_t out_type = wtype;
@@ -447,7 +531,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         const double u = (double)(mix64(++s) >> 11) / 9007199254740992.0;
         c.bias[i] = (float)(1.0 * u * u * u / (0.6 * d));
     }
-    const float sd = 1.0f / sqrtf((float)d), sdq = 1.0f / sqrtf((float)dq), sf = 1.0f / sqrtf((float)p->n_ff_exp);
+    const float sd = 1.0f / sqrtf((float)d), sdq = 1.0f / sqrtf((float)datt), sf = 1.0f / sqrtf((float)p->n_ff_exp);
     const float res = 1.0f / sqrtf((float)L);
     gen *g;
 #define GEN(...) do { if (!(g = add_gen(&c, __VA_ARGS__))) { st = es_fail(ES_E_NOMEM, "out of memory"); goto done; } } while (0)
@@ -461,6 +545,21 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(LNAME("shortconv.conv"), GEN_NORMAL, ES_QTYPE_F32, 2, 3, d, 1, 0.5f, o->seed);
             GEN(LNAME("shortconv.in_proj"), GEN_NORMAL, wtype, 2, d, 3 * d, 1, sd, o->seed);
             GEN(LNAME("shortconv.out_proj"), GEN_NORMAL, wtype, 2, d, d, 1, 0.7f * sd * res, o->seed);
+            goto ffn;
+        }
+        if (p->kv_lora) { /* multi-head latent attention */
+            const int kv = p->kv_lora, nope = dh - p->qk_rope;
+            const float skv = 1.0f / sqrtf((float)kv);
+            GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, dq, 1, sd, o->seed);
+            GEN(LNAME("attn_kv_a_mqa"), GEN_NORMAL, wtype, 2, d, kv + p->qk_rope, 1, sd, o->seed);
+            GEN(LNAME("attn_kv_a_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, kv, 1, 1, 1.0f, o->seed);
+            if (p->mla_joined) {
+                GEN(LNAME("attn_kv_b"), GEN_NORMAL, wtype, 2, kv, p->n_head * (nope + p->v_head), 1, skv, o->seed);
+            } else {
+                GEN(LNAME("attn_k_b"), GEN_NORMAL, wtype, 3, nope, kv, p->n_head, skv, o->seed);
+                GEN(LNAME("attn_v_b"), GEN_NORMAL, wtype, 3, kv, p->v_head, p->n_head, skv, o->seed);
+            }
+            GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, datt, d, 1, 0.7f * sdq * res, o->seed);
             goto ffn;
         }
         GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, dq, 1, sd, o->seed);

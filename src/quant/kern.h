@@ -138,6 +138,13 @@ size_t es_act_bytes(const es_kern *k, uint32_t wtype, int64_t n_rows, int64_t K)
 void es_act_prepare(const es_kern *k, uint32_t wtype, const float *X, int64_t ldx, int64_t n_rows,
                     int64_t K, void *act);
 
+/* Replaces x[0..n) by the values llama.cpp's products with weights of wtype see: quantized and
+ * dequantized in its activation format (Q8_0 per 32 for 32-element blocks, Q8_K per 256 for
+ * K-quants), rounded to F16 / BF16 for those, unchanged for F32. Where estream computes a product
+ * in another order than llama.cpp (MLA's decompressed keys), rounding the activations this way
+ * keeps its numbers. n must be a multiple of wtype's block. */
+void es_act_round(uint32_t wtype, float *x, int64_t n);
+
 /* Per-thread scratch bytes for es_gemm() with rows of K weights (sized from the caches that
  * es_cpu_get() reports). The scratch must be 64-byte aligned. */
 size_t es_gemm_scratch_bytes(const es_kern *k, uint32_t wtype, int64_t K);

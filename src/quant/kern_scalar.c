@@ -41,6 +41,39 @@ static void act_q8_block_sums(const int8_t *q, float db, int64_t b, float *ds, i
  * scale amax / 127 rounded to F16, es_act_q8_scale), gb = 8 its Q8_K (the float 1 / (127 /
  * amax)); q = x * 127 / amax rounded to nearest even (lrintf, as vcvtps2dq in the SIMD
  * versions), at most 127 in magnitude. */
+/* Quantizes one group of gb blocks of 32 (x) into q; returns the group's scale. */
+static float act_q8_group(const float *x, int gb, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32 * gb; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float id;
+    const float db = es_act_group_scale(amax, gb, &id);
+    for (int i = 0; i < 32 * gb; i++) {
+        const long v = lrintf(x[i] * id);
+        q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+    return db;
+}
+
+void es_act_round(uint32_t wtype, float *x, int64_t n)
+{
+    if (wtype == ES_QTYPE_F32) return;
+    if (wtype == ES_QTYPE_F16 || wtype == ES_QTYPE_BF16) {
+        for (int64_t i = 0; i < n; i++)
+            if (wtype == ES_QTYPE_BF16) x[i] = es_bf16_to_f32(es_f32_to_bf16(x[i]));
+            else if (fabsf(x[i]) <= 65504.0f) x[i] = es_f16_to_f32(es_f32_to_f16(x[i]));
+        return;
+    }
+    const es_qtype_info *qi = es_qtype_info_get(wtype);
+    const int gb = qi && qi->block_elems == 256 ? 8 : 1; /* Q8_K for K-quants, else Q8_0 */
+    ES_ASSERT(n % (32 * gb) == 0);
+    int8_t q[256];
+    for (int64_t g0 = 0; g0 < n; g0 += 32 * gb) {
+        const float db = act_q8_group(x + g0, gb, q);
+        for (int i = 0; i < 32 * gb; i++) x[g0 + i] = (float)q[i] * db;
+    }
+}
+
 static void act_q8_groups(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                           int gb, int32_t c_mult, int32_t c2_mult)
 {
@@ -56,15 +89,7 @@ static void act_q8_groups(const float *X, int64_t ldx, int64_t n_rows, int64_t K
         int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
         int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
         for (int64_t b0 = 0; b0 < nb; b0 += gb, x += g, q += g) {
-            float amax = 0.0f;
-            for (int64_t i = 0; i < g; i++)
-                amax = fmaxf(amax, fabsf(x[i]));
-            float id;
-            const float db = es_act_group_scale(amax, gb, &id);
-            for (int64_t i = 0; i < g; i++) {
-                const long v = lrintf(x[i] * id);
-                q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-            }
+            const float db = act_q8_group(x, gb, q);
             for (int64_t b = b0; b < b0 + gb; b++) {
                 d[b] = db;
                 act_q8_block_sums(q + 32 * (b - b0), db, b, ds, c, c2, c_mult, c2_mult);
