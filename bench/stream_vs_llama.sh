@@ -20,6 +20,11 @@
 #   CGROUP_PARENT      memory cgroup (v1) under which the per-run cgroup is made (default:
 #                      this shell's own memory cgroup, so that the runs stay accounted where
 #                      the caller is)
+#   NO_PACK=1          estream from the GGUF only (no pack written or run: for models whose
+#                      pack would not fit on the disk beside them); the pack columns show "-"
+#   LLAMA_RESIDENT=0   skip llama.cpp's run without a limit (a model larger than the machine's
+#                      memory pages from disk there too, for as long as LLAMA_TIMEOUT allows)
+#   ESTREAM_REPS       repetitions per `estream bench` run (default 3; its median is used)
 #
 # Method: per round, per budget, in this order: estream from the pack, estream from the GGUF
 # (both `estream bench --mem BUDGET`), then llama-bench in a fresh memory cgroup (v1) whose
@@ -75,7 +80,9 @@ if [ ! -f "$model" ]; then
     "$estream" synth --preset olmoe-1b-7b --type q4_0 --seed 1 -o "$model"
 fi
 case $model in *.gguf) pack=${model%.gguf}.pack ;; *) pack=$model.pack ;; esac
-if [ ! -f "$pack" ]; then
+no_pack=${NO_PACK:-0}
+[ "$no_pack" = 1 ] && pack="(none: NO_PACK=1)"
+if [ "$no_pack" != 1 ] && [ ! -f "$pack" ]; then
     echo "writing $pack (estream pack)" >&2
     "$estream" pack "$model" -o "$pack"
 fi
@@ -181,7 +188,7 @@ llama_status() {
 }
 
 run_estream() { # run_estream FILE BUDGET BYTES OUT ERR: estream bench --mem BUDGET on FILE
-    local c=("$estream" bench -m "$1" -p "$lengths" -t "$threads" -r 3 --mem "$2" --json) st
+    local c=("$estream" bench -m "$1" -p "$lengths" -t "$threads" -r "${ESTREAM_REPS:-3}" --mem "$2" --json) st
     # shellcheck disable=SC2206  # (split on purpose)
     c+=(${ESTREAM_BENCH_FLAGS:-})
     drop_file_cache "$1"
@@ -215,15 +222,19 @@ fi
 
 # llama.cpp without a limit, once, for context
 rc=0
-timeout --foreground --kill-after=10 "$llama_timeout" "$llama_bench" "${ll_flags[@]}" >"$out/llres" 2>"$out/llres.err" || rc=$?
-[ "$rc" = 0 ] || echo "  llama-bench (resident) failed with status $rc: $(tail -n1 "$out/llres.err")" >&2
-repack_seen "$out/llres.err" >"$out/llres.repack"
-echo "resident llama.cpp done" >&2
+if [ "${LLAMA_RESIDENT:-1}" != 0 ]; then
+    timeout --foreground --kill-after=10 "$llama_timeout" "$llama_bench" "${ll_flags[@]}" >"$out/llres" 2>"$out/llres.err" || rc=$?
+    [ "$rc" = 0 ] || echo "  llama-bench (resident) failed with status $rc: $(tail -n1 "$out/llres.err")" >&2
+    repack_seen "$out/llres.err" >"$out/llres.repack"
+    echo "resident llama.cpp done" >&2
+else
+    : >"$out/llres"; : >"$out/llres.repack"
+fi
 
 for r in $(seq 1 "$rounds"); do
     for i in "${!budget_list[@]}"; do
         b=${budget_list[$i]} bytes=${budget_bytes[$i]}
-        run_estream "$pack" "$b" "$bytes" "$out/espack.$i.$r" "$out/espack.$i.$r.err"
+        [ "$no_pack" = 1 ] || run_estream "$pack" "$b" "$bytes" "$out/espack.$i.$r" "$out/espack.$i.$r.err"
         run_estream "$model" "$b" "$bytes" "$out/esgguf.$i.$r" "$out/esgguf.$i.$r.err"
         if [ "$cgroup_ok" = 1 ]; then
             drop_file_cache "$model"
@@ -254,7 +265,7 @@ files=("$out"/llres "$out"/llres.repack)
 for f in "$out"/espack.* "$out"/esgguf.* "$out"/ll.*; do
     case $f in *.err) ;; *) [ ! -e "$f" ] || files+=("$f") ;; esac
 done
-awk -v rounds="$rounds" -v budgets="$budgets" -v bbytes="${budget_bytes[*]}" -v cgok="$cgroup_ok" '
+awk -v rounds="$rounds" -v budgets="$budgets" -v bbytes="${budget_bytes[*]}" -v cgok="$cgroup_ok" -v nopack="$no_pack" '
 function median(a, n,   i, j, t) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -323,7 +334,7 @@ END {
                sprintf("%dok %dkill%s", nok, nkill, nother ? " " nother other : "")
         if (nsh) runs = runs sprintf(" %dshared", nsh)
         printf "%-7s %-8d %10s %8s %6s %10s %8s %10s %-14s %9s %9s\n", bname[i], n,
-               nep ? sprintf("%.1f", median(ep, nep)) : "failed", mib(rss["espack", i, n]),
+               nep ? sprintf("%.1f", median(ep, nep)) : (nopack == 1 ? "-" : "failed"), mib(rss["espack", i, n]),
                neb ? sprintf("%.3f", median(eb, neb)) : "-",
                neg ? sprintf("%.1f", median(eg, neg)) : "failed", mib(rss["esgguf", i, n]),
                nlv ? sprintf("%.1f", median(lv, nlv)) : (cgok ? (nkill ? "killed" : "-") : "-"), runs,

@@ -227,6 +227,30 @@ static void test_family_q4_k_m(void **s)
     }
 }
 
+/* The types llama-quantize falls back to where rows do not fit its K-quants' 256 (DeepSeek's
+ * expert FFN of 1408, every row of a hidden-64 model): tiny-deepseek in llama-quantize's
+ * Q4_K_M (Q5_0 and Q8_0 then), Q5_K_M (Q5_1, Q8_0) and IQ4_XS (IQ4_NL, Q5_1 for its first
+ * layers), and small-qwen3moe in IQ4_XS (IQ4_XS blocks). The fast path against llama.cpp's
+ * logits of each file; the reference path keeps floats (as for every quantized file). */
+static void test_fallback_types(void **s)
+{
+    (void)s;
+    /* measured: 1e-6 at the median and max for all four with the scalar table; the SIMD
+     * tables' element-wise float steps tip one router near-tie of tiny-deepseek-iq4_xs at
+     * position 21 (median 0.057, max 0.14, KL 1.5e-4 from there on) */
+    const struct { const char *stem; limits llama; } files[] = {
+        {"tiny-deepseek-q4_k_m", quant_llama},
+        {"tiny-deepseek-q5_k_m", quant_llama},
+        {"tiny-deepseek-iq4_xs", {0.1, 0.15, 0.3, 0.98, 3e-4}},
+        {"small-qwen3moe-iq4_xs", quant_llama}};
+    for (size_t i = 0; i < T_LEN(files); i++) {
+        char model[128], golden[128];
+        snprintf(model, sizeof(model), DATA "%s.gguf", files[i].stem);
+        snprintf(golden, sizeof(golden), DATA "%s.llama-logits.bin", files[i].stem);
+        compare_lim(model, (limits){INFINITY, 0.2, 3.0, 0.93, INFINITY}, golden, files[i].llama);
+    }
+}
+
 /* Grouped-query attention (2 KV heads for 4 query heads): llama.cpp's olmoe cannot load it, so
  * the fast and reference paths (two separate attention implementations) check each other. */
 static void test_fast_gqa(void **s)
@@ -564,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_family_lfm2moe),
         cmocka_unit_test(test_family_deepseek2),
         cmocka_unit_test(test_yarn_qwen3moe),
+        cmocka_unit_test(test_fallback_types),
         cmocka_unit_test(test_family_q4_k_m),
         cmocka_unit_test(test_small_f32),
         cmocka_unit_test(test_small_q4_0),

@@ -14,12 +14,29 @@
 #include <math.h>
 #include <sys/mman.h>
 
-static const uint32_t all_types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0, ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
-                                     ES_QTYPE_Q6_K, ES_QTYPE_F16,  ES_QTYPE_BF16, ES_QTYPE_F32};
+static const uint32_t all_types[] = {ES_QTYPE_Q4_0,   ES_QTYPE_Q8_0,   ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
+                                     ES_QTYPE_Q6_K,   ES_QTYPE_Q5_0,   ES_QTYPE_IQ4_NL,
+                                     ES_QTYPE_IQ4_XS, ES_QTYPE_F16,    ES_QTYPE_BF16, ES_QTYPE_F32};
 
-static int is_k_type(uint32_t t)
+static int is_k_type(uint32_t t) /* blocks of 256 */
 {
-    return t == ES_QTYPE_Q4_K || t == ES_QTYPE_Q5_K || t == ES_QTYPE_Q6_K;
+    return t == ES_QTYPE_Q4_K || t == ES_QTYPE_Q5_K || t == ES_QTYPE_Q6_K || t == ES_QTYPE_IQ4_XS;
+}
+static int is_iq4(uint32_t t)
+{
+    return t == ES_QTYPE_IQ4_NL || t == ES_QTYPE_IQ4_XS;
+}
+
+/* Random bytes for a row of a type estream cannot quantize to (IQ4), with each block's leading
+ * F16 scale made small and normal. */
+static void random_row(uint32_t type, uint8_t *w, size_t row_bytes, t_rng *r)
+{
+    for (size_t b = 0; b < row_bytes; b++) w[b] = (uint8_t)t_next(r);
+    const size_t bb = es_qtype_info_get(type)->block_bytes;
+    for (size_t b = 0; b < row_bytes; b += bb) {
+        const es_f16 d = es_f32_to_f16(0.0005f * (float)(1 + t_next(r) % 7));
+        memcpy(w + b, &d, 2);
+    }
 }
 static int is_float_type(uint32_t t)
 {
@@ -51,7 +68,10 @@ static mat make_mat(uint32_t type, int64_t N, int64_t K, uint64_t seed)
         const float scale = (n % 7 == 3) ? 0.0f : 0.02f * (1 + n % 5);
         for (int64_t k = 0; k < K; k++)
             tmp[k] = scale * t_uniform(&r);
-        assert_true(es_quantize_row(type, tmp, m.w + n * m.row_bytes, K));
+        if (is_iq4(type))
+            random_row(type, m.w + n * m.row_bytes, m.row_bytes, &r);
+        else
+            assert_true(es_quantize_row(type, tmp, m.w + n * m.row_bytes, K));
         es_dequantize_row(type, m.w + n * m.row_bytes, m.wf + n * K, K);
     }
     free(tmp);
@@ -180,6 +200,69 @@ static void test_scalar_vs_float(void **state)
             free_mat(&m);
         }
     }
+}
+
+/* The types of llama-quantize's fallbacks (Q5_0, Q4_1, Q5_1, IQ4_NL) and IQ4_XS (random block
+ * bytes for IQ4: estream has no quantizer for them), through every table this CPU runs: the
+ * product equals the dequantized weights times the activations as es_act_round rounds them
+ * (Q4_1 / Q5_1: plus the F16 rounding of Q8_1's block sums), and es_act_round equals what each
+ * table's preparation holds, for these and the other integer types. */
+static void test_iq4_and_act_round(void **state)
+{
+    (void)state;
+    static const uint32_t types[] = {ES_QTYPE_IQ4_NL, ES_QTYPE_IQ4_XS, ES_QTYPE_Q5_0,
+                                     ES_QTYPE_Q4_1,   ES_QTYPE_Q5_1,   ES_QTYPE_Q4_0,
+                                     ES_QTYPE_Q8_0,   ES_QTYPE_Q4_K,   ES_QTYPE_Q6_K};
+    int ran = 0;
+    for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
+        es_kern k;
+        if (!es_kern_get(es_kern_isa_names[ii], &k)) continue;
+        ran++;
+        for (size_t ti = 0; ti < ES_LEN(types); ti++) {
+            const uint32_t type = types[ti];
+            const bool q1 = type == ES_QTYPE_Q4_1 || type == ES_QTYPE_Q5_1;
+            const int64_t K = is_k_type(type) ? 512 : 96, N = 13, nr = 5, ldx = K + 3;
+            mat m = make_mat(type, N, K, 77 + ti);
+            float *X = make_x(nr, K, ldx, 3 + ti);
+            run u = {&k, &m, X, ldx, nr};
+            void *act = prep_act(&u);
+            float *Y = aalloc(sizeof(float) * nr * N), *xr = malloc(sizeof(float) * K);
+            float *xa = malloc(sizeof(float) * K);
+            do_gemm(&u, act, 0, N, NULL, nr, Y, N, 0);
+            for (int64_t r = 0; r < nr; r++) {
+                memcpy(xr, X + r * ldx, sizeof(float) * K);
+                es_act_round(type, xr, K);
+                act_row_floats(&k, type, act, r, K, xa);
+                for (int64_t i = 0; i < K; i++)
+                    if (xr[i] != xa[i])
+                        fail_msg("%s %s: es_act_round gives %.9g at %ld, the table holds %.9g",
+                                 es_kern_isa_names[ii], es_qtype_name(type), xr[i], (long)i, xa[i]);
+                for (int64_t n = 0; n < N; n++) {
+                    double want = 0, s_err = 0;
+                    for (int64_t i = 0; i < K; i++) want += (double)m.wf[n * K + i] * xr[i];
+                    for (int64_t b = 0; q1 && b < K / 32; b++) {
+                        /* Q8_1's block sum s is rounded to F16 (2^-11 relative): m * s moves */
+                        es_f16 mh;
+                        memcpy(&mh, m.w + n * m.row_bytes + b * es_qtype_info_get(type)->block_bytes + 2, 2);
+                        double sum = 0;
+                        for (int i = 0; i < 32; i++) sum += xr[32 * b + i];
+                        s_err += fabs(es_f16_to_f32(mh) * sum) * 0x1p-11;
+                    }
+                    const double tol = 2e-5 * abs_dot(m.wf + n * K, xr, K) + s_err + 1e-30;
+                    if (!t_near(Y[r * N + n], want, tol))
+                        fail_msg("%s %s r=%ld n=%ld: got %.9g want %.9g", es_kern_isa_names[ii],
+                                 es_qtype_name(type), (long)r, (long)n, Y[r * N + n], want);
+                }
+            }
+            free(xa);
+            free(xr);
+            free(Y);
+            free(act);
+            free(X);
+            free_mat(&m);
+        }
+    }
+    assert_true(ran >= 1);
 }
 
 /*
@@ -753,6 +836,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu),
         cmocka_unit_test(test_act_quant),
+        cmocka_unit_test(test_iq4_and_act_round),
         cmocka_unit_test(test_scalar_vs_float),
         cmocka_unit_test(test_act_identical),
         cmocka_unit_test(test_avx2_vs_scalar),

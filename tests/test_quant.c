@@ -58,8 +58,8 @@ static void test_table(void **state)
         {14, "q6_K", 256, 210, true},     {15, "q8_K", 256, 292, true},
         {16, "iq2_xxs", 256, 66, false},  {17, "iq2_xs", 256, 74, false},
         {18, "iq3_xxs", 256, 98, false},  {19, "iq1_s", 256, 50, false},
-        {20, "iq4_nl", 32, 18, false},    {21, "iq3_s", 256, 110, false},
-        {22, "iq2_s", 256, 82, false},    {23, "iq4_xs", 256, 136, false},
+        {20, "iq4_nl", 32, 18, true},     {21, "iq3_s", 256, 110, false},
+        {22, "iq2_s", 256, 82, false},    {23, "iq4_xs", 256, 136, true},
         {24, "i8", 1, 1, false},          {25, "i16", 1, 2, false},
         {26, "i32", 1, 4, false},         {27, "i64", 1, 8, false},
         {28, "f64", 1, 8, false},         {29, "iq1_m", 256, 56, false},
@@ -627,6 +627,47 @@ static void test_q_q4_1_rounding(void **state)
     assert_int_equal(b[7] & 0x0F, 12);
 }
 
+/* IQ4_NL and IQ4_XS decode by hand-built blocks: 4-bit indices into llama.cpp's 16 non-linear
+ * levels, per 32 values (IQ4_NL: an F16 scale) or per 256 with 6-bit sub-block scales minus 32
+ * (IQ4_XS: low 4 bits in scales_l, two per byte, high 2 bits in scales_h). Neither has a
+ * quantizer in estream (it reads them). */
+static void test_dq_iq4(void **state)
+{
+    (void)state;
+    static const float lv[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                 1,    13,   25,  38,  53,  69,  89,  113};
+    uint8_t nl[18] = {0x00, 0x38}; /* d = 0.5 (F16 0x3800, little-endian) */
+    for (int j = 0; j < 16; j++) nl[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    float y[256];
+    es_dequantize_row(ES_QTYPE_IQ4_NL, nl, y, 32);
+    for (int j = 0; j < 16; j++) {
+        assert_true(y[j] == 0.5f * lv[j]);
+        assert_true(y[16 + j] == 0.5f * lv[15 - j]);
+    }
+    /* IQ4_XS: d = 1 (0x3C00); sub-block b's scale ls = 33 + 3b (6 bits), so x = (1 + 3b) lv[q];
+     * its nibbles are q = (j + b) & 15 (low, values 0..15), (j + 2b + 1) & 15 (high, 16..31) */
+    uint8_t xs[136] = {0x00, 0x3C};
+    uint16_t sh = 0;
+    for (int b = 0; b < 8; b++) {
+        const int ls = 33 + 3 * b;
+        xs[4 + b / 2] |= (uint8_t)((ls & 15) << (4 * (b % 2)));
+        sh |= (uint16_t)((ls >> 4) << (2 * b));
+        for (int j = 0; j < 16; j++)
+            xs[8 + 16 * b + j] = (uint8_t)(((j + b) & 15) | ((j + 2 * b + 1) & 15) << 4);
+    }
+    xs[2] = (uint8_t)(sh & 0xFF);
+    xs[3] = (uint8_t)(sh >> 8);
+    es_dequantize_row(ES_QTYPE_IQ4_XS, xs, y, 256);
+    for (int b = 0; b < 8; b++)
+        for (int j = 0; j < 16; j++) {
+            assert_true(y[32 * b + j] == (float)(1 + 3 * b) * lv[(j + b) & 15]);
+            assert_true(y[32 * b + 16 + j] == (float)(1 + 3 * b) * lv[(j + 2 * b + 1) & 15]);
+        }
+    float x[256] = {0};
+    assert_false(es_quantize_row(ES_QTYPE_IQ4_NL, x, y, 32));
+    assert_false(es_quantize_row(ES_QTYPE_IQ4_XS, x, y, 256));
+}
+
 static void test_q_unsupported(void **state)
 {
     (void)state;
@@ -969,6 +1010,7 @@ int main(void)
         cmocka_unit_test(test_q_q8_K_rounding),
         cmocka_unit_test(test_q_q4_1_rounding),
         cmocka_unit_test(test_q_unsupported),
+        cmocka_unit_test(test_dq_iq4),
         cmocka_unit_test(test_rt_float),
         cmocka_unit_test(test_rt_32),
         cmocka_unit_test(test_rt_k),

@@ -37,11 +37,10 @@ static void act_q8_block_sums(const int8_t *q, float db, int64_t b, float *ds, i
     c2[2 * b + 1] = c2_mult * s[1];
 }
 
-/* Rows quantized with one scale per group of gb blocks of 32: gb = 1 is llama.cpp's Q8_0 (the
- * scale amax / 127 rounded to F16, es_act_q8_scale), gb = 8 its Q8_K (the float 1 / (127 /
- * amax)); q = x * 127 / amax rounded to nearest even (lrintf, as vcvtps2dq in the SIMD
- * versions), at most 127 in magnitude. */
-/* Quantizes one group of gb blocks of 32 (x) into q; returns the group's scale. */
+/* Quantizes one group of gb blocks of 32 (x) into q; returns the group's scale. gb = 1 is
+ * llama.cpp's Q8_0 (the scale amax / 127 rounded to F16, es_act_q8_scale), gb = 8 its Q8_K (the
+ * float 1 / (127 / amax)); q = x * 127 / amax rounded to nearest even (lrintf, as vcvtps2dq in
+ * the SIMD versions), at most 127 in magnitude. */
 static float act_q8_group(const float *x, int gb, int8_t *q)
 {
     float amax = 0.0f;
@@ -74,6 +73,7 @@ void es_act_round(uint32_t wtype, float *x, int64_t n)
     }
 }
 
+/* Rows quantized with one scale per group of gb blocks of 32 (act_q8_group). */
 static void act_q8_groups(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                           int gb, int32_t c_mult, int32_t c2_mult)
 {
@@ -156,6 +156,26 @@ static void act_prepare_k(const float *X, int64_t ldx, int64_t n, int64_t K, voi
 {
     es_act_q8k_prepare(X, ldx, n, K, act, -128, -128);
 }
+/* Q4_1 / Q5_1 weights: llama.cpp's Q8_1, which is Q8_0 plus s = d * sum(q) per block rounded to
+ * F16, with d the float amax / 127 (before its F16 rounding): ds holds that s. */
+static void act_prepare_q1(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    es_act_q8_prepare(X, ldx, n, K, act, -128, -128);
+    const size_t rb = es_act_q8_row_bytes(K);
+    for (int64_t r = 0; r < n; r++) {
+        const uint8_t *row = (const uint8_t *)act + r * rb;
+        float *ds = (float *)(row + es_act_q8_off_ds(K));
+        for (int64_t b = 0; b < K / 32; b++) {
+            float amax = 0.0f;
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) {
+                amax = fmaxf(amax, fabsf(X[r * ldx + 32 * b + i]));
+                sum += ((const int8_t *)row)[32 * b + i];
+            }
+            ds[b] = es_f16_to_f32(es_f32_to_f16(amax / 127.0f * (float)sum));
+        }
+    }
+}
 
 /* ---- weight row decoding ---------------------------------------------------------------- */
 
@@ -177,6 +197,41 @@ static void decode_q4_0(const es_block_q4_0 *x, int64_t nb, int8_t *q, float *s)
         for (int j = 0; j < 16; j++) {
             q[j] = (int8_t)((x[b].qs[j] & 15) - 8);
             q[j + 16] = (int8_t)((x[b].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+/* Q5_0 (d, qh[4], qs[16]; value q - 16) and Q4_1 / Q5_1 (d, m, [qh[4],] qs[16]; value d*q + m:
+ * q unsigned, m[b] = +m). The fifth bit of element e is bit e of qh. */
+static void decode_q5_0(const uint8_t *w, int64_t nb, int8_t *q, float *s)
+{
+    for (int64_t b = 0; b < nb; b++, w += 22, q += 32) {
+        es_f16 d;
+        uint32_t qh;
+        memcpy(&d, w, 2);
+        memcpy(&qh, w + 2, 4);
+        s[b] = es_f16_to_f32(d);
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)(((w[6 + j] & 15) | ((qh >> j) & 1) << 4) - 16);
+            q[j + 16] = (int8_t)(((w[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+        }
+    }
+}
+static void decode_q41_q51(const uint8_t *w, int64_t nb, int five, int8_t *q, float *s, float *m)
+{
+    const size_t bb = five ? 24 : 20;
+    for (int64_t b = 0; b < nb; b++, w += bb, q += 32) {
+        es_f16 d, mn;
+        uint32_t qh = 0;
+        memcpy(&d, w, 2);
+        memcpy(&mn, w + 2, 2);
+        if (five) memcpy(&qh, w + 4, 4);
+        const uint8_t *qs = w + (five ? 8 : 4);
+        s[b] = es_f16_to_f32(d);
+        m[b] = es_f16_to_f32(mn);
+        for (int j = 0; j < 16; j++) {
+            q[j] = (int8_t)((qs[j] & 15) | ((qh >> j) & 1) << 4);
+            q[j + 16] = (int8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
         }
     }
 }
@@ -225,6 +280,41 @@ static void decode_q6_K(const es_block_q6_K *x, int8_t *q, float *s)
     }
 }
 
+/* IQ4_NL / IQ4_XS: each nibble indexes llama.cpp's 16 non-linear levels (es_dequantize_row
+ * decodes the same); s[block of 32] = d (IQ4_NL) or d * (6-bit scale - 32) (IQ4_XS). */
+static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+static void decode_iq4_32(const uint8_t *qs, int8_t *q)
+{
+    for (int j = 0; j < 16; j++) {
+        q[j] = iq4_levels[qs[j] & 15];
+        q[j + 16] = iq4_levels[qs[j] >> 4];
+    }
+}
+static void decode_iq4_nl(const uint8_t *w, int64_t nb, int8_t *q, float *s)
+{
+    for (int64_t b = 0; b < nb; b++, w += 18, q += 32) {
+        es_f16 d;
+        memcpy(&d, w, 2);
+        s[b] = es_f16_to_f32(d);
+        decode_iq4_32(w + 2, q);
+    }
+}
+static void decode_iq4_xs(const uint8_t *w, int64_t nsb, int8_t *q, float *s)
+{
+    for (int64_t i = 0; i < nsb; i++, w += 136) {
+        es_f16 d;
+        uint16_t sh;
+        memcpy(&d, w, 2);
+        memcpy(&sh, w + 2, 2);
+        for (int b = 0; b < 8; b++, q += 32) {
+            const int ls = ((w[4 + b / 2] >> (4 * (b % 2))) & 15) | ((sh >> (2 * b)) & 3) << 4;
+            s[8 * i + b] = es_f16_to_f32(d) * (float)(ls - 32);
+            decode_iq4_32(w + 8 + 16 * b, q);
+        }
+    }
+}
+
 static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, float *s, float *m)
 {
     const int64_t nb = K / 32, nsb = K / 256;
@@ -252,6 +342,19 @@ static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, flo
     case ES_QTYPE_Q6_K:
         for (int64_t i = 0; i < nsb; i++)
             decode_q6_K((const es_block_q6_K *)w + i, q + 256 * i, s + 16 * i);
+        break;
+    case ES_QTYPE_IQ4_NL:
+        decode_iq4_nl(w, nb, q, s);
+        break;
+    case ES_QTYPE_Q5_0:
+        decode_q5_0(w, nb, q, s);
+        break;
+    case ES_QTYPE_Q4_1:
+    case ES_QTYPE_Q5_1:
+        decode_q41_q51(w, nb, type == ES_QTYPE_Q5_1, q, s, m);
+        break;
+    case ES_QTYPE_IQ4_XS:
+        decode_iq4_xs(w, nsb, q, s);
         break;
     default:
         ES_ASSERT(0);
@@ -300,7 +403,9 @@ static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t N, int64_t n
                 } else {
                     const float t = (float)(lo + hi) * ws[b];
                     y = fmaf(t, xd[b], y);
-                    if (type == ES_QTYPE_Q4_K || type == ES_QTYPE_Q5_K) y = fmaf(wm[b], xds[b], y);
+                    if (type == ES_QTYPE_Q4_K || type == ES_QTYPE_Q5_K || type == ES_QTYPE_Q4_1 ||
+                        type == ES_QTYPE_Q5_1)
+                        y = fmaf(wm[b], xds[b], y);
                 }
             }
             Y[r * ldy + n] = y;
@@ -338,6 +443,11 @@ GEMM_Q(gemm_q8_0, ES_QTYPE_Q8_0)
 GEMM_Q(gemm_q4_K, ES_QTYPE_Q4_K)
 GEMM_Q(gemm_q5_K, ES_QTYPE_Q5_K)
 GEMM_Q(gemm_q6_K, ES_QTYPE_Q6_K)
+GEMM_Q(gemm_iq4_nl, ES_QTYPE_IQ4_NL)
+GEMM_Q(gemm_q5_0, ES_QTYPE_Q5_0)
+GEMM_Q(gemm_q4_1, ES_QTYPE_Q4_1)
+GEMM_Q(gemm_q5_1, ES_QTYPE_Q5_1)
+GEMM_Q(gemm_iq4_xs, ES_QTYPE_IQ4_XS)
 
 #define GEMM_T(name, type)                                                                         \
     static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,                 \
@@ -372,6 +482,10 @@ void es_kern_fill_scalar(es_kern *k)
         {
             {ES_QTYPE_Q4_0, gemm_q4_0}, {ES_QTYPE_Q8_0, gemm_q8_0}, {ES_QTYPE_Q4_K, gemm_q4_K},
             {ES_QTYPE_Q5_K, gemm_q5_K}, {ES_QTYPE_Q6_K, gemm_q6_K},
+            /* the fallbacks of llama-quantize's mixes (Q5_0, Q5_1, IQ4_NL where rows do not fit
+             * 256) and IQ4: tables without a SIMD kernel for them run these */
+            {ES_QTYPE_IQ4_NL, gemm_iq4_nl}, {ES_QTYPE_IQ4_XS, gemm_iq4_xs},
+            {ES_QTYPE_Q5_0, gemm_q5_0}, {ES_QTYPE_Q4_1, gemm_q4_1}, {ES_QTYPE_Q5_1, gemm_q5_1},
         },
       f[] = {
           {ES_QTYPE_F32, gemm_f32},
@@ -388,6 +502,9 @@ void es_kern_fill_scalar(es_kern *k)
     k->op[ES_QTYPE_Q4_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q5_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q6_K].act_prepare = act_prepare_k;
+    k->op[ES_QTYPE_IQ4_XS].act_prepare = act_prepare_k; /* Q8_K, as llama.cpp's vec_dot */
+    k->op[ES_QTYPE_Q4_1].act_prepare = act_prepare_q1;  /* Q8_1 */
+    k->op[ES_QTYPE_Q5_1].act_prepare = act_prepare_q1;
     k->op[ES_QTYPE_Q4_0].gemm_tiled = gemm_tiled_q4_0;
     k->op[ES_QTYPE_Q8_0].gemm_tiled = gemm_tiled_q8_0;
 }

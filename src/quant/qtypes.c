@@ -45,6 +45,26 @@ typedef struct {
     uint8_t qh[4];
     uint8_t qs[QK5_1 / 2];
 } block_q5_1; /* x = d*q + m */
+/* IQ4_NL: Q4_0's layout, but each 4-bit index picks a value of the non-linear table below
+ * (x = d * kv[q]). IQ4_XS: 256 values in 8 sub-blocks of 32 with 6-bit scales (low 4 bits in
+ * scales_l, two per byte; high 2 bits in scales_h, two per sub-block), x = d * (ls - 32) *
+ * kv[q], the nibbles of each sub-block laid out as in IQ4_NL. */
+#define QK4_NL 32
+typedef struct {
+    es_f16 d;
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+typedef struct {
+    es_f16 d;
+    uint16_t scales_h;
+    uint8_t scales_l[4];
+    uint8_t qs[128];
+} block_iq4_xs;
+_Static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl block");
+_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs block");
+/* ggml's kvalues_iq4nl: the 16 levels both formats index */
+static const int8_t iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 block");
 _Static_assert(sizeof(block_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(block_q5_1) == 24, "q5_1 block");
@@ -70,10 +90,11 @@ static const es_qtype_info type_table[ES_QTYPE_COUNT] = {
     [17] = {"iq2_xs", 256, 74, false},  /* d, u16 qs[32], scales[8] */
     [18] = {"iq3_xxs", 256, 98, false}, /* d, qs[96] */
     [19] = {"iq1_s", 256, 50, false},   /* d, qs[32], u16 qh[8] */
-    [20] = {"iq4_nl", 32, 18, false},   /* d, qs[16] */
+    [20] = {"iq4_nl", 32, 18, true},    /* d, qs[16] (decoded; no quantizer) */
     [21] = {"iq3_s", 256, 110, false},  /* d, qs[64], qh[8], signs[32], scales[4] */
     [22] = {"iq2_s", 256, 82, false},   /* d, qs[64], qh[8], scales[8] */
-    [23] = {"iq4_xs", 256, 136, false}, /* d, u16 scales_h, scales_l[4], qs[128] */
+    [23] = {"iq4_xs", 256, 136, true},  /* d, u16 scales_h, scales_l[4], qs[128] (decoded; no
+                                         * quantizer) */
     [24] = {"i8", 1, 1, false}, /* ES_QTYPE_I8: raw bytes (pack records), never computed with */
     [25] = {"i16", 1, 2, false},
     [26] = {"i32", 1, 4, false},
@@ -312,6 +333,34 @@ static void dq_q6_K(const es_block_q6_K *x, float *y, int64_t nb)
 }
 
 /* Q8_K: float scale, x = d*q. bsums (sums of 16 q's) are only for dot products. */
+/* 16 values of IQ4 nibbles: the low nibbles are values 0..15, the high ones 16..31. */
+static void dq_iq4_32(const uint8_t *qs, float d, float *y)
+{
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * iq4nl_levels[qs[j] & 0x0F];
+        y[j + 16] = d * iq4nl_levels[qs[j] >> 4];
+    }
+}
+
+static void dq_iq4_nl(const block_iq4_nl *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += QK4_NL)
+        dq_iq4_32(x[i].qs, h2f(x[i].d), y);
+}
+
+static void dq_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = h2f(x[i].d);
+        const uint16_t sh = x[i].scales_h;
+        for (int b = 0; b < 8; b++, y += 32) {
+            const int lo = (x[i].scales_l[b / 2] >> (4 * (b % 2))) & 0x0F;
+            const int hi = (sh >> (2 * b)) & 3;
+            dq_iq4_32(x[i].qs + 16 * b, d * (float)((lo | hi << 4) - 32), y);
+        }
+    }
+}
+
 static void dq_q8_K(const es_block_q8_K *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, y += ES_QK_K)
@@ -367,6 +416,12 @@ void es_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
         break;
     case ES_QTYPE_Q8_K:
         dq_q8_K(src, dst, nb);
+        break;
+    case ES_QTYPE_IQ4_NL:
+        dq_iq4_nl(src, dst, nb);
+        break;
+    case ES_QTYPE_IQ4_XS:
+        dq_iq4_xs(src, dst, nb);
         break;
     default:
         ES_ASSERT(!"supported type without a decoder");
@@ -771,7 +826,8 @@ static void q_q8_K(const float *x, es_block_q8_K *y, int64_t nb)
 bool es_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
 {
     const es_qtype_info *q = es_qtype_info_get(type);
-    if (!q || !q->supported) return false; /* every decodable type has a quantizer */
+    if (!q || !q->supported) return false;
+    if (type == ES_QTYPE_IQ4_NL || type == ES_QTYPE_IQ4_XS) return false; /* read, not written */
     ES_ASSERT(n >= 0 && n % q->block_elems == 0);
     const int64_t nb = n / q->block_elems;
     switch (type) {

@@ -36,6 +36,8 @@ typedef enum es_qtype {
     ES_QTYPE_Q5_K = 13,
     ES_QTYPE_Q6_K = 14,
     ES_QTYPE_Q8_K = 15,
+    ES_QTYPE_IQ4_NL = 20,
+    ES_QTYPE_IQ4_XS = 23,
     ES_QTYPE_I8 = 24, /* storage only (packed expert records): no dequantizer, no kernels */
     ES_QTYPE_BF16 = 30,
     ES_QTYPE_COUNT = 40 /* size of tables indexed by type id */
@@ -93,8 +95,8 @@ es_bf16 es_f32_to_bf16(float f);
  * F32 and Q8_K). Thread-safe. */
 void es_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
-/* Quantizes n floats to type (every supported type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q4_K, Q5_K, Q6_K, Q8_K), with ggml's reference algorithms (quantize_row_*_ref; the output is
+/* Quantizes n floats to type (every supported type but IQ4_NL and IQ4_XS, which estream decodes
+ * only: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K), with ggml's reference algorithms (quantize_row_*_ref; the output is
  * byte-identical to ggml's, except that an all-zero Q8_K block gets zero bsums). dst holds
  * es_qtype_row_bytes(type, n) bytes. Returns false if the type has no quantizer; n not a multiple
  * of the block size aborts (ES_ASSERT). Thread-safe. */

@@ -15,7 +15,8 @@
  *   Q5_K        0..31: sums of 4 groups (<= 31496)
  *   Q6_K        0..63 (corrected by -32*sum(x) per half): sums of 2 groups (<= 32004)
  *   Q8_0        signed weights: |w| times x with w's sign moved onto x (vpsignb), each group
- *               widened on its own (pair sums <= 32512)
+ *               widened on its own (pair sums <= 32512); Q5_0 (q5 - 16), IQ4_NL and IQ4_XS
+ *               (levels -127..113) are decoded to signed bytes and use this path
  * so the int32 result is the exact dot product, and the float operations per block are those of
  * kern_scalar.c in the same order: results match the scalar table bit for bit.
  *
@@ -158,6 +159,102 @@ static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
         for (int g = 0; g < 8; g++)
             _mm256_store_si256((__m256i *)(rec + 32 * g), _mm256_xor_si256(raw[g], flip));
         _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 34, wrb, nr));
+    }
+}
+
+/* Signed weights in Q8_0's record (A_Q80): as they are for AVX2's sign trick, + 128 for
+ * AVX-VNNI. Q5_0, IQ4_NL and IQ4_XS use it. */
+static inline __m256i q80_enc(__m256i v)
+{
+    return _mm256_xor_si256(v, _mm256_set1_epi8(VNNI ? (char)0x80 : 0));
+}
+
+/* Bits 4i..4i+3 of each dword of v as 0x10 or 0 in its bytes (byte j gets bit 4i + j). */
+static inline __m256i qh_to_bytes(__m256i v, int i)
+{
+    const __m256i first = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                           0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m256i sel = _mm256_set1_epi32(0x08040201);
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srli_epi32(v, 4 * i), first), sel);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, sel), _mm256_set1_epi8(0x10));
+}
+
+/* 8 dwords at base + j*wrb (j < nr; others 0). */
+static inline __m256i gather_u32(const uint8_t *base, size_t wrb, int nr)
+{
+    uint32_t v[8] = {0};
+    for (int j = 0; j < nr; j++)
+        memcpy(&v[j], base + j * wrb, 4);
+    return _mm256_loadu_si256((const __m256i *)v);
+}
+
+/* Q5_0 (d, qh[4], qs[16]): q5 - 16, signed. */
+static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i raw[4];
+        tr8x4(W + b * 22 + 6, wrb, nr, raw);
+        const __m256i qh = gather_u32(W + b * 22 + 2, wrb, nr);
+#pragma GCC unroll 16
+        for (int g = 0; g < 4; g++) {
+            const __m256i lo = _mm256_or_si256(and8(raw[g], 15), qh_to_bytes(qh, g));
+            const __m256i hi = _mm256_or_si256(and8(srl16(raw[g], 4), 15), qh_to_bytes(qh, g + 4));
+            _mm256_store_si256((__m256i *)(rec + 32 * g), q80_enc(_mm256_sub_epi8(lo, sixteen)));
+            _mm256_store_si256((__m256i *)(rec + 32 * (g + 4)), q80_enc(_mm256_sub_epi8(hi, sixteen)));
+        }
+        _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 22, wrb, nr));
+    }
+}
+
+/* IQ4 nibbles of 8 rows (transposed in raw) -> the signed levels (kern_scalar.c's iq4_levels)
+ * of the record's 8 groups. */
+static inline void iq4_groups(const __m256i raw[4], uint8_t *rec)
+{
+    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
+                                         53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
+                                         -10, 1, 13, 25, 38, 53, 69, 89, 113);
+#pragma GCC unroll 16
+    for (int g = 0; g < 4; g++) {
+        _mm256_store_si256((__m256i *)(rec + 32 * g), q80_enc(_mm256_shuffle_epi8(lut, and8(raw[g], 15))));
+        _mm256_store_si256((__m256i *)(rec + 32 * (g + 4)),
+                           q80_enc(_mm256_shuffle_epi8(lut, and8(srl16(raw[g], 4), 15))));
+    }
+}
+
+static void dec_iq4_nl(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i raw[4];
+        tr8x4(W + b * 18 + 2, wrb, nr, raw);
+        iq4_groups(raw, rec);
+        _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 18, wrb, nr));
+    }
+}
+
+/* IQ4_XS: sub-block j of a 136-byte super-block, scale d * (ls_j - 32) per row. */
+static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        const uint8_t *sb = W + b / 8 * 136;
+        const int j = (int)(b % 8);
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i raw[4];
+        tr8x4(sb + 8 + 16 * j, wrb, nr, raw);
+        iq4_groups(raw, rec);
+        float sc[8] = {0};
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *h = sb + r * wrb;
+            es_f16 d;
+            uint16_t sh;
+            memcpy(&d, h, 2);
+            memcpy(&sh, h + 2, 2);
+            const int ls = ((h[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
+            sc[r] = es_f16_to_f32(d) * (float)(ls - 32);
+        }
+        _mm256_store_ps((float *)(rec + 256), _mm256_loadu_ps(sc));
     }
 }
 
@@ -459,6 +556,9 @@ GEMM_INT(gemm_q8_0, A_Q80, dec_q8_0, ES_QTYPE_Q8_0)
 GEMM_INT(gemm_q4_K, A_Q4K, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
+GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
+GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
+GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
 
 /* ---- tiled weights (quant/tiles.h) ----------------------------------------------------------
  *
@@ -656,6 +756,11 @@ static void act_k45(const float *X, int64_t ldx, int64_t n, int64_t K, void *act
 {
     act_q8(X, ldx, n, K, act, 8, 0, 0);
 }
+/* IQ4_XS: Q8_K as llama.cpp's vec_dot, in Q8_0's correction (its weights use that record) */
+static void act_iq4_xs(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, 8, VNNI ? -128 : 0, 0);
+}
 static void act_q6_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
     act_q8(X, ldx, n, K, act, 8, 0, -32);
@@ -816,6 +921,9 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_k45, gemm_q4_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_k45, gemm_q5_K, scratch_int, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int, NULL}},
+        {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q8_0, gemm_q5_0, scratch_int, NULL}},
+        {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q8_0, gemm_iq4_nl, scratch_int, NULL}},
+        {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_iq4_xs, gemm_iq4_xs, scratch_int, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},

@@ -8,11 +8,12 @@
  *
  * Integer weights. Tile record per block of 32 weights (REC_Q / REC_K bytes):
  *     u8  q[8 groups][2 columns][16 rows][4]   weights 4g..4g+3 of output row 16c+j in lane j
- *     f32 s[2][16]   per-row scale (Q4_0/Q8_0: d; Q4_K/Q5_K: d*sc; Q6_K: d*sc of half 0)
+ *     f32 s[2][16]   per-row scale (Q4_0/Q8_0/Q5_0/IQ4_NL: d; IQ4_XS: d*(ls-32); Q4_K/Q5_K:
+ *                    d*sc; Q6_K: d*sc of half 0)
  *     f32 m[2][16]   Q4_K/Q5_K: -(dmin*m); Q6_K: d*sc of half 1 (absent for Q4_0/Q8_0)
  * vpdpbusd multiplies unsigned bytes (first source) by signed bytes (second source). The
  * weights are the unsigned side: each is stored as (signed value + 128) for Q4_0 (nibble + 120),
- * Q8_0 (q ^ 0x80) and Q6_K (q + 96), and the accumulator starts at -128 * sum(x) of the block
+ * Q8_0 (q ^ 0x80), Q5_0 (q5 + 112), IQ4_NL / IQ4_XS (level + 128) and Q6_K (q + 96), and the accumulator starts at -128 * sum(x) of the block
  * (Q6_K: of each half), which the act preparation stores; Q4_K/Q5_K weights are unsigned already
  * (0..15, 0..31) and start at 0. The int32 result is the exact dot product of the true integer
  * weights with the int8 activations. Micro-kernel: 6 tokens x 2 columns; for each group the 4
@@ -265,6 +266,112 @@ static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
             for (int g = 0; g < 8; g++)
                 _mm512_store_si512(rec + 128 * g, _mm512_xor_si512(raw[g], flip));
             _mm512_store_ps(rec + 1024, f16_lo(_mm512_i32gather_epi32(ro, Wc + b * 34, 1)));
+        }
+    }
+}
+
+/* Bits 4i..4i+3 of each dword of v (i = 0..7) as 0x10 or 0 in its 4 bytes: byte j of a dword
+ * gets bit 4i + j. (Q5_0's fifth bits, from the 32-bit qh of each row.) */
+static inline __m512i qh_to_bytes(__m512i v, int i)
+{
+    const __m512i first = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8,
+                                                               12, 12, 12, 12));
+    const __m512i sel = _mm512_set1_epi32(0x08040201);
+    const __m512i b = _mm512_shuffle_epi8(_mm512_srli_epi32(v, (unsigned)(4 * i)), first);
+    return _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(b, sel), _mm512_set1_epi8(0x10));
+}
+
+/* Q5_0 (d, qh[4], qs[16]): u = q5 + 112, so u - 128 = q5 - 16. */
+static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    const __m512i off = _mm512_set1_epi8(112);
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b++) {
+            uint8_t *rec = tile + (b - kb0) * REC_Q + 64 * c;
+            __m512i raw[4];
+            tr16x4(Wc + b * 22 + 6, wrb, n, raw);
+            const __m512i qh = _mm512_i32gather_epi32(ro, Wc + b * 22 + 2, 1);
+#pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) {
+                const __m512i lo = _mm512_or_si512(and8(raw[g], 15), qh_to_bytes(qh, g));
+                const __m512i hi = _mm512_or_si512(and8(srl16(raw[g], 4), 15), qh_to_bytes(qh, g + 4));
+                _mm512_store_si512(rec + 128 * g, _mm512_add_epi8(lo, off));
+                _mm512_store_si512(rec + 128 * (g + 4), _mm512_add_epi8(hi, off));
+            }
+            _mm512_store_ps(rec + 1024, f16_lo(_mm512_i32gather_epi32(ro, Wc + b * 22, 1)));
+        }
+    }
+}
+
+/* IQ4_NL / IQ4_XS levels + 128 (kern_scalar.c's iq4_levels), for vpshufb by nibble. */
+static inline __m512i iq4_lut(void)
+{
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129,
+                                                (char)141, (char)153, (char)166, (char)181,
+                                                (char)197, (char)217, (char)241));
+}
+
+/* 16 bytes of IQ4 nibbles of 16 rows (transposed in raw) -> the 8 groups of a record. */
+static inline void iq4_groups(const __m512i raw[4], uint8_t *rec)
+{
+    const __m512i lut = iq4_lut();
+#pragma GCC unroll 16
+    for (int g = 0; g < 4; g++) {
+        _mm512_store_si512(rec + 128 * g, _mm512_shuffle_epi8(lut, and8(raw[g], 15)));
+        _mm512_store_si512(rec + 128 * (g + 4), _mm512_shuffle_epi8(lut, and8(srl16(raw[g], 4), 15)));
+    }
+}
+
+/* IQ4_NL (d, qs[16]): u = level + 128. */
+static void dec_iq4_nl(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b++) {
+            uint8_t *rec = tile + (b - kb0) * REC_Q + 64 * c;
+            __m512i raw[4];
+            tr16x4(Wc + b * 18 + 2, wrb, n, raw);
+            iq4_groups(raw, rec);
+            _mm512_store_ps(rec + 1024, f16_lo(_mm512_i32gather_epi32(ro, Wc + b * 18, 1)));
+        }
+    }
+}
+
+/* IQ4_XS (per 256: d, scales_h, scales_l[4], qs[128]): sub-block j of a super-block is a block
+ * of 32 with scale d * (ls_j - 32), its nibbles as IQ4_NL's. */
+static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b++) {
+            const uint8_t *sb = Wc + b / 8 * 136;
+            const int j = (int)(b % 8);
+            uint8_t *rec = tile + (b - kb0) * REC_Q + 64 * c;
+            __m512i raw[4];
+            tr16x4(sb + 8 + 16 * j, wrb, n, raw);
+            iq4_groups(raw, rec);
+            const __m512i h = _mm512_i32gather_epi32(ro, sb, 1);     /* d | scales_h << 16 */
+            const __m512i l = _mm512_i32gather_epi32(ro, sb + 4, 1); /* scales_l[0..3] */
+            const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(l, (unsigned)(4 * j)),
+                                                _mm512_set1_epi32(15));
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(h, (unsigned)(16 + 2 * j)),
+                                                _mm512_set1_epi32(3));
+            const __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)),
+                                                _mm512_set1_epi32(32));
+            _mm512_store_ps(rec + 1024, _mm512_mul_ps(f16_lo(h), _mm512_cvtepi32_ps(ls)));
         }
     }
 }
@@ -626,6 +733,9 @@ GEMM_INT(gemm_q8_0, KQ, dec_q8_0, ES_QTYPE_Q8_0)
 GEMM_INT(gemm_q4_K, KM, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, KM, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, K6, dec_q6_K, ES_QTYPE_Q6_K)
+GEMM_INT(gemm_q5_0, KQ, dec_q5_0, ES_QTYPE_Q5_0)
+GEMM_INT(gemm_iq4_nl, KQ, dec_iq4_nl, ES_QTYPE_IQ4_NL)
+GEMM_INT(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
 
 /* ---- tiled weights (quant/tiles.h) ----------------------------------------------------------
  *
@@ -979,6 +1089,9 @@ void es_kern_fill_avx512(es_kern *k)
         {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q4_K, scratch_k, NULL}},
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q5_K, scratch_k, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q6_K, scratch_k, NULL}},
+        {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q5_0, scratch_q, NULL}},
+        {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_prepare_q, gemm_iq4_nl, scratch_q, NULL}},
+        {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_prepare_k, gemm_iq4_xs, scratch_q, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},
