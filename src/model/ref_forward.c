@@ -123,6 +123,17 @@ static void ffn_ref(const es_tensor *gate, const es_tensor *up, const es_tensor 
     matmul_ref(down->data, down->type, down->row_bytes, d, ff, g, ff, T, out, d, wt, row);
 }
 
+/* scores[s] = exp(scores[s] - mx) for s < n; returns 1 / their sum (summed in double). */
+static float exp_scores(float *scores, int64_t n, float mx)
+{
+    double sum = 0.0;
+    for (int64_t s = 0; s < n; s++) {
+        scores[s] = expf(scores[s] - mx);
+        sum += scores[s];
+    }
+    return (float)(1.0 / sum);
+}
+
 /* Multi-head latent attention (deepseek2) over h into att [T][n_embd_att], in the absorbed form
  * llama.cpp computes (the fast path decompresses keys and values instead, which cross-checks
  * the two): q = h Wq^T, [c | k_pe] = h Wkv_a^T, c = rmsnorm(c) * kv_a_norm, RoPE on k_pe and on
@@ -188,12 +199,7 @@ static es_status mla_ref(const es_model *m, const es_layer *L, const float *h, i
                 scores[s] = dot * hp->attn_scale;
                 if (scores[s] > mx) mx = scores[s];
             }
-            double sum = 0.0;
-            for (int64_t s = 0; s <= t; s++) {
-                scores[s] = expf(scores[s] - mx);
-                sum += scores[s];
-            }
-            const float inv = (float)(1.0 / sum);
+            const float inv = exp_scores(scores, t + 1, mx);
             for (int64_t c = 0; c < kv; c++) oc[c] = 0.0f;
             for (int64_t s = 0; s <= t; s++)
                 for (int64_t c = 0; c < kv; c++) oc[c] += scores[s] * inv * ckv[s * dc + c];
@@ -229,12 +235,7 @@ static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const
                 scores[s] = d * scale;
                 if (scores[s] > mx) mx = scores[s];
             }
-            double sum = 0.0;
-            for (int64_t s = 0; s <= t; s++) {
-                scores[s] = expf(scores[s] - mx);
-                sum += scores[s];
-            }
-            const float inv = (float)(1.0 / sum);
+            const float inv = exp_scores(scores, t + 1, mx);
             float *ot = out + t * ldq + h * dh;
             for (int i = 0; i < dh; i++) ot[i] = 0.0f;
             for (int64_t s = 0; s <= t; s++) {
