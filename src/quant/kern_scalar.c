@@ -166,12 +166,12 @@ static void act_prepare_q1(const float *X, int64_t ldx, int64_t n, int64_t K, vo
         const uint8_t *row = (const uint8_t *)act + r * rb;
         float *ds = (float *)(row + es_act_q8_off_ds(K));
         for (int64_t b = 0; b < K / 32; b++) {
+            /* two loops: GCC 12's AArch64 vectorizer crashes on the float max and the integer
+             * sum in one loop (internal compiler error in vect_transform_reduction) */
             float amax = 0.0f;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(X[r * ldx + 32 * b + i]));
             int32_t sum = 0;
-            for (int i = 0; i < 32; i++) {
-                amax = fmaxf(amax, fabsf(X[r * ldx + 32 * b + i]));
-                sum += ((const int8_t *)row)[32 * b + i];
-            }
+            for (int i = 0; i < 32; i++) sum += ((const int8_t *)row)[32 * b + i];
             ds[b] = es_f16_to_f32(es_f32_to_f16(amax / 127.0f * (float)sum));
         }
     }
