@@ -226,8 +226,8 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
     if (hp->n_lora_kv > 0) {
         f->mla_ckv = es_alloc_big(fbytes(T, hp->n_lora_kv + hp->n_rot));
         f->mla_kvd = es_alloc_big(fbytes(T, mla_kvd_width(hp)));
-        f->mla_out = es_alloc_big(fbytes(T, hp->n_embd_att));
-        if (!f->mla_ckv || !f->mla_kvd || !f->mla_out)
+        if (hp->mla_split) f->mla_out = es_alloc_big(fbytes(T, hp->n_embd_att));
+        if (!f->mla_ckv || !f->mla_kvd || (hp->mla_split && !f->mla_out))
             return es_fail(ES_E_NOMEM, "out of memory for the latent attention of %lld tokens",
                            (long long)T);
     }
