@@ -2,6 +2,8 @@
 # Runs every test program of a build and prints one summary line "N passed, N failed, N skipped".
 # Usage: tests/run.sh [BUILD_DIR]   (default: build)
 # Counts are cmocka test cases; a program that crashes or times out counts one failure.
+# ESTREAM_TEST_FAIL_FAST=1 stops after the first failing program (tools/mutants.sh: one failure
+# is enough to call a planted bug caught, and the rest of the suite would only cost time).
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +40,7 @@ for t in "$build"/tests/test_*; do
         failed_names+=("$name")
         echo "FAIL $name (rc=$rc, ${secs}s)"
         sed 's/^/    /' "$log" | tail -n 40
+        [ "${ESTREAM_TEST_FAIL_FAST:-0}" = 1 ] && break
     else
         echo "ok   $name: $p passed, $s skipped (${secs}s)"
     fi
