@@ -202,14 +202,7 @@ static void test_family_q4_k_m(void **s)
         double median, self_max, self_kl, llama_kl, llama_max; /* llama_max 0: quant_llama's */
     } files[] = {
         {"small-qwen3moe", 0.1, 1.0, 2e-3, 2e-4, 0}, {"small-mixtral", 1e-4, 1.0, 2e-3, 2e-4, 0},
-        {"small-deepseek", 1e-4, 1.0, 2e-3, 2e-4, 0}, {"small-lfm2moe", 0.1, 4.0, 0.012, 3e-4, 0},
-        /* small-deepseek2 misses the issue's terms: KL 7.0e-4, top-1 96.5 %. Its first three
-         * positions equal llama.cpp's to the bit; then an activation rounding falls the other
-         * way (the attention's float order differs, and MLA rounds twice as many activations
-         * per token), and this small synthetic model amplifies one such flip to ~0.1 in the
-         * logits of every later position: estream's own scalar and AVX-512 tables differ by
-         * KL 2.4e-4 on it. */
-        {"small-deepseek2", 0.2, 1.0, 2e-3, 1e-3, 0.6}};
+        {"small-deepseek", 1e-4, 1.0, 2e-3, 2e-4, 0}, {"small-lfm2moe", 0.1, 4.0, 0.012, 3e-4, 0}};
     for (size_t i = 0; i < T_LEN(files); i++) {
         const limits self = {INFINITY, 0.2, files[i].self_max, 0.96, files[i].self_kl};
         char model[128], golden[128];
@@ -218,13 +211,62 @@ static void test_family_q4_k_m(void **s)
         limits llama = quant_llama;
         llama.median = files[i].median;
         llama.kl = files[i].llama_kl;
-        if (files[i].llama_max > 0) { /* a flip's spread: p90 0.146, max 0.44, top-1 96.5 % */
-            llama.p90 = 0.2;
-            llama.max = files[i].llama_max;
-            llama.top1 = 0.95;
-        }
+        if (files[i].llama_max > 0) llama.max = files[i].llama_max;
         compare_lim(model, self, golden, llama);
     }
+}
+
+/* small-deepseek2 in Q4_K_M: a file on which llama.cpp disagrees with itself beyond the issue's
+ * terms. Its builds with and without AVX-512 (tests/data/README.md) differ by top-1 94.7 %,
+ * mean KL 6.5e-4: both agree to float noise until one activation rounding (Q8_K, Q8_0) falls
+ * the other way, and from there every later position moves by ~0.1. MLA rounds ~1,500
+ * activations per token per layer (each head's latent output, q_nope) whose float values
+ * depend on the attention's summation order, so a perturbation at one position re-rounds many
+ * values at every later one: the whole activation-rounding noise (fast vs reference, KL 1.3e-3)
+ * is drawn again. A hidden size of 512 or no YaRN changes nothing (KL 5.2e-4, 6.5e-4 between
+ * the llama.cpp builds). So the terms are checked relative to llama.cpp's own spread, computed
+ * here from the two sets of logits: estream must be at least as close to each llama.cpp build
+ * as the builds are to each other (measured: KL 7.0e-4 / 4.1e-4 against the spread's 6.5e-4,
+ * top-1 96.5 % / 98.2 % against 94.7 %; the scalar table 7.1e-4 / 3.1e-4). The premise is
+ * asserted too, so that a regenerated, better-conditioned file gets the plain terms instead. */
+static void test_mla_q4_k_m_within_llama_spread(void **s)
+{
+    (void)s;
+    const char *model = DATA "small-deepseek2-q4_k_m.gguf";
+    size_t n, len_a, len_b;
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
+    es_model *m = open_ok(model);
+    const size_t nv = (size_t)es_model_n_vocab(m);
+    float *fast = malloc(sizeof(float) * n * nv), *ref = malloc(sizeof(float) * n * nv);
+    float *native = (float *)t_read_file(DATA "small-deepseek2-q4_k_m.llama-logits.bin", &len_a);
+    float *avx2 = (float *)t_read_file(DATA "small-deepseek2-q4_k_m.llama-avx2-logits.bin", &len_b);
+    assert_non_null(native);
+    assert_non_null(avx2);
+    assert_int_equal(len_a, sizeof(float) * n * nv);
+    assert_int_equal(len_b, sizeof(float) * n * nv);
+    es_prefill_opts o = {.all_logits = 1, .n_threads = 2};
+    assert_int_equal(es_prefill(m, ids, n, &o, fast), ES_OK);
+    o.reference = 1;
+    assert_int_equal(es_prefill(m, ids, n, &o, ref), ES_OK);
+
+    const t_logit_stats spread = t_compare_logits(avx2, native, n, nv);
+    print_message("llama.cpp AVX2 vs AVX-512 build: top-1 %.1f%%, mean KL %.3g\n",
+                  100 * spread.top1, spread.kl);
+    assert_true(spread.kl > quant_llama.kl || spread.top1 < quant_llama.top1); /* the premise */
+    /* within the spread (KL with 25 % room for other tables' float order); the per-position
+     * differences at the spread's size (median 0.12, max 0.44) */
+    const limits within = {0.15, 0.2, 0.6, spread.top1, 1.25 * spread.kl};
+    check_limits("fast vs llama.cpp (AVX-512 build)", model, t_compare_logits(fast, native, n, nv), within);
+    check_limits("fast vs llama.cpp (AVX2 build)", model, t_compare_logits(fast, avx2, n, nv), within);
+    /* the reference keeps float activations: the whole rounding noise */
+    check_limits("fast vs reference", model, t_compare_logits(fast, ref, n, nv),
+                 (limits){INFINITY, 0.2, 1.0, 0.96, 2e-3});
+    free(native);
+    free(avx2);
+    free(fast);
+    free(ref);
+    free(ids);
+    es_model_close(m);
 }
 
 /* The types llama-quantize falls back to where rows do not fit its K-quants' 256 (DeepSeek's
@@ -590,6 +632,7 @@ int main(void)
         cmocka_unit_test(test_yarn_qwen3moe),
         cmocka_unit_test(test_fallback_types),
         cmocka_unit_test(test_family_q4_k_m),
+        cmocka_unit_test(test_mla_q4_k_m_within_llama_spread),
         cmocka_unit_test(test_small_f32),
         cmocka_unit_test(test_small_q4_0),
         cmocka_unit_test(test_fast_threads_bit_identical),

@@ -306,7 +306,9 @@ static void test_ppl_matches_llama_cpp(void **state)
         {"small-lfm2moe-q4_k_m", 2e-3, 2e-2},
         {"tiny-deepseek2-f16", 1e-3, 1e-3},
         {"tiny-deepseek2-joined-f16", 1e-3, 1e-3},
-        /* MLA's activation-rounding flips (test_forward): +0.16 % */
+        /* MLA's activation-rounding flips (test_forward): llama.cpp's own AVX2 build is
+         * +0.05 % from its AVX-512 build (+0.37 % after the first chunk), estream's tables
+         * +0.03 % (scalar) to +0.16 % (AVX-512) */
         {"small-deepseek2-q4_k_m", 3e-3, 2e-2}};
     size_t len = 0;
     char *text = t_read_file(DATA "ppl-text.txt", &len);
