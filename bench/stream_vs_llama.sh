@@ -295,7 +295,7 @@ kind == "llres" && p[2] == "repack" { resrepack = $1; next }
     es[kind, i, n, r] = num("tokens_per_second")
     m = num("peak_rss_bytes"); if (m != "" && m + 0 > rss[kind, i, n] + 0) rss[kind, i, n] = m
     bub[kind, i, n, r] = num("bubble_rate")
-    if (kind == "espack") plan[i] = sprintf("budget_bytes %s, groups %s, banks %s, qd %s, policy %s, io %s, read %s MiB",
+    if (kind == "espack" || !(i in plan)) plan[i] = sprintf("budget_bytes %s, groups %s, banks %s, qd %s, policy %s, io %s, read %s MiB",
         num("budget_bytes"), num("groups"), num("banks"), num("qd"), str("policy"), str("io_backend"), mib(num("bytes_read")))
     next
 }
@@ -341,7 +341,7 @@ END {
                nrp ? sprintf("%.2fx", median(rp, nrp)) : "-", nrg ? sprintf("%.2fx", median(rg, nrg)) : "-"
     }
     if (nshared) printf "(\"shared\": runs during which another process had the model in the page cache; its pages\n are charged to the cgroup of that process, so the limit did not hold them and those llama.cpp figures\n overstate what llama.cpp does within the budget)\n"
-    printf "\nper budget: llama.cpp cgroup peak usage (page cache included), repacking seen; estream plan (pack):\n"
+    printf "\nper budget: llama.cpp cgroup peak usage (page cache included), repacking seen; estream plan (pack, else gguf):\n"
     for (i = 1; i <= nb; i++) {
         printf "  %-6s = %s bytes: llama.cpp peak %s MiB, repacking %s", bname[i], bsize[i], mib(llmax[i]), (i in llrepack) ? llrepack[i] : "-"
         if (("espack", i) in escg) printf "; estream in cgroup: pack peak %s MiB", mib(escg["espack", i])
