@@ -25,6 +25,9 @@
 #   LLAMA_RESIDENT=0   skip llama.cpp's run without a limit (a model larger than the machine's
 #                      memory pages from disk there too, for as long as LLAMA_TIMEOUT allows)
 #   ESTREAM_REPS       repetitions per `estream bench` run (default 3; its median is used)
+#   LLAMA_REPS         llama-bench repetitions per run (default 3); LLAMA_NO_WARMUP=1 adds
+#                      --no-warmup (for models that page from disk, where llama-bench's warmup
+#                      run costs as much as a measured one and warms nothing the limit keeps)
 #
 # Method: per round, per budget, in this order: estream from the pack, estream from the GGUF
 # (both `estream bench --mem BUDGET`), then llama-bench in a fresh memory cgroup (v1) whose
@@ -158,7 +161,8 @@ drop_file_cache() {
 
 # --- llama-bench flags ---------------------------------------------------------------------
 llama_help=$("$llama_bench" --help 2>&1 || true)
-ll_flags=(-m "$model" -p "$lengths" -n 0 -t "$threads" -r 3 -o jsonl -v)
+ll_flags=(-m "$model" -p "$lengths" -n 0 -t "$threads" -r "${LLAMA_REPS:-3}" -o jsonl -v)
+[ "${LLAMA_NO_WARMUP:-0}" = 1 ] && ll_flags+=(--no-warmup)
 if grep -q -- '--no-repack <0|1>' <<<"$llama_help"; then ll_flags+=(--no-repack 1); repack_flag="--no-repack 1"
 elif grep -q -- '--no-repack' <<<"$llama_help"; then ll_flags+=(--no-repack); repack_flag="--no-repack"
 elif grep -q -- '--repack <0|1>' <<<"$llama_help"; then ll_flags+=(--repack 0); repack_flag="--repack 0"
