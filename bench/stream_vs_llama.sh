@@ -147,7 +147,8 @@ cg_run() {
 }
 
 # cached_bytes FILE: how much of FILE is in the page cache (0 without fincore)
-cached_bytes() { fincore -b -n -o RES "$1" 2>/dev/null | awk '{ print $1 + 0; n++ } END { if (!n) print 0 }'; }
+# (printf %.0f: mawk prints numbers past 2^31 as 8.05401e+09, which `[ -gt ]` refuses)
+cached_bytes() { fincore -b -n -o RES "$1" 2>/dev/null | awk '{ printf "%.0f\n", $1; n++ } END { if (!n) print 0 }'; }
 
 # drop_file_cache FILE: drops FILE's pages from the page cache (only unmapped ones can go)
 drop_file_cache() {
