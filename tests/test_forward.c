@@ -42,23 +42,40 @@ static limits loosest(limits a, limits b)
 /* Fast vs reference within `self`; where llama.cpp's logits of the same file are given, fast vs
  * them within `llama`, and the reference vs them within the looser of the two (the reference
  * computes in float: from a quantized file it is as far from llama.cpp as from the fast path). */
+/* Every position's logits of tiny-ids.txt from `model`, by the fast path and the reference. */
+static void prefill_both(const char *model, size_t *n, size_t *nv, float **fast, float **ref)
+{
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", n);
+    es_model *m = open_ok(model);
+    *nv = (size_t)es_model_n_vocab(m);
+    *ref = malloc(sizeof(float) * *n * *nv);
+    *fast = malloc(sizeof(float) * *n * *nv);
+    es_prefill_opts o = {.reference = 1, .all_logits = 1, .n_threads = 2};
+    assert_int_equal(es_prefill(m, ids, *n, &o, *ref), ES_OK);
+    o.reference = 0;
+    assert_int_equal(es_prefill(m, ids, *n, &o, *fast), ES_OK);
+    free(ids);
+    es_model_close(m);
+}
+
+/* llama.cpp's logits of tiny-ids.txt, [n][nv] floats, from a tests/data file. */
+static float *read_llama_logits(const char *path, size_t n, size_t nv)
+{
+    size_t len;
+    float *want = (float *)t_read_file(path, &len);
+    assert_non_null(want);
+    assert_int_equal(len, sizeof(float) * n * nv);
+    return want;
+}
+
 static void compare_lim(const char *model, limits self, const char *llama_logits, limits llama)
 {
-    size_t n;
-    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
-    es_model *m = open_ok(model);
-    const size_t nv = (size_t)es_model_n_vocab(m);
-    float *ref = malloc(sizeof(float) * n * nv), *fast = malloc(sizeof(float) * n * nv);
-    es_prefill_opts o = {.reference = 1, .all_logits = 1, .n_threads = 2};
-    assert_int_equal(es_prefill(m, ids, n, &o, ref), ES_OK);
-    o.reference = 0;
-    assert_int_equal(es_prefill(m, ids, n, &o, fast), ES_OK);
+    size_t n, nv;
+    float *fast, *ref;
+    prefill_both(model, &n, &nv, &fast, &ref);
     check_limits("fast vs reference", model, t_compare_logits(fast, ref, n, nv), self);
     if (llama_logits) {
-        size_t len;
-        float *want = (float *)t_read_file(llama_logits, &len);
-        assert_non_null(want);
-        assert_int_equal(len, sizeof(float) * n * nv);
+        float *want = read_llama_logits(llama_logits, n, nv);
         check_limits("fast vs llama.cpp", model, t_compare_logits(fast, want, n, nv), llama);
         check_limits("reference vs llama.cpp", model, t_compare_logits(ref, want, n, nv),
                      loosest(self, llama));
@@ -66,8 +83,6 @@ static void compare_lim(const char *model, limits self, const char *llama_logits
     }
     free(ref);
     free(fast);
-    free(ids);
-    es_model_close(m);
 }
 
 /*
@@ -233,21 +248,11 @@ static void test_mla_q4_k_m_within_llama_spread(void **s)
 {
     (void)s;
     const char *model = DATA "small-deepseek2-q4_k_m.gguf";
-    size_t n, len_a, len_b;
-    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
-    es_model *m = open_ok(model);
-    const size_t nv = (size_t)es_model_n_vocab(m);
-    float *fast = malloc(sizeof(float) * n * nv), *ref = malloc(sizeof(float) * n * nv);
-    float *native = (float *)t_read_file(DATA "small-deepseek2-q4_k_m.llama-logits.bin", &len_a);
-    float *avx2 = (float *)t_read_file(DATA "small-deepseek2-q4_k_m.llama-avx2-logits.bin", &len_b);
-    assert_non_null(native);
-    assert_non_null(avx2);
-    assert_int_equal(len_a, sizeof(float) * n * nv);
-    assert_int_equal(len_b, sizeof(float) * n * nv);
-    es_prefill_opts o = {.all_logits = 1, .n_threads = 2};
-    assert_int_equal(es_prefill(m, ids, n, &o, fast), ES_OK);
-    o.reference = 1;
-    assert_int_equal(es_prefill(m, ids, n, &o, ref), ES_OK);
+    size_t n, nv;
+    float *fast, *ref;
+    prefill_both(model, &n, &nv, &fast, &ref);
+    float *native = read_llama_logits(DATA "small-deepseek2-q4_k_m.llama-logits.bin", n, nv);
+    float *avx2 = read_llama_logits(DATA "small-deepseek2-q4_k_m.llama-avx2-logits.bin", n, nv);
 
     const t_logit_stats spread = t_compare_logits(avx2, native, n, nv);
     print_message("llama.cpp AVX2 vs AVX-512 build: top-1 %.1f%%, mean KL %.3g\n",
@@ -265,8 +270,6 @@ static void test_mla_q4_k_m_within_llama_spread(void **s)
     free(avx2);
     free(fast);
     free(ref);
-    free(ids);
-    es_model_close(m);
 }
 
 /* The types llama-quantize falls back to where rows do not fit its K-quants' 256 (DeepSeek's
