@@ -116,13 +116,37 @@ static inline __attribute__((always_inline)) void tr8x8(const uint8_t *base, siz
     tr8x4(base + 16, wrb, nr, out + 4);
 }
 
+/* Two bytes (f16 scales) or four (Q5_0's qh) of 8 rows (row j at base + j*wrb; rows >= nr
+ * read as zero), packed in general registers: lane j of the result. Not through a stack array:
+ * narrow stores followed by one wide load defeat store forwarding, which stalled each block's
+ * decode (a quarter of dec_q4_0's time at 16-row experts). */
+static inline __attribute__((always_inline)) __m256i gather_rows(const uint8_t *base, size_t wrb,
+                                                                 int nr, const int bytes)
+{
+    uint64_t q[4] = {0, 0, 0, 0}; /* kept in registers once unrolled */
+    const int per = 8 / bytes;     /* values per 64 bits */
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        if (j >= nr) break;
+        uint64_t v;
+        if (bytes == 2) {
+            uint16_t h;
+            memcpy(&h, base + j * wrb, 2);
+            v = h;
+        } else {
+            uint32_t w;
+            memcpy(&w, base + j * wrb, 4);
+            v = w;
+        }
+        q[j / per] |= v << (8 * bytes * (j % per));
+    }
+    return _mm256_setr_epi64x((long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3]);
+}
+
 /* 8 f16 values at base + j*wrb (j < nr; others 0) -> floats. */
 static inline __m256 gather_f16(const uint8_t *base, size_t wrb, int nr)
 {
-    uint16_t h[8] = {0};
-    for (int j = 0; j < nr; j++)
-        memcpy(&h[j], base + j * wrb, 2);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(gather_rows(base, wrb, nr, 2)));
 }
 
 /* ---- weight tile decoders ------------------------------------------------------------------ */
@@ -179,15 +203,6 @@ static inline __m256i qh_to_bytes(__m256i v, int i)
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, sel), _mm256_set1_epi8(0x10));
 }
 
-/* 8 dwords at base + j*wrb (j < nr; others 0). */
-static inline __m256i gather_u32(const uint8_t *base, size_t wrb, int nr)
-{
-    uint32_t v[8] = {0};
-    for (int j = 0; j < nr; j++)
-        memcpy(&v[j], base + j * wrb, 4);
-    return _mm256_loadu_si256((const __m256i *)v);
-}
-
 /* Q5_0 (d, qh[4], qs[16]): q5 - 16, signed. */
 static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
@@ -196,7 +211,7 @@ static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
         uint8_t *rec = tile + (b - kb0) * REC;
         __m256i raw[4];
         tr8x4(W + b * 22 + 6, wrb, nr, raw);
-        const __m256i qh = gather_u32(W + b * 22 + 2, wrb, nr);
+        const __m256i qh = gather_rows(W + b * 22 + 2, wrb, nr, 4);
 #pragma GCC unroll 16
         for (int g = 0; g < 4; g++) {
             const __m256i lo = _mm256_or_si256(and8(raw[g], 15), qh_to_bytes(qh, g));
