@@ -539,8 +539,9 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
                 const int nr = (int)(n1 - nt < NR ? n1 - nt : NR);
                 a.m = lane_mask(nr);
                 dec((const uint8_t *)W + nt * wrb, wrb, nr, kb0, kb1, scratch);
-                for (int64_t r = rg; r < rg1; r += tb) {
-                    const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
+                for (int64_t r = rg, nx; r < rg1; r = nx) {
+                    const int T = es_kern_block_rows(rg1 - r, tb);
+                    nx = r + T;
 #pragma GCC unroll 8
                     for (int t = 0; t < T; t++) {
                         a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
@@ -664,8 +665,9 @@ static void gemm_int_tiled(int kind, tdecode_fn dec, uint32_t type, const void *
                 a.m = _mm256_andnot_si256(lane_mask(lo), lane_mask(hi));
                 dec((const uint8_t *)W + t0 * wrb, es_tile_rows(N, t0), (int)(nt - t0) / NR, kb0,
                     kb1, scratch);
-                for (int64_t r = rg; r < rg1; r += tb) {
-                    const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
+                for (int64_t r = rg, nx; r < rg1; r = nx) {
+                    const int T = es_kern_block_rows(rg1 - r, tb);
+                    nx = r + T;
 #pragma GCC unroll 8
                     for (int t = 0; t < T; t++) {
                         a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
