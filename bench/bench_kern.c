@@ -263,6 +263,13 @@ int main(int argc, char **argv)
         printf("%s peak (%s, vfmadd231ps): int8 %.1f / %.1f Gops/s, fma %.1f / %.1f GFLOP/s "
                "(1 / 2 threads)\n",
                isas[ii], pk.name, pk_int[0], pk_int[1], pk_flt[0], pk_flt[1]);
+        if (!strcmp(isas[ii], "avx2")) {
+            double mix[2];
+            measure_peak(q8_sign_mix_loop, 12 * 64.0, p1, p2, mix);
+            printf("avx2 q8_0 ceiling (bare vpsignb+vpmaddubsw+vpmaddwd+vpaddd, no VNNI): "
+                   "%.1f %% / %.1f %% of the int8 peak (1 / 2 threads)\n",
+                   100 * mix[0] / pk_int[0], 100 * mix[1] / pk_int[1]);
+        }
         for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
             if (only_types && !strstr(only_types, es_qtype_name(types[ti]))) continue;
             for (int si = 0; si < n_shapes; si++)

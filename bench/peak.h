@@ -47,6 +47,29 @@ __attribute__((target("avx2"))) static void maddubs_loop(long n)
                   "xmm10", "xmm11");
 }
 
+/* The instruction mix of the AVX2 table's Q8_0 product without VNNI, 8 weight rows x 4 weights
+ * for one token (64 int8 ops): the weight's sign onto the activation (vpsignb), |w| times it
+ * (vpmaddubsw), the int16 pair sums widened (vpmaddwd by ones: two of them could overflow
+ * int16) and accumulated (vpaddd), 12 independent chains, operands in registers. Its rate over
+ * the vpmaddubsw peak is the most a Q8_0 kernel built on it can reach on this core (kernels
+ * also decode, load and scale), reported by bench_kern beside the kernel's own figure. */
+__attribute__((target("avx2"))) static void q8_sign_mix_loop(long n)
+{
+    __asm__ volatile("vpcmpeqw %%ymm13, %%ymm13, %%ymm13\n\t vpsrlw $15, %%ymm13, %%ymm13" ::
+                         : "xmm13");
+    for (long i = 0; i < n; i++)
+        __asm__ volatile(
+#define Q8MIX(r)                                                                                   \
+    "vpsignb %%ymm15, %%ymm14, %%ymm12\n\t vpmaddubsw %%ymm12, %%ymm15, %%ymm12\n\t"                \
+    "vpmaddwd %%ymm13, %%ymm12, %%ymm12\n\t vpaddd %%ymm12, %%ymm" #r ", %%ymm" #r "\n\t"
+            Q8MIX(0) Q8MIX(1) Q8MIX(2) Q8MIX(3) Q8MIX(4) Q8MIX(5) Q8MIX(6) Q8MIX(7) Q8MIX(8)
+                Q8MIX(9) Q8MIX(10) Q8MIX(11)
+#undef Q8MIX
+            ::
+                : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                  "xmm10", "xmm11", "xmm12");
+}
+
 /* The VEX-encoded vpdpbusd of AVX-VNNI (ymm). */
 __attribute__((target("avxvnni"))) static void vnni_vex_loop(long n)
 {

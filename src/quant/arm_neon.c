@@ -11,12 +11,13 @@
  * per K-slice into the per-thread scratch, then a register-blocked micro-kernel over the token
  * rows of the call.
  *
- * Weights are decoded to their SIGNED values (q-8 for Q4_0, q for Q8_0, 0..15 / 0..31 for
- * Q4_K/Q5_K, q-32 for Q6_K): sdot and smmla multiply signed bytes by signed bytes, so unlike
- * x86 (vpdpbusd wants unsigned weights) no correction term is needed, and the act's c and c2
- * are 0 (c_mult = c2_mult = 0). Every int32 block sum is the exact dot product (|w| <= 128,
- * |x| <= 127, 32 terms), and the float operations per block are those of kern_scalar.c in the
- * same order (vfmaq is a fused multiply-add like fmaf): the tables match scalar bit for bit.
+ * Weights are decoded to their SIGNED values (q-8 for Q4_0, q for Q8_0, q-16 for Q5_0, the
+ * non-linear levels for IQ4_NL/IQ4_XS, 0..15 / 0..31 for Q4_K/Q5_K, q-32 for Q6_K): sdot and smmla
+ * multiply signed bytes by signed bytes, so unlike x86 (vpdpbusd wants unsigned weights) no
+ * correction term is needed, and the act's c and c2 are 0 (c_mult = c2_mult = 0). Every int32 block
+ * sum is the exact dot product (|w| <= 128, |x| <= 127, 32 terms), and the float operations per
+ * block are those of kern_scalar.c in the same order (vfmaq is a fused multiply-add like fmaf): the
+ * tables match scalar bit for bit.
  *
  * sdot (neon): vdotq_laneq_s32(acc, w, x, l) adds, in lane i, the dot product of bytes 4i..4i+3
  * of w with bytes 4l..4l+3 of x. With w = dword g (weights 4g..4g+3) of 4 output rows and x = 16
@@ -127,14 +128,37 @@ static inline void put_group(uint8_t *rec, int g, uint8x16_t lo, uint8x16_t hi, 
     vst1q_u8(rec + 32 * g + 16, vsubq_u8(hi, o));
 }
 
+/* Two bytes (f16 scales) or four (Q5_0's qh) of 8 rows (row j at base + j*wrb; rows >= nr read
+ * as zero) packed into four 64-bit words, lanes in row order. Not through a stack array: narrow
+ * stores read back by one wide load defeat store forwarding (measured on x86, where it stalled
+ * every block's decode; Arm cores forward the same way). */
+static inline __attribute__((always_inline)) void
+gather_rows(const uint8_t *base, size_t wrb, int nr, const int bytes, uint64_t q[4])
+{
+    const int per = 8 / bytes; /* values per 64 bits */
+    q[0] = q[1] = q[2] = q[3] = 0;
+    for (int j = 0; j < 8 && j < nr; j++) {
+        uint64_t v;
+        if (bytes == 2) {
+            uint16_t h;
+            memcpy(&h, base + j * wrb, 2);
+            v = h;
+        } else {
+            uint32_t w;
+            memcpy(&w, base + j * wrb, 4);
+            v = w;
+        }
+        q[j / per] |= v << (8 * bytes * (j % per));
+    }
+}
+
 /* 8 f16 values at base + j*wrb (j < nr; others 0) -> floats at out. f16 -> f32 is exact. */
 static inline void put_f16x8(const uint8_t *base, size_t wrb, int nr, float *out)
 {
-    uint16_t h[8] = {0};
-    for (int j = 0; j < nr && j < 8; j++)
-        memcpy(&h[j], base + j * wrb, 2);
-    vst1q_f32(out, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))));
-    vst1q_f32(out + 4, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + 4))));
+    uint64_t q[4];
+    gather_rows(base, wrb, nr, 2, q);
+    vst1q_f32(out, vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(q[0]))));
+    vst1q_f32(out + 4, vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(q[1]))));
 }
 
 static inline uint8x16_t and8(uint8x16_t v, int m)
@@ -172,6 +196,92 @@ static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
         for (int g = 0; g < 8; g++)
             put_group(rec, g, lo[g], hi[g], 0);
         put_f16x8(W + b * 34, wrb, nr, (float *)(rec + 256));
+    }
+}
+
+/* Q5_0 (d, qh[4], qs[16]): the nibbles as Q4_0's, bit l of qh on top of weight l, minus 16.
+ * qh_bits: bits 4gg..4gg+3 of each row's qh (lane = row, one dword each) as 0x10 or 0 in the
+ * bytes of weight group gg. */
+static inline uint8x16_t qh_bits(uint8x16_t qh, int gg)
+{
+    const int by = gg / 2;
+    const uint8_t idx[16] = {by,     by,     by,     by,     4 + by,  4 + by,  4 + by,  4 + by,
+                             8 + by, 8 + by, 8 + by, 8 + by, 12 + by, 12 + by, 12 + by, 12 + by};
+    const uint8x16_t sel = vreinterpretq_u8_u32(vdupq_n_u32(gg % 2 ? 0x80402010u : 0x08040201u));
+    return and8(vtstq_u8(vqtbl1q_u8(qh, vld1q_u8(idx)), sel), 0x10);
+}
+
+static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        uint8x16_t lo[4], hi[4];
+        tr8x16(W + b * 22 + 6, wrb, nr, lo, hi);
+        uint64_t q[4];
+        gather_rows(W + b * 22 + 2, wrb, nr, 4, q);
+        const uint8x16_t qh_lo =
+            vreinterpretq_u8_u64(vcombine_u64(vcreate_u64(q[0]), vcreate_u64(q[1])));
+        const uint8x16_t qh_hi =
+            vreinterpretq_u8_u64(vcombine_u64(vcreate_u64(q[2]), vcreate_u64(q[3])));
+        for (int g = 0; g < 4; g++) {
+            put_group(rec, g, vorrq_u8(and8(lo[g], 15), qh_bits(qh_lo, g)),
+                      vorrq_u8(and8(hi[g], 15), qh_bits(qh_hi, g)), 16);
+            put_group(rec, g + 4, vorrq_u8(vshrq_n_u8(lo[g], 4), qh_bits(qh_lo, g + 4)),
+                      vorrq_u8(vshrq_n_u8(hi[g], 4), qh_bits(qh_hi, g + 4)), 16);
+        }
+        put_f16x8(W + b * 22, wrb, nr, (float *)(rec + 256));
+    }
+}
+
+/* IQ4_NL / IQ4_XS nibbles of 8 rows (transposed in lo/hi) -> llama.cpp's 16 signed levels
+ * (kern_scalar.c) in the record's 8 groups. */
+static inline void iq4_groups(const uint8x16_t lo[4], const uint8x16_t hi[4], uint8_t *rec)
+{
+    static const int8_t levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+    const uint8x16_t lut = vreinterpretq_u8_s8(vld1q_s8(levels));
+    for (int g = 0; g < 4; g++) {
+        put_group(rec, g, vqtbl1q_u8(lut, and8(lo[g], 15)), vqtbl1q_u8(lut, and8(hi[g], 15)), 0);
+        put_group(rec, g + 4, vqtbl1q_u8(lut, vshrq_n_u8(lo[g], 4)),
+                  vqtbl1q_u8(lut, vshrq_n_u8(hi[g], 4)), 0);
+    }
+}
+
+static void dec_iq4_nl(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
+                       uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        uint8x16_t lo[4], hi[4];
+        tr8x16(W + b * 18 + 2, wrb, nr, lo, hi);
+        iq4_groups(lo, hi, rec);
+        put_f16x8(W + b * 18, wrb, nr, (float *)(rec + 256));
+    }
+}
+
+/* IQ4_XS: sub-block j of a 136-byte super-block (d, scales_h, scales_l[4], qs[128]), scale
+ * d * (ls_j - 32) per row as kern_scalar.c computes it. */
+static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
+                       uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        const uint8_t *sb = W + b / 8 * 136;
+        const int j = (int)(b % 8);
+        uint8_t *rec = tile + (b - kb0) * REC;
+        uint8x16_t lo[4], hi[4];
+        tr8x16(sb + 8 + 16 * j, wrb, nr, lo, hi);
+        iq4_groups(lo, hi, rec);
+        float sc[8] = {0};
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *h = sb + r * wrb;
+            es_f16 d;
+            uint16_t sh;
+            memcpy(&d, h, 2);
+            memcpy(&sh, h + 2, 2);
+            const int ls = ((h[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
+            sc[r] = es_f16_to_f32(d) * (float)(ls - 32);
+        }
+        memcpy(rec + 256, sc, sizeof(sc));
     }
 }
 
@@ -578,6 +688,9 @@ GEMM_INT(gemm_q8_0, A_Q80, dec_q8_0, ES_QTYPE_Q8_0)
 GEMM_INT(gemm_q4_K, A_Q4K, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
+GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
+GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
+GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
 
 /* ---- tiled weights (quant/tiles.h) ----------------------------------------------------------
  *
@@ -600,11 +713,8 @@ static inline __attribute__((always_inline)) void dec_t_q(const int q8, const ui
     for (int64_t b = kb0; b < kb1; b++) {
         const uint8_t *src = Wt + (size_t)b * tbb, *q = src + 2 * nt + 32 * s;
         uint8_t *rec = tile + (b - kb0) * REC;
-        uint16_t h[8] = {0};
-        memcpy(h, src + 16 * s, 2 * (size_t)n);
-        vst1q_f32((float *)(rec + 256), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))));
-        vst1q_f32((float *)(rec + 272), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + 4))));
-        for (int g = 0; g < (q8 ? 8 : 4); g++) { /* constant bound once inlined */
+        put_f16x8(src + 16 * s, 2, n, (float *)(rec + 256)); /* n consecutive f16 */
+        for (int g = 0; g < (q8 ? 8 : 4); g++) {             /* constant bound once inlined */
             const uint8_t *p = q + 4 * nt * g;
             uint8x16_t lo, hi;
             if (n == 8) {
@@ -873,6 +983,9 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_k, gemm_q4_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_k, gemm_q5_K, scratch_int, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_k, gemm_q6_K, scratch_int, NULL}},
+        {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q, gemm_q5_0, scratch_int, NULL}},
+        {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q, gemm_iq4_nl, scratch_int, NULL}},
+        {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_k, gemm_iq4_xs, scratch_int, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},
