@@ -383,6 +383,12 @@ typedef struct mk_args {
     float *yp[TBMAX];
     __m256i m; /* valid lanes (all ones per valid row) */
     int load_y;
+    /* The next tile's raw weights (8 rows at pf + j*pf_wrb, the slice's bytes), fetched into L2
+     * a line at a time while this call runs over the blocks (NULL: none): spread out so that
+     * the decoder finds them there without a burst of misses. pf_step = bytes per block << 16. */
+    const uint8_t *pf;
+    size_t pf_wrb;
+    uint64_t pf_step;
 } mk_args;
 
 static inline int tb_of(int kind)
@@ -420,6 +426,14 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
     const uint8_t *rec = a->tile;
     for (int64_t b = 0; b < a->nbs; b++, rec += REC) {
         const int64_t oq = 32 * (kb0 + b);
+        if (a->pf) {
+            const uintptr_t s = (uintptr_t)a->pf + (size_t)(((uint64_t)b * a->pf_step) >> 16);
+            const uintptr_t e = (uintptr_t)a->pf + (size_t)(((uint64_t)(b + 1) * a->pf_step) >> 16);
+            if (b == 0 || (s >> 6) != (e >> 6))
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
+        }
         __m256i acc[TBMAX], s16[TBMAX];
         __m256 flo[TBMAX];
 #pragma GCC unroll 6
@@ -528,6 +542,8 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
     mk_args a;
     a.tile = scratch;
     a.K = K;
+    a.pf_wrb = wrb;
+    a.pf_step = ((uint64_t)wrb << 16) / (uint64_t)nb;
     for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
         const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
         for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
@@ -539,6 +555,9 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
                 const int nr = (int)(n1 - nt < NR ? n1 - nt : NR);
                 a.m = lane_mask(nr);
                 dec((const uint8_t *)W + nt * wrb, wrb, nr, kb0, kb1, scratch);
+                a.pf = nt + 2 * NR <= n1 ? (const uint8_t *)W + (nt + NR) * wrb +
+                                               wrb * (size_t)kb0 / (size_t)nb
+                                         : NULL;
                 for (int64_t r = rg, nx; r < rg1; r = nx) {
                     const int T = es_kern_block_rows(rg1 - r, tb);
                     nx = r + T;
@@ -548,6 +567,7 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
                         a.yp[t] = Y + (r + t) * ldy + nt;
                     }
                     mk_table[kind][T](&a);
+                    a.pf = NULL; /* fetched during the first register block */
                 }
             }
         }
@@ -649,6 +669,7 @@ static void gemm_int_tiled(int kind, tdecode_fn dec, uint32_t type, const void *
     const int tb = tb_of(kind);
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
     mk_args a;
+    a.pf = NULL; /* tiles are laid out for the kernel: the hardware prefetcher follows them */
     a.tile = scratch;
     a.K = K;
     for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
