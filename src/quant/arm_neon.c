@@ -128,35 +128,11 @@ static inline void put_group(uint8_t *rec, int g, uint8x16_t lo, uint8x16_t hi, 
     vst1q_u8(rec + 32 * g + 16, vsubq_u8(hi, o));
 }
 
-/* Two bytes (f16 scales) or four (Q5_0's qh) of 8 rows (row j at base + j*wrb; rows >= nr read
- * as zero) packed into four 64-bit words, lanes in row order. Not through a stack array: narrow
- * stores read back by one wide load defeat store forwarding (measured on x86, where it stalled
- * every block's decode; Arm cores forward the same way). */
-static inline __attribute__((always_inline)) void
-gather_rows(const uint8_t *base, size_t wrb, int nr, const int bytes, uint64_t q[4])
-{
-    const int per = 8 / bytes; /* values per 64 bits */
-    q[0] = q[1] = q[2] = q[3] = 0;
-    for (int j = 0; j < 8 && j < nr; j++) {
-        uint64_t v;
-        if (bytes == 2) {
-            uint16_t h;
-            memcpy(&h, base + j * wrb, 2);
-            v = h;
-        } else {
-            uint32_t w;
-            memcpy(&w, base + j * wrb, 4);
-            v = w;
-        }
-        q[j / per] |= v << (8 * bytes * (j % per));
-    }
-}
-
 /* 8 f16 values at base + j*wrb (j < nr; others 0) -> floats at out. f16 -> f32 is exact. */
 static inline void put_f16x8(const uint8_t *base, size_t wrb, int nr, float *out)
 {
     uint64_t q[4];
-    gather_rows(base, wrb, nr, 2, q);
+    es_kern_gather_rows(base, wrb, nr, 2, q);
     vst1q_f32(out, vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(q[0]))));
     vst1q_f32(out + 4, vcvt_f32_f16(vreinterpret_f16_u64(vcreate_u64(q[1]))));
 }
@@ -218,7 +194,7 @@ static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
         uint8x16_t lo[4], hi[4];
         tr8x16(W + b * 22 + 6, wrb, nr, lo, hi);
         uint64_t q[4];
-        gather_rows(W + b * 22 + 2, wrb, nr, 4, q);
+        es_kern_gather_rows(W + b * 22 + 2, wrb, nr, 4, q);
         const uint8x16_t qh_lo =
             vreinterpretq_u8_u64(vcombine_u64(vcreate_u64(q[0]), vcreate_u64(q[1])));
         const uint8x16_t qh_hi =
@@ -272,15 +248,8 @@ static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
         tr8x16(sb + 8 + 16 * j, wrb, nr, lo, hi);
         iq4_groups(lo, hi, rec);
         float sc[8] = {0};
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *h = sb + r * wrb;
-            es_f16 d;
-            uint16_t sh;
-            memcpy(&d, h, 2);
-            memcpy(&sh, h + 2, 2);
-            const int ls = ((h[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
-            sc[r] = es_f16_to_f32(d) * (float)(ls - 32);
-        }
+        for (int r = 0; r < nr; r++)
+            sc[r] = es_iq4xs_scale(sb + r * wrb, j);
         memcpy(rec + 256, sc, sizeof(sc));
     }
 }

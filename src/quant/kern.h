@@ -41,6 +41,8 @@
 #include "quant/qtypes.h"
 #include "quant/tiles.h"
 
+#include <string.h>
+
 /* Per-type operations of one kernel table. NULL entries: type not supported by any table. */
 typedef struct es_kern_ops {
     /* Bytes of one prepared activation row of K values (a multiple of 64). */
@@ -255,6 +257,44 @@ static inline void es_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
     } else {
         *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* IQ4_XS: the scale of sub-block j (0..7) of the 136-byte super-block at sb, d * (ls - 32) with
+ * the 6-bit ls from scales_l (4 bits) and scales_h (2 bits), as llama.cpp computes it. */
+static inline float es_iq4xs_scale(const uint8_t *sb, int j)
+{
+    es_f16 d;
+    uint16_t sh;
+    memcpy(&d, sb, 2);
+    memcpy(&sh, sb + 2, 2);
+    const int ls = ((sb[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
+    return es_f16_to_f32(d) * (float)(ls - 32);
+}
+
+/* Two bytes (f16 scales) or four (Q5_0's qh) of 8 rows (row j at base + j*wrb; rows >= nr read
+ * as zero) packed into q[0..3], lanes in row order, for a decoder to move into a vector. Not
+ * through a stack array: narrow stores read back by one wide load defeat store forwarding, which
+ * stalled every block's decode (a quarter of dec_q4_0's time at 16-row experts on x86). */
+static inline __attribute__((always_inline)) void
+es_kern_gather_rows(const uint8_t *base, size_t wrb, int nr, const int bytes, uint64_t q[4])
+{
+    const int per = 8 / bytes; /* values per 64 bits */
+    q[0] = q[1] = q[2] = q[3] = 0;
+#pragma GCC unroll 8 /* unrolled, q stays in registers */
+    for (int j = 0; j < 8; j++) {
+        if (j >= nr) break;
+        uint64_t v;
+        if (bytes == 2) {
+            uint16_t h;
+            memcpy(&h, base + j * wrb, 2);
+            v = h;
+        } else {
+            uint32_t w;
+            memcpy(&w, base + j * wrb, 4);
+            v = w;
+        }
+        q[j / per] |= v << (8 * bytes * (j % per));
     }
 }
 

@@ -303,13 +303,8 @@ static void decode_iq4_nl(const uint8_t *w, int64_t nb, int8_t *q, float *s)
 static void decode_iq4_xs(const uint8_t *w, int64_t nsb, int8_t *q, float *s)
 {
     for (int64_t i = 0; i < nsb; i++, w += 136) {
-        es_f16 d;
-        uint16_t sh;
-        memcpy(&d, w, 2);
-        memcpy(&sh, w + 2, 2);
         for (int b = 0; b < 8; b++, q += 32) {
-            const int ls = ((w[4 + b / 2] >> (4 * (b % 2))) & 15) | ((sh >> (2 * b)) & 3) << 4;
-            s[8 * i + b] = es_f16_to_f32(d) * (float)(ls - 32);
+            s[8 * i + b] = es_iq4xs_scale(w, b);
             decode_iq4_32(w + 8 + 16 * b, q);
         }
     }

@@ -116,30 +116,12 @@ static inline __attribute__((always_inline)) void tr8x8(const uint8_t *base, siz
     tr8x4(base + 16, wrb, nr, out + 4);
 }
 
-/* Two bytes (f16 scales) or four (Q5_0's qh) of 8 rows (row j at base + j*wrb; rows >= nr
- * read as zero), packed in general registers: lane j of the result. Not through a stack array:
- * narrow stores followed by one wide load defeat store forwarding, which stalled each block's
- * decode (a quarter of dec_q4_0's time at 16-row experts). */
+/* Lane j of the result: 2 or 4 bytes at base + j*wrb (es_kern_gather_rows). */
 static inline __attribute__((always_inline)) __m256i gather_rows(const uint8_t *base, size_t wrb,
                                                                  int nr, const int bytes)
 {
-    uint64_t q[4] = {0, 0, 0, 0}; /* kept in registers once unrolled */
-    const int per = 8 / bytes;     /* values per 64 bits */
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        if (j >= nr) break;
-        uint64_t v;
-        if (bytes == 2) {
-            uint16_t h;
-            memcpy(&h, base + j * wrb, 2);
-            v = h;
-        } else {
-            uint32_t w;
-            memcpy(&w, base + j * wrb, 4);
-            v = w;
-        }
-        q[j / per] |= v << (8 * bytes * (j % per));
-    }
+    uint64_t q[4];
+    es_kern_gather_rows(base, wrb, nr, bytes, q);
     return _mm256_setr_epi64x((long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3]);
 }
 
@@ -260,15 +242,8 @@ static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
         tr8x4(sb + 8 + 16 * j, wrb, nr, raw);
         iq4_groups(raw, rec);
         float sc[8] = {0};
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *h = sb + r * wrb;
-            es_f16 d;
-            uint16_t sh;
-            memcpy(&d, h, 2);
-            memcpy(&sh, h + 2, 2);
-            const int ls = ((h[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
-            sc[r] = es_f16_to_f32(d) * (float)(ls - 32);
-        }
+        for (int r = 0; r < nr; r++)
+            sc[r] = es_iq4xs_scale(sb + r * wrb, j);
         _mm256_store_ps((float *)(rec + 256), _mm256_loadu_ps(sc));
     }
 }
