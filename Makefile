@@ -85,7 +85,7 @@ $(BUILD)/src/quant/x86_avx512.o $(BUILD)/src/quant/vec_avx512.o: CFLAGS += -mavx
 $(BUILD)/src/quant/arm_neon.o: CFLAGS += -march=armv8.2-a+dotprod
 $(BUILD)/src/quant/arm_i8mm.o: CFLAGS += -march=armv8.2-a+dotprod+i8mm
 
-.PHONY: all lib cli tests bench fuzz test mutants debug clean
+.PHONY: all lib cli tests bench fuzz test mutants debug clean print-build
 all: $(BUILD)/estream
 lib: $(BUILD)/libestream.a
 
@@ -125,6 +125,10 @@ bench: $(BENCH_BIN) $(BUILD)/estream
 
 test: tests
 	bash tests/run.sh $(BUILD)
+
+# The build folder of this mode (tools/test-all.sh asks for it).
+print-build:
+	@echo $(BUILD)
 
 mutants:
 	bash tools/mutants.sh

@@ -11,6 +11,7 @@
 #   ESTREAM_CROSS_CPUS="max cortex-a76"    other CPU models (qemu-aarch64 -cpu help lists them)
 #   ESTREAM_CROSS_TESTS="test_kern"        these tests on every model (default: all five on max,
 #                                          test_kern test_tiles test_vec on the others)
+#   ESTREAM_CROSS_ALL_MODELS=1             all five tests on every model (ESTREAM_CI_FULL=1 sets it)
 #   ESTREAM_CROSS_JOBS=1                   build jobs and CPU models run at once (default: nproc)
 #   ESTREAM_DATA                           the shared data folder (default ../shared/data)
 # Installs what is missing when run as root (or with sudo) on Debian: gcc-aarch64-linux-gnu,
@@ -31,7 +32,7 @@ read -r -a cpus <<<"${ESTREAM_CROSS_CPUS:-max cortex-a76 cortex-a72}"
 all_tests="test_kern test_tiles test_vec test_plan test_forward"
 read -r -a tests <<<"${ESTREAM_CROSS_TESTS:-$all_tests}"
 tests_for() { # cpu -> the tests that model runs
-    if [ -n "${ESTREAM_CROSS_TESTS:-}" ] || [ "$1" = max ]; then echo "${tests[*]}"
+    if [ -n "${ESTREAM_CROSS_TESTS:-}" ] || [ "$1" = max ] || [ "${ESTREAM_CROSS_ALL_MODELS:-0}" = 1 ]; then echo "${tests[*]}"
     else echo "test_kern test_tiles test_vec"; fi
 }
 timeout_s=${ESTREAM_TEST_TIMEOUT:-1800}

@@ -1,35 +1,103 @@
 #!/usr/bin/env bash
 # Planted-bug check (make mutants): applies each bug of tests/mutants.txt, one at a time, to a
-# scratch copy of the working tree, builds it and runs the Release suite. A mutant is "killed"
-# when the suite fails and "survived" when it passes: a survivor means the tests run at sizes
-# where that code does not do its job, so a real bug there would pass too.
-# usage: tools/mutants.sh [NAME...]     (default: every mutant)
-# Prints one line per mutant (with the test program that failed) and "N passed, N failed",
-# where passed = killed. Exit 0 when every mutant was killed. The suite stops at the first
-# failing program (that keeps CI's 36 mutants inside its time); ESTREAM_MUTANTS_FULL=1 runs it
-# whole, to list every program that catches a mutant.
+# scratch copy of the working tree, rebuilds and runs tests. A mutant is "killed" when a test
+# fails and "survived" when the suite passes: a survivor means the tests run at sizes where that
+# code does not do its job, so a real bug there would pass too.
+# usage: tools/mutants.sh [--no-baseline] [NAME...]     (default: every mutant)
+#
+# The scratch copy takes the Release build along (build/, timestamps kept), so a mutant rebuilds
+# only what its file touches. Each record's `kill:` programs (or program:case) run first; only
+# when they all pass does the whole suite run (fail-fast, in parallel), and a mutant killed there
+# is flagged so the record can be corrected. A record whose `needs:` kernel table does not run on
+# this CPU (estream info --system, "runs here") is "not applicable here: <why>", counted apart
+# from killed and survived. --no-baseline skips the unmutated run of every record's kill tests
+# (tools/test-all.sh passes it after the Release suite has passed on the same tree).
+# Prints one line per mutant and "N passed, N failed" (passed = killed; failed = survived or
+# could not be applied). Exit 0 when every applicable mutant was killed.
+# ESTREAM_MUTANTS_FULL=1 runs the whole suite unstopped for each mutant, to list every program
+# that catches it (tests/README.md's table).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 list=$root/tests/mutants.txt
 export ESTREAM_DATA=${ESTREAM_DATA:-$root/../shared/data}
 export ESTREAM_TEST_TIMEOUT=${ESTREAM_TEST_TIMEOUT:-300} # a mutant that hangs is killed by this
 jobs=$(nproc)
-fail_fast=1; [ "${ESTREAM_MUTANTS_FULL:-0}" = 1 ] && fail_fast=0
+full=${ESTREAM_MUTANTS_FULL:-0}
+baseline=1
+if [ "${1:-}" = --no-baseline ]; then baseline=0; shift; fi
+want=("$@")
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/estream-mutants.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 
-# The working tree's tracked files (uncommitted edits included), not HEAD.
+# The working tree's tracked files (uncommitted edits included), not HEAD, and the Release build.
 (cd "$root" && git ls-files -z | tar --null -T - -cf -) | tar -xf - -C "$scratch" ||
     { echo "mutants: cannot copy the tree"; exit 1; }
+[ -d "$root/build" ] && cp -a "$root/build" "$scratch/build"
 cd "$scratch"
-echo "mutants: baseline build and suite in $scratch"
-if ! make -j"$jobs" tests >build.log 2>&1; then tail -n 20 build.log; echo "mutants: baseline build failed"; exit 1; fi
-if ! bash tests/run.sh build >suite.log 2>&1; then tail -n 20 suite.log; echo "mutants: baseline suite fails"; exit 1; fi
+if ! make -j"$jobs" tests >build.log 2>&1; then tail -n 20 build.log; echo "mutants: unmutated build failed"; exit 1; fi
+runs_here=$(build/estream info --system | sed -n 's/^kernels: .*(runs here: \([^;]*\);.*/\1/p')
 
-killed=0 survived=0 broken=0
-run_mutant() { # name file find repl
-    local name=$1 file=$2 find=$3 repl=$4
-    if [ $# -gt 4 ] || { [ ${#want[@]} -gt 0 ] && [[ " ${want[*]} " != *" $name "* ]]; }; then return; fi
+# A kill entry: "test_x" (the whole program) or "test_x:test_case" (that case alone).
+run_entry() { # entry -> 0 passed, 200 names no test that runs, else failed; output in entry.log
+    local prog=${1%%:*} filter=''
+    [[ $1 == *:* ]] && filter=${1#*:}
+    [ -x "build/tests/$prog" ] || { echo "no program build/tests/$prog" >entry.log; return 200; }
+    { ESTREAM_TEST_FILTER=$filter ESTREAM_BIN=$PWD/build/estream CMOCKA_MESSAGE_OUTPUT=stdout \
+        TMPDIR=$scratch timeout "$ESTREAM_TEST_TIMEOUT" "build/tests/$prog" >entry.log 2>&1; } 2>/dev/null
+    local rc=$?
+    # a filter that matches nothing runs 0 cases and passes: that is a broken record, not a pass
+    [ $rc -eq 0 ] && ! grep -q '^\[  PASSED  \] [1-9]' entry.log && return 200
+    [ $rc -eq 200 ] && return 1
+    return $rc
+}
+
+# The records, in file order.
+R_name=() R_file=() R_find=() R_repl=() R_kill=() R_needs=()
+name='' file='' find='' repl='' kill='' needs=''
+flush() {
+    if [ -n "$name" ] && { [ ${#want[@]} -eq 0 ] || [[ " ${want[*]} " == *" $name "* ]]; }; then
+        R_name+=("$name") R_file+=("$file") R_find+=("$find") R_repl+=("$repl") R_kill+=("$kill") R_needs+=("$needs")
+    fi
+    name='' kill='' needs=''
+}
+while IFS= read -r line || [ -n "$line" ]; do
+    case $line in
+        '#'*) ;;
+        name:*) name=${line#name: } ;;
+        file:*) file=${line#file: } ;;
+        find:*) find=${line#find: } ;;
+        repl:*) repl=${line#repl: } ;;
+        kill:*) kill=${line#kill: } ;;
+        needs:*) needs=${line#needs: } ;;
+        '') flush ;;
+    esac
+done <"$list"
+flush
+applicable() { [ -z "$1" ] || [[ " $runs_here " == *" $1 "* ]]; }
+
+if [ $baseline = 1 ]; then
+    # Unmutated, every named kill test must pass, or a kill would prove nothing.
+    entries=$(for i in "${!R_name[@]}"; do applicable "${R_needs[$i]}" && echo "${R_kill[$i]}"; done |
+              tr ' ' '\n' | sed '/^$/d' | sort -u)
+    for e in $entries; do
+        run_entry "$e"
+        case $? in
+        0) ;;
+        200) echo "mutants: kill entry $e names no test that runs"; exit 1 ;;
+        *) tail -n 20 entry.log; echo "mutants: $e fails without any planted bug"; exit 1 ;;
+        esac
+    done
+    echo "mutants: the unmutated tree passes every kill entry ($(echo "$entries" | wc -w))"
+fi
+
+killed=0 survived=0 broken=0 na=0
+run_mutant() { # name file find repl kill needs
+    local name=$1 file=$2 find=$3 repl=$4 kill=$5 needs=$6
+    if ! applicable "$needs"; then
+        echo "n/a      $name: not applicable here: its code runs only in the $needs kernel table, and this CPU runs ${runs_here:-none}"
+        na=$((na + 1)); return
+    fi
+    if [ -z "$kill" ]; then echo "BROKEN   $name: no kill: line in tests/mutants.txt"; broken=$((broken + 1)); return; fi
     cp "$root/$file" "$file" # pristine copy (and a new mtime, so make rebuilds it)
     if ! FIND=$find REPL=$repl perl -0pi -e '
             my ($f, $r) = ($ENV{FIND}, $ENV{REPL});
@@ -39,34 +107,42 @@ run_mutant() { # name file find repl
         echo "BROKEN   $name: the line to replace in $file $(cat perl.err)"
         broken=$((broken + 1)); return
     fi
-    local t0=$SECONDS
+    local t0=$SECONDS by='' how='' e rc
     if ! make -j"$jobs" tests >build.log 2>&1; then
         echo "killed   $name: does not compile ($((SECONDS - t0)) s)"; killed=$((killed + 1))
-    elif ESTREAM_TEST_FAIL_FAST=$fail_fast bash tests/run.sh build >suite.log 2>&1; then
+        cp "$root/$file" "$file"; return
+    fi
+    if [ "$full" != 1 ]; then
+        for e in $kill; do
+            run_entry "$e"
+            rc=$?
+            case $rc in
+            0) ;;
+            200) echo "BROKEN   $name: kill entry $e runs no test"; broken=$((broken + 1))
+                 cp "$root/$file" "$file"; return ;;
+            *) by=$e; [ "$rc" -gt 128 ] && how=" (crashed: signal $((rc - 128)))"; [ "$rc" -eq 124 ] && how=" (timed out)"; break ;;
+            esac
+        done
+    fi
+    if [ -n "$by" ]; then
+        echo "killed   $name by: $by$how ($((SECONDS - t0)) s)"; killed=$((killed + 1))
+    elif ESTREAM_TEST_FAIL_FAST=$((1 - full)) bash tests/run.sh -j "$jobs" build >suite.log 2>&1; then
         echo "SURVIVED $name: the suite passes ($((SECONDS - t0)) s)"; survived=$((survived + 1))
     else
         local progs cases
         progs=$(sed -n 's/^FAIL \([^ ]*\).*/\1/p' suite.log | tr '\n' ' ')
         cases=$(sed -n 's/^ *\[  FAILED  \] \(test_[a-z0-9_]*\)$/\1/p' suite.log | sort -u | tr '\n' ' ')
-        echo "killed   $name by: ${progs}[${cases% }] ($((SECONDS - t0)) s)"
+        local note=''
+        [ "$full" = 1 ] || note=" -- not by its kill: entries ($kill); correct tests/mutants.txt"
+        echo "killed   $name by: ${progs}[${cases% }] ($((SECONDS - t0)) s)$note"
         killed=$((killed + 1))
     fi
     cp "$root/$file" "$file"
 }
 
-want=("$@")
-name='' file='' find='' repl=''
-while IFS= read -r line || [ -n "$line" ]; do
-    case $line in
-        '#'*) ;;
-        name:*) name=${line#name: } ;;
-        file:*) file=${line#file: } ;;
-        find:*) find=${line#find: } ;;
-        repl:*) repl=${line#repl: } ;;
-        '') [ -n "$name" ] && run_mutant "$name" "$file" "$find" "$repl"; name='' ;;
-    esac
-done <"$list"
-[ -n "$name" ] && run_mutant "$name" "$file" "$find" "$repl"
-echo "mutants: $killed killed, $survived survived, $broken could not be applied"
+for i in "${!R_name[@]}"; do
+    run_mutant "${R_name[$i]}" "${R_file[$i]}" "${R_find[$i]}" "${R_repl[$i]}" "${R_kill[$i]}" "${R_needs[$i]}"
+done
+echo "mutants: $killed killed, $survived survived, $broken could not be applied, $na not applicable here"
 echo "$killed passed, $((survived + broken)) failed"
-[ $((survived + broken)) -eq 0 ] && [ $killed -gt 0 ]
+[ $((survived + broken)) -eq 0 ] && [ $((killed + na)) -gt 0 ]

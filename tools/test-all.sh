@@ -2,60 +2,95 @@
 # The whole test suite: Release, ASan+UBSan, TSan (concurrent parts), the planted-bug check
 # (tools/mutants.sh), bounded fuzz runs, and the AArch64 kernel tables cross-built and run under
 # qemu-user (tools/cross-aarch64.sh).
-# Prints "N passed, N failed" per configuration and a final total.
+# Prints "N passed, N failed" per stage, a table of the stages' wall times, and a final total.
+#
+# The AArch64 stage (mostly single-threaded qemu) runs in the background beside the others, and
+# each stage runs its programs in parallel (tests/run.sh -j), so the machine's cores stay busy;
+# every stage's output is still printed whole and in order.
+# ESTREAM_CI_FULL=1 runs the full matrix: every AArch64 test on every qemu CPU model (the default
+# runs test_plan and test_forward on `max` only, the kernel tests on all three), and each
+# mutant's whole suite unstopped after its kill tests (every program that catches it, the
+# listing tests/README.md's table comes from).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+full=${ESTREAM_CI_FULL:-0}
 total_p=0 total_f=0 status=0
-run() { # name, make args...
-    local name=$1; shift
-    echo "=== $name ==="
-    if ! make -j"$jobs" "$@" tests >/dev/null; then
-        echo "$name: build failed"; make "$@" tests 2>&1 | tail -n 30; total_f=$((total_f + 1)); status=1; return
-    fi
-    local out
-    out=$(make --no-print-directory "$@" test 2>&1 | tee /dev/stderr | tail -n 1)
+stage_rows=()
+t_all=$SECONDS
+stage_begin() { stage_name=$1; stage_t0=$SECONDS; stage_p0=$total_p; stage_f0=$total_f; echo "=== $1 ==="; }
+stage_end() {
+    local s=$((SECONDS - stage_t0))
+    stage_rows+=("$(printf '%-22s %5d:%02d  %5d passed  %3d failed' "$stage_name" $((s / 60)) $((s % 60)) \
+        $((total_p - stage_p0)) $((total_f - stage_f0)))")
+    echo "--- $stage_name: $((s / 60)) min $((s % 60)) s"
+}
+add_counts() { # "N passed, N failed" line -> totals (no line: one failure)
     local p f
-    p=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
-    f=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+    p=$(echo "$1" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' | tail -n 1)
+    f=$(echo "$1" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' | tail -n 1)
     [ -n "$p" ] || { p=0; f=1; }
     total_p=$((total_p + p)) total_f=$((total_f + f))
     [ "$f" -eq 0 ] || status=1
 }
-run release
-run "asan+ubsan" SAN=1
+
+# AArch64 (neon, i8mm tables): cross build + qemu-user, in the background from the start. A skip
+# (no cross toolchain or qemu, and no way to install them) counts as a failure here: CI installs
+# them.
+cross_log=$(mktemp) cross_rc=$(mktemp)
+cross_t0=$SECONDS
+(ESTREAM_CROSS_ALL_MODELS=$full bash tools/cross-aarch64.sh >"$cross_log" 2>&1; echo $? >"$cross_rc") &
+cross_pid=$!
+
+suite() { # name, make args...
+    local name=$1; shift
+    stage_begin "$name"
+    if ! make -j"$jobs" "$@" tests >/dev/null; then
+        echo "$name: build failed"; make "$@" tests 2>&1 | tail -n 30; total_f=$((total_f + 1)); status=1
+        stage_end; return 1
+    fi
+    local build out
+    build=$(make --no-print-directory -s "$@" print-build)
+    out=$(bash tests/run.sh -j "$jobs" "$build" 2>&1 | tee /dev/stderr | tail -n 1)
+    add_counts "$out"
+    stage_end
+    [ "$(echo "$out" | sed -n 's/^[0-9]* passed, \([0-9]*\) failed.*/\1/p')" = 0 ]
+}
+release_ok=0
+suite release && release_ok=1
+suite "asan+ubsan" SAN=1
+
 # ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;
 # test_trace: three threads recording into one trace; test_stream: the expert loader thread and
 # the residency protocol, with slow, short and failing reads; test_tune: profile runs).
-echo "=== tsan ==="
-if make -j"$jobs" TSAN=1 build-tsan/estream >/dev/null 2>&1; then
-    for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune; do
-        [ -f "tests/$t.c" ] || continue
-        make -j"$jobs" TSAN=1 "build-tsan/tests/$t" >/dev/null || { total_f=$((total_f + 1)); status=1; continue; }
-        out=$(ESTREAM_DATA=${ESTREAM_DATA:-$PWD/../shared/data} ESTREAM_BIN=$PWD/build-tsan/estream \
-              CMOCKA_MESSAGE_OUTPUT=stdout TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" 2>&1)
-        rc=$?
-        p=$(echo "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | head -n 1)
-        echo "tsan $t: rc=$rc ${p:-0} passed"
-        if [ $rc -ne 0 ]; then echo "$out" | tail -n 40; total_f=$((total_f + 1)); status=1; else total_p=$((total_p + ${p:-0})); fi
-    done
+stage_begin tsan
+tsan_tests=()
+for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune; do
+    [ -f "tests/$t.c" ] && tsan_tests+=("$t")
+done
+if make -j"$jobs" TSAN=1 build-tsan/estream "${tsan_tests[@]/#/build-tsan/tests/}" >/dev/null 2>&1; then
+    out=$(TSAN_OPTIONS=halt_on_error=1 bash tests/run.sh -j "$jobs" build-tsan "${tsan_tests[@]}" 2>&1 |
+          sed 's/^/tsan /' | tee /dev/stderr | tail -n 1)
+    add_counts "${out#tsan }"
 else
     echo "tsan: build failed"; total_f=$((total_f + 1)); status=1
 fi
-# Planted bugs (tests/mutants.txt): each must make the Release suite fail.
-echo "=== mutants ==="
-out=$(bash tools/mutants.sh 2>&1)
+stage_end
+
+# Planted bugs (tests/mutants.txt): each must make a test fail. The scratch copy reuses the
+# Release build; the unmutated run of the kill tests is skipped when the Release suite passed.
+stage_begin mutants
+base=(); [ "$release_ok" = 1 ] && base=(--no-baseline)
+out=$(ESTREAM_MUTANTS_FULL=$full bash tools/mutants.sh "${base[@]}" 2>&1)
 echo "$out" | grep -v '^[0-9]* passed, [0-9]* failed$'
-p=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
-f=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
-[ -n "$p" ] || { p=0; f=1; }
-total_p=$((total_p + p)) total_f=$((total_f + f))
-[ "$f" -eq 0 ] || status=1
+add_counts "$out"
+stage_end
+
 # Fuzz for a bounded time (libFuzzer, clang): each target runs ESTREAM_FUZZ_SECONDS (default 30)
 # from its seed corpus and counts as one pass (no crash, leak, timeout or out-of-memory) or one
-# failure.
+# failure. The targets run side by side, $jobs at a time.
 fuzz_secs=${ESTREAM_FUZZ_SECONDS:-30}
-fuzz() { # target, seed folder, extra libFuzzer flags...
+fuzz_one() { # target, seed folder, extra libFuzzer flags... -> prints one result line, then the log on failure
     local target=$1 seeds=$2; shift 2
     local corpus log
     corpus=$(mktemp -d) log=$(mktemp)
@@ -64,31 +99,51 @@ fuzz() { # target, seed folder, extra libFuzzer flags...
     if "build-fuzz/$target" -max_total_time="$fuzz_secs" -rss_limit_mb=2048 -timeout=10 \
         -print_final_stats=1 -artifact_prefix="build-fuzz/$target-" "$@" "$corpus" >"$log" 2>&1; then
         echo "fuzz $target: no crash ($(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs)"
-        total_p=$((total_p + 1))
     else
-        echo "fuzz $target: FAILED"; tail -n 40 "$log"; total_f=$((total_f + 1)); status=1
+        echo "fuzz $target: FAILED"; tail -n 40 "$log"
     fi
     rm -rf "$corpus" "$log"
 }
-echo "=== fuzz (gguf reader, model loader, tokenizer: ${fuzz_secs} s each) ==="
+stage_begin "fuzz (${fuzz_secs} s each)"
 if make fuzz >/dev/null 2>&1; then
-    fuzz fuzz_gguf tests/fuzz/corpus -dict=tests/fuzz/gguf.dict
-    fuzz fuzz_model tests/fuzz/corpus-model -dict=tests/fuzz/model.dict
-    fuzz fuzz_tok tests/fuzz/corpus-tok
+    fuzz_out=$(mktemp -d) running=0 i=0
+    for spec in "fuzz_gguf tests/fuzz/corpus -dict=tests/fuzz/gguf.dict" \
+                "fuzz_model tests/fuzz/corpus-model -dict=tests/fuzz/model.dict" \
+                "fuzz_tok tests/fuzz/corpus-tok"; do
+        i=$((i + 1))
+        # shellcheck disable=SC2086 # the spec is target, seeds and flags
+        fuzz_one $spec >"$fuzz_out/$i" &
+        running=$((running + 1))
+        if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+    done
+    wait
+    for i in 1 2 3; do
+        cat "$fuzz_out/$i"
+        if grep -q ': no crash' "$fuzz_out/$i"; then total_p=$((total_p + 1)); else total_f=$((total_f + 1)); status=1; fi
+    done
+    rm -rf "$fuzz_out"
 else
     echo "fuzz: build failed"; make fuzz 2>&1 | tail -n 20; total_f=$((total_f + 1)); status=1
 fi
-# AArch64 (neon, i8mm tables): cross build + qemu-user, three CPU models. A skip (no cross
-# toolchain or qemu, and no way to install them) counts as a failure here: CI installs them.
-echo "=== aarch64 (cross build, qemu-user) ==="
-out=$(bash tools/cross-aarch64.sh 2>&1)
-rc=$?
-echo "$out"
-p=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' | tail -n 1)
-f=$(echo "$out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' | tail -n 1)
-[ -n "$p" ] || { p=0; f=1; }           # skipped (77) or died before its summary
-[ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1
-total_p=$((total_p + p)) total_f=$((total_f + f))
-[ "$f" -eq 0 ] || status=1
+stage_end
+
+stage_begin "aarch64 (qemu-user)"
+echo "(started with the release stage; waiting for it)"
+wait "$cross_pid"
+cat "$cross_log"
+rc=$(cat "$cross_rc" 2>/dev/null || echo 1)
+out=$(tail -n 5 "$cross_log")
+add_counts "$out"
+if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=1; total_f=$((total_f + 1)); fi
+rm -f "$cross_log" "$cross_rc"
+stage_end
+s=$((SECONDS - cross_t0))
+stage_rows[-1]="${stage_rows[-1]}  (ran $((s / 60)):$(printf %02d $((s % 60))) from the start, beside the others)"
+
+s=$((SECONDS - t_all))
+echo "=== stage times ($(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //')) ==="
+printf '%-22s %8s\n' stage "min:s"
+for r in "${stage_rows[@]}"; do echo "$r"; done
+printf '%-22s %5d:%02d\n' "all" $((s / 60)) $((s % 60))
 echo "all: $total_p passed, $total_f failed"
 exit $status
