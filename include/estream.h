@@ -125,6 +125,9 @@ typedef struct es_tune es_tune;
  * another model: the message says which). */
 es_status es_tune_load(const es_model *m, const char *path, es_tune **out);
 void es_tune_free(es_tune *t); /* NULL is a no-op */
+/* The default calibration text of `estream tune`: English prose written for estream, to be
+ * repeated until the prompt is long enough. Never NULL; static. */
+const char *es_tune_calib_text(void);
 /* Whether t's profiles apply to runs with n_threads threads on the kernel table isa (NULL: the
  * default) on this CPU: ES_OK, or ES_E_INVAL with the reason in es_last_error(). */
 es_status es_tune_applies(const es_tune *t, int n_threads, const char *isa);

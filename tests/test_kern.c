@@ -9,7 +9,7 @@
 
 #include "core/cpu.h"
 #include "quant/kern.h"
-#include "sched/pool.h"
+#include "core/pool.h"
 
 #include <math.h>
 #include <sys/mman.h>

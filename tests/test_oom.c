@@ -14,7 +14,7 @@
 #include "t.h"
 
 #include "estream.h"
-#include "sched/pool.h"
+#include "core/pool.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -4,7 +4,7 @@
 
 #include "t.h"
 
-#include "sched/pool.h"
+#include "core/pool.h"
 
 #include <time.h>
 

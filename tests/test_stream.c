@@ -1,5 +1,5 @@
 /*
- * Expert streaming (src/sched/pipeline.c, src/mem): logits bit-identical to the resident run for
+ * Expert streaming (src/stream/): logits bit-identical to the resident run for
  * every tested source (GGUF or pack), G, B, Q, policy and thread count; groups without routes
  * skipped; faults (a flipped byte in a pack record, a truncated pack, a read failing with EIO,
  * short and slow reads) end with an error naming the layer and expert, or change nothing; the
@@ -18,11 +18,11 @@
 
 #include "estream.h"
 #include "io/io.h"
-#include "mem/budget.h"
+#include "stream/budget.h"
 #include "model/model.h"
-#include "model/session.h"
+#include "run/session.h"
 #include "pack/pack.h"
-#include "sched/pipeline.h"
+#include "stream/pipeline.h"
 
 enum { T_LONG = 300, T_SHORT = 3 };
 

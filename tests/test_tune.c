@@ -1,5 +1,5 @@
 /*
- * The configurator (src/sched/tune*.c): the max-plus recurrence against completion times worked
+ * The configurator (src/tune/, src/run/tune_run.c): the max-plus recurrence against completion times worked
  * out by hand, its monotonicity and lower bounds on random profiles, the choice for a budget,
  * the tune file (round trip, damage, another model, another machine), the storage cache, and
  * profiles from a real streamed run on the `small` preset, whose choice a budgeted session
@@ -9,10 +9,10 @@
 
 #include "estream.h"
 #include "model/model.h"
-#include "model/session.h"
-#include "sched/pipeline.h"
-#include "sched/tune.h"
-#include "sched/tune_run.h"
+#include "run/session.h"
+#include "stream/pipeline.h"
+#include "tune/tune.h"
+#include "run/tune_run.h"
 
 /* A profile of 2 sparse layers x 2 groups: N_w = 1 s, X = 2 s, 4 bytes per group, storage
  * 2 bytes/s at every depth (L = 2 s), checksums 0.5 s, tail 0.5 s. */

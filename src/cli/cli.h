@@ -87,7 +87,5 @@ int cmd_bench(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 
-/* The default calibration text of estream tune (calib_text.c). */
-extern const char cli_calib_text[];
 
 #endif

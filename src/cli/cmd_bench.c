@@ -2,7 +2,7 @@
  * the latency-memory table of expert streaming (--mem LIST --policy LIST). */
 #include "cli/cli.h"
 #include "core/plot_svg.h"
-#include "sched/pipeline.h"
+#include "stream/pipeline.h"
 
 #include <math.h>
 #include <stdio.h>

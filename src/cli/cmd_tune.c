@@ -3,8 +3,8 @@
  * the tuning beside the model; --sweep runs every feasible configuration end to end (the
  * oracle) and reports the regret; --explain compares predicted and measured layer times. */
 #include "cli/cli.h"
-#include "model/session.h"
-#include "sched/tune_run.h"
+#include "run/session.h"
+#include "run/tune_run.h"
 
 #include <malloc.h>
 #include <math.h>
@@ -118,7 +118,7 @@ static int32_t *calib_ids(const tune_opts *o, const es_model *m, int want, size_
 {
     size_t len = 0;
     char *text = o->calib ? cli_read_file(o->calib, (size_t)64 << 20, &len)
-                          : strdup(cli_calib_text);
+                          : strdup(es_tune_calib_text());
     if (!text) cli_die("out of memory");
     if (!o->calib) len = strlen(text);
     if (len == 0) cli_die("tune: the calibration text %s is empty", o->calib);

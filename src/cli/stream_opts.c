@@ -1,6 +1,6 @@
 /* The memory-budget and streaming options shared by prefill, ppl and bench (cli.h). */
 #include "cli/cli.h"
-#include "sched/tune.h"
+#include "tune/tune.h"
 
 #include <errno.h>
 #include <math.h>

@@ -23,7 +23,7 @@
 
 #include "core/util.h"
 #include "quant/kern.h"
-#include "sched/pool.h"
+#include "core/pool.h"
 
 typedef struct es_route {
     int32_t token;  /* row of X and Y */

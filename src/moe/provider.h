@@ -6,7 +6,7 @@
  * which returns the placement phi (expert -> physical slot) and the slot table, runs the expert
  * plan on the group's routes, then releases the group. The all-resident provider maps every
  * expert to a slot pointing into the model's mapping (G = n_expert, nothing to wait for); the
- * streaming provider (sched/pipeline.c) returns a bank of the arena once the loader has filled
+ * streaming provider (stream/pipeline.c) returns a bank of the arena once the loader has filled
  * it, and recycles the bank on release. The plan cannot tell the two apart, so the numbers do
  * not depend on which one runs (DESIGN §4 invariant).
  *

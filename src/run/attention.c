@@ -1,5 +1,5 @@
 /* Blocked causal attention with an online softmax (see attention.h). */
-#include "model/attention.h"
+#include "run/attention.h"
 
 #include "quant/kern.h"
 

@@ -1,6 +1,6 @@
 /*
  * The expert streamer: the streaming provider of the MoE stage (moe/provider.h), an arena of B
- * banks x G expert slots (mem/arena.h) and a loader thread that fills banks from the model file
+ * banks x G expert slots (stream/arena.h) and a loader thread that fills banks from the model file
  * with grouped O_DIRECT reads (io/io.h) while the compute threads run (DESIGN §5-6).
  *
  * DESIGN
@@ -60,7 +60,7 @@ typedef struct es_stream_params {
 } es_stream_params;
 
 /* When each group of the last request was read and computed (es_now_ns() clock), for the
- * configurator's profiles (sched/tune.h). Entry j of the sequence is sparse layer j / K, experts
+ * configurator's profiles (tune/tune.h). Entry j of the sequence is sparse layer j / K, experts
  * (j % K) * G ...; a time is 0 where the event did not happen (a group without routes is neither
  * acquired nor, once routing is known, read). */
 typedef struct es_stream_record {

@@ -3,7 +3,7 @@
  * llama-perplexity convention, so the two tools' numbers compare directly).
  */
 #include "model/model.h"
-#include "model/session.h"
+#include "run/session.h"
 #include "quant/kern.h"
 
 #include <unistd.h>

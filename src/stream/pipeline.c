@@ -1,7 +1,7 @@
 /* The expert streamer (pipeline.h): sequence, residency protocol, policies, loader thread. */
-#include "sched/pipeline.h"
+#include "stream/pipeline.h"
 
-#include "mem/arena.h"
+#include "stream/arena.h"
 #include "pack/pack.h"
 
 #include <pthread.h>

@@ -2,9 +2,9 @@
  * third-party text), repeated by the caller until the prompt is long enough. What matters for a
  * profile is ordinary language, so that the router spreads tokens over experts as real prompts
  * do; the content is arbitrary. */
-#include "cli/cli.h"
+#include "estream.h"
 
-const char cli_calib_text[] =
+static const char calib_text[] =
     "The river that runs through the old market town is not wide, but it has shaped almost "
     "everything about the place. The first houses were built on the higher bank, where the "
     "spring floods could not reach them, and the lower bank was left to gardens, orchards and "
@@ -59,3 +59,8 @@ const char cli_calib_text[] =
     "adapted over the centuries. The lessons are not always comfortable, but they are useful, "
     "and they remind us that the choices we make about our own places will be read, one day, by "
     "people who will wonder why we made them.\n\n";
+
+const char *es_tune_calib_text(void)
+{
+    return calib_text;
+}

@@ -4,23 +4,23 @@
  * DESIGN: the session owns everything a prefill changes: a copy of the kernel table it was
  * created with (so a later es_kernels_select() cannot change the format of buffers it already
  * sized), the fast path's pool, activation buffers and plans (forward.c), and under a budget or
- * when asked, the expert streamer (sched/pipeline.c: arena and loader thread). Buffers are sized
+ * when asked, the expert streamer (stream/pipeline.c: arena and loader thread). Buffers are sized
  * for max_tokens at creation when it is given (a budget without max_tokens sizes them for the
  * model's context), so M_other is measured before the arena takes the rest of the budget
- * (mem/budget.h); otherwise they grow to the longest prompt. Every size that is freed is the
+ * (stream/budget.h); otherwise they grow to the longest prompt. Every size that is freed is the
  * size that was allocated, kept beside the pointer. The MoE stage takes its experts from a
  * provider (moe/provider.h): the streamer's, or the all-resident one, which reads every expert
  * through the model's mapping.
  */
-#include "model/session.h"
+#include "run/session.h"
 
 #include "core/trace.h"
 #include "core/util.h"
-#include "mem/budget.h"
-#include "model/forward.h"
+#include "stream/budget.h"
+#include "run/forward.h"
 #include "quant/kern.h"
-#include "sched/pipeline.h"
-#include "sched/tune.h"
+#include "stream/pipeline.h"
+#include "tune/tune.h"
 
 #include <stdio.h>
 #include <stdlib.h>

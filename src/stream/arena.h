@@ -5,7 +5,7 @@
  * read path and the memory the arena costs is resident (and counted) from the start.
  *
  * The arena is only memory. Who may write a bank and when (the residency protocol: Available ->
- * Filling -> Ready -> InUse -> Available) is the pipeline's business (sched/pipeline.c).
+ * Filling -> Ready -> InUse -> Available) is the pipeline's business (stream/pipeline.c).
  */
 #ifndef ES_ARENA_H
 #define ES_ARENA_H

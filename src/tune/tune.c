@@ -1,6 +1,6 @@
 /* The configurator's model and choice (tune.h): profiles from streamer records, the max-plus
  * recurrence, the selection for a budget. */
-#include "sched/tune.h"
+#include "tune/tune.h"
 
 #include "core/util.h"
 #include "pack/pack.h"

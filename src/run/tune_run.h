@@ -15,7 +15,7 @@
 #ifndef ES_TUNE_RUN_H
 #define ES_TUNE_RUN_H
 
-#include "sched/tune.h"
+#include "tune/tune.h"
 
 typedef struct es_tune_run_params {
     const int32_t *ids;    /* the calibration prompt */

@@ -13,7 +13,7 @@
 #define ES_ATTENTION_H
 
 #include "quant/kern.h"
-#include "sched/pool.h"
+#include "core/pool.h"
 
 enum { ATTN_BQ = 64, ATTN_BK = 128 };
 /* Every query of a block then has at least one key in each visited key block. */

@@ -1,10 +1,10 @@
 /* Making a tuning (tune_run.h): the storage characterization (cached per device) and one
  * profile request per candidate G. */
-#include "sched/tune_run.h"
+#include "run/tune_run.h"
 
 #include "core/outbuf.h"
 #include "core/util.h"
-#include "model/session.h"
+#include "run/session.h"
 
 #include <errno.h>
 #include <malloc.h>

@@ -36,7 +36,7 @@
 
 #include "estream.h"
 #include "model/model.h"
-#include "sched/pipeline.h"
+#include "stream/pipeline.h"
 
 #define ES_TUNE_MAX_G 8      /* candidate group sizes */
 #define ES_TUNE_N_DEPTHS 4   /* queue depths characterized: 1, 2, 4, 8 */
@@ -78,7 +78,7 @@ struct es_tune {
     int q0;
     uint64_t other_bytes;      /* M_other measured on the smallest-G profile run (its peak
                                   resident memory less the arena) */
-    uint64_t other_estimate;   /* the session's estimate of M_other for that run (mem/budget.h) */
+    uint64_t other_estimate;   /* the session's estimate of M_other for that run (stream/budget.h) */
     double profile_seconds;    /* storage characterization + profile requests */
     int n_profiles;
     es_tune_profile prof[ES_TUNE_MAX_G];

@@ -23,7 +23,7 @@
 #include "core/outbuf.h"
 #include "core/util.h"
 #include "quant/kern.h"
-#include "sched/tune.h"
+#include "tune/tune.h"
 
 #include <errno.h>
 #include <math.h>

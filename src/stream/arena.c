@@ -1,5 +1,5 @@
 /* The expert arena (arena.h). */
-#include "mem/arena.h"
+#include "stream/arena.h"
 
 #include <stdlib.h>
 

@@ -10,10 +10,10 @@
  * logits are bit-identical for any thread count. Row-wise work (norms, RoPE, residual adds) is
  * split statically by rows; matrix products by chunks of output rows handed out by a counter.
  */
-#include "model/forward.h"
+#include "run/forward.h"
 
 #include "core/trace.h"
-#include "model/attention.h"
+#include "run/attention.h"
 #include "moe/plan.h"
 #include "moe/provider.h"
 #include <stddef.h>

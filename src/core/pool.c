@@ -16,7 +16,7 @@
  * kernel's compare in FUTEX_WAIT closes the remaining window). No wakeup can be lost, and a run
  * with every thread awake makes no system call.
  */
-#include "sched/pool.h"
+#include "core/pool.h"
 
 #include <limits.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* The memory budget (budget.h). */
-#include "mem/budget.h"
+#include "stream/budget.h"
 
-#include "sched/pipeline.h"
+#include "stream/pipeline.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,0 +1,27 @@
+#!/bin/bash
+# The folders of src/ are floors (STYLE §1): a file includes headers of its own floor or the
+# floors below, never one above, and the CLI includes only the public header and its own.
+# Prints each include that breaks the order and exits 1 if there is one.
+set -u
+cd "$(dirname "$0")/.."
+floors=(core quant gguf io tok pack model moe stream tune run cli)
+declare -A rank
+for i in "${!floors[@]}"; do rank[${floors[$i]}]=$i; done
+bad=0
+for f in $(find src -name '*.[ch]' | sort); do
+    from=${f#src/}; from=${from%%/*}
+    if [ -z "${rank[$from]+x}" ]; then echo "$f: folder $from is not a known floor"; bad=1; continue; fi
+    while IFS=: read -r line inc; do
+        to=${inc%%/*}
+        [ "$to" = "$inc" ] && continue                      # "estream.h" or a same-folder name
+        if [ "$from" = cli ] && [ "$to" != cli ]; then
+            echo "$f:$line: the CLI includes internal header $inc (use include/estream.h)"; bad=1
+        elif [ -z "${rank[$to]+x}" ]; then
+            echo "$f:$line: includes $inc from an unknown folder"; bad=1
+        elif [ "${rank[$to]}" -gt "${rank[$from]}" ]; then
+            echo "$f:$line: $from/ includes $inc, a floor above it"; bad=1
+        fi
+    done < <(grep -n '^#include "' "$f" | sed -E 's/^([0-9]+):#include "([^"]+)".*/\1:\2/')
+done
+[ $bad = 0 ] && echo "layers: every include goes down (${floors[*]})"
+exit $bad
