@@ -19,7 +19,7 @@
 #include "core/cpu.h"
 #include "peak.h"
 #include "quant/kern.h"
-#include "sched/pool.h"
+#include "core/pool.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #ifndef ES_BENCH_PEAK_H
 #define ES_BENCH_PEAK_H
 
-#include "sched/pool.h"
+#include "core/pool.h"
 
 #include <stdlib.h>
 #include <string.h>
