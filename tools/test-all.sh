@@ -37,7 +37,7 @@ add_counts() { # "N passed, N failed" line -> totals (no line: one failure)
 # AArch64 (neon, i8mm tables): cross build + qemu-user, in the background from the start. A skip
 # (no cross toolchain or qemu, and no way to install them) counts as a failure here: CI installs
 # them.
-cross_log=$(mktemp) cross_rc=$(mktemp)
+cross_log=$(mktemp) cross_rc=$(mktemp) stage_log=$(mktemp)
 cross_t0=$SECONDS
 (ESTREAM_CROSS_ALL_MODELS=$full bash tools/cross-aarch64.sh >"$cross_log" 2>&1; echo $? >"$cross_rc") &
 cross_pid=$!
@@ -51,7 +51,10 @@ suite() { # name, make args...
     fi
     local build out f0=$total_f
     build=$(make --no-print-directory -s "$@" print-build)
-    out=$(bash tests/run.sh -j "$jobs" "$build" 2>&1 | tee /dev/stderr | tail -n 1)
+    # tee into a file of our own: `tee /dev/stderr` reopens a log file that stderr points at and
+    # truncates it (bash .ci/run >ci.log 2>&1 kept only the last stages).
+    bash tests/run.sh -j "$jobs" "$build" 2>&1 | tee "$stage_log"
+    out=$(tail -n 1 "$stage_log")
     add_counts "$out"
     stage_end
     [ "$total_f" -eq "$f0" ]
@@ -69,8 +72,9 @@ for t in test_pool test_kern test_plan test_forward test_io test_trace test_stre
     [ -f "tests/$t.c" ] && tsan_tests+=("$t")
 done
 if make -j"$jobs" TSAN=1 build-tsan/estream "${tsan_tests[@]/#/build-tsan/tests/}" >/dev/null 2>&1; then
-    out=$(TSAN_OPTIONS=halt_on_error=1 bash tests/run.sh -j "$jobs" build-tsan "${tsan_tests[@]}" 2>&1 |
-          sed 's/^/tsan /' | tee /dev/stderr | tail -n 1)
+    TSAN_OPTIONS=halt_on_error=1 bash tests/run.sh -j "$jobs" build-tsan "${tsan_tests[@]}" 2>&1 |
+        sed 's/^/tsan /' | tee "$stage_log"
+    out=$(tail -n 1 "$stage_log")
     add_counts "${out#tsan }"
 else
     echo "tsan: build failed"; total_f=$((total_f + 1)); status=1
@@ -137,7 +141,7 @@ f0=$total_f
 add_counts "$out"
 # a non-zero exit with no failure counted (a skip, 77, or a death after the summary) is one
 if [ "$rc" -ne 0 ] && [ "$total_f" -eq "$f0" ]; then status=1; total_f=$((total_f + 1)); fi
-rm -f "$cross_log" "$cross_rc"
+rm -f "$cross_log" "$cross_rc" "$stage_log"
 stage_end
 s=$((SECONDS - cross_t0))
 stage_rows[-1]="${stage_rows[-1]}  (ran $((s / 60)):$(printf %02d $((s % 60))) from the start, beside the others)"
