@@ -68,16 +68,6 @@ const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
 /* The most compute threads a prefill can use. */
 #define ES_MAX_THREADS 256
 
-/* Options for es_prefill(). Zero-initialise, then set what you need. */
-typedef struct es_prefill_opts {
-    int n_threads;  /* 1..ES_MAX_THREADS; 0 = online CPUs, at most ES_MAX_THREADS. The fast path
-                     * only: the reference path is single-threaded. */
-    int reference;  /* 1 = plain reference path (the oracle), 0 = fast path */
-    int all_logits; /* 1 = logits for every position, 0 = only the last position */
-    int plan_capacity; /* routes per expert-operator invocation (0 = 16384); a layer with more
-                        * routes is split into several invocations. Results do not depend on it:
-                        * tests set it small to exercise the split. */
-} es_prefill_opts;
 
 /* The kernel table the fast path uses: "scalar", "avx2", "avxvnni" or "avx512" on x86-64,
  * "scalar", "asimd", "neon" or "i8mm" on AArch64 (the best this CPU and OS support, or the one
@@ -90,12 +80,6 @@ int es_kernels_available(const char *isa);
  * call it while no prefill runs. */
 es_status es_kernels_select(const char *isa);
 
-/* Runs the prefill over ids[0..n) on a session made for this one call (use a session to run
- * several prompts without rebuilding the pool and buffers). Writes logits to out: [n][n_vocab]
- * if opts->all_logits, else [n_vocab] for the last position. The caller owns out. Ids out of
- * range, n == 0 or n > n_ctx give ES_E_INVAL. */
-es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill_opts *opts,
-                     float *out);
 
 /* Layers and experts per layer (0 for a vocabulary-only model). */
 int es_model_n_layer(const es_model *m);
@@ -132,14 +116,26 @@ const char *es_tune_calib_text(void);
  * default) on this CPU: ES_OK, or ES_E_INVAL with the reason in es_last_error(). */
 es_status es_tune_applies(const es_tune *t, int n_threads, const char *isa);
 
+/* How the expert loader reads the model file. */
+typedef enum es_io_backend {
+    ES_IO_AUTO = 0,  /* io_uring when a ring can be created (not ENOSYS/EPERM), else pread */
+    ES_IO_URING = 1, /* io_uring only (ES_E_UNSUPPORTED where no ring can be made) */
+    ES_IO_PREAD = 2, /* one pread worker thread per queue slot */
+} es_io_backend;
+const char *es_io_backend_str(es_io_backend b); /* "auto", "io_uring", "pread" */
+
+/* A session's parameters. Start from es_session_default_params() and change what you need;
+ * a field documented "0 = chosen" is chosen at creation from the model and the machine. */
 typedef struct es_session_params {
-    int n_threads;      /* 0 = min(online CPUs, ES_MAX_THREADS) */
-    int reference;      /* 1 = the plain reference path (single-threaded oracle) */
-    int max_tokens;     /* longest prompt; buffers are sized for it at creation. 0 = grow on
-                         * demand to the longest prompt seen */
-    int plan_capacity;  /* routes per expert-operator invocation (0 = 16384); results do not
-                         * depend on it (tests set it small to split each layer) */
-    const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"; NULL = es_kernels_name() at creation */
+    int n_threads;      /* compute threads, 1..ES_MAX_THREADS (default: online CPUs, at most
+                         * ES_MAX_THREADS; 0 also means that) */
+    int reference;      /* 1 = the plain reference path (single-threaded oracle); default 0 */
+    int max_tokens;     /* longest prompt; buffers are sized for it at creation. 0 (default) =
+                         * grow on demand to the longest prompt seen */
+    int plan_capacity;  /* routes per expert-operator invocation (default 16384); results do
+                         * not depend on it (tests set it small to split each layer) */
+    const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm";
+                          * NULL (default) = es_kernels_name() at creation */
 
     /* Memory-bounded runs (expert streaming, DESIGN §5-6). With mem_budget_bytes set, the
      * session measures the memory everything but the experts needs (M_other: what the process
@@ -151,25 +147,30 @@ typedef struct es_session_params {
      * smallest budget that works in es_last_error(); a budget that holds every expert runs
      * resident. stream, groups, banks or queue_depth set without a budget force streaming with
      * that arena (defaults G 8, B 2). The logits are bit-identical to the resident run's. */
-    int stream;                 /* 1: stream even without a budget or G/B/Q (defaults) */
-    uint64_t mem_budget_bytes;  /* 0 = no budget */
+    int stream;                 /* 1: stream even without a budget or G/B/Q; default 0 */
+    uint64_t mem_budget_bytes;  /* default 0: no budget */
     int groups;                 /* G, experts per bank (0 = chosen) */
     int banks;                  /* B (0 = chosen) */
-    int queue_depth;            /* Q, reads in flight (0 = 4) */
+    int queue_depth;            /* Q, reads in flight (0 = chosen: 4, or the tune file's) */
     es_policy policy;           /* when reads may start (default ES_POLICY_EARLY) */
-    double io_limit_bytes_per_s; /* emulate slower storage (token bucket); 0 = none */
-    int io_backend;             /* 0 auto (io_uring, else pread), 1 io_uring, 2 pread */
-    int no_direct;              /* 1: buffered reads (page cache; the budget is then not honest) */
-    int no_verify;              /* 1: skip the per-record checksum of a pack */
+    double io_limit_bytes_per_s; /* emulate slower storage (token bucket); default 0: none */
+    es_io_backend io_backend;   /* default ES_IO_AUTO */
+    int direct_io;              /* 1 (default): O_DIRECT reads, so the page cache does not
+                                 * grow past the budget; 0: buffered (the budget is then not
+                                 * honest) */
+    int verify_checksums;       /* 1 (default): check each pack record's XXH3-64 as it is read */
     int max_logits_rows;        /* rows of logits the caller will hold during a prefill, counted
-                                 * in M_other (0 = 1: the last position only) */
-    const char *trace_path;     /* write a Chrome trace (Perfetto) of each prefill here */
+                                 * in M_other (default 1: the last position only) */
+    const char *trace_path;     /* write a Chrome trace (Perfetto) of each prefill here;
+                                 * default NULL: none */
     const es_tune *tune;        /* with a budget and no groups/banks/queue_depth: choose them
                                  * from these profiles (es_tune_applies must hold) instead of the
-                                 * default rule; must outlive session creation only */
+                                 * default rule; must outlive session creation only. Default
+                                 * NULL */
 } es_session_params;
 
-/* Defaults: all CPUs, fast path, grow-on-demand buffers, the default kernel table. */
+/* The defaults documented field by field above: all online CPUs, the fast path, buffers that
+ * grow on demand, the default kernel table, no budget; O_DIRECT and checksums on. */
 es_session_params es_session_default_params(void);
 
 /* Creates a session; the kernel table is copied, so a later es_kernels_select() does not affect
@@ -182,6 +183,13 @@ void es_session_destroy(es_session *s); /* NULL is a no-op */
  * position. Same checks as es_prefill(); n > max_tokens (when set) is ES_E_INVAL. */
 es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,
                              float *out);
+
+/* Runs the prefill over ids[0..n) on a session made from p (NULL: the defaults) for this one
+ * call, with max_tokens n (use a session to run several prompts without rebuilding the pool
+ * and buffers). Writes logits to out: [n][n_vocab] if all_logits, else [n_vocab] for the last
+ * position. The caller owns out. Ids out of range, n == 0 or n > n_ctx give ES_E_INVAL. */
+es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_session_params *p,
+                     int all_logits, float *out);
 
 /* Perplexity as es_perplexity(), on this session. */
 typedef struct es_ppl_result es_ppl_result;
@@ -233,9 +241,10 @@ struct es_ppl_result {
     int chunks;       /* chunks evaluated */
 };
 /* The progress callback (es_ppl_progress_fn above) is called after each chunk: chunks done,
- * total, perplexity so far. es_perplexity() runs on a session made from opts for the call. */
+ * total, perplexity so far. es_perplexity() runs on a session made from p (NULL: the
+ * defaults) for the call. */
 es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
-                        const es_prefill_opts *opts, es_ppl_progress_fn progress, void *user,
+                        const es_session_params *p, es_ppl_progress_fn progress, void *user,
                         es_ppl_result *out);
 
 /* Synthetic models: random weights with the tensor names, shapes and metadata of llama.cpp's

@@ -50,10 +50,13 @@ static void prefill_both(const char *model, size_t *n, size_t *nv, float **fast,
     *nv = (size_t)es_model_n_vocab(m);
     *ref = malloc(sizeof(float) * *n * *nv);
     *fast = malloc(sizeof(float) * *n * *nv);
-    es_prefill_opts o = {.reference = 1, .all_logits = 1, .n_threads = 2};
-    assert_int_equal(es_prefill(m, ids, *n, &o, *ref), ES_OK);
+    es_session_params o = es_session_default_params();
+    o.reference = 1;
+    o.n_threads = 2;
+    int o_all_logits = 1;
+    assert_int_equal(es_prefill(m, ids, *n, &o, o_all_logits, *ref), ES_OK);
     o.reference = 0;
-    assert_int_equal(es_prefill(m, ids, *n, &o, *fast), ES_OK);
+    assert_int_equal(es_prefill(m, ids, *n, &o, o_all_logits, *fast), ES_OK);
     free(ids);
     es_model_close(m);
 }
@@ -361,10 +364,13 @@ static void check_small(const char *type, double p90, double max, double top1)
     es_model *m = small_model(type, &ids);
     const size_t nv = (size_t)es_model_n_vocab(m), bytes = sizeof(float) * SMALL_T * nv;
     float *ref = malloc(bytes), *fast = malloc(bytes), *other = malloc(bytes);
-    es_prefill_opts o = {.reference = 1, .all_logits = 1, .n_threads = 2};
-    assert_int_equal(es_prefill(m, ids, SMALL_T, &o, ref), ES_OK);
+    es_session_params o = es_session_default_params();
+    o.reference = 1;
+    o.n_threads = 2;
+    int o_all_logits = 1;
+    assert_int_equal(es_prefill(m, ids, SMALL_T, &o, o_all_logits, ref), ES_OK);
     o.reference = 0;
-    assert_int_equal(es_prefill(m, ids, SMALL_T, &o, fast), ES_OK);
+    assert_int_equal(es_prefill(m, ids, SMALL_T, &o, o_all_logits, fast), ES_OK);
     assert_busy_expert(m, ids);
     t_logit_stats s = t_compare_logits(fast, ref, SMALL_T, nv);
     print_message("small %s, %d tokens: fast vs reference per-position max |diff|: median %.3g, "
@@ -381,7 +387,7 @@ static void check_small(const char *type, double p90, double max, double top1)
             if (t == 2 && caps[c] == 0) continue; /* that is `fast` */
             o.n_threads = t;
             o.plan_capacity = caps[c];
-            assert_int_equal(es_prefill(m, ids, SMALL_T, &o, other), ES_OK);
+            assert_int_equal(es_prefill(m, ids, SMALL_T, &o, o_all_logits, other), ES_OK);
             if (memcmp(other, fast, bytes) != 0)
                 fail_msg("small %s: %d threads, capacity %d differ from 2 threads", type, t, caps[c]);
         }
@@ -407,18 +413,20 @@ static void test_fast_threads_bit_identical(void **state)
         es_model *m = open_ok(models[mi]);
         const size_t nv = (size_t)es_model_n_vocab(m);
         float *first = malloc(sizeof(float) * n * nv), *other = malloc(sizeof(float) * n * nv);
-        es_prefill_opts o = {.all_logits = 1, .n_threads = 1};
-        assert_int_equal(es_prefill(m, ids, n, &o, first), ES_OK);
+        es_session_params o = es_session_default_params();
+        o.n_threads = 1;
+        int o_all_logits = 1;
+        assert_int_equal(es_prefill(m, ids, n, &o, o_all_logits, first), ES_OK);
         for (size_t i = 0; i < n * nv; i++) /* equal garbage would compare equal */
             if (!isfinite(first[i])) fail_msg("%s: logit %zu is not finite", models[mi], i);
         for (int t = 2; t <= 4; t++) {
             o.n_threads = t;
-            assert_int_equal(es_prefill(m, ids, n, &o, other), ES_OK);
+            assert_int_equal(es_prefill(m, ids, n, &o, o_all_logits, other), ES_OK);
             assert_memory_equal(first, other, sizeof(float) * n * nv);
         }
         /* a shorter prompt after a longer one (buffers reused) gives the prefix's logits */
         o.n_threads = 3;
-        assert_int_equal(es_prefill(m, ids, n / 2, &o, other), ES_OK);
+        assert_int_equal(es_prefill(m, ids, n / 2, &o, o_all_logits, other), ES_OK);
         assert_memory_equal(first, other, sizeof(float) * (n / 2) * nv);
         free(first);
         free(other);
@@ -440,7 +448,9 @@ static void test_fast_ppl(void **state)
         int32_t *ids = malloc(sizeof(int32_t) * (len + 2));
         size_t n;
         assert_int_equal(es_tokenize(m, text, len, 1, 0, ids, len + 2, &n), ES_OK);
-        es_prefill_opts o = {.reference = 1, .n_threads = 2};
+        es_session_params o = es_session_default_params();
+        o.reference = 1;
+        o.n_threads = 2;
         es_ppl_result ref, fast;
         assert_int_equal(es_perplexity(m, ids, n, 128, 0, &o, NULL, NULL, &ref), ES_OK);
         o.reference = 0;

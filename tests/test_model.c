@@ -8,6 +8,8 @@
  */
 #include "t.h"
 
+#include <unistd.h>
+
 #include "estream.h"
 #include "model/model.h"
 #include "gguf/gguf.h"
@@ -210,8 +212,10 @@ static void test_reference_matches_llama_cpp(void **state)
         assert_non_null(want);
         assert_int_equal(len, n * nv * sizeof(float));
         float *got = malloc(len);
-        es_prefill_opts o = {.reference = 1, .all_logits = 1};
-        assert_int_equal(es_prefill(m, ids, n, &o, got), ES_OK);
+        es_session_params o = es_session_default_params();
+        o.reference = 1;
+        int o_all_logits = 1;
+        assert_int_equal(es_prefill(m, ids, n, &o, o_all_logits, got), ES_OK);
         t_logit_stats ls = t_compare_logits(got, want, n, nv);
         print_message("%s: reference vs llama.cpp per-position max |diff|: median %.3g, p90 %.3g, "
                       "max %.3g; top-1 agreement %.1f%%\n", goldens[g].model, ls.median, ls.p90,
@@ -235,17 +239,59 @@ static void test_reference_is_causal(void **state)
     es_model *m = open_ok(DATA "tiny-q8_0.gguf");
     const size_t nv = (size_t)es_model_n_vocab(m), half = n / 2;
     float *full = malloc(sizeof(float) * n * nv), *pre = malloc(sizeof(float) * half * nv);
-    es_prefill_opts o = {.reference = 1, .all_logits = 1};
-    assert_int_equal(es_prefill(m, ids, n, &o, full), ES_OK);
-    assert_int_equal(es_prefill(m, ids, half, &o, pre), ES_OK);
+    es_session_params o = es_session_default_params();
+    o.reference = 1;
+    int o_all_logits = 1;
+    assert_int_equal(es_prefill(m, ids, n, &o, o_all_logits, full), ES_OK);
+    assert_int_equal(es_prefill(m, ids, half, &o, o_all_logits, pre), ES_OK);
     assert_memory_equal(full, pre, sizeof(float) * half * nv);
     /* and the last-position mode returns the last row */
-    o.all_logits = 0;
-    assert_int_equal(es_prefill(m, ids, n, &o, pre), ES_OK);
+    o_all_logits = 0;
+    assert_int_equal(es_prefill(m, ids, n, &o, o_all_logits, pre), ES_OK);
     assert_memory_equal(full + (n - 1) * nv, pre, sizeof(float) * nv);
     free(full);
     free(pre);
     free(ids);
+    es_model_close(m);
+}
+
+/* es_session_default_params() holds the documented defaults (not zeros), and a session refuses
+ * out-of-range enum and flag values with a message naming the field. */
+static void test_session_default_params(void **state)
+{
+    (void)state;
+    const es_session_params d = es_session_default_params();
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    assert_int_equal(d.n_threads, cpus < 1 ? 1 : cpus > ES_MAX_THREADS ? ES_MAX_THREADS : cpus);
+    assert_int_equal(d.reference, 0);
+    assert_int_equal(d.plan_capacity, 16384);
+    assert_int_equal(d.direct_io, 1);
+    assert_int_equal(d.verify_checksums, 1);
+    assert_int_equal(d.max_logits_rows, 1);
+    assert_int_equal(d.io_backend, ES_IO_AUTO);
+    assert_int_equal(d.policy, ES_POLICY_EARLY);
+    assert_int_equal(d.mem_budget_bytes, 0);
+    assert_null(d.kernels);
+    assert_string_equal(es_io_backend_str(ES_IO_URING), "io_uring");
+    assert_string_equal(es_io_backend_str(ES_IO_PREAD), "pread");
+    assert_string_equal(es_io_backend_str(ES_IO_AUTO), "auto");
+    es_model *m = open_ok(DATA "tiny-f32.gguf");
+    es_session *s = NULL;
+    es_session_params p = d;
+    p.io_backend = (es_io_backend)3;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "I/O backend"));
+    p = d;
+    p.direct_io = 2;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "direct_io"));
+    p = d;
+    p.verify_checksums = -1;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "verify_checksums"));
+    assert_null(s);
+    assert_int_equal(es_session_create(m, &d, &s), ES_OK);
+    es_session_destroy(s);
     es_model_close(m);
 }
 
@@ -255,26 +301,30 @@ static void test_prefill_rejects_bad_input(void **state)
     es_model *m = open_ok(DATA "tiny-f32.gguf");
     float logits[320];
     int32_t ids[4] = {1, 2, 3, 320};
-    es_prefill_opts o = {.reference = 1};
-    assert_int_equal(es_prefill(m, ids, 0, &o, logits), ES_E_INVAL);
-    assert_int_equal(es_prefill(m, ids, 4, &o, logits), ES_E_INVAL); /* id 320 out of range */
+    es_session_params o = es_session_default_params();
+    o.reference = 1;
+    int o_all_logits = 0;
+    assert_int_equal(es_prefill(m, ids, 0, &o, o_all_logits, logits), ES_E_INVAL);
+    assert_int_equal(es_prefill(m, ids, 4, &o, o_all_logits, logits), ES_E_INVAL); /* id 320 out of range */
     assert_non_null(strstr(es_last_error(), "outside the vocabulary"));
     ids[3] = -1;
-    assert_int_equal(es_prefill(m, ids, 4, &o, logits), ES_E_INVAL);
+    assert_int_equal(es_prefill(m, ids, 4, &o, o_all_logits, logits), ES_E_INVAL);
     int32_t *many = calloc(513, sizeof(int32_t)); /* tiny's context is 512 */
-    assert_int_equal(es_prefill(m, many, 513, &o, NULL), ES_E_INVAL);
+    assert_int_equal(es_prefill(m, many, 513, &o, o_all_logits, NULL), ES_E_INVAL);
     float *big = malloc(sizeof(float) * 320);
-    assert_int_equal(es_prefill(m, many, 513, &o, big), ES_E_INVAL);
+    assert_int_equal(es_prefill(m, many, 513, &o, o_all_logits, big), ES_E_INVAL);
     assert_non_null(strstr(es_last_error(), "context"));
     /* threads: 1..ES_MAX_THREADS, or 0 for the CPU count (capped at ES_MAX_THREADS) */
     ids[3] = 3;
-    es_prefill_opts f = {.n_threads = ES_MAX_THREADS + 1};
-    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_E_INVAL);
+    es_session_params f = es_session_default_params();
+    f.n_threads = ES_MAX_THREADS + 1;
+    int f_all_logits = 0;
+    assert_int_equal(es_prefill(m, ids, 4, &f, f_all_logits, logits), ES_E_INVAL);
     assert_non_null(strstr(es_last_error(), "outside 1..256"));
     f.n_threads = -1;
-    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_E_INVAL);
+    assert_int_equal(es_prefill(m, ids, 4, &f, f_all_logits, logits), ES_E_INVAL);
     f.n_threads = 0;
-    assert_int_equal(es_prefill(m, ids, 4, &f, logits), ES_OK);
+    assert_int_equal(es_prefill(m, ids, 4, &f, f_all_logits, logits), ES_OK);
     free(big);
     free(many);
     es_model_close(m);
@@ -328,7 +378,9 @@ static void test_ppl_matches_llama_cpp(void **state)
         size_t n;
         assert_int_equal(es_tokenize(m, text, len, 1, 0, ids, len + 2, &n), ES_OK);
         for (int reference = 1; reference >= 0; reference--) {
-            es_prefill_opts o = {.reference = reference, .n_threads = 2};
+            es_session_params o = es_session_default_params();
+            o.reference = reference;
+            o.n_threads = 2;
             es_ppl_result r;
             assert_int_equal(es_perplexity(m, ids, n, 128, 0, &o, NULL, NULL, &r), ES_OK);
             print_message("%s (%s path): ppl estream %.6f llama.cpp %.6f (%lld scored, %d "
@@ -486,6 +538,7 @@ int main(void)
         cmocka_unit_test(test_hparams),
         cmocka_unit_test(test_reference_matches_llama_cpp),
         cmocka_unit_test(test_reference_is_causal),
+        cmocka_unit_test(test_session_default_params),
         cmocka_unit_test(test_prefill_rejects_bad_input),
         cmocka_unit_test(test_ppl_matches_llama_cpp),
         cmocka_unit_test(test_open_errors),

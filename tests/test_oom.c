@@ -79,10 +79,12 @@ static es_status scenario(void)
     if ((st = es_tokenize(m, text, sizeof(text) - 1, 1, 1, ids, T_LEN(ids), &n))) goto done;
     logits = __real_malloc(sizeof(float) * (size_t)es_model_n_vocab(m) * n);
     assert_non_null(logits);
-    es_prefill_opts o = {.n_threads = 2, .all_logits = 1};
-    if ((st = es_prefill(m, ids, n, &o, logits))) goto done;
+    es_session_params o = es_session_default_params();
+    o.n_threads = 2;
+    int o_all_logits = 1;
+    if ((st = es_prefill(m, ids, n, &o, o_all_logits, logits))) goto done;
     o.reference = 1;
-    if ((st = es_prefill(m, ids, n, &o, logits))) goto done;
+    if ((st = es_prefill(m, ids, n, &o, o_all_logits, logits))) goto done;
     st = es_pool_create(3, &p);
 done:
     es_pool_destroy(p);

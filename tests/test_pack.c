@@ -288,9 +288,12 @@ static void pack_and_check_v(const char *preset, const char *type, uint32_t vers
     for (int i = 0; i < N; i++) ids[i] = (int32_t)(t_next(&rg) % nv);
     float *a = malloc(sizeof(float) * N * nv), *b = malloc(sizeof(float) * N * nv);
     for (int reference = 0; reference <= 1; reference++) {
-        es_prefill_opts po = {.n_threads = 2, .all_logits = 1, .reference = reference};
-        assert_int_equal(es_prefill(ms, ids, N, &po, a), ES_OK);
-        assert_int_equal(es_prefill(mp, ids, N, &po, b), ES_OK);
+        es_session_params po = es_session_default_params();
+        po.n_threads = 2;
+        po.reference = reference;
+        int po_all_logits = 1;
+        assert_int_equal(es_prefill(ms, ids, N, &po, po_all_logits, a), ES_OK);
+        assert_int_equal(es_prefill(mp, ids, N, &po, po_all_logits, b), ES_OK);
         for (size_t i = 0; i < N * nv; i++)
             if (!isfinite(a[i])) fail_msg("logit %zu is not finite", i);
         assert_memory_equal(a, b, sizeof(float) * N * nv);

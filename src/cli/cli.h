@@ -48,7 +48,8 @@ void cli_system_json(FILE *f);
  * --no-verify, --trace (stream_opts.c): prefill, ppl and bench take them. */
 typedef struct cli_stream {
     const char *mem;    /* as given; resolved against the model file by cli_stream_apply */
-    int groups, banks, qd, io_backend;
+    int groups, banks, qd;
+    es_io_backend io_backend;
     es_policy policy;
     bool policy_set, no_direct, no_verify;
     double io_limit_mbps;

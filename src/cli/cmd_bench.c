@@ -120,7 +120,7 @@ static double raw_bandwidth(const bench_opts *b, const es_session_params *sp, in
         if (cache[i].G == G && cache[i].Q == Q) return cache[i].bps;
     es_model *m = cli_open_model(b->model, 0);
     es_stream_probe probe = {.groups = G, .queue_depth = Q, .io_backend = sp->io_backend,
-                             .no_direct = sp->no_direct,
+                             .direct_io = sp->direct_io,
                              .limit_bytes_per_s = sp->io_limit_bytes_per_s,
                              .max_bytes = (uint64_t)2 << 30};
     double bps = 0;

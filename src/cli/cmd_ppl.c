@@ -39,7 +39,7 @@ int cmd_ppl(int argc, char **argv)
     const char *model = NULL, *file = NULL;
     int ctx = 512, chunks = 0;
     bool json = false;
-    es_prefill_opts o = {.n_threads = cli_default_threads()};
+    struct { int n_threads, reference; } o = {.n_threads = cli_default_threads()};
     cli_stream so = {0};
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];

@@ -92,7 +92,7 @@ int cmd_prefill(int argc, char **argv)
     const char *model = NULL, *text = NULL, *file = NULL, *ids_file = NULL, *dump = NULL;
     int top = 5;
     bool json = false, route_stats = false;
-    es_prefill_opts o = {.n_threads = cli_default_threads()};
+    struct { int n_threads, reference, all_logits; } o = {.n_threads = cli_default_threads()};
     cli_stream so = {0};
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];

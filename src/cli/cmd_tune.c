@@ -179,9 +179,15 @@ static es_status run_once(const es_model *m, const tune_opts *o, const int32_t *
 {
     /* An explicit arena runs without the session's budget check (the configurator's B_max
      * already applied it); the default path (tune) gets the budget and chooses. */
-    es_session_params sp = {.n_threads = o->n_threads, .max_tokens = (int)n,
-                            .mem_budget_bytes = tune ? budget : 0, .groups = G, .banks = B,
-                            .queue_depth = Q, .io_limit_bytes_per_s = io, .tune = tune};
+    es_session_params sp = es_session_default_params();
+    sp.n_threads = o->n_threads;
+    sp.max_tokens = (int)n;
+    sp.mem_budget_bytes = tune ? budget : 0;
+    sp.groups = G;
+    sp.banks = B;
+    sp.queue_depth = Q;
+    sp.io_limit_bytes_per_s = io;
+    sp.tune = tune;
     malloc_trim(0); /* freed heap from earlier runs would count as this one's M_other */
     es_reset_peak_rss();
     es_session *s = NULL;

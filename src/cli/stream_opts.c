@@ -55,9 +55,9 @@ bool cli_stream_flag(cli_args *a, const char *s, cli_stream *o)
             cli_die("%s: --io-limit: expected megabytes per second (> 0), got '%s'", a->cmd, v);
     } else if (!strcmp(s, "--io-backend")) {
         const char *v = cli_value(a, s);
-        if (!strcmp(v, "auto")) o->io_backend = 0;
-        else if (!strcmp(v, "io_uring")) o->io_backend = 1;
-        else if (!strcmp(v, "pread")) o->io_backend = 2;
+        if (!strcmp(v, "auto")) o->io_backend = ES_IO_AUTO;
+        else if (!strcmp(v, "io_uring")) o->io_backend = ES_IO_URING;
+        else if (!strcmp(v, "pread")) o->io_backend = ES_IO_PREAD;
         else cli_die("%s: --io-backend: expected auto, io_uring or pread, got '%s'", a->cmd, v);
     } else if (!strcmp(s, "--no-direct")) o->no_direct = true;
     else if (!strcmp(s, "--no-verify")) o->no_verify = true;
@@ -132,11 +132,12 @@ void cli_stream_apply(const char *cmd, const cli_stream *o, const char *model_pa
     sp->banks = o->banks;
     sp->queue_depth = o->qd;
     sp->policy = o->policy;
-    sp->stream = o->policy_set || o->io_limit_mbps > 0 || o->io_backend || o->no_direct;
+    sp->stream = o->policy_set || o->io_limit_mbps > 0 || o->io_backend != ES_IO_AUTO ||
+                 o->no_direct;
     sp->io_limit_bytes_per_s = o->io_limit_mbps * 1e6;
     sp->io_backend = o->io_backend;
-    sp->no_direct = o->no_direct;
-    sp->no_verify = o->no_verify;
+    sp->direct_io = !o->no_direct;
+    sp->verify_checksums = !o->no_verify;
     sp->trace_path = o->trace;
     if (sp->reference && (o->mem || o->groups || o->banks || o->qd || sp->stream))
         cli_die("%s: --mem and the streaming options need the fast path, not --reference", cmd);

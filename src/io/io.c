@@ -34,6 +34,11 @@
 
 size_t es_io_alignment(void) { return ES_IO_ALIGN; }
 
+const char *es_io_backend_str(es_io_backend b)
+{
+    return b == ES_IO_URING ? "io_uring" : b == ES_IO_PREAD ? "pread" : "auto";
+}
+
 const char *es_io_backend_name(const es_io *io)
 {
     return io->kind == ES_IO_URING ? "io_uring" : "pread";

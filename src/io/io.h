@@ -45,7 +45,7 @@
 
 typedef struct es_io es_io;
 
-typedef enum es_io_backend { ES_IO_AUTO = 0, ES_IO_URING, ES_IO_PREAD } es_io_backend;
+/* es_io_backend (ES_IO_AUTO, ES_IO_URING, ES_IO_PREAD) is the public enum of estream.h. */
 
 typedef struct es_io_params {
     int queue_depth;          /* reads in flight, 1..64 (0 = 4) */

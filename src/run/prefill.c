@@ -43,28 +43,16 @@ es_status es_check_ids(const es_model *m, const int32_t *ids, size_t n)
     return ES_OK;
 }
 
-/* The session a one-shot call runs on. */
-static es_session_params params_of(const es_prefill_opts *opts)
-{
-    es_session_params p = es_session_default_params();
-    if (opts) {
-        p.n_threads = opts->n_threads;
-        p.reference = opts->reference;
-        p.plan_capacity = opts->plan_capacity;
-    }
-    return p;
-}
-
-es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_prefill_opts *opts,
-                     float *out)
+es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_session_params *params,
+                     int all_logits, float *out)
 {
     if (!m || !ids || !out) return es_fail(ES_E_INVAL, "es_prefill: NULL argument");
     ES_TRY(es_check_ids(m, ids, n));
-    es_session_params p = params_of(opts);
+    es_session_params p = params ? *params : es_session_default_params();
     p.max_tokens = (int)n;
     es_session *s = NULL;
     ES_TRY(es_session_create(m, &p, &s));
-    es_status st = es_session_prefill(s, ids, n, opts && opts->all_logits, out);
+    es_status st = es_session_prefill(s, ids, n, all_logits, out);
     es_session_destroy(s);
     return st;
 }
@@ -92,13 +80,13 @@ static es_status check_ppl(const es_model *m, size_t n, int n_ctx)
 }
 
 es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
-                        const es_prefill_opts *opts, es_ppl_progress_fn progress, void *user,
-                        es_ppl_result *out)
+                        const es_session_params *params, es_ppl_progress_fn progress,
+                        void *user, es_ppl_result *out)
 {
     memset(out, 0, sizeof(*out));
     if (!m) return es_fail(ES_E_INVAL, "es_perplexity: NULL model");
     ES_TRY(check_ppl(m, n, n_ctx)); /* before a session is sized for n_ctx */
-    es_session_params p = params_of(opts);
+    es_session_params p = params ? *params : es_session_default_params();
     p.max_tokens = n_ctx;
     es_session *s = NULL;
     ES_TRY(es_session_create(m, &p, &s));

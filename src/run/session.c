@@ -40,15 +40,23 @@ struct es_session {
     es_run_stats stats;
 };
 
-es_session_params es_session_default_params(void)
-{
-    return (es_session_params){0};
-}
-
 static int online_cpus(void)
 {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     return c < 1 ? 1 : c > ES_MAX_THREADS ? ES_MAX_THREADS : (int)c;
+}
+
+es_session_params es_session_default_params(void)
+{
+    return (es_session_params){
+        .n_threads = online_cpus(),
+        .plan_capacity = 16384,
+        .policy = ES_POLICY_EARLY,
+        .io_backend = ES_IO_AUTO,
+        .direct_io = 1,
+        .verify_checksums = 1,
+        .max_logits_rows = 1,
+    };
 }
 
 /* Whether the parameters ask for a budget or for streaming. */
@@ -65,11 +73,16 @@ static es_status check_params(const es_model *m, const es_session_params *p)
                        p->n_threads, ES_MAX_THREADS);
     if (p->plan_capacity < 0) return es_fail(ES_E_INVAL, "plan capacity must be >= 0");
     if (p->groups < 0 || p->banks < 0 || p->banks > ES_STREAM_MAX_BANKS || p->queue_depth < 0 ||
-        p->queue_depth > 64 || p->io_limit_bytes_per_s < 0 || p->max_logits_rows < 0 ||
-        p->io_backend < 0 || p->io_backend > 2)
+        p->queue_depth > 64 || p->io_limit_bytes_per_s < 0 || p->max_logits_rows < 0)
         return es_fail(ES_E_INVAL, "bad streaming parameters (groups %d, banks %d of at most %d, "
                                    "queue depth %d of at most 64)",
                        p->groups, p->banks, ES_STREAM_MAX_BANKS, p->queue_depth);
+    if (p->io_backend < ES_IO_AUTO || p->io_backend > ES_IO_PREAD)
+        return es_fail(ES_E_INVAL, "unknown I/O backend %d", (int)p->io_backend);
+    if (p->direct_io != 0 && p->direct_io != 1)
+        return es_fail(ES_E_INVAL, "direct_io must be 0 or 1, not %d", p->direct_io);
+    if (p->verify_checksums != 0 && p->verify_checksums != 1)
+        return es_fail(ES_E_INVAL, "verify_checksums must be 0 or 1, not %d", p->verify_checksums);
     if (p->policy < ES_POLICY_EARLY || p->policy > ES_POLICY_ON_DEMAND)
         return es_fail(ES_E_INVAL, "unknown streaming policy %d", (int)p->policy);
     if (p->reference && streams(p))
@@ -104,7 +117,7 @@ static es_status tuned_plan(es_session *s, uint64_t other, es_budget_plan *plan,
     es_tune_choice c;
     const uint64_t t0 = es_now_ns();
     const es_status st = es_tune_select(t, p->mem_budget_bytes, other + extra,
-                                        p->io_limit_bytes_per_s, p->policy, !p->no_verify, &c);
+                                        p->io_limit_bytes_per_s, p->policy, p->verify_checksums, &c);
     plan->min_budget = c.min_budget;
     if (st) return st;
     plan->groups = c.groups;
@@ -150,12 +163,12 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
         ES_TRY(es_fast_reserve(s->fast, m, T));
     }
     es_stream_params sp = {.groups = plan.groups, .banks = plan.banks, .policy = p->policy,
-                           .verify = !p->no_verify, .io = s->io, .trace = s->trace,
+                           .verify = p->verify_checksums, .io = s->io, .trace = s->trace,
                            .record = s->record};
     if (qd) sp.io.queue_depth = qd;
     if (p->io_limit_bytes_per_s > 0) sp.io.limit_bytes_per_s = p->io_limit_bytes_per_s;
-    if (p->io_backend) sp.io.backend = p->io_backend == 1 ? ES_IO_URING : ES_IO_PREAD;
-    if (p->no_direct) sp.io.no_direct = 1;
+    if (p->io_backend != ES_IO_AUTO) sp.io.backend = p->io_backend;
+    if (!p->direct_io) sp.io.no_direct = 1;
     es_fast_set_trace(s->fast, s->trace);
     ES_TRY(es_stream_create(m, &sp, &s->stream));
     es_stream_stats ss;

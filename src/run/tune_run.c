@@ -119,7 +119,7 @@ static es_status characterize(const es_model *m, const es_tune_run_params *rp, e
     storage_cache *c = calloc(1, sizeof(*c));
     if (!c) return es_fail(ES_E_NOMEM, "out of memory");
     if (!rp->no_cache) cache_open(c, es_gguf_path(m->gguf));
-    const int direct = !rp->no_direct;
+    const int direct = rp->direct_io;
     es_status st = ES_OK;
     int step = 0, total = t->n_profiles * ES_TUNE_N_DEPTHS;
     *measured = 0;
@@ -139,7 +139,7 @@ static es_status characterize(const es_model *m, const es_tune_run_params *rp, e
             if (bytes < ((uint64_t)192 << 20)) bytes = (uint64_t)192 << 20;
             if (bytes > all) bytes = all;
             es_stream_probe pr = {.groups = p->G, .queue_depth = depth,
-                                  .io_backend = rp->io_backend, .no_direct = rp->no_direct,
+                                  .io_backend = rp->io_backend, .direct_io = rp->direct_io,
                                   .max_bytes = bytes};
             /* the median of three passes: a shared virtual disk has moments */
             double bw3[3];
@@ -200,10 +200,16 @@ static int profile_banks(const es_tune_profile *p, int q0)
 static es_status profile_one(const es_model *m, const es_tune_run_params *rp, es_tune *t,
                              es_tune_profile *p, int measure_other)
 {
-    es_session_params sp = {.n_threads = rp->n_threads, .kernels = rp->kernels,
-                            .max_tokens = (int)rp->n_ids, .stream = 1, .groups = p->G,
-                            .banks = profile_banks(p, t->q0), .queue_depth = t->q0,
-                            .io_backend = rp->io_backend, .no_direct = rp->no_direct};
+    es_session_params sp = es_session_default_params();
+    sp.n_threads = rp->n_threads;
+    sp.kernels = rp->kernels;
+    sp.max_tokens = (int)rp->n_ids;
+    sp.stream = 1;
+    sp.groups = p->G;
+    sp.banks = profile_banks(p, t->q0);
+    sp.queue_depth = t->q0;
+    sp.io_backend = rp->io_backend;
+    sp.direct_io = rp->direct_io;
     if (measure_other) {
         malloc_trim(0); /* freed heap would be counted as M_other */
         es_reset_peak_rss();

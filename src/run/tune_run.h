@@ -24,7 +24,8 @@ typedef struct es_tune_run_params {
     int n_groups;
     int n_threads;         /* > 0 */
     const char *kernels;   /* NULL: the default table */
-    int io_backend, no_direct;
+    es_io_backend io_backend;
+    int direct_io;         /* 1: O_DIRECT reads, as es_session_params */
     int no_cache;          /* measure the storage even if it is cached */
     /* progress (may be NULL): phase "storage" or "profile", steps done of total */
     void (*progress)(void *user, const char *phase, int done, int total);

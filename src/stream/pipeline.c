@@ -839,9 +839,7 @@ es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p,
     ps.buf = es_alloc_big(buf_bytes);
     if (!ps.buf) return es_fail(ES_E_NOMEM, "probe: out of memory");
     es_io_params io = {.queue_depth = Q, .limit_bytes_per_s = p->limit_bytes_per_s,
-                       .no_direct = p->no_direct,
-                       .backend = p->io_backend == 1 ? ES_IO_URING
-                                  : p->io_backend == 2 ? ES_IO_PREAD : ES_IO_AUTO};
+                       .no_direct = !p->direct_io, .backend = p->io_backend};
     es_status st = es_io_open(es_gguf_path(m->gguf), &io, &ps.io);
     if (st == ES_OK) {
         const uint64_t t0 = es_now_ns();

@@ -118,8 +118,8 @@ void es_stream_get_stats(const es_stream *s, es_stream_stats *out);
  * (0 = the whole request). What the disk bound of a streaming run is measured with. */
 typedef struct es_stream_probe {
     int groups, queue_depth;  /* G, Q (0 = 4) */
-    int io_backend;           /* as es_session_params */
-    int no_direct;
+    es_io_backend io_backend; /* as es_session_params */
+    int direct_io;            /* as es_session_params (1: O_DIRECT) */
     double limit_bytes_per_s;
     uint64_t max_bytes;
 } es_stream_probe;
