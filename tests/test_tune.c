@@ -3,7 +3,8 @@
  * out by hand, its monotonicity and lower bounds on random profiles, the choice for a budget,
  * the tune file (round trip, damage, another model, another machine), the storage cache, and
  * profiles from a real streamed run on the `small` preset, whose choice a budgeted session
- * then uses with logits bit-identical to the resident run.
+ * then uses with logits bit-identical to the resident run; the public view the CLI reads
+ * (es_tune_choose, es_tune_bank_limit, es_tune_describe, es_tune_explain) against the internals.
  */
 #include "t.h"
 
@@ -370,6 +371,90 @@ static void test_session_uses_tuning(void **state)
     es_model_close(m);
 }
 
+/* The public view (include/estream.h) says what the internals hold: es_tune_choose is
+ * es_tune_select with the larger M_other, early reads and checksums, and keeps each feasible
+ * choice; es_tune_bank_limit is es_tune_max_banks with that M_other; es_tune_describe copies
+ * the struct; es_tune_explain's predicted layer times are the recurrence's and its measured
+ * ones fall inside the request. */
+static void test_public_view(void **state)
+{
+    (void)state;
+    es_model *m = open_model(pack);
+    es_tune *t = make_tune(m, 1);
+    const uint64_t other = t->other_bytes > t->other_estimate ? t->other_bytes : t->other_estimate;
+    es_tune_desc d;
+    es_tune_describe(t, &d);
+    assert_int_equal(d.select_other_bytes, other);
+    assert_int_equal(d.other_bytes, t->other_bytes);
+    assert_int_equal(d.other_estimate_bytes, t->other_estimate);
+    assert_int_equal(d.q0, t->q0);
+    assert_int_equal(d.n_threads, 1);
+    assert_string_equal(d.kernels, t->kernels);
+    assert_string_equal(d.cpu, t->cpu);
+    assert_int_equal(d.n_profiles, t->n_profiles);
+    assert_int_equal(d.n_choices, 0);
+    for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) assert_int_equal(d.depths[q], es_tune_depths[q]);
+    for (int i = 0; i < d.n_profiles; i++) {
+        assert_int_equal(d.profiles[i].groups, t->prof[i].G);
+        assert_int_equal(d.profiles[i].bank_bytes, t->prof[i].bank_bytes);
+        assert_memory_equal(d.profiles[i].bytes_per_second, t->prof[i].bw, sizeof(t->prof[i].bw));
+    }
+    const uint64_t budgets[] = {1, other + t->prof[0].bank_bytes, other + ((uint64_t)1 << 20),
+                                other + ((uint64_t)8 << 20)};
+    int kept = 0;
+    for (size_t i = 0; i < T_LEN(budgets); i++)
+        for (int io = 0; io < 2; io++) {
+            es_tune_choice want, got;
+            const double lim = io ? 100e6 : 0;
+            const es_status sw = es_tune_select(t, budgets[i], other, lim, ES_POLICY_EARLY, 1,
+                                                &want);
+            assert_int_equal(es_tune_choose(t, budgets[i], lim, &got), sw);
+            assert_memory_equal(&want, &got, sizeof(want));
+            if (sw == ES_OK) kept++;
+            assert_int_equal(t->n_choices, kept);
+            for (int k = 0; k < t->n_profiles; k++)
+                assert_int_equal(es_tune_bank_limit(t, t->prof[k].G, budgets[i]),
+                                 es_tune_max_banks(&t->prof[k], budgets[i], other));
+        }
+    assert_int_equal(kept, 6); /* the budget of 1 byte is refused */
+    assert_int_equal(es_tune_bank_limit(t, 3, budgets[3]), 0); /* no profile of G 3 */
+    es_tune_describe(t, &d);
+    assert_int_equal(d.n_choices, kept);
+    assert_ptr_equal(d.choices, t->choices);
+    /* explain the largest budget's choice */
+    const es_tune_choice *c = &t->choices[kept - 1];
+    const es_tune_profile *p = NULL;
+    for (int k = 0; k < t->n_profiles; k++)
+        if (t->prof[k].G == c->groups) p = &t->prof[k];
+    assert_non_null(p);
+    es_tune_layer_times layers[8];
+    int n_layers = 0;
+    es_tune_explain_result r;
+    assert_int_equal(es_tune_explain(m, t, c, ids, T_LEN(ids), 1, layers, 8, &n_layers, &r),
+                     ES_OK);
+    assert_int_equal(n_layers, p->n_sparse);
+    double pred[8];
+    es_tune_predict(p, c->qd, c->banks, c->io_limit, ES_POLICY_EARLY, 1, pred);
+    for (int w = 0; w < n_layers; w++) {
+        assert_true(layers[w].predicted_seconds == pred[w]);
+        assert_true(layers[w].measured_seconds > 0);
+        assert_true(layers[w].measured_seconds <= r.measured_seconds);
+        assert_true(w == 0 || layers[w].measured_seconds >= layers[w - 1].measured_seconds);
+        assert_true(layers[w].model_read_seconds > 0);
+    }
+    assert_true(r.predicted_seconds == c->predicted);
+    assert_true(r.bubble_rate >= 0 && r.bubble_rate <= 1);
+    assert_int_equal(es_tune_explain(m, t, c, ids, T_LEN(ids), 1, layers, 1, &n_layers, NULL),
+                     ES_OK);
+    assert_int_equal(n_layers, 1); /* cap */
+    es_tune_choice bad = *c;
+    bad.groups = 3;
+    assert_int_equal(es_tune_explain(m, t, &bad, ids, T_LEN(ids), 1, layers, 8, &n_layers, NULL),
+                     ES_E_INVAL);
+    es_tune_free(t);
+    es_model_close(m);
+}
+
 static void write_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "wb");
@@ -529,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_select_matches_exhaustive),
         cmocka_unit_test(test_profile_from_run),
         cmocka_unit_test(test_session_uses_tuning),
+        cmocka_unit_test(test_public_view),
         cmocka_unit_test(test_file_round_trip_and_damage),
         cmocka_unit_test(test_storage_cache),
     };

@@ -1,10 +1,10 @@
-/* Shared helpers of the estream command-line tool: argument parsing, file reading, errors.
- * Only cli/ prints usage or calls exit(). */
+/* Shared helpers of the estream command-line tool: argument parsing, file reading, errors,
+ * timing. Only cli/ prints usage or calls exit(). The CLI is a client of include/estream.h
+ * alone (tools/check-layers.sh): what it needs from the library is public there. */
 #ifndef ES_CLI_H
 #define ES_CLI_H
 
 #include "estream.h"
-#include "core/util.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +32,13 @@ int32_t *cli_tokenize(const es_model *m, const char *text, size_t len, bool add_
                       bool parse_special, size_t *n);
 /* Opens a model or dies. */
 es_model *cli_open_model(const char *path, unsigned flags);
+/* Elements of an array. */
+#define CLI_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* Monotonic clock in nanoseconds (timing.c). */
+uint64_t cli_now_ns(void);
+/* The median of v[0..n)'s finite values (NAN when there is none). Moves the finite values to
+ * the front of v, sorted in increasing order (timing.c). */
+double cli_median(double *v, int n);
 /* A macro's value as a string literal, for help texts ("1.." CLI_XSTR(ES_MAX_THREADS)). */
 #define CLI_STR(x) #x
 #define CLI_XSTR(x) CLI_STR(x)

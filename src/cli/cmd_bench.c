@@ -1,8 +1,6 @@
 /* estream bench: prompt-processing speed like llama-bench -p N -n 0 (median of repetitions), and
  * the latency-memory table of expert streaming (--mem LIST --policy LIST). */
 #include "cli/cli.h"
-#include "core/plot_svg.h"
-#include "stream/pipeline.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,12 +41,6 @@ static const char help[] =
     "With a tuning (estream tune; MODEL.tune or --tune FILE), each budget's arena is chosen\n"
     "from it; such rows are marked 't' after the arena.\n";
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct bench_opts {
     const char *model;
     int lens[64], n_lens, reps, n_threads;
@@ -68,7 +60,7 @@ typedef struct bench_row {
 static void run_config(const bench_opts *b, const es_session_params *sp, const int32_t *ids,
                        bench_row *rows)
 {
-    if (es_reset_peak_rss() != ES_OK && (sp->mem_budget_bytes || sp->stream))
+    if (es_peak_rss_reset() != ES_OK && (sp->mem_budget_bytes || sp->stream))
         fprintf(stderr, "bench: %s; peak RSS is the process's since it started\n",
                 es_last_error());
     es_model *m = cli_open_model(b->model, 0);
@@ -83,19 +75,17 @@ static void run_config(const bench_opts *b, const es_session_params *sp, const i
         const size_t n = (size_t)b->lens[i];
         if ((st = es_session_prefill(ses, ids, n, 0, logits))) cli_die_status(st, "bench");
         for (int r = 0; r < b->reps; r++) {
-            const uint64_t t0 = es_now_ns();
+            const uint64_t t0 = cli_now_ns();
             if ((st = es_session_prefill(ses, ids, n, 0, logits))) cli_die_status(st, "bench");
-            secs[r] = (double)(es_now_ns() - t0) * 1e-9;
+            secs[r] = (double)(cli_now_ns() - t0) * 1e-9;
             es_session_stats(ses, &runs[r]);
         }
         /* the median repetition's statistics go with the median time */
         int med_r = 0;
         double sorted[1000];
         memcpy(sorted, secs, sizeof(double) * (size_t)b->reps);
-        qsort(sorted, (size_t)b->reps, sizeof(double), cmp_double);
         const int reps = b->reps;
-        const double med = reps % 2 ? sorted[reps / 2]
-                                    : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+        const double med = cli_median(sorted, reps); /* and sorted is sorted: times are finite */
         for (int r = 0; r < reps; r++)
             if (fabs(secs[r] - med) < fabs(secs[med_r] - med)) med_r = r;
         rows[i] = (bench_row){.n_prompt = b->lens[i], .tps = (double)n / med,
@@ -119,12 +109,8 @@ static double raw_bandwidth(const bench_opts *b, const es_session_params *sp, in
     for (int i = 0; i < *n_cache; i++)
         if (cache[i].G == G && cache[i].Q == Q) return cache[i].bps;
     es_model *m = cli_open_model(b->model, 0);
-    es_stream_probe probe = {.groups = G, .queue_depth = Q, .io_backend = sp->io_backend,
-                             .direct_io = sp->direct_io,
-                             .limit_bytes_per_s = sp->io_limit_bytes_per_s,
-                             .max_bytes = (uint64_t)2 << 30};
     double bps = 0;
-    es_status st = es_stream_probe_bandwidth(m, &probe, &bps);
+    es_status st = es_stream_measure_bandwidth(m, sp, G, Q, (uint64_t)2 << 30, &bps);
     if (st) cli_die_status(st, "bench: raw read bandwidth");
     es_model_close(m);
     if (*n_cache < 64) cache[(*n_cache)++] = (raw_bw){G, Q, bps};
@@ -145,7 +131,7 @@ static void parse_lengths(const char *list, bench_opts *b)
     if (b->n_lens == 0) cli_die("bench: bad -p list '%s' (give lengths like 128,512)", list);
 }
 
-/* Splits a comma list into at most cap items (pointers into a copy the caller frees). */
+/* One row, as text or JSON, with the resident and disk bounds when they were measured. */
 static void print_row(const bench_opts *b, const bench_row *r, const es_session_params *sp,
                       double res_tps, double raw_bps)
 {

@@ -1,11 +1,6 @@
 /* estream info: architecture, hyperparameters, tensor table and expert sizes of a GGUF file;
  * with --system, the CPU, its features and the kernel table the fast path would use. */
 #include "cli/cli.h"
-#include "core/cpu.h"
-#include "model/model.h"
-#include "quant/kern.h"
-#include "pack/pack.h"
-#include "quant/tiles.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,32 +21,31 @@ static const char help[] =
 
 void cli_print_system(FILE *f)
 {
-    const es_cpu_info *ci = es_cpu_get();
-    char fl[512];
-    fprintf(f, "cpu:           %s (%ld online CPUs)\n", ci->brand, sysconf(_SC_NPROCESSORS_ONLN));
-    fprintf(f, "features:      %s\n", es_cpu_flags_str(ci->flags, fl, sizeof(fl)));
-    fprintf(f, "caches:        L1d %zu KiB, L2 %zu KiB, L3 %zu KiB (%s)\n", ci->l1d_bytes >> 10,
-            ci->l2_bytes >> 10, ci->l3_bytes >> 10, ci->cache_from_cpuid ? "cpuid" : "defaults");
+    es_cpu_desc c;
+    es_cpu_describe(&c);
+    fprintf(f, "cpu:           %s (%ld online CPUs)\n", c.brand, sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(f, "features:      %s\n", c.features);
+    fprintf(f, "caches:        L1d %zu KiB, L2 %zu KiB, L3 %zu KiB (%s)\n", c.l1d_bytes >> 10,
+            c.l2_bytes >> 10, c.l3_bytes >> 10, c.cache_from_cpuid ? "cpuid" : "defaults");
 }
 
 static void print_kernels(FILE *f)
 {
     fprintf(f, "kernels:       %s (runs here:", es_kernels_name());
-    for (int i = 0; i < ES_KERN_N_ISA; i++)
-        if (es_kernels_available(es_kern_isa_names[i])) fprintf(f, " %s", es_kern_isa_names[i]);
+    for (const char *const *k = es_kernels_list(); *k; k++)
+        if (es_kernels_available(*k)) fprintf(f, " %s", *k);
     const char *env = getenv("ESTREAM_ISA");
     fprintf(f, "; %s)\n", env && *env ? "ESTREAM_ISA is set" : "the best; ESTREAM_ISA picks another");
 }
 
 void cli_system_json(FILE *f)
 {
-    const es_cpu_info *ci = es_cpu_get();
-    char fl[512];
-    es_cpu_flags_str(ci->flags, fl, sizeof(fl));
+    es_cpu_desc c;
+    es_cpu_describe(&c);
     fputs("\"cpu\": ", f);
-    cli_json_str(f, ci->brand, strlen(ci->brand));
+    cli_json_str(f, c.brand, strlen(c.brand));
     fputs(", \"cpu_features\": ", f);
-    cli_json_str(f, fl, strlen(fl));
+    cli_json_str(f, c.features, strlen(c.features));
 }
 
 static void print_bytes(double b)
@@ -62,97 +56,152 @@ static void print_bytes(double b)
     printf("%.2f %s", b, u[i]);
 }
 
+/* Whether name ends with suffix. */
+static bool ends_with(const char *name, const char *suffix)
+{
+    const size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && !memcmp(name + n - k, suffix, k);
+}
+
 /* The tensor table; returns all bytes and sets *expert_total to the expert tensors' bytes
  * (blk.N.ffn_*_exps.weight in a model, blk.N.ffn_exps in a pack). */
-static uint64_t print_tensors(const es_gguf *g, uint64_t *expert_total)
+static uint64_t print_tensors(const es_file_desc *d, uint64_t *expert_total)
 {
     printf("\n%-32s %-6s %-24s %s\n", "tensor", "type", "shape", "bytes");
     uint64_t total = 0;
     *expert_total = 0;
-    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
-        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+    for (int64_t i = 0; i < d->n_tensors; i++) {
+        const es_file_tensor *t = &d->tensors[i];
         char shape[64] = "";
         size_t o = 0;
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%lld", d ? " x " : "",
-                                  (long long)t->ne[d]);
-        printf("%-32.*s %-6s %-24s %llu\n", (int)t->name.len, t->name.ptr,
-               es_qtype_name(t->type), shape, (unsigned long long)t->nbytes);
-        total += t->nbytes;
-        const es_str n = t->name;
-        if ((n.len >= 12 && !memcmp(n.ptr + n.len - 12, "_exps.weight", 12)) ||
-            (n.len >= 9 && !memcmp(n.ptr + n.len - 9, ".ffn_exps", 9)))
-            *expert_total += t->nbytes;
+        for (int k = 0; k < t->n_dims; k++)
+            o += (size_t)snprintf(shape + o, sizeof(shape) - o, "%s%lld", k ? " x " : "",
+                                  (long long)t->ne[k]);
+        printf("%-32s %-6s %-24s %llu\n", t->name, t->type, shape, (unsigned long long)t->bytes);
+        total += t->bytes;
+        if (ends_with(t->name, "_exps.weight") || ends_with(t->name, ".ffn_exps"))
+            *expert_total += t->bytes;
     }
     return total;
 }
 
 /* The pack section: header, then one line per sparse layer. Returns false (after printing
  * the error) if the pack does not validate. */
-static bool print_pack(const es_gguf *g)
+static bool print_pack(const es_file_desc *d)
 {
-    es_pack_header h;
-    if (es_pack_header_get(g, &h) != ES_OK) {
-        printf("pack:          invalid: %s\n", es_last_error());
+    if (d->pack_error) {
+        printf("pack:          invalid: %s\n", d->pack_error);
         return false;
     }
-    printf("pack:          version %u, layout %.*s, from %.*s (", h.version, (int)h.layout.len,
-           h.layout.ptr, (int)h.source.len, h.source.ptr);
-    print_bytes((double)h.source_bytes);
+    printf("pack:          version %u, layout %s, from %s (", d->pack_version, d->pack_layout,
+           d->pack_source);
+    print_bytes((double)d->pack_source_bytes);
     printf(")\n");
-    /* Layers: one past the highest N of any tensor named blk.N.* */
-    int n_layer = 0;
-    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
-        const es_str n = es_gguf_tensor_at(g, i)->name;
-        long il = 0;
-        size_t k = 4;
-        if (n.len < 6 || memcmp(n.ptr, "blk.", 4) != 0) continue;
-        while (k < n.len && k < 10 && n.ptr[k] >= '0' && n.ptr[k] <= '9')
-            il = il * 10 + (n.ptr[k++] - '0');
-        if (k > 4 && k < n.len && n.ptr[k] == '.' && il + 1 > n_layer) n_layer = (int)il + 1;
-    }
     bool ok = true;
-    for (int il = 0; il < n_layer; il++) {
-        if (!es_pack_has_layer(g, il)) continue; /* a dense layer */
-        es_pack_layer l;
-        if (es_pack_layer_info(g, il, &l) != ES_OK) {
-            printf("  layer %-3d    invalid: %s\n", il, es_last_error());
+    for (int i = 0; i < d->n_pack_layers; i++) {
+        const es_file_pack_layer *l = &d->pack_layers[i];
+        if (l->error) {
+            printf("  layer %-3d    invalid: %s\n", l->layer, l->error);
             ok = false;
             continue;
         }
-        /* a matrix in the kernels' tile order is marked "/tiles" (quant/tiles.h) */
+        /* a matrix in the kernels' tile order is marked "/tiles" */
         const char *lay[3];
-        for (int i = 0; i < 3; i++) lay[i] = l.layouts[i] == ES_LAYOUT_TILES ? "/tiles" : "";
+        for (int k = 0; k < 3; k++) lay[k] = l->tiles[k] ? "/tiles" : "";
         printf("  layer %-3d    %lld records of %llu bytes (gate %s%s @0, up %s%s @%llu, down "
-               "%s%s @%llu) at file offset %llu\n", il, (long long)l.n_expert,
-               (unsigned long long)l.record_bytes, es_qtype_name(l.types[ES_PACK_GATE]), lay[0],
-               es_qtype_name(l.types[ES_PACK_UP]), lay[1], (unsigned long long)l.offsets[ES_PACK_UP],
-               es_qtype_name(l.types[ES_PACK_DOWN]), lay[2],
-               (unsigned long long)l.offsets[ES_PACK_DOWN], (unsigned long long)l.file_offset);
+               "%s%s @%llu) at file offset %llu\n", l->layer, (long long)l->n_records,
+               (unsigned long long)l->record_bytes, l->types[0], lay[0], l->types[1], lay[1],
+               (unsigned long long)l->offsets[1], l->types[2], lay[2],
+               (unsigned long long)l->offsets[2], (unsigned long long)l->file_offset);
     }
     return ok;
 }
 
-/* A pack that does not open as a model: file line, name, architecture, pack, tensors. */
-static int info_pack_only(const char *model, const es_gguf *g)
+/* The first line: the file, its GGUF version, counts and size. */
+static void print_file_line(const char *model, const es_file_desc *d)
 {
     printf("file:          %s (GGUF v%u, %lld tensors, %lld metadata keys, ", model,
-           es_gguf_version(g), (long long)es_gguf_n_tensors(g), (long long)es_gguf_n_kv(g));
-    print_bytes((double)es_gguf_file_size(g));
+           d->gguf_version, (long long)d->n_tensors, (long long)d->n_kv);
+    print_bytes((double)d->file_bytes);
     printf(")\n");
-    es_str s;
-    if (es_gguf_get_str(g, "general.name", &s)) printf("name:          %.*s\n", (int)s.len, s.ptr);
-    if (es_gguf_get_str(g, "general.architecture", &s))
-        printf("architecture:  %.*s\n", (int)s.len, s.ptr);
-    bool ok = print_pack(g);
+}
+
+/* A pack that does not open as a model: file line, name, architecture, pack, tensors. */
+static int info_pack_only(const char *model, const es_file_desc *d)
+{
+    print_file_line(model, d);
+    if (d->name) printf("name:          %s\n", d->name);
+    if (d->arch) printf("architecture:  %s\n", d->arch);
+    bool ok = print_pack(d);
     uint64_t expert_total;
-    const uint64_t total = print_tensors(g, &expert_total);
+    const uint64_t total = print_tensors(d, &expert_total);
     printf("\nweights:       ");
     print_bytes((double)total);
     printf(" (expert records ");
     print_bytes((double)expert_total);
     printf(")\n");
     if (!ok) cli_die("%s: the pack does not validate (see above)", model);
+    return 0;
+}
+
+/* A model (or a vocabulary-only file): everything the loader read, then the file's tensors. */
+static int info_model(const char *model, es_model *m)
+{
+    es_file_desc *d = NULL;
+    es_status st = es_model_describe_file(m, &d);
+    if (st) cli_die_status(st, "info");
+    es_model_desc md;
+    es_model_describe(m, &md);
+    print_file_line(model, d);
+    if (d->name) printf("name:          %s\n", d->name);
+    printf("architecture:  %s%s%s%s\n", md.arch, md.family_names ? " (" : "",
+           md.family_names ? md.family_names : "", md.family_names ? ")" : "");
+    printf("tokenizer:     %s (pre: %s), %d tokens, BOS %d%s\n",
+           d->tok_model ? d->tok_model : "", d->tok_pre && *d->tok_pre ? d->tok_pre : "default",
+           md.n_vocab, es_model_bos(m), es_model_add_bos(m) ? " (added)" : " (not added)");
+    if (md.vocab_only) {
+        es_file_desc_free(d);
+        es_model_close(m);
+        return 0;
+    }
+    printf("context:       %d\n", md.n_ctx);
+    printf("hidden:        %d, layers %d, heads %d (kv %d, head dim %d)\n", md.n_embd,
+           md.n_layer, md.n_head, md.n_head_kv, md.n_embd_head);
+    printf("experts:       %d, top-%d%s%s, expert FFN %d\n", md.n_expert, md.n_expert_used,
+           md.gating_sigmoid ? " by sigmoid" : "", md.topk_renorm ? " renormalised" : "",
+           md.n_ff_exp);
+    if (md.n_conv_layers)
+        printf("conv layers:   %d of %d are short convolutions (%d taps) instead of attention\n",
+               md.n_conv_layers, md.n_layer, md.n_conv_taps);
+    if (md.n_expert_shared)
+        printf("shared:        %d experts (FFN %d) in every MoE layer\n", md.n_expert_shared,
+               md.n_ff_shexp);
+    if (md.n_layer_dense_lead)
+        printf("dense layers:  %d (FFN %d) before the MoE layers\n", md.n_layer_dense_lead,
+               md.n_ff);
+    if (md.n_lora_kv)
+        printf("latent attn:   MLA, latent %d, key heads %d (%d rotary), value heads %d, %s\n",
+               md.n_lora_kv, md.n_embd_head, md.n_rot, md.n_embd_head_v,
+               md.mla_split ? "attn_k_b/attn_v_b" : "joined attn_kv_b");
+    printf("rope base:     %g, rms eps %g\n", (double)md.rope_freq_base, (double)md.rms_eps);
+    if (md.rope_freq_scale != 1.0f)
+        printf("rope scaling:  %s x%g (softmax scale %.6g)\n",
+               md.rope_ext_factor != 0.0f ? "yarn" : "linear", 1.0 / (double)md.rope_freq_scale,
+               (double)md.attn_scale);
+    if (d->is_pack) print_pack(d);
+    uint64_t expert_total;
+    const uint64_t total = print_tensors(d, &expert_total);
+    printf("\nweights:       ");
+    print_bytes((double)total);
+    printf(" (experts ");
+    print_bytes((double)expert_total);
+    printf(", %.1f%%)\n", total ? 100.0 * (double)expert_total / (double)total : 0.0);
+    printf("one expert:    ");
+    print_bytes((double)md.expert_bytes);
+    printf(" (gate %s, up %s, down %s in layer %d)\n", md.expert_types[0], md.expert_types[1],
+           md.expert_types[2], md.expert_layer);
+    es_file_desc_free(d);
+    es_model_close(m);
     return 0;
 }
 
@@ -177,83 +226,24 @@ int cmd_info(int argc, char **argv)
     if (!model) cli_die("info: no model: give -m MODEL (or --system for this machine)");
     /* Open with weights; a file without an architecture or weights falls back to vocab-only. */
     es_model *m = NULL;
-    es_status st = es_model_open(model, 0, &m);
-    if (st) {
-        /* A pack the model loader does not open (yet): show it from the GGUF alone. */
-        char *err = strdup(es_last_error());
-        es_gguf *pg = NULL;
-        if (es_gguf_open(model, &pg) == ES_OK && es_pack_is_pack(pg)) {
-            free(err);
-            int rc = info_pack_only(model, pg);
-            es_gguf_close(pg);
-            return rc;
-        }
-        es_gguf_close(pg);
-        es_fail(st, "%s", err ? err : es_status_str(st));
+    if (es_model_open(model, 0, &m) == ES_OK) return info_model(model, m);
+    /* A pack the model loader does not open (yet): show it from the GGUF alone. */
+    char *err = strdup(es_last_error());
+    if (!err) cli_die("out of memory");
+    es_file_desc *d = NULL;
+    const bool described = es_file_describe(model, &d) == ES_OK;
+    if (described && d->is_pack) {
         free(err);
-        es_model *v = NULL;
-        if (es_model_open(model, ES_OPEN_VOCAB_ONLY, &v) != ES_OK || v->arch[0])
-            cli_die("%s", es_last_error());
-        m = v;
+        const int rc = info_pack_only(model, d);
+        es_file_desc_free(d);
+        return rc;
     }
-    const es_gguf *g = m->gguf;
-    printf("file:          %s (GGUF v%u, %lld tensors, %lld metadata keys, ", model,
-           es_gguf_version(g), (long long)es_gguf_n_tensors(g), (long long)es_gguf_n_kv(g));
-    print_bytes((double)es_gguf_file_size(g));
-    printf(")\n");
-    es_str name;
-    if (es_gguf_get_str(g, "general.name", &name)) printf("name:          %.*s\n", (int)name.len, name.ptr);
-    printf("architecture:  %s%s%s%s\n", es_model_arch(m), m->family ? " (" : "",
-           m->family ? m->family->model_names : "", m->family ? ")" : "");
-    es_str tm = {0}, tp = {0};
-    es_gguf_get_str(g, "tokenizer.ggml.model", &tm);
-    es_gguf_get_str(g, "tokenizer.ggml.pre", &tp);
-    printf("tokenizer:     %.*s (pre: %.*s), %d tokens, BOS %d%s\n", (int)tm.len, tm.ptr,
-           tp.len ? (int)tp.len : 7, tp.len ? tp.ptr : "default", m->hp.n_vocab,
-           es_model_bos(m), es_model_add_bos(m) ? " (added)" : " (not added)");
-    if (m->vocab_only) {
-        es_model_close(m);
-        return 0;
-    }
-    const es_hparams *hp = &m->hp;
-    printf("context:       %d\n", hp->n_ctx);
-    printf("hidden:        %d, layers %d, heads %d (kv %d, head dim %d)\n", hp->n_embd,
-           hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_embd_head);
-    printf("experts:       %d, top-%d%s%s, expert FFN %d\n", hp->n_expert, hp->n_expert_used,
-           m->family->gating == ES_GATING_SIGMOID ? " by sigmoid" : "",
-           m->family->topk_renorm ? " renormalised" : "", hp->n_ff_exp);
-    if (hp->n_conv_layers)
-        printf("conv layers:   %d of %d are short convolutions (%d taps) instead of attention\n",
-               hp->n_conv_layers, hp->n_layer, hp->n_conv_taps);
-    if (hp->n_expert_shared)
-        printf("shared:        %d experts (FFN %d) in every MoE layer\n", hp->n_expert_shared,
-               hp->n_ff_shexp);
-    if (hp->n_layer_dense_lead)
-        printf("dense layers:  %d (FFN %d) before the MoE layers\n", hp->n_layer_dense_lead,
-               hp->n_ff);
-    if (hp->n_lora_kv)
-        printf("latent attn:   MLA, latent %d, key heads %d (%d rotary), value heads %d, %s\n",
-               hp->n_lora_kv, hp->n_embd_head, hp->n_rot, hp->n_embd_head_v,
-               hp->mla_split ? "attn_k_b/attn_v_b" : "joined attn_kv_b");
-    printf("rope base:     %g, rms eps %g\n", (double)hp->rope_freq_base, (double)hp->rms_eps);
-    if (hp->rope_freq_scale != 1.0f)
-        printf("rope scaling:  %s x%g (softmax scale %.6g)\n",
-               hp->rope_ext_factor != 0.0f ? "yarn" : "linear", 1.0 / (double)hp->rope_freq_scale,
-               (double)hp->attn_scale);
-    if (es_pack_is_pack(g)) print_pack(g);
-    uint64_t expert_total;
-    const uint64_t total = print_tensors(g, &expert_total);
-    printf("\nweights:       ");
-    print_bytes((double)total);
-    printf(" (experts ");
-    print_bytes((double)expert_total);
-    printf(", %.1f%%)\n", total ? 100.0 * (double)expert_total / (double)total : 0.0);
-    const int il = hp->n_layer_dense_lead; /* the first MoE layer */
-    const es_layer *L = &m->layers[il];
-    printf("one expert:    ");
-    print_bytes((double)es_model_expert_bytes(m, il));
-    printf(" (gate %s, up %s, down %s in layer %d)\n", es_qtype_name(L->gate_exps.type),
-           es_qtype_name(L->up_exps.type), es_qtype_name(L->down_exps.type), il);
-    es_model_close(m);
-    return 0;
+    const bool has_arch = described && d->arch && *d->arch;
+    es_file_desc_free(d);
+    /* Not a pack: a file without an architecture that opens for its vocabulary is shown as
+     * one; anything else fails with the message of the first open. */
+    if (es_model_open(model, ES_OPEN_VOCAB_ONLY, &m) != ES_OK) cli_die("%s", es_last_error());
+    if (has_arch) cli_die("%s", err);
+    free(err);
+    return info_model(model, m);
 }

@@ -75,9 +75,9 @@ int cmd_pack(int argc, char **argv)
     prog pr = {.tty = isatty(STDERR_FILENO) != 0};
     es_pack_opts o = {.progress = progress, .user = &pr};
     es_pack_result r;
-    const uint64_t t0 = es_now_ns();
+    const uint64_t t0 = cli_now_ns();
     es_status st = es_pack(model, out, &o, &r);
-    const double secs = (double)(es_now_ns() - t0) / 1e9;
+    const double secs = (double)(cli_now_ns() - t0) / 1e9;
     if (st) {
         if (pr.tty) fputc('\n', stderr); /* end a partly drawn progress line */
         cli_die_status(st, "pack");

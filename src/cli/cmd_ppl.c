@@ -28,7 +28,7 @@ typedef struct progress_state { uint64_t t0; } progress_state;
 static void progress(void *user, int done, int total, double ppl)
 {
     progress_state *p = user;
-    const double secs = (double)(es_now_ns() - p->t0) * 1e-9;
+    const double secs = (double)(cli_now_ns() - p->t0) * 1e-9;
     fprintf(stderr, "ppl: chunk %d/%d  ppl %.4f  (%.2f s/chunk, about %.0f s left)\n", done,
             total, ppl, secs / done, secs / done * (total - done));
 }
@@ -75,11 +75,11 @@ int cmd_ppl(int argc, char **argv)
     es_status st = es_session_create(m, &sp, &ses);
     es_tune_free(tune); /* only the choice needed it */
     if (st) cli_die_status(st, "ppl");
-    progress_state ps = {es_now_ns()};
+    progress_state ps = {cli_now_ns()};
     es_ppl_result r;
     st = es_session_perplexity(ses, ids, n, ctx, chunks, progress, &ps, &r);
     if (st) cli_die_status(st, "ppl");
-    const double secs = (double)(es_now_ns() - ps.t0) * 1e-9;
+    const double secs = (double)(cli_now_ns() - ps.t0) * 1e-9;
     es_run_stats rs;
     es_session_stats(ses, &rs);
     if (json) {

@@ -1,6 +1,5 @@
 /* estream prefill: run the prefill of a prompt and print the next-token distribution's top-k. */
 #include "cli/cli.h"
-#include "core/outfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -43,16 +42,12 @@ static int by_prob(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Writes the logits to path through es_outfile: a regular file appears only when complete (a
- * failure or a signal leaves nothing, not even the temporary file); a FIFO or /dev/stdout gets
- * the bytes in place. */
+/* Writes the logits to path as an output file (estream.h): a regular file appears only when
+ * complete (a failure or a signal leaves nothing, not even the temporary file); a FIFO or
+ * /dev/stdout gets the bytes in place. */
 static void dump_logits(const char *path, const float *logits, size_t count)
 {
-    es_outfile f;
-    es_status st = es_outfile_open(path, &f);
-    if (!st) st = es_outfile_write(&f, logits, count * sizeof(float));
-    if (!st) st = es_outfile_commit(&f);
-    es_outfile_abort(&f); /* no-op after a commit */
+    es_status st = es_outfile_save(path, logits, count * sizeof(float));
     if (st) cli_die_status(st, "prefill: --dump-logits");
 }
 
@@ -150,9 +145,9 @@ int cmd_prefill(int argc, char **argv)
     es_status st = es_session_create(m, &sp, &ses);
     es_tune_free(tune); /* only the choice needed it */
     if (st) cli_die_status(st, "prefill");
-    const uint64_t t0 = es_now_ns();
+    const uint64_t t0 = cli_now_ns();
     st = es_session_prefill(ses, ids, n, o.all_logits, logits);
-    const double secs = (double)(es_now_ns() - t0) * 1e-9;
+    const double secs = (double)(cli_now_ns() - t0) * 1e-9;
     if (st) cli_die_status(st, "prefill");
     if (dump) dump_logits(dump, logits, n_out * nv);
 

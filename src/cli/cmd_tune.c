@@ -3,8 +3,6 @@
  * the tuning beside the model; --sweep runs every feasible configuration end to end (the
  * oracle) and reports the regret; --explain compares predicted and measured layer times. */
 #include "cli/cli.h"
-#include "run/session.h"
-#include "run/tune_run.h"
 
 #include <malloc.h>
 #include <math.h>
@@ -99,7 +97,7 @@ static void parse_lists(tune_opts *o, const es_model *m)
     const int E = es_model_n_expert(m);
     if (!o->groups_list) {
         static const int def[] = {1, 2, 4, 8, 16};
-        for (size_t i = 0; i < ES_LEN(def); i++)
+        for (size_t i = 0; i < CLI_LEN(def); i++)
             if (def[i] <= E) o->groups[o->n_groups++] = def[i];
         return;
     }
@@ -151,16 +149,11 @@ static void progress(void *user, const char *phase, int done, int total)
     fflush(stderr);
 }
 
-/* M_other for the tune's own choices: the larger of the measured and the estimated. */
-static uint64_t tune_other(const es_tune *t)
+/* The profile of G in d (NULL when there is none). */
+static const es_tune_profile_desc *profile_of(const es_tune_desc *d, int G)
 {
-    return t->other_bytes > t->other_estimate ? t->other_bytes : t->other_estimate;
-}
-
-static const es_tune_profile *profile_of(const es_tune *t, int G)
-{
-    for (int i = 0; i < t->n_profiles; i++)
-        if (t->prof[i].G == G) return &t->prof[i];
+    for (int i = 0; i < d->n_profiles; i++)
+        if (d->profiles[i].groups == G) return &d->profiles[i];
     return NULL;
 }
 
@@ -170,12 +163,11 @@ typedef struct run_result {
     double seconds;
     uint64_t peak;
     es_run_stats stats;
-    double layer_done[4096]; /* with record: each sparse layer's completion, s */
 } run_result;
 
 static es_status run_once(const es_model *m, const tune_opts *o, const int32_t *ids, size_t n,
                           uint64_t budget, double io, int G, int B, int Q, const es_tune *tune,
-                          int record, run_result *out)
+                          run_result *out)
 {
     /* An explicit arena runs without the session's budget check (the configurator's B_max
      * already applied it); the default path (tune) gets the budget and chooses. */
@@ -189,27 +181,18 @@ static es_status run_once(const es_model *m, const tune_opts *o, const int32_t *
     sp.io_limit_bytes_per_s = io;
     sp.tune = tune;
     malloc_trim(0); /* freed heap from earlier runs would count as this one's M_other */
-    es_reset_peak_rss();
+    es_peak_rss_reset();
     es_session *s = NULL;
-    es_status st = es_session_create_rec(m, &sp, NULL, record, &s);
+    es_status st = es_session_create(m, &sp, &s);
     if (st == ES_E_BUDGET && tune) return st; /* the default path refused the budget */
     if (st) cli_die_status(st, "tune");
     float *logits = malloc(sizeof(float) * (size_t)es_model_n_vocab(m));
     if (!logits) cli_die("out of memory");
-    const uint64_t t0 = es_now_ns();
+    const uint64_t t0 = cli_now_ns();
     if ((st = es_session_prefill(s, ids, n, 0, logits))) cli_die_status(st, "tune");
-    out->seconds = (double)(es_now_ns() - t0) * 1e-9;
+    out->seconds = (double)(cli_now_ns() - t0) * 1e-9;
     out->peak = es_peak_rss_bytes();
     es_session_stats(s, &out->stats);
-    const es_stream_record *r = record ? es_session_stream_record(s) : NULL;
-    for (int w = 0; r && w < r->n_sparse && w < 4096; w++) {
-        uint64_t last = 0;
-        for (int k = 0; k < r->K; k++) {
-            const uint64_t x = r->t_released[(int64_t)w * r->K + k];
-            if (x > last) last = x;
-        }
-        out->layer_done[w] = last > t0 ? (double)(last - t0) * 1e-9 : 0;
-    }
     free(logits);
     es_session_destroy(s);
     return ES_OK;
@@ -218,36 +201,26 @@ static es_status run_once(const es_model *m, const tune_opts *o, const int32_t *
 static void explain(const es_model *m, const tune_opts *o, const es_tune *t,
                     const es_tune_choice *c, const int32_t *ids, size_t n)
 {
-    const es_tune_profile *p = profile_of(t, c->groups);
-    run_result *r = calloc(1, sizeof(*r));
-    double *pred = calloc((size_t)p->n_sparse, sizeof(double));
-    if (!r || !pred) cli_die("out of memory");
-    run_once(m, o, ids, n, c->budget, c->io_limit, c->groups, c->banks, c->qd, NULL, 1, r);
-    es_tune_predict(p, c->qd, c->banks, c->io_limit, ES_POLICY_EARLY, 1, pred);
+    const int cap = es_model_n_layer(m);
+    es_tune_layer_times *l = calloc((size_t)cap, sizeof(*l));
+    if (!l) cli_die("out of memory");
+    int n_layers = 0;
+    es_tune_explain_result r;
+    es_status st = es_tune_explain(m, t, c, ids, n, o->n_threads, l, cap, &n_layers, &r);
+    if (st) cli_die_status(st, "tune");
     printf("\nexplain: budget %.0f MiB%s, G %d, B %d, Q %d\n", (double)c->budget / (1 << 20),
            c->io_limit > 0 ? " (io-limit)" : "", c->groups, c->banks, c->qd);
-    const double bw = es_tune_bandwidth(p, c->qd < c->banks ? c->qd : c->banks, c->io_limit);
     printf("  layer  predicted ms  measured ms   diff   reads: model ms  profile ms\n");
-    for (int w = 0; w < p->n_sparse && w < 4096; w++) {
-        /* the layer's reads: bytes at the modelled bandwidth, and their read times in the
-         * profile run (which had Q0 reads in flight) */
-        double model = 0, prof = 0;
-        for (int k = 0; k < p->K; k++) {
-            const int64_t j = (int64_t)w * p->K + k;
-            if (p->routes[j] == 0) continue;
-            model += bw > 0 ? (double)p->bytes[j] / bw : 0;
-            prof += p->l[j];
-        }
-        printf("  %5d  %12.1f  %11.1f  %+5.1f%%  %14.1f  %10.1f\n", w, pred[w] * 1e3,
-               r->layer_done[w] * 1e3,
-               r->layer_done[w] > 0 ? 100.0 * (pred[w] / r->layer_done[w] - 1) : 0.0,
-               model * 1e3, prof * 1e3);
+    for (int w = 0; w < n_layers; w++) {
+        const double pred = l[w].predicted_seconds, meas = l[w].measured_seconds;
+        printf("  %5d  %12.1f  %11.1f  %+5.1f%%  %14.1f  %10.1f\n", w, pred * 1e3, meas * 1e3,
+               meas > 0 ? 100.0 * (pred / meas - 1) : 0.0, l[w].model_read_seconds * 1e3,
+               l[w].profile_read_seconds * 1e3);
     }
-    printf("  total  %12.1f  %11.1f  %+5.1f%%  (bubbles %.1f%% measured)\n", c->predicted * 1e3,
-           r->seconds * 1e3, 100.0 * (c->predicted / r->seconds - 1),
-           100.0 * r->stats.bubble_rate);
-    free(pred);
-    free(r);
+    printf("  total  %12.1f  %11.1f  %+5.1f%%  (bubbles %.1f%% measured)\n",
+           r.predicted_seconds * 1e3, r.measured_seconds * 1e3,
+           100.0 * (r.predicted_seconds / r.measured_seconds - 1), 100.0 * r.bubble_rate);
+    free(l);
 }
 
 /* ---- the sweep ---- */
@@ -263,23 +236,6 @@ typedef struct sweep_row {
     double seconds;
 } sweep_row;
 
-static int cmp_d(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The median of v's finite values (NAN when there is none). Reorders v. */
-static double median(double *v, int n)
-{
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        if (isfinite(v[i])) v[k++] = v[i];
-    if (k == 0) return NAN;
-    qsort(v, (size_t)k, sizeof(double), cmp_d);
-    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-}
-
 /* A JSON number, or null for NaN/infinity (which JSON cannot hold). */
 static void json_num(double v)
 {
@@ -291,47 +247,48 @@ static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
                       const int32_t *ids, size_t n, sweep_row *row)
 {
     const es_tune_choice *c = &row->chosen;
-    const uint64_t other = tune_other(t);
-    const uint64_t t_begin = es_now_ns();
+    es_tune_desc d;
+    es_tune_describe(t, &d);
+    const uint64_t t_begin = cli_now_ns();
     double best = INFINITY;
     run_result *r = calloc(1, sizeof(*r));
     if (!r) cli_die("out of memory");
     int total = 0; /* count first, for the progress line */
     for (int pass = 0; pass < 2; pass++) {
         int done = 0;
-        for (int i = 0; i < t->n_profiles; i++) {
-            const es_tune_profile *p = &t->prof[i];
-            const int64_t bmax = es_tune_max_banks(p, c->budget, other);
+        for (int i = 0; i < d.n_profiles; i++) {
+            const int G = d.profiles[i].groups;
+            const int64_t bmax = es_tune_bank_limit(t, G, c->budget);
             for (int64_t b = 1; b <= bmax; b = b * 2 > bmax && b < bmax ? bmax : b * 2) {
-                for (int q = 0; q < ES_TUNE_N_DEPTHS && es_tune_depths[q] <= b; q++) {
+                for (int q = 0; q < ES_TUNE_N_DEPTHS && d.depths[q] <= b; q++) {
                     if (pass == 0) {
                         total++;
                         continue;
                     }
                     if (progress_on) {
                         fprintf(stderr, "\r\033[Ktune: sweep %.0f MiB: %d/%d (G %d, B %lld, Q %d)",
-                                (double)c->budget / (1 << 20), done + 1, total, p->G,
-                                (long long)b, es_tune_depths[q]);
+                                (double)c->budget / (1 << 20), done + 1, total, G,
+                                (long long)b, d.depths[q]);
                         fflush(stderr);
                     }
-                    run_once(m, o, ids, n, c->budget, c->io_limit, p->G, (int)b,
-                             es_tune_depths[q], NULL, 0, r);
+                    run_once(m, o, ids, n, c->budget, c->io_limit, G, (int)b, d.depths[q], NULL,
+                             r);
                     done++;
                     row->runs++;
                     if (r->peak > c->budget) row->over_budget++;
                     /* the oracle: the fastest run that kept its budget */
                     if (r->peak <= c->budget && r->seconds < best) {
                         best = r->seconds;
-                        row->og = p->G;
+                        row->og = G;
                         row->ob = (int)b;
-                        row->oq = es_tune_depths[q];
+                        row->oq = d.depths[q];
                     }
                 }
             }
         }
     }
     row->oracle_single = best;
-    row->seconds = (double)(es_now_ns() - t_begin) * 1e-9;
+    row->seconds = (double)(cli_now_ns() - t_begin) * 1e-9;
     if (!isfinite(best)) { /* every run went over the budget: nothing to compare */
         row->regret = NAN;
         free(r);
@@ -347,12 +304,12 @@ static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
             fprintf(stderr, "\r\033[Ktune: comparing %d/%d", k + 1, o->reps);
             fflush(stderr);
         }
-        run_once(m, o, ids, n, c->budget, c->io_limit, c->groups, c->banks, c->qd, NULL, 0, r);
+        run_once(m, o, ids, n, c->budget, c->io_limit, c->groups, c->banks, c->qd, NULL, r);
         tc[k] = r->seconds;
         row->chosen_peak = r->peak > row->chosen_peak ? r->peak : row->chosen_peak;
-        run_once(m, o, ids, n, c->budget, c->io_limit, row->og, row->ob, row->oq, NULL, 0, r);
+        run_once(m, o, ids, n, c->budget, c->io_limit, row->og, row->ob, row->oq, NULL, r);
         to[k] = r->seconds;
-        if (run_once(m, o, ids, n, c->budget, c->io_limit, 0, 0, 0, t, 0, r) != ES_OK) {
+        if (run_once(m, o, ids, n, c->budget, c->io_limit, 0, 0, 0, t, r) != ES_OK) {
             /* this process's M_other grew past the budget (a sanitizer's allocator, say) */
             fprintf(stderr, "estream: tune: the default --mem path refused %.0f MiB here: %s\n",
                     (double)c->budget / (1 << 20), es_last_error());
@@ -366,9 +323,9 @@ static void sweep_one(const es_model *m, const tune_opts *o, const es_tune *t,
         row->default_peak = r->peak > row->default_peak ? r->peak : row->default_peak;
     }
     if (progress_on) fprintf(stderr, "\r\033[K");
-    row->chosen_med = median(tc, o->reps);
-    row->oracle_med = median(to, o->reps);
-    row->default_med = median(td, o->reps);
+    row->chosen_med = cli_median(tc, o->reps);
+    row->oracle_med = cli_median(to, o->reps);
+    row->default_med = cli_median(td, o->reps);
     const int same = row->og == c->groups && row->ob == c->banks && row->oq == c->qd;
     row->regret = same ? 0 : fmax(0, row->chosen_med / row->oracle_med - 1);
     free(tc);
@@ -421,55 +378,57 @@ int cmd_tune(int argc, char **argv)
     progress_on = isatty(2);
 
     es_tune_run_params rp = {.ids = ids, .n_ids = n, .groups = o.groups, .n_groups = o.n_groups,
-                             .n_threads = o.n_threads, .no_cache = o.no_cache,
-                             .progress = progress};
+                             .n_threads = o.n_threads, .io_backend = ES_IO_AUTO,
+                             .direct_io = 1, .no_cache = o.no_cache, .progress = progress};
     es_tune *t = NULL;
     es_status st = es_tune_run(m, &rp, &t);
     if (st) cli_die_status(st, "tune");
     /* selection for every budget x regime */
-    const uint64_t s0 = es_now_ns();
-    const uint64_t other = tune_other(t);
+    const uint64_t s0 = cli_now_ns();
     es_tune_choice infeasible[MAX_LIST * MAX_LIST];
     int n_infeasible = 0;
     for (int i = 0; i < o.n_budgets; i++)
         for (int k = 0; k < o.n_io; k++) {
-            es_tune_choice *c = &t->choices[t->n_choices];
-            st = es_tune_select(t, o.budgets[i], other, o.io[k], ES_POLICY_EARLY, 1, c);
+            es_tune_choice c;
+            st = es_tune_choose(t, o.budgets[i], o.io[k], &c); /* t keeps it */
             if (st == ES_E_BUDGET) { /* reported with the smallest budget that works */
-                infeasible[n_infeasible++] = *c;
+                infeasible[n_infeasible++] = c;
                 continue;
             }
             if (st) cli_die_status(st, "tune");
-            if (t->n_choices < ES_TUNE_MAX_CHOICES - 1) t->n_choices++;
         }
-    const double select_seconds = (double)(es_now_ns() - s0) * 1e-9;
+    const double select_seconds = (double)(cli_now_ns() - s0) * 1e-9;
     if ((st = es_tune_save(t, out)))
         cli_die("tune: cannot write %s: %s (choose another place with --out FILE)", out,
                 es_last_error());
-    const double tune_seconds = t->profile_seconds + select_seconds;
+    es_tune_desc d; /* what t holds now: the profiles and the choices kept */
+    es_tune_describe(t, &d);
+    const uint64_t other = d.select_other_bytes;
+    const double tune_seconds = d.profile_seconds + select_seconds;
 
     if (!o.json) {
         printf("model:      %s (%d tokens of calibration, %d threads, %s kernels)\n", o.model,
-               (int)n, t->threads, t->kernels);
-        printf("cpu:        %s\n", t->cpu);
+               (int)n, d.n_threads, d.kernels);
+        printf("cpu:        %s\n", d.cpu);
         printf("storage:    MB/s at depth");
-        for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) printf(" %6d", es_tune_depths[q]);
-        printf("   (Q0 = %d)\n", t->q0);
-        for (int i = 0; i < t->n_profiles; i++) {
-            const es_tune_profile *p = &t->prof[i];
-            printf("   G %2d  %6.1f MiB", p->G, (double)p->bank_bytes / (1 << 20));
-            for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) printf(" %6.0f", p->bw[q] / 1e6);
+        for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) printf(" %6d", d.depths[q]);
+        printf("   (Q0 = %d)\n", d.q0);
+        for (int i = 0; i < d.n_profiles; i++) {
+            const es_tune_profile_desc *p = &d.profiles[i];
+            printf("   G %2d  %6.1f MiB", p->groups, (double)p->bank_bytes / (1 << 20));
+            for (int q = 0; q < ES_TUNE_N_DEPTHS; q++)
+                printf(" %6.0f", p->bytes_per_second[q] / 1e6);
             printf("   profile %.2f s\n", p->seconds);
         }
         printf("M_other:    %.0f MiB measured on G %d (estimate %.0f MiB)\n",
-               (double)t->other_bytes / (1 << 20), t->prof[0].G,
-               (double)t->other_estimate / (1 << 20));
+               (double)d.other_bytes / (1 << 20), d.profiles[0].groups,
+               (double)d.other_estimate_bytes / (1 << 20));
         printf("\n  budget  io-limit    G     B   Q   arena MiB  predicted s  tokens/s\n");
-        for (int i = 0; i < t->n_choices; i++) {
-            const es_tune_choice *c = &t->choices[i];
+        for (int i = 0; i < d.n_choices; i++) {
+            const es_tune_choice *c = &d.choices[i];
             char io[32] = "-";
             if (c->io_limit > 0) snprintf(io, sizeof(io), "%.0f MB/s", c->io_limit / 1e6);
-            const es_tune_profile *p = profile_of(t, c->groups);
+            const es_tune_profile_desc *p = profile_of(&d, c->groups);
             printf("%6.0fM  %8s  %3d  %4d  %2d  %10.0f  %11.3f  %8.1f\n",
                    (double)c->budget / (1 << 20), io, c->groups, c->banks, c->qd,
                    (double)c->banks * (double)p->bank_bytes / (1 << 20), c->predicted,
@@ -484,9 +443,9 @@ int cmd_tune(int argc, char **argv)
                select_seconds * 1e3, out);
     }
     if (o.explain)
-        for (int i = 0; i < t->n_choices; i++) explain(m, &o, t, &t->choices[i], ids, n);
+        for (int i = 0; i < d.n_choices; i++) explain(m, &o, t, &d.choices[i], ids, n);
 
-    sweep_row *rows = calloc((size_t)t->n_choices, sizeof(sweep_row));
+    sweep_row *rows = calloc((size_t)d.n_choices, sizeof(sweep_row));
     if (!rows) cli_die("out of memory");
     double sweep_seconds = 0;
     if (o.sweep) {
@@ -495,9 +454,9 @@ int cmd_tune(int argc, char **argv)
                    "  budget  io-limit   runs  sweep s   oracle G/B/Q  median s   chosen G/B/Q"
                    "  median s  predicted  regret   default G/B/Q  median s  peak MiB\n",
                    o.reps);
-        for (int i = 0; i < t->n_choices; i++) {
+        for (int i = 0; i < d.n_choices; i++) {
             sweep_row *row = &rows[i];
-            row->chosen = t->choices[i];
+            row->chosen = d.choices[i];
             sweep_one(m, &o, t, ids, n, row);
             sweep_seconds += row->seconds;
             if (o.json) continue;
@@ -515,12 +474,12 @@ int cmd_tune(int argc, char **argv)
                    row->over_budget ? "  (some sweep runs over budget)" : "");
             fflush(stdout);
         }
-        for (int i = 0; i < t->n_choices; i++)
+        for (int i = 0; i < d.n_choices; i++)
             if (rows[i].og == 0)
                 fprintf(stderr, "estream: tune: at %.0f MiB every sweep run went over the budget "
                                 "(M_other is underestimated here)\n",
                         (double)rows[i].chosen.budget / (1 << 20));
-        if (!o.json && t->n_choices > 0)
+        if (!o.json && d.n_choices > 0)
             printf("\nconfigurator %.1f s, sweep %.1f s: %.0fx faster\n", tune_seconds,
                    sweep_seconds, sweep_seconds / tune_seconds);
     }
@@ -530,21 +489,22 @@ int cmd_tune(int argc, char **argv)
         printf(", \"tokens\": %zu, \"n_threads\": %d, \"kernels\": \"%s\", \"q0\": %d, "
                "\"other_bytes\": %llu, \"other_estimate_bytes\": %llu, \"tune_seconds\": %.3f, "
                "\"select_seconds\": %.6f",
-               n, t->threads, t->kernels, t->q0, (unsigned long long)t->other_bytes,
-               (unsigned long long)t->other_estimate, tune_seconds, select_seconds);
+               n, d.n_threads, d.kernels, d.q0, (unsigned long long)d.other_bytes,
+               (unsigned long long)d.other_estimate_bytes, tune_seconds, select_seconds);
         if (o.sweep) printf(", \"sweep_seconds\": %.3f", sweep_seconds);
         printf(", \"storage\": [");
-        for (int i = 0; i < t->n_profiles; i++) {
-            const es_tune_profile *p = &t->prof[i];
+        for (int i = 0; i < d.n_profiles; i++) {
+            const es_tune_profile_desc *p = &d.profiles[i];
             printf("%s{\"groups\": %d, \"bank_bytes\": %llu, \"profile_seconds\": %.4f, "
                    "\"bytes_per_second\": [",
-                   i ? ", " : "", p->G, (unsigned long long)p->bank_bytes, p->seconds);
-            for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) printf("%s%.0f", q ? ", " : "", p->bw[q]);
+                   i ? ", " : "", p->groups, (unsigned long long)p->bank_bytes, p->seconds);
+            for (int q = 0; q < ES_TUNE_N_DEPTHS; q++)
+                printf("%s%.0f", q ? ", " : "", p->bytes_per_second[q]);
             printf("]}");
         }
         printf("], \"rows\": [");
-        for (int i = 0; i < t->n_choices; i++) {
-            const es_tune_choice *c = &t->choices[i];
+        for (int i = 0; i < d.n_choices; i++) {
+            const es_tune_choice *c = &d.choices[i];
             const sweep_row *row = &rows[i];
             printf("%s\n {\"budget_bytes\": %llu, \"io_limit\": %.0f, ", i ? "," : "",
                    (unsigned long long)c->budget, c->io_limit);
@@ -569,7 +529,7 @@ int cmd_tune(int argc, char **argv)
         for (int i = 0; i < n_infeasible; i++)
             printf("%s\n {\"budget_bytes\": %llu, \"io_limit\": %.0f, \"feasible\": false, "
                    "\"min_budget_bytes\": %llu}",
-                   t->n_choices + i ? "," : "", (unsigned long long)infeasible[i].budget,
+                   d.n_choices + i ? "," : "", (unsigned long long)infeasible[i].budget,
                    infeasible[i].io_limit, (unsigned long long)infeasible[i].min_budget);
         printf("]}\n");
     }

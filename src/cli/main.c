@@ -204,8 +204,8 @@ static void install_signal_handlers(void)
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
     struct sigaction sa = {.sa_handler = on_fatal_signal, .sa_flags = SA_RESETHAND};
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < ES_LEN(sigs); i++) sigaddset(&sa.sa_mask, sigs[i]);
-    for (size_t i = 0; i < ES_LEN(sigs); i++) {
+    for (size_t i = 0; i < CLI_LEN(sigs); i++) sigaddset(&sa.sa_mask, sigs[i]);
+    for (size_t i = 0; i < CLI_LEN(sigs); i++) {
         struct sigaction old;
         if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
         sigaction(sigs[i], &sa, NULL);

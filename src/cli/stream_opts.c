@@ -1,6 +1,5 @@
 /* The memory-budget and streaming options shared by prefill, ppl and bench (cli.h). */
 #include "cli/cli.h"
-#include "tune/tune.h"
 
 #include <errno.h>
 #include <math.h>
@@ -85,7 +84,7 @@ int cli_policy(const char *v, es_policy *out)
 {
     static const es_policy all[] = {ES_POLICY_EARLY, ES_POLICY_AFTER_ROUTING,
                                     ES_POLICY_ON_DEMAND};
-    for (size_t i = 0; i < ES_LEN(all); i++)
+    for (size_t i = 0; i < CLI_LEN(all); i++)
         if (!strcmp(v, es_policy_name(all[i]))) {
             *out = all[i];
             return 0;
@@ -163,9 +162,9 @@ es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m
         return NULL;
     }
     es_tune *t = NULL;
-    const uint64_t t0 = es_now_ns();
+    const uint64_t t0 = cli_now_ns();
     es_status st = es_tune_load(m, path, &t);
-    const double load_ms = (double)(es_now_ns() - t0) * 1e-6;
+    const double load_ms = (double)(cli_now_ns() - t0) * 1e-6;
     if (st == ES_OK) {
         const int threads = sp->n_threads ? sp->n_threads : cli_default_threads();
         if ((st = es_tune_applies(t, threads, sp->kernels)) != ES_OK) {

@@ -10,6 +10,8 @@
  */
 #include "core/cpu.h"
 
+#include "estream.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -333,4 +335,17 @@ char *es_cpu_flags_str(uint64_t flags, char *buf, size_t cap)
         n += (size_t)w;
     }
     return buf;
+}
+
+void es_cpu_describe(es_cpu_desc *out)
+{
+    const es_cpu_info *ci = es_cpu_get();
+    memset(out, 0, sizeof(*out));
+    _Static_assert(sizeof(out->brand) >= sizeof(ci->brand), "es_cpu_desc holds the brand");
+    memcpy(out->brand, ci->brand, sizeof(ci->brand)); /* NUL-terminated; the rest is zero */
+    es_cpu_flags_str(ci->flags, out->features, sizeof(out->features));
+    out->l1d_bytes = ci->l1d_bytes;
+    out->l2_bytes = ci->l2_bytes;
+    out->l3_bytes = ci->l3_bytes;
+    out->cache_from_cpuid = ci->cache_from_cpuid;
 }

@@ -120,7 +120,7 @@ void es_free_big(void *p, size_t bytes)
 
 size_t es_big_bytes_live(void) { return atomic_load_explicit(&big_live, memory_order_relaxed); }
 
-es_status es_reset_peak_rss(void)
+es_status es_peak_rss_reset(void)
 {
     FILE *f = fopen("/proc/self/clear_refs", "w");
     if (!f) return es_fail(ES_E_UNSUPPORTED, "cannot reset the peak RSS: /proc/self/clear_refs");

@@ -240,3 +240,13 @@ void es_outfile_abort(es_outfile *f)
     if (f->tmp) unlink(f->tmp); /* before the slot is freed: listed until gone */
     release(f);
 }
+
+es_status es_outfile_save(const char *path, const void *data, size_t bytes)
+{
+    es_outfile f;
+    es_status st = es_outfile_open(path, &f);
+    if (!st) st = es_outfile_write(&f, data, bytes);
+    if (!st) st = es_outfile_commit(&f);
+    es_outfile_abort(&f); /* a no-op after a commit, and after a failed open */
+    return st;
+}

@@ -7,23 +7,7 @@
 
 #include "estream.h"
 
-/* One series: n points (x[i], y[i]); the arrays are borrowed for the call. */
-typedef struct es_plot_series {
-    const char *name; /* legend text; NULL is "" */
-    int n;
-    const double *x, *y;
-} es_plot_series;
-
-/* Writes the chart of s[0..n_series) to path. Points with a coordinate that is NaN, infinite or
- * larger than 1e300 in magnitude are skipped; each series' remaining points are joined in
- * increasing x (a polyline when it has 2 or more, markers always), and every series has a
- * legend entry, even with no point left. The x axis spans the data; the y axis spans the data
- * and 0. A single value (all x or all y equal) gets a range around it. Text (title, labels,
- * names; NULL is "") is XML-escaped. Atomic (core/outfile.h): on error nothing is left at path.
- * Errors: ES_E_INVAL (n_series < 0, s NULL with n_series > 0, a series with n < 0 or NULL
- * arrays with n > 0, path NULL), ES_E_IO, ES_E_NOMEM. */
-es_status es_plot_svg_write(const char *path, const char *title, const char *x_label,
-                            const char *y_label, const es_plot_series *s, int n_series);
+/* es_plot_series and es_plot_svg_write() are public (include/estream.h, "measurements"). */
 
 /* An axis: ticks at lo, lo + step, ..., hi (n of them). */
 typedef struct es_plot_axis {

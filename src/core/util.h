@@ -58,10 +58,6 @@ void es_free_big(void *p, size_t bytes);
  * or to 2 MiB for huge-page allocations, which may become resident whole). */
 size_t es_big_bytes_live(void);
 
-/* Resets VmHWM to the current resident size (writes 5 to /proc/self/clear_refs), so that a
- * later es_peak_rss_bytes() is the peak since now. ES_E_UNSUPPORTED where the kernel refuses. */
-es_status es_reset_peak_rss(void);
-/* Peak resident set size of this process (VmHWM) in bytes, 0 if unknown. */
-size_t es_peak_rss_bytes(void);
+/* es_peak_rss_bytes() and es_peak_rss_reset() (log.c) are public: include/estream.h. */
 
 #endif

@@ -22,8 +22,8 @@
 
 es_kern es_kern_active;
 
-const char *const es_kern_isa_names[ES_KERN_N_ISA] = {"scalar", "avx2",  "avxvnni", "avx512",
-                                                       "asimd",  "neon", "i8mm"};
+const char *const es_kern_isa_names[ES_KERN_N_ISA + 1] = {"scalar", "avx2", "avxvnni", "avx512",
+                                                           "asimd",  "neon", "i8mm",    NULL};
 #define isa_names es_kern_isa_names
 #define ISA_LIST "scalar, avx2, avxvnni, avx512, asimd, neon, i8mm"
 enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_ASIMD, ISA_NEON, ISA_I8MM, ISA_COUNT };
@@ -231,3 +231,5 @@ void es_gemm_tiled(const es_kern *k, uint32_t wtype, const void *W, int64_t K, i
     if (n0 >= n1 || n_rows <= 0) return;
     k->op[wtype].gemm_tiled(W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
 }
+
+const char *const *es_kernels_list(void) { return es_kern_isa_names; }

@@ -83,7 +83,7 @@ typedef struct es_kern {
  * "asimd" (AArch64 Advanced SIMD: smull + sadalp), "neon" (that + dotprod sdot), "i8mm" (that +
  * smmla). One list for every architecture: another architecture's tables are never available. */
 #define ES_KERN_N_ISA 7
-extern const char *const es_kern_isa_names[ES_KERN_N_ISA];
+extern const char *const es_kern_isa_names[ES_KERN_N_ISA + 1]; /* NULL-terminated */
 
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
 extern es_kern es_kern_active;

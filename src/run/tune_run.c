@@ -1,5 +1,5 @@
 /* Making a tuning (tune_run.h): the storage characterization (cached per device) and one
- * profile request per candidate G. */
+ * profile request per candidate G; and estream tune --explain's run of a choice. */
 #include "run/tune_run.h"
 
 #include "core/outbuf.h"
@@ -212,7 +212,7 @@ static es_status profile_one(const es_model *m, const es_tune_run_params *rp, es
     sp.direct_io = rp->direct_io;
     if (measure_other) {
         malloc_trim(0); /* freed heap would be counted as M_other */
-        es_reset_peak_rss();
+        es_peak_rss_reset();
     }
     es_session *s = NULL;
     ES_TRY(es_session_create_rec(m, &sp, NULL, 1, &s));
@@ -302,4 +302,68 @@ es_status es_tune_run(const es_model *m, const es_tune_run_params *rp, es_tune *
     }
     *out = t;
     return ES_OK;
+}
+
+/* ---- estream tune --explain ---- */
+
+es_status es_tune_explain(const es_model *m, const es_tune *t, const es_tune_choice *c,
+                          const int32_t *ids, size_t n, int n_threads, es_tune_layer_times *layers,
+                          int cap, int *n_layers, es_tune_explain_result *result)
+{
+    *n_layers = 0;
+    const es_tune_profile *p = NULL;
+    for (int i = 0; i < t->n_profiles && !p; i++)
+        if (t->prof[i].G == c->groups) p = &t->prof[i];
+    if (!p) return es_fail(ES_E_INVAL, "explain: the tuning has no profile of G %d", c->groups);
+    /* the arena as chosen, without the session's budget check (the choice applied it) */
+    es_session_params sp = es_session_default_params();
+    sp.n_threads = n_threads;
+    sp.max_tokens = (int)n;
+    sp.groups = c->groups;
+    sp.banks = c->banks;
+    sp.queue_depth = c->qd;
+    sp.io_limit_bytes_per_s = c->io_limit;
+    malloc_trim(0); /* as before every run the configurator times: the same heap to start from */
+    double *pred = calloc((size_t)p->n_sparse, sizeof(double));
+    float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+    es_session *s = NULL;
+    es_status st = pred && logits ? ES_OK : es_fail(ES_E_NOMEM, "out of memory");
+    if (st == ES_OK) st = es_session_create_rec(m, &sp, NULL, 1, &s);
+    const uint64_t t0 = es_now_ns();
+    if (st == ES_OK) st = es_session_prefill(s, ids, n, 0, logits);
+    const double seconds = (double)(es_now_ns() - t0) * 1e-9;
+    if (st == ES_OK) {
+        es_run_stats rs;
+        es_session_stats(s, &rs);
+        es_tune_predict(p, c->qd, c->banks, c->io_limit, ES_POLICY_EARLY, 1, pred);
+        /* the layers' reads: bytes at the modelled bandwidth, and their read times in the
+         * profile run (which had Q0 reads in flight) */
+        const double bw = es_tune_bandwidth(p, c->qd < c->banks ? c->qd : c->banks, c->io_limit);
+        const es_stream_record *r = es_session_stream_record(s);
+        for (int w = 0; w < p->n_sparse && w < cap; w++) {
+            es_tune_layer_times *l = &layers[w];
+            *l = (es_tune_layer_times){.predicted_seconds = pred[w]};
+            uint64_t last = 0; /* the layer's last group released: the layer is done */
+            for (int k = 0; r && w < r->n_sparse && k < r->K; k++) {
+                const uint64_t x = r->t_released[(int64_t)w * r->K + k];
+                if (x > last) last = x;
+            }
+            l->measured_seconds = last > t0 ? (double)(last - t0) * 1e-9 : 0;
+            for (int k = 0; k < p->K; k++) {
+                const int64_t j = (int64_t)w * p->K + k;
+                if (p->routes[j] == 0) continue;
+                l->model_read_seconds += bw > 0 ? (double)p->bytes[j] / bw : 0;
+                l->profile_read_seconds += p->l[j];
+            }
+            ++*n_layers;
+        }
+        if (result)
+            *result = (es_tune_explain_result){.predicted_seconds = c->predicted,
+                                               .measured_seconds = seconds,
+                                               .bubble_rate = rs.bubble_rate};
+    }
+    es_session_destroy(s);
+    free(logits);
+    free(pred);
+    return st;
 }

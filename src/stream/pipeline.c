@@ -858,3 +858,17 @@ es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p,
     es_free_big(ps.buf, buf_bytes);
     return st;
 }
+
+es_status es_stream_measure_bandwidth(const es_model *m, const es_session_params *p, int groups,
+                                      int queue_depth, uint64_t max_bytes, double *bytes_per_s)
+{
+    /* NULL: the defaults (backend auto, O_DIRECT, no limit), without calling up into run/ */
+    es_stream_probe probe = {.groups = groups, .queue_depth = queue_depth,
+                             .io_backend = ES_IO_AUTO, .direct_io = 1, .max_bytes = max_bytes};
+    if (p) {
+        probe.io_backend = p->io_backend;
+        probe.direct_io = p->direct_io;
+        probe.limit_bytes_per_s = p->io_limit_bytes_per_s;
+    }
+    return es_stream_probe_bandwidth(m, &probe, bytes_per_s);
+}

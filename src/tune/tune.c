@@ -241,6 +241,59 @@ es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, doub
     return ES_OK;
 }
 
+/* ---- the public view (include/estream.h): estream tune's choices and what a tuning holds ---- */
+
+/* M_other for estream tune's own choices: the larger of the measured and the estimated (the
+ * session adds what the profile run measured beyond its estimate instead, tuned_plan()). */
+static uint64_t choice_other(const es_tune *t)
+{
+    return t->other_bytes > t->other_estimate ? t->other_bytes : t->other_estimate;
+}
+
+es_status es_tune_choose(es_tune *t, uint64_t budget, double io_limit, es_tune_choice *out)
+{
+    /* chosen into the free slot past the kept ones; kept only while one more stays free */
+    es_tune_choice *c = &t->choices[t->n_choices];
+    const es_status st = es_tune_select(t, budget, choice_other(t), io_limit, ES_POLICY_EARLY,
+                                        1, c);
+    *out = *c;
+    if (st == ES_OK && t->n_choices < ES_TUNE_MAX_CHOICES - 1) t->n_choices++;
+    return st;
+}
+
+int64_t es_tune_bank_limit(const es_tune *t, int groups, uint64_t budget)
+{
+    for (int i = 0; i < t->n_profiles; i++)
+        if (t->prof[i].G == groups) return es_tune_max_banks(&t->prof[i], budget, choice_other(t));
+    return 0;
+}
+
+void es_tune_describe(const es_tune *t, es_tune_desc *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->cpu = t->cpu;
+    out->kernels = t->kernels;
+    out->n_threads = t->threads;
+    out->calib_tokens = t->calib_tokens;
+    out->q0 = t->q0;
+    for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) out->depths[q] = es_tune_depths[q];
+    out->other_bytes = t->other_bytes;
+    out->other_estimate_bytes = t->other_estimate;
+    out->select_other_bytes = choice_other(t);
+    out->profile_seconds = t->profile_seconds;
+    out->n_profiles = t->n_profiles;
+    for (int i = 0; i < t->n_profiles; i++) {
+        const es_tune_profile *p = &t->prof[i];
+        es_tune_profile_desc *d = &out->profiles[i];
+        d->groups = p->G;
+        d->bank_bytes = p->bank_bytes;
+        d->seconds = p->seconds;
+        for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) d->bytes_per_second[q] = p->bw[q];
+    }
+    out->n_choices = t->n_choices;
+    out->choices = t->choices;
+}
+
 es_status es_tune_model_id(const char *path, uint64_t *bytes, uint64_t *hash)
 {
     *bytes = *hash = 0;

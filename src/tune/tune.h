@@ -38,8 +38,9 @@
 #include "model/model.h"
 #include "stream/pipeline.h"
 
-#define ES_TUNE_MAX_G 8      /* candidate group sizes */
-#define ES_TUNE_N_DEPTHS 4   /* queue depths characterized: 1, 2, 4, 8 */
+/* ES_TUNE_MAX_G (candidate group sizes) and ES_TUNE_N_DEPTHS (queue depths characterized: 1,
+ * 2, 4, 8) are public, with es_tune_choice, es_tune_run(), es_tune_choose(), es_tune_describe(),
+ * es_tune_save() and es_tune_default_path(): include/estream.h. */
 #define ES_TUNE_MAX_CHOICES 64
 
 extern const int es_tune_depths[ES_TUNE_N_DEPTHS];
@@ -60,15 +61,6 @@ typedef struct es_tune_profile {
     int64_t *routes;           /* [n_seq] */
 } es_tune_profile;
 
-/* A choice for one budget (also what `estream tune` stores for the budgets it was given). */
-typedef struct es_tune_choice {
-    uint64_t budget;
-    double io_limit;           /* bytes/s, 0 = none */
-    int groups, banks, qd;
-    double predicted;          /* seconds for the calibration request */
-    uint64_t min_budget;       /* the smallest budget with one bank of some G */
-} es_tune_choice;
-
 struct es_tune {
     uint64_t model_bytes, model_hash;
     char cpu[128];
@@ -82,8 +74,8 @@ struct es_tune {
     double profile_seconds;    /* storage characterization + profile requests */
     int n_profiles;
     es_tune_profile prof[ES_TUNE_MAX_G];
-    int n_choices;
-    es_tune_choice choices[ES_TUNE_MAX_CHOICES];
+    int n_choices;             /* es_tune_choose() keeps at most ES_TUNE_MAX_CHOICES - 1 */
+    es_tune_choice choices[ES_TUNE_MAX_CHOICES]; /* what `estream tune` chose for its budgets */
 };
 
 /* Allocates p's arrays for n_sparse x K groups (zeroed). ES_E_NOMEM. */
@@ -121,10 +113,5 @@ es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, doub
 es_status es_tune_model_id(const char *path, uint64_t *bytes, uint64_t *hash);
 /* This CPU's name (/proc/cpuinfo "model name", else the architecture). */
 void es_tune_cpu_name(char *buf, size_t cap);
-
-/* "<model path>.tune" in a malloc'd string (NULL when out of memory). */
-char *es_tune_default_path(const char *model_path);
-/* Writes t to path atomically (core/outfile.h). ES_E_IO, ES_E_NOMEM. */
-es_status es_tune_save(const es_tune *t, const char *path);
 
 #endif
