@@ -268,7 +268,8 @@ static es_tune *make_tune(es_model *m, int n_threads)
 {
     static const int groups[] = {1, 2, 4, 8};
     es_tune_run_params rp = {.ids = ids, .n_ids = T_LEN(ids), .groups = groups,
-                             .n_groups = T_LEN(groups), .n_threads = n_threads};
+                             .n_groups = T_LEN(groups), .n_threads = n_threads,
+                             .direct_io = 1}; /* as before direct_io replaced no_direct */
     es_tune *t = NULL;
     if (es_tune_run(m, &rp, &t) != ES_OK) fail_msg("tune: %s", es_last_error());
     return t;

@@ -59,6 +59,10 @@ suite() { # name, make args...
     stage_end
     [ "$total_f" -eq "$f0" ]
 }
+# The folders of src/ are floors: every include goes down, and the CLI includes only estream.h.
+stage_begin layers
+if bash tools/check-layers.sh; then add_counts "1 passed, 0 failed"; else add_counts "0 passed, 1 failed"; fi
+stage_end
 release_ok=0
 suite release && release_ok=1
 suite "asan+ubsan" SAN=1
