@@ -1,5 +1,6 @@
 /*
- * The fast forward pass (forward.c): SIMD kernels, thread pool, blocked attention, expert plan.
+ * The fast forward pass (forward.c, with mla.c, conv.c and ffn.c for the other block kinds): SIMD
+ * kernels, thread pool, blocked attention, expert plan. Its internals are in forward_impl.h.
  * An es_fast is one session's fast-path state (pool, activation buffers, plans); the session
  * (session.c) creates it. It never writes to the model.
  */
