@@ -775,7 +775,7 @@ static void test_streaming_flags(void **state)
     const char *srcs[] = {DATA "tiny-q8_0.gguf", pk};
     const char *flags[] = {"--groups 3 --banks 2 --qd 1", "--policy on-demand",
                            "--groups 1 --banks 1 --policy after-routing -t 1",
-                           "--groups 2 --io-backend pread"};
+                           "--groups 2 --io-backend pread", "--groups 2 --no-direct --no-verify"};
     for (size_t i = 0; i < T_LEN(srcs); i++)
         for (size_t j = 0; j < T_LEN(flags); j++) {
             snprintf(args, sizeof(args),
@@ -786,6 +786,8 @@ static void test_streaming_flags(void **state)
             assert_non_null(strstr(out, "\"streaming\": true"));
             assert_non_null(strstr(out, "\"bubble_rate\": "));
             assert_non_null(strstr(out, "\"io_backend\": \""));
+            if (strstr(flags[j], "--no-direct")) /* buffered reads, as asked */
+                assert_non_null(strstr(out, "\"direct\": false"));
             size_t la = 0, lb = 0;
             char *a = t_read_file(res, &la), *b = t_read_file(str, &lb);
             assert_non_null(a);
