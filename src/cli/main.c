@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 static const char usage[] =
     "estream: fast, memory-bounded prefill of Mixture-of-Experts models (GGUF)\n"
@@ -155,8 +154,7 @@ es_model *cli_open_model(const char *path, unsigned flags)
 
 int cli_default_threads(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > ES_MAX_THREADS ? ES_MAX_THREADS : (int)n;
+    return es_session_default_params().n_threads; /* the library's rule, not a second copy */
 }
 
 void cli_json_str(FILE *f, const char *s, size_t len)
