@@ -25,6 +25,7 @@ typedef enum es_status {
     ES_E_IO = -4,          /* open/read/write failed; details in es_last_error()         */
     ES_E_FORMAT = -5,      /* not a valid GGUF file, or a corrupt one                    */
     ES_E_UNSUPPORTED = -6, /* valid input, but a feature estream does not have           */
+    ES_E_CANCELLED = -7,   /* the abort callback asked to stop; the session stays usable  */
 } es_status;
 
 /* Short English name of a status ("format error"). Never NULL. */
@@ -67,6 +68,8 @@ const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
 
 /* The most compute threads a prefill can use. */
 #define ES_MAX_THREADS 256
+#define ES_MAX_BATCH_TOKENS (1 << 22) /* max_tokens: most tokens in one batch */
+#define ES_MAX_BATCH_SEQS 4096        /* max_seqs: most sequences in one batch */
 
 
 /* The kernel table the fast path uses: "scalar", "avx2", "avxvnni" or "avx512" on x86-64,
@@ -130,8 +133,11 @@ typedef struct es_session_params {
     int n_threads;      /* compute threads, 1..ES_MAX_THREADS (default: online CPUs, at most
                          * ES_MAX_THREADS; 0 also means that) */
     int reference;      /* 1 = the plain reference path (single-threaded oracle); default 0 */
-    int max_tokens;     /* longest prompt; buffers are sized for it at creation. 0 (default) =
-                         * grow on demand to the longest prompt seen */
+    int max_tokens;     /* most tokens in one prefill (a batch: all its sequences together; each
+                         * sequence at most the model's context); buffers are sized for it at
+                         * creation. 0 (default) = grow on demand to the largest seen */
+    int max_seqs;       /* most sequences in one batch, 1..ES_MAX_BATCH_SEQS (default 64; 0 also
+                         * means that) */
     int plan_capacity;  /* routes per expert-operator invocation (default 16384); results do
                          * not depend on it (tests set it small to split each layer) */
     const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm";
@@ -167,6 +173,15 @@ typedef struct es_session_params {
                                  * from these profiles (es_tune_applies must hold) instead of the
                                  * default rule; must outlive session creation only. Default
                                  * NULL */
+
+    /* Callbacks, all optional (default NULL), called on the thread that runs the prefill. */
+    int (*abort_cb)(void *user);  /* es_session_run checks it before each layer and each chunk of
+                                   * the head: non-zero stops the batch with ES_E_CANCELLED (no
+                                   * output is valid; the session stays usable) */
+    /* es_session_run calls it after each layer and after the head: steps_done of n_steps
+     * (n_steps = layers + 1, the head being the last), and the batch's tokens */
+    void (*progress_cb)(void *user, int steps_done, int n_steps, int64_t tokens);
+    void *cb_user;              /* passed to both */
 } es_session_params;
 
 /* The defaults documented field by field above: all online CPUs, the fast path, buffers that
@@ -183,6 +198,70 @@ void es_session_destroy(es_session *s); /* NULL is a no-op */
  * position. Same checks as es_prefill(); n > max_tokens (when set) is ES_E_INVAL. */
 es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,
                              float *out);
+
+/* ---- batches and their outputs --------------------------------------------------------------
+ * es_session_run prefills a batch of independent sequences at once: attention is causal within
+ * each sequence, positions restart at 0 in each, and the router and the expert operator run on
+ * every row of the batch together, so under a budget each group of experts is read once per
+ * batch. Batch invariance: every output of a sequence is bit-identical to the same sequence run
+ * alone, whatever else is in the batch and in any order, for any thread count, G, B, Q, policy
+ * and source. The outputs are computed from the logits in chunks of rows, never the whole
+ * [n][n_vocab] matrix (unless `logits` asks for it). */
+typedef enum es_pooling {
+    ES_POOLING_NONE = 0,  /* every position's hidden state */
+    ES_POOLING_MEAN = 1,  /* the mean over the sequence's positions */
+    ES_POOLING_FIRST = 2, /* the first position (a CLS token) */
+    ES_POOLING_LAST = 3,  /* the last position (causal models' usual choice) */
+} es_pooling;
+const char *es_pooling_name(es_pooling p); /* "none", "mean", "first", "last" */
+
+#define ES_MAX_TOP 100 /* alternatives per position, and the top-K of the next token */
+
+/* One sequence of a batch and the outputs asked of it. Zero-initialise, set ids and the outputs
+ * wanted: every output array is caller-owned, NULL means "not wanted". Log-probs are natural
+ * logarithms of the model's softmax (all n_vocab tokens). */
+typedef struct es_seq {
+    const int32_t *ids; /* [n_ids] tokens as given (add BOS yourself: es_model_add_bos) */
+    size_t n_ids;       /* 1..n_ctx */
+
+    /* Per-token scores of ids[score_from..n_ids), each given the tokens before it. */
+    size_t score_from;       /* first scored position, >= 1 (0 is taken as 1) */
+    float *token_logprob;    /* [n_ids]: log P(ids[i] | ids[<i]); NAN before score_from */
+    int32_t *token_rank;     /* [n_ids]: 1 + tokens ranked before ids[i] (1 = greedy); 0
+                              * before score_from */
+    int top_n;               /* 0..ES_MAX_TOP alternatives per scored position */
+    int32_t *top_ids;        /* [n_ids][top_n]: the top_n tokens at each scored position, best
+                              * first (ties: lower id); rows before score_from untouched */
+    float *top_logprobs;     /* [n_ids][top_n]: their log-probs */
+
+    /* The next token, after ids[n_ids - 1]. */
+    int next_top_k;          /* 0..ES_MAX_TOP */
+    int32_t *next_ids;       /* [next_top_k] best first */
+    float *next_logprobs;    /* [next_top_k] */
+    const int32_t *labels;   /* [n_labels] candidate next tokens (classification) */
+    int n_labels;
+    int renormalize;         /* 1: label log-probs renormalised over the labels */
+    float *label_logprobs;   /* [n_labels] */
+
+    /* Embeddings: the final hidden state after the output norm. */
+    es_pooling pooling;
+    int normalize;           /* 1: L2-normalised (llama.cpp's --embd-normalize 2) */
+    float *embedding;        /* [n_embd], or [n_ids][n_embd] for ES_POOLING_NONE */
+
+    /* Raw logits (the [n][n_vocab] matrix this API otherwise avoids). */
+    int all_logits;          /* 1: every position's row, 0: the last position's */
+    float *logits;           /* [n_ids or 1][n_vocab] */
+} es_seq;
+
+/* Runs one batch of n_seqs sequences (1..max_seqs; their tokens together at most max_tokens when
+ * it is set). Writes each sequence's requested outputs. Errors: ES_E_INVAL (an id out of range,
+ * an empty or too long sequence, a bad output request: the message names the sequence),
+ * ES_E_CANCELLED (abort_cb), ES_E_IO (a streamed read failed), ES_E_NOMEM. On an error no
+ * output is valid. */
+es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs);
+
+/* Width of the embeddings (n_embd). */
+int es_model_n_embd(const es_model *m);
 
 /* Runs the prefill over ids[0..n) on a session made from p (NULL: the defaults) for this one
  * call, with max_tokens n (use a session to run several prompts without rebuilding the pool

@@ -17,6 +17,7 @@ const char *es_status_str(es_status st)
     case ES_E_IO: return "I/O error";
     case ES_E_FORMAT: return "format error";
     case ES_E_UNSUPPORTED: return "unsupported";
+    case ES_E_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }

@@ -173,8 +173,10 @@ struct es_model {
 size_t es_model_expert_bytes(const es_model *m, int il);
 
 /* Reference forward pass (model/ref_forward.c): plain dequantize-and-fp32 code, the oracle for
- * every fast path. logits: [n][n_vocab] if all_logits, else [n_vocab] for the last position. */
+ * every fast path. logits (NULL: none): [n][n_vocab] if all_logits, else [n_vocab] for the last
+ * position. hidden (NULL: none): [n][n_embd], every position's final hidden state after the
+ * output norm. */
 es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
-                         float *logits);
+                         float *logits, float *hidden);
 
 #endif

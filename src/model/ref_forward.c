@@ -294,7 +294,7 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
 }
 
 es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
-                         float *logits)
+                         float *logits, float *hidden)
 {
     const es_hparams *hp = &m->hp;
     const int64_t T = (int64_t)n, d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
@@ -401,10 +401,13 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         for (int64_t i = 0; i < T * d; i++) x[i] += att[i];
     }
 
-    const int64_t t0 = all_logits ? 0 : T - 1;
+    const int64_t t0 = all_logits || hidden ? 0 : T - 1;
     for (int64_t t = t0; t < T; t++)
         rmsnorm(h + t * d, x + t * d, m->output_norm.data, d, hp->rms_eps);
-    matmul_ref(m->output.data, m->output.type, m->output.row_bytes, nv, d, h + t0 * d, d, T - t0,
+    if (hidden) memcpy(hidden, h, sizeof(float) * (size_t)(T * d));
+    if (!logits) goto done;
+    const int64_t l0 = all_logits ? 0 : T - 1;
+    matmul_ref(m->output.data, m->output.type, m->output.row_bytes, nv, d, h + l0 * d, d, T - l0,
                logits, nv, wt, row);
 done:
     free(x); free(h); free(q); free(kk); free(vv); free(att); free(scores); free(wt); free(row);

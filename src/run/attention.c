@@ -23,20 +23,28 @@ struct es_attn {
     int n_head, n_kv, n_kv_v, dk, dv, n_threads;
     es_pool *pool;
     float *kh;  /* [n_kv][t_max][dk]: key rows of each head, contiguous */
-    float *vtb; /* [n_kv_v][n_blocks][dv][ATTN_BK]: V transposed per key block, zero padded */
+    float *vtb; /* [n_kv_v][n_blocks][dv][ATTN_BK]: V transposed per key block, zero padded;
+                 * blocks start at each sequence's first row, so a sequence's last block may
+                 * be partial: n_blocks = t_max / ATTN_BK rounded up, plus one per sequence */
     int64_t n_blocks;
+    int max_seqs;
+    int64_t *vblock0;  /* [max_seqs]: the running batch's first V block of each sequence */
+    int64_t *qitems;   /* [t_max / ATTN_BQ + max_seqs]: (sequence << 32 | query block), the
+                        * blocks with the most keys first */
+    int64_t n_qitems;
     attn_thread *th;
     size_t scratch_bytes;
     /* arguments of the running job */
     const float *q;
     float *out;
-    int64_t T;
+    const int64_t *seq_start; /* [n_seq + 1] */
+    int n_seq;
     float scale;
     es_pool_counter next;
 };
 
-es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dk, int n_kv_v, int dv,
-                         es_pool *pool, const es_kern *k, es_attn **out)
+es_status es_attn_create(int64_t t_max, int max_seqs, int n_head, int n_kv, int dk, int n_kv_v,
+                         int dv, es_pool *pool, const es_kern *k, es_attn **out)
 {
     *out = NULL;
     es_attn *a = calloc(1, sizeof(*a));
@@ -50,7 +58,10 @@ es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dk, int n_kv_v
     a->dv = dv;
     a->pool = pool;
     a->n_threads = es_pool_size(pool);
-    a->n_blocks = (t_max + ATTN_BK - 1) / ATTN_BK;
+    a->max_seqs = max_seqs;
+    a->n_blocks = (t_max + ATTN_BK - 1) / ATTN_BK + max_seqs;
+    a->vblock0 = calloc((size_t)max_seqs, sizeof(int64_t));
+    a->qitems = calloc((size_t)((t_max + ATTN_BQ - 1) / ATTN_BQ + max_seqs), sizeof(int64_t));
     a->kh = es_alloc_big(sizeof(float) * (size_t)n_kv * (size_t)t_max * (size_t)dk);
     a->vtb = es_alloc_big(sizeof(float) * (size_t)n_kv_v * (size_t)a->n_blocks * (size_t)dv * ATTN_BK);
     a->th = calloc((size_t)a->n_threads, sizeof(attn_thread));
@@ -59,7 +70,7 @@ es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dk, int n_kv_v
     a->scratch_bytes = es_align_up((sb > sb2 ? sb : sb2) + 64, 64);
     a->q_act_bytes = es_act_bytes(k, ES_QTYPE_F32, ATTN_BQ, dk);
     a->p_act_bytes = es_act_bytes(k, ES_QTYPE_F32, ATTN_BQ, ATTN_BK);
-    bool ok = a->kh && a->vtb && a->th;
+    bool ok = a->kh && a->vtb && a->th && a->vblock0 && a->qitems;
     for (int i = 0; ok && i < a->n_threads; i++) {
         attn_thread *t = &a->th[i];
         t->q_act = es_alloc_big(a->q_act_bytes);
@@ -96,12 +107,29 @@ void es_attn_destroy(es_attn *a)
             es_free_big(t->scratch, a->scratch_bytes);
         }
     free(a->th);
+    free(a->vblock0);
+    free(a->qitems);
     free(a);
 }
 
 int64_t es_attn_t_max(const es_attn *a) { return a->t_max; }
+int es_attn_max_seqs(const es_attn *a) { return a->max_seqs; }
 
-typedef struct kv_job { es_attn *a; const float *k, *v; int64_t T; } kv_job;
+/* Key blocks of ATTN_BK rows a sequence of n rows needs (the last may be partial). */
+static int64_t n_kblocks(int64_t n) { return (n + ATTN_BK - 1) / ATTN_BK; }
+
+typedef struct kv_job { es_attn *a; const float *k, *v; int64_t nb; } kv_job;
+
+/* The sequence whose V blocks hold global block g (vblock0 is increasing). */
+static int seq_of_block(const es_attn *a, int64_t g)
+{
+    int lo = 0, hi = a->n_seq - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (a->vblock0[mid] <= g) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
 
 static void kv_worker(void *arg, int ith, int nth)
 {
@@ -109,46 +137,79 @@ static void kv_worker(void *arg, int ith, int nth)
     es_attn *a = j->a;
     const int dk = a->dk, dv = a->dv;
     const int64_t ldk = (int64_t)a->n_kv * dk, ldv = (int64_t)a->n_kv_v * dv;
-    const int64_t nb = (j->T + ATTN_BK - 1) / ATTN_BK;
+    const int64_t nb = j->nb;
     const int n_heads = a->n_kv > a->n_kv_v ? a->n_kv : a->n_kv_v;
     /* items: (head, key block): key head h where h < n_kv, value head h where h < n_kv_v */
     for (int64_t it = ith; it < n_heads * nb; it += nth) {
         const int h = (int)(it / nb);
-        const int64_t b = it % nb;
+        const int64_t g = it % nb;
+        const int sq = seq_of_block(a, g);
+        const int64_t r0 = a->seq_start[sq], r_end = a->seq_start[sq + 1];
+        const int64_t s0 = r0 + (g - a->vblock0[sq]) * ATTN_BK; /* the block's first row */
         for (int64_t jj = 0; h < a->n_kv && jj < ATTN_BK; jj++) {
-            const int64_t s = b * ATTN_BK + jj;
+            const int64_t s = s0 + jj;
             float *kr = a->kh + ((size_t)h * (size_t)a->t_max + (size_t)s) * (size_t)dk;
-            if (s < j->T) memcpy(kr, j->k + s * ldk + h * dk, sizeof(float) * (size_t)dk);
+            if (s < r_end) memcpy(kr, j->k + s * ldk + h * dk, sizeof(float) * (size_t)dk);
         }
-        float *vt = a->vtb + (((size_t)h * (size_t)a->n_blocks + (size_t)b) * (size_t)dv) * ATTN_BK;
+        float *vt = a->vtb + (((size_t)h * (size_t)a->n_blocks + (size_t)g) * (size_t)dv) * ATTN_BK;
         for (int64_t jj = 0; h < a->n_kv_v && jj < ATTN_BK; jj++) {
-            const int64_t s = b * ATTN_BK + jj;
+            const int64_t s = s0 + jj;
             for (int i = 0; i < dv; i++)
-                vt[(size_t)i * ATTN_BK + (size_t)jj] = s < j->T ? j->v[s * ldv + h * dv + i] : 0.0f;
+                vt[(size_t)i * ATTN_BK + (size_t)jj] = s < r_end ? j->v[s * ldv + h * dv + i] : 0.0f;
         }
     }
 }
 
-void es_attn_set_kv(es_attn *a, const float *k, const float *v, int64_t T)
+/* Checks the batch's sequence starts and lays out its blocks: vblock0, and the query items in
+ * decreasing order of their keys (counting sort by query block, sequence order within one). */
+static void set_batch(es_attn *a, const int64_t *seq_start, int n_seq)
 {
-    ES_ASSERT(T >= 1 && T <= a->t_max);
-    kv_job j = {a, k, v, T};
+    ES_ASSERT(n_seq >= 1 && n_seq <= a->max_seqs && seq_start[0] == 0 &&
+              seq_start[n_seq] <= a->t_max);
+    a->seq_start = seq_start;
+    a->n_seq = n_seq;
+    int64_t g = 0, max_qb = 0;
+    for (int i = 0; i < n_seq; i++) {
+        const int64_t n = seq_start[i + 1] - seq_start[i];
+        ES_ASSERT(n >= 1);
+        a->vblock0[i] = g;
+        g += n_kblocks(n);
+        const int64_t nqb = (n + ATTN_BQ - 1) / ATTN_BQ;
+        if (nqb > max_qb) max_qb = nqb;
+    }
+    ES_ASSERT(g <= a->n_blocks);
+    int64_t k = 0;
+    for (int64_t qb = max_qb - 1; qb >= 0; qb--)
+        for (int i = 0; i < n_seq; i++)
+            if (qb * ATTN_BQ < seq_start[i + 1] - seq_start[i])
+                a->qitems[k++] = (int64_t)i << 32 | qb;
+    a->n_qitems = k;
+}
+
+void es_attn_set_kv(es_attn *a, const float *k, const float *v, const int64_t *seq_start,
+                    int n_seq)
+{
+    set_batch(a, seq_start, n_seq);
+    kv_job j = {a, k, v, a->vblock0[n_seq - 1] + n_kblocks(seq_start[n_seq] - seq_start[n_seq - 1])};
     es_pool_run(a->pool, kv_worker, &j);
 }
 
-static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
+/* Query block q0 (rows q0.. of sequence sq, counted from its start) of head h. */
+static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
 {
     const int dk = a->dk, dv = a->dv, hk = h / (a->n_head / a->n_kv);
     const int hv = h / (a->n_head / a->n_kv_v);
-    const int64_t T = a->T, nq = T - q0 < ATTN_BQ ? T - q0 : ATTN_BQ;
+    const int64_t r0 = a->seq_start[sq], T = a->seq_start[sq + 1] - r0;
+    const int64_t nq = T - q0 < ATTN_BQ ? T - q0 : ATTN_BQ;
     const int64_t ldq = (int64_t)a->n_head * dk, ldo = (int64_t)a->n_head * dv;
-    es_act_prepare(a->k, ES_QTYPE_F32, a->q + q0 * ldq + h * dk, ldq, nq, dk, t->q_act);
+    es_act_prepare(a->k, ES_QTYPE_F32, a->q + (r0 + q0) * ldq + h * dk, ldq, nq, dk, t->q_act);
     for (int64_t i = 0; i < nq; i++) {
         t->m[i] = -INFINITY;
         t->l[i] = 0.0f;
     }
     memset(t->o, 0, sizeof(float) * (size_t)(nq * dv));
-    const float *kh = a->kh + (size_t)hk * (size_t)a->t_max * (size_t)dk;
+    /* the sequence's keys: its rows of the head's key matrix, numbered from its start */
+    const float *kh = a->kh + ((size_t)hk * (size_t)a->t_max + (size_t)r0) * (size_t)dk;
     const int64_t last_q = q0 + nq - 1;
     for (int64_t s0 = 0; s0 <= last_q; s0 += ATTN_BK) {
         const int64_t s1 = s0 + ATTN_BK; /* padded keys beyond T are masked below */
@@ -169,12 +230,13 @@ static void attn_item(es_attn *a, attn_thread *t, int h, int64_t q0)
             (void)a->k->scale_max(orow, alpha, dv); /* rescale the partial output */
         }
         es_act_prepare(a->k, ES_QTYPE_F32, t->s, ATTN_BK, nq, ATTN_BK, t->p_act);
-        const float *vt = a->vtb + (((size_t)hv * (size_t)a->n_blocks + (size_t)(s0 / ATTN_BK)) * (size_t)dv) * ATTN_BK;
+        const float *vt = a->vtb + (((size_t)hv * (size_t)a->n_blocks +
+                                     (size_t)(a->vblock0[sq] + s0 / ATTN_BK)) * (size_t)dv) * ATTN_BK;
         es_gemm(a->k, ES_QTYPE_F32, vt, ATTN_BK, 0, dv, t->p_act, NULL, nq, t->o, dv, 1, t->scratch);
     }
     for (int64_t i = 0; i < nq; i++) {
         const float inv = 1.0f / t->l[i];
-        float *dst = a->out + (q0 + i) * ldo + h * dv;
+        float *dst = a->out + (r0 + q0 + i) * ldo + h * dv;
         for (int k = 0; k < dv; k++) dst[k] = t->o[i * dv + k] * inv;
     }
 }
@@ -183,20 +245,21 @@ static void attn_worker(void *arg, int ith, int nth)
 {
     (void)nth;
     es_attn *a = arg;
-    const int64_t nqb = (a->T + ATTN_BQ - 1) / ATTN_BQ, items = nqb * a->n_head;
+    const int64_t items = a->n_qitems * a->n_head;
     /* Largest query blocks (most keys) first, so the tail of the job is short items. */
     for (long it; (it = es_pool_counter_next(&a->next, 1)) < items;) {
-        const int64_t qb = nqb - 1 - it / a->n_head;
-        attn_item(a, &a->th[ith], (int)(it % a->n_head), qb * ATTN_BQ);
+        const int64_t qi = a->qitems[it / a->n_head];
+        attn_item(a, &a->th[ith], (int)(qi >> 32), (int)(it % a->n_head),
+                  (qi & 0xffffffff) * ATTN_BQ);
     }
 }
 
-void es_attn_run(es_attn *a, const float *q, float *out, int64_t T, float scale)
+void es_attn_run(es_attn *a, const float *q, float *out, const int64_t *seq_start, int n_seq,
+                 float scale)
 {
-    ES_ASSERT(T >= 1 && T <= a->t_max);
+    ES_ASSERT(seq_start == a->seq_start && n_seq == a->n_seq); /* es_attn_set_kv's batch */
     a->q = q;
     a->out = out;
-    a->T = T;
     a->scale = scale;
     es_pool_counter_set(&a->next, 0);
     es_pool_run(a->pool, attn_worker, a);

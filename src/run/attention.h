@@ -21,20 +21,30 @@ _Static_assert(ATTN_BK % ATTN_BQ == 0, "key blocks must be whole query blocks");
 
 typedef struct es_attn es_attn;
 
-/* Buffers for up to t_max tokens, n_head query heads, n_kv key heads of size dk (the queries'
- * size) and n_kv_v value heads of size dv (query head h reads key head h / (n_head / n_kv) and
- * value head h / (n_head / n_kv_v): GQA has n_kv_v = n_kv; MLA's latent values are one head
- * shared by all), for es_pool_size(pool) threads. */
-es_status es_attn_create(int64_t t_max, int n_head, int n_kv, int dk, int n_kv_v, int dv,
-                         es_pool *pool, const es_kern *k, es_attn **out);
+/* Buffers for up to t_max tokens in up to max_seqs sequences, n_head query heads, n_kv key heads
+ * of size dk (the queries' size) and n_kv_v value heads of size dv (query head h reads key head
+ * h / (n_head / n_kv) and value head h / (n_head / n_kv_v): GQA has n_kv_v = n_kv; MLA's latent
+ * values are one head shared by all), for es_pool_size(pool) threads. */
+es_status es_attn_create(int64_t t_max, int max_seqs, int n_head, int n_kv, int dk, int n_kv_v,
+                         int dv, es_pool *pool, const es_kern *k, es_attn **out);
 void es_attn_destroy(es_attn *a);
 int64_t es_attn_t_max(const es_attn *a);
+int es_attn_max_seqs(const es_attn *a);
 
-/* Stores K and V of T tokens (after RoPE) in the attention's layouts. k: [T][n_kv*dk], v:
- * [T][n_kv_v*dv]. */
-void es_attn_set_kv(es_attn *a, const float *k, const float *v, int64_t T);
+/* A batch: rows [seq_start[i], seq_start[i+1]) of every [T][...] array are sequence i, for i in
+ * [0, n_seq), seq_start[0] = 0, T = seq_start[n_seq] <= t_max, each sequence at least one row,
+ * n_seq <= max_seqs. A query attends to the keys of its own sequence only, and the blocks of
+ * queries and keys are counted from the sequence's first row, so each sequence's output is
+ * bit-identical to the same sequence run alone. */
 
-/* out[t][h*dv + i] = sum_{s<=t} softmax_s(q_t . k_s * scale) v_s[i], q: [T][n_head*dk]. */
-void es_attn_run(es_attn *a, const float *q, float *out, int64_t T, float scale);
+/* Stores K and V of the batch's T tokens (after RoPE) in the attention's layouts. k:
+ * [T][n_kv*dk], v: [T][n_kv_v*dv]. seq_start must stay valid until es_attn_run. */
+void es_attn_set_kv(es_attn *a, const float *k, const float *v, const int64_t *seq_start,
+                    int n_seq);
+
+/* out[t][h*dv + i] = sum_{s<=t, s in t's sequence} softmax_s(q_t . k_s * scale) v_s[i], q:
+ * [T][n_head*dk]; the batch of the last es_attn_set_kv. */
+void es_attn_run(es_attn *a, const float *q, float *out, const int64_t *seq_start, int n_seq,
+                 float scale);
 
 #endif

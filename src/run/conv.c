@@ -3,8 +3,9 @@
  * the family marks: [B | C | X] = h Win^T, y = C * conv(B * X), x += y Wout^T, where conv is a
  * causal depthwise convolution of n_conv_taps taps over the tokens.
  *
- * DESIGN: a prefill starts from the empty state, so rows before the prompt are zero and each
- * output row depends only on the taps rows up to it: rows split statically over the threads,
+ * DESIGN: a prefill starts from the empty state, so rows before the sequence's first are zero
+ * (in a batch, the rows of the sequence before it are not read) and each output row depends only
+ * on the taps rows of its sequence up to it: rows split statically over the threads,
  * each summing its taps in increasing order (as ggml_ssm_conv sums them), bit-identical for any
  * thread count. y goes into f->moe, which is free until the FFN; f->conv_bcx is allocated by
  * forward.c when the model has convolution layers.
@@ -13,7 +14,7 @@
 
 /* es_layer_rows job: row t of f->moe from rows t-taps+1 .. t of [B | C | X] (f->conv_bcx):
  * y[c] = C[t][c] * sum_j w[c][j] * (B * X)[t - taps + 1 + j][c], j increasing, rows before the
- * prompt zero (the empty state), as ggml_ssm_conv sums them. */
+ * sequence zero (the empty state), as ggml_ssm_conv sums them. */
 static void conv_worker(void *arg, int ith, int nth)
 {
     const es_layer_rows *j = arg;
@@ -27,11 +28,12 @@ static void conv_worker(void *arg, int ith, int nth)
     for (int64_t t = r0; t < r1; t++) {
         const float *bcx = f->conv_bcx + t * 3 * d;
         float *y = f->moe + t * d;
+        const int64_t first = t - f->pos[t]; /* the sequence's first row */
         for (int64_t c = 0; c < d; c++) {
             float sum = 0.0f;
             for (int jj = 0; jj < taps; jj++) {
                 const int64_t ts = t - taps + 1 + jj;
-                if (ts < 0) continue;
+                if (ts < first) continue;
                 const float *r = f->conv_bcx + ts * 3 * d;
                 sum += r[c] * r[2 * d + c] * w[c * taps + jj];
             }

@@ -74,6 +74,7 @@ static void free_buffers(es_fast *f, const es_hparams *hp)
     es_free_big(f->tmp, fbytes(T, d));
     es_free_big(f->moe, fbytes(T, d));
     es_free_big(f->rope_cs, fbytes(T, hp->n_rot));
+    es_free_big(f->pos, sizeof(int32_t) * (size_t)T);
     es_free_big(f->router, fbytes(T, hp->n_expert));
     es_free_big(f->ffn_g, fbytes(FFN_ROWS, f->ffn_width));
     es_free_big(f->ffn_u, fbytes(FFN_ROWS, f->ffn_width));
@@ -92,9 +93,11 @@ static void free_buffers(es_fast *f, const es_hparams *hp)
     f->n_plans = 0;
     f->x = f->h = f->q = f->k = f->v = f->att = f->tmp = f->moe = f->rope_cs = f->router = NULL;
     f->routes = f->routes_tmp = NULL;
+    f->pos = NULL;
     f->act = NULL;
     f->attn = NULL;
     f->t_cap = 0;
+    f->seq_cap = 0;
 }
 
 void es_fast_destroy(es_fast *f, const es_hparams *hp)
@@ -140,14 +143,15 @@ static int64_t ffn_width(const es_model *m)
     return m->hp.n_ff_shexp > w ? m->hp.n_ff_shexp : w;
 }
 
-/* Activation buffers and expert plans for prompts of up to T tokens (plans are sized to T, not
- * to the model's context, which may be far longer than any prompt). */
-static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
+/* Activation buffers and expert plans for batches of up to T tokens in n_seq sequences (plans
+ * are sized to T, not to the model's context, which may be far longer than any prompt). */
+static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T, int n_seq)
 {
     const es_hparams *hp = &m->hp;
     const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
     free_buffers(f, hp);
     f->t_cap = T;
+    f->seq_cap = n_seq;
     f->x = es_alloc_big(fbytes(T, d));
     f->h = es_alloc_big(fbytes(T, d));
     f->q = es_alloc_big(fbytes(T, dq));
@@ -157,6 +161,7 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
     f->tmp = es_alloc_big(fbytes(T, d));
     f->moe = es_alloc_big(fbytes(T, d));
     f->rope_cs = es_alloc_big(fbytes(T, hp->n_rot));
+    f->pos = es_alloc_big(sizeof(int32_t) * (size_t)T);
     f->router = es_alloc_big(fbytes(T, hp->n_expert));
     f->ffn_width = ffn_width(m);
     if (f->ffn_width > 0) {
@@ -189,13 +194,13 @@ static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T)
     }
     f->act = es_alloc_big(f->act_bytes);
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->moe ||
-        !f->rope_cs || !f->router || !f->routes || !f->routes_tmp || !f->act)
+        !f->rope_cs || !f->pos || !f->router || !f->routes || !f->routes_tmp || !f->act)
         return es_fail(ES_E_NOMEM, "out of memory for the activations of %lld tokens",
                        (long long)T);
     es_status st = es_mla_latent_values(hp)
-        ? es_attn_create(T, hp->n_head, hp->n_head, hp->n_embd_head, 1, hp->n_lora_kv, f->pool,
-                         f->kern, &f->attn)
-        : es_attn_create(T, hp->n_head, hp->n_head_kv, hp->n_embd_head, hp->n_head_kv,
+        ? es_attn_create(T, n_seq, hp->n_head, hp->n_head, hp->n_embd_head, 1, hp->n_lora_kv,
+                         f->pool, f->kern, &f->attn)
+        : es_attn_create(T, n_seq, hp->n_head, hp->n_head_kv, hp->n_embd_head, hp->n_head_kv,
                          hp->n_embd_head_v, f->pool, f->kern, &f->attn);
     for (int il = 0; il < hp->n_layer && st == ES_OK; il++)
         if (es_layer_is_moe(&m->layers[il])) es_ffn_plan(f, m, &m->layers[il], &st);
@@ -302,6 +307,7 @@ typedef struct gemm_job {
     es_fast *f;
     const es_gemm_task *tasks;
     int n_tasks;
+    const int32_t *rows; /* NULL: act rows 0..n_rows; else the act row of each output row */
     es_pool_counter next;
 } gemm_job;
 
@@ -322,14 +328,14 @@ static void gemm_worker(void *arg, int ith, int nth)
         const es_gemm_task *t = &j->tasks[ti];
         const int64_t n0 = (int64_t)(c - base) * GEMM_CHUNK;
         const int64_t n1 = n0 + GEMM_CHUNK < t->w->ne[1] ? n0 + GEMM_CHUNK : t->w->ne[1];
-        es_gemm(j->f->kern, t->w->type, t->w->data, t->w->ne[0], n0, n1, t->act, NULL, t->n_rows,
+        es_gemm(j->f->kern, t->w->type, t->w->data, t->w->ne[0], n0, n1, t->act, j->rows, t->n_rows,
                 t->y, t->ldy, 0, j->f->scratch[ith]);
     }
 }
 
 void es_fast_gemms(es_fast *f, const es_gemm_task *tasks, int n)
 {
-    gemm_job j = {f, tasks, n, {0}};
+    gemm_job j = {f, tasks, n, NULL, {0}};
     es_pool_counter_set(&j.next, 0);
     es_pool_run(f->pool, gemm_worker, &j);
 }
@@ -422,7 +428,8 @@ static void norm_rows(es_fast *f, const es_model *m, const es_tensor *w, int64_t
     es_pool_run(f->pool, norm_worker, &j);
 }
 
-/* The embeddings of ids into f->x, and each position's RoPE (cos, sin) into f->rope_cs. */
+/* The embeddings of ids into f->x, and each row's RoPE (cos, sin) at its position within its
+ * sequence (f->pos) into f->rope_cs. */
 typedef struct embed_job {
     es_fast *f;
     const es_model *m;
@@ -442,7 +449,7 @@ static void embed_worker(void *arg, int ith, int nth)
     for (int64_t t = r0; t < r1; t++)
         es_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)j->ids[t] * te->row_bytes,
                           f->x + t * d, d);
-    for (int64_t t = r0; t < r1; t++) es_rope_cos_sin(hp, t, f->rope_cs + t * hp->n_rot);
+    for (int64_t t = r0; t < r1; t++) es_rope_cos_sin(hp, f->pos[t], f->rope_cs + t * hp->n_rot);
 }
 
 /* ---- the standard attention block ---- */
@@ -520,70 +527,109 @@ static void attention_block(es_fast *f, const es_model *m, const es_layer *L, in
         }
     }
     es_fast_layer_rows(f, m, L, T, qk_rope_worker);
-    es_attn_set_kv(f->attn, f->k, f->v, T);
-    es_attn_run(f->attn, f->q, f->att, T, m->hp.attn_scale);
+    es_attn_set_kv(f->attn, f->k, f->v, f->seq_start, f->n_seq);
+    es_attn_run(f->attn, f->q, f->att, f->seq_start, f->n_seq, m->hp.attn_scale);
     es_fast_project_out(f, m, L, f->att, T);
 }
 
 /* ---- the layer loop ---- */
 
-static es_status forward(es_fast *f, const es_model *m, es_expert_provider *prov,
-                         const int32_t *ids, int64_t T, int all_logits, float *logits)
+/* Layer il over the batch's T rows: attention (or a short convolution), then the FFN. */
+static es_status layer(es_fast *f, const es_model *m, es_expert_provider *prov, int il,
+                       int64_t T)
 {
-    const es_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd;
-    embed_job ej = {f, m, ids, T};
-    es_pool_run(f->pool, embed_worker, &ej);
+    const es_layer *L = &m->layers[il];
+    if (prov->layer_begin) ES_TRY(prov->layer_begin(prov, il));
+    uint64_t t0 = f->trace ? es_now_ns() : 0;
+    /* attention, or a short-convolution block */
+    norm_rows(f, m, &L->attn_norm, 0, T);
+    if (L->is_conv)
+        es_conv_block(f, m, L, T);
+    else if (m->family->mla)
+        es_mla_block(f, m, L, T);
+    else
+        attention_block(f, m, L, T);
+    span(f, PHASE_ATTENTION, il, t0);
 
-    for (int il = 0; il < hp->n_layer; il++) {
-        const es_layer *L = &m->layers[il];
-        if (prov->layer_begin) ES_TRY(prov->layer_begin(prov, il));
-        uint64_t t0 = f->trace ? es_now_ns() : 0;
-        /* attention, or a short-convolution block */
-        norm_rows(f, m, &L->attn_norm, 0, T);
-        if (L->is_conv)
-            es_conv_block(f, m, L, T);
-        else if (m->family->mla)
-            es_mla_block(f, m, L, T);
-        else
-            attention_block(f, m, L, T);
-        span(f, PHASE_ATTENTION, il, t0);
-
-        /* the FFN: dense, or the mixture of experts (+ shared experts) */
-        t0 = f->trace ? es_now_ns() : 0;
-        norm_rows(f, m, &L->ffn_norm, 0, T);
-        if (!es_layer_is_moe(L)) {
-            es_ffn_dense(f, m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, T, f->moe);
-            es_fast_add(f, m, f->moe, f->x, T);
-            span(f, PHASE_MOE, il, t0);
-            continue;
-        }
-        es_ffn_route(f, m, L, il, T);
-        span(f, PHASE_ROUTER, il, t0);
-        t0 = f->trace ? es_now_ns() : 0;
-        ES_TRY(es_ffn_moe(f, m, prov, il, T));
-        if (L->gate_shexp.data) { /* moe += shared, as llama.cpp adds the two */
-            es_ffn_dense(f, m, &L->gate_shexp, &L->up_shexp, &L->down_shexp, T, f->tmp);
-            es_fast_add(f, m, f->tmp, f->moe, T);
-        }
+    /* the FFN: dense, or the mixture of experts (+ shared experts) */
+    t0 = f->trace ? es_now_ns() : 0;
+    norm_rows(f, m, &L->ffn_norm, 0, T);
+    if (!es_layer_is_moe(L)) {
+        es_ffn_dense(f, m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, T, f->moe);
         es_fast_add(f, m, f->moe, f->x, T);
         span(f, PHASE_MOE, il, t0);
+        return ES_OK;
     }
-
-    f->have_counts = true;
-    /* output head: every row, or the last */
-    const int64_t t0 = all_logits ? 0 : T - 1;
-    norm_rows(f, m, &m->output_norm, t0, T); /* rows that get logits */
-    es_fast_prepare(f, f->h, d, m->output.type, t0, T);
-    es_gemm_task out = {&m->output, f->act, logits, hp->n_vocab, T - t0};
-    es_fast_gemms(f, &out, 1);
+    es_ffn_route(f, m, L, il, T);
+    span(f, PHASE_ROUTER, il, t0);
+    t0 = f->trace ? es_now_ns() : 0;
+    ES_TRY(es_ffn_moe(f, m, prov, il, T));
+    if (L->gate_shexp.data) { /* moe += shared, as llama.cpp adds the two */
+        es_ffn_dense(f, m, &L->gate_shexp, &L->up_shexp, &L->down_shexp, T, f->tmp);
+        es_fast_add(f, m, f->tmp, f->moe, T);
+    }
+    es_fast_add(f, m, f->moe, f->x, T);
+    span(f, PHASE_MOE, il, t0);
     return ES_OK;
 }
 
-es_status es_fast_reserve(es_fast *f, const es_model *m, int64_t T)
+es_status es_fast_layers(es_fast *f, const es_model *m, es_expert_provider *prov,
+                         const es_fast_batch *b)
 {
-    if (f->t_cap >= T) return ES_OK;
-    es_status st = alloc_buffers(f, m, T);
+    const es_hparams *hp = &m->hp;
+    const int64_t T = b->seq_start[b->n_seq];
+    ES_TRY(es_fast_reserve(f, m, T, b->n_seq));
+    if (!prov) prov = &f->resident;
+    ES_ASSERT(prov->n_slots <= f->n_slots);
+    f->seq_start = b->seq_start;
+    f->n_seq = b->n_seq;
+    for (int i = 0; i < b->n_seq; i++)
+        for (int64_t t = b->seq_start[i]; t < b->seq_start[i + 1]; t++)
+            f->pos[t] = (int32_t)(t - b->seq_start[i]);
+    f->have_counts = false;
+    embed_job ej = {f, m, b->ids, T};
+    es_pool_run(f->pool, embed_worker, &ej);
+
+    es_status st = ES_OK;
+    for (int il = 0; il < hp->n_layer && st == ES_OK; il++) {
+        if (b->abort_cb && b->abort_cb(b->cb_user)) {
+            st = es_fail(ES_E_CANCELLED, "cancelled by the abort callback before layer %d", il);
+            break;
+        }
+        st = layer(f, m, prov, il, T);
+        if (st == ES_OK && b->progress_cb) b->progress_cb(b->cb_user, il + 1, hp->n_layer + 1, T);
+    }
+    if (prov->run_end) prov->run_end(prov);
+    f->seq_start = NULL; /* borrowed for this call only */
+    if (st) return st;
+    f->have_counts = true;
+    norm_rows(f, m, &m->output_norm, 0, T); /* every row: embeddings and logits read f->h */
+    es_fast_prepare(f, f->h, hp->n_embd, m->output.type, 0, T);
+    f->head_ready = true;
+    return ES_OK;
+}
+
+const float *es_fast_hidden(const es_fast *f) { return f->h; }
+
+void es_fast_logits(es_fast *f, const es_model *m, const int32_t *rows, int64_t r0, int64_t n,
+                    float *out)
+{
+    ES_ASSERT(f->head_ready);
+    const size_t rb = es_act_row_bytes(f->kern, m->output.type, m->output.ne[0]);
+    es_gemm_task t = {&m->output, rows ? f->act : (const uint8_t *)f->act + (size_t)r0 * rb, out,
+                      m->hp.n_vocab, n};
+    gemm_job j = {f, &t, 1, rows, {0}};
+    es_pool_counter_set(&j.next, 0);
+    es_pool_run(f->pool, gemm_worker, &j);
+}
+
+es_status es_fast_reserve(es_fast *f, const es_model *m, int64_t T, int n_seq)
+{
+    if (f->t_cap >= T && f->seq_cap >= n_seq) return ES_OK;
+    const int64_t t_new = T > f->t_cap ? T : f->t_cap;
+    const int s_new = n_seq > f->seq_cap ? n_seq : f->seq_cap;
+    f->head_ready = false;
+    es_status st = alloc_buffers(f, m, t_new, s_new);
     if (st) free_buffers(f, &m->hp);
     return st;
 }
@@ -592,13 +638,17 @@ es_status es_fast_forward(es_fast *f, const es_model *m, es_expert_provider *pro
                           const int32_t *ids, size_t n, int all_logits, float *logits)
 {
     const int64_t T = (int64_t)n;
-    ES_TRY(es_fast_reserve(f, m, T));
-    if (!prov) prov = &f->resident;
-    ES_ASSERT(prov->n_slots <= f->n_slots);
-    es_status st = forward(f, m, prov, ids, T, all_logits, logits);
-    if (prov->run_end) prov->run_end(prov);
-    return st;
+    const int64_t seq_start[2] = {0, T};
+    const es_fast_batch b = {.ids = ids, .seq_start = seq_start, .n_seq = 1};
+    ES_TRY(es_fast_layers(f, m, prov, &b));
+    if (all_logits)
+        es_fast_logits(f, m, NULL, 0, T, logits);
+    else
+        es_fast_logits(f, m, NULL, T - 1, 1, logits);
+    return ES_OK;
 }
+
+es_pool *es_fast_pool(const es_fast *f) { return f->pool; }
 
 es_status es_fast_route_counts(const es_fast *f, int il, int64_t *counts, int cap)
 {
@@ -612,6 +662,7 @@ es_status es_fast_route_counts(const es_fast *f, int il, int64_t *counts, int ca
 }
 
 int es_model_n_layer(const es_model *m) { return m->hp.n_layer; }
+int es_model_n_embd(const es_model *m) { return m->hp.n_embd; }
 int es_model_n_expert(const es_model *m) { return m->hp.n_expert; }
 
 int es_fast_n_threads(const es_fast *f) { return f->n_threads; }

@@ -9,6 +9,7 @@
 
 #include "model/model.h"
 #include "moe/provider.h"
+#include "core/pool.h"
 #include "quant/kern.h"
 
 typedef struct es_fast es_fast;
@@ -21,13 +22,43 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
                          int n_slots, es_fast **out);
 void es_fast_destroy(es_fast *f, const es_hparams *hp); /* NULL is a no-op */
 
-/* Activation buffers and plans for prompts of up to T tokens (kept for shorter prompts). */
-es_status es_fast_reserve(es_fast *f, const es_model *m, int64_t T);
+/* Activation buffers and plans for batches of up to T tokens in up to n_seq sequences (kept for
+ * smaller batches). */
+es_status es_fast_reserve(es_fast *f, const es_model *m, int64_t T, int n_seq);
 
-/* Runs the prefill over ids[0..n) with experts from prov (NULL: every expert resident in the
- * model's mapping). logits: [n][n_vocab] if all_logits, else [n_vocab] for the last position. */
+/* A batch of independent sequences as one run of rows: sequence i is rows [seq_start[i],
+ * seq_start[i+1]) of ids, positions restart at 0 in each, attention stays within each. */
+typedef struct es_fast_batch {
+    const int32_t *ids;       /* [T] */
+    const int64_t *seq_start; /* [n_seq + 1], seq_start[0] = 0, T = seq_start[n_seq] */
+    int n_seq;
+    int (*abort_cb)(void *user); /* checked before each layer (NULL: none) */
+    /* after each layer: layers done of n_layer + 1 (the head, which the caller runs, is last) */
+    void (*progress_cb)(void *user, int steps_done, int n_steps, int64_t tokens);
+    void *cb_user;
+} es_fast_batch;
+
+/* Runs every layer over the batch with experts from prov (NULL: every expert resident in the
+ * model's mapping) and the output norm of every row: es_fast_hidden and es_fast_logits then
+ * read the result. ES_E_CANCELLED when abort_cb asked. */
+es_status es_fast_layers(es_fast *f, const es_model *m, es_expert_provider *prov,
+                         const es_fast_batch *b);
+
+/* The final hidden states of the last es_fast_layers, after the output norm: [T][n_embd]. */
+const float *es_fast_hidden(const es_fast *f);
+
+/* Logits of n rows of the last es_fast_layers into out[n][n_vocab]: rows[i] (NULL: rows r0 + i).
+ * Runs on the pool. */
+void es_fast_logits(es_fast *f, const es_model *m, const int32_t *rows, int64_t r0, int64_t n,
+                    float *out);
+
+/* The prefill of one sequence: es_fast_layers, then the logits of every row (all_logits) or the
+ * last one into logits ([n][n_vocab] or [n_vocab]). */
 es_status es_fast_forward(es_fast *f, const es_model *m, es_expert_provider *prov,
                           const int32_t *ids, size_t n, int all_logits, float *logits);
+
+/* The pool the fast path runs on, for the head's per-row jobs (batch.c). */
+es_pool *es_fast_pool(const es_fast *f);
 
 /* Records the compute phases of each layer on t (NULL: off), one track per phase: attention,
  * router, moe. t is borrowed and must outlive the es_fast. */

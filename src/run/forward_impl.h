@@ -51,6 +51,10 @@ struct es_fast {
     es_expert_provider resident; /* every expert in the mapping: phi = identity (ffn.c) */
     es_pool *pool;
     int64_t t_cap;        /* tokens the buffers below hold */
+    int seq_cap;          /* sequences per batch the attention is sized for */
+    int32_t *pos;         /* [t_cap] each row's position within its sequence */
+    const int64_t *seq_start; /* the running batch's [n_seq + 1] sequence starts (borrowed) */
+    int n_seq;
     float *x, *h, *q, *k, *v, *att, *tmp, *moe; /* [t_cap][...] activations */
     float *rope_cs;       /* [t_cap][n_rot/2][2] cos, sin */
     float *router;        /* [t_cap][n_expert] logits */
@@ -68,6 +72,7 @@ struct es_fast {
     int64_t *route_start; /* [n_expert + 1] counting-sort offsets */
     int64_t *route_counts;/* [n_layer][n_expert] routes per expert in the last prefill */
     bool have_counts;
+    bool head_ready;      /* f->h and f->act hold the last batch's normed rows for the head */
     int32_t *phi;         /* [n_expert] identity placement */
     es_expert_slot *slots;/* [n_layer][n_expert] */
     void *act;            /* prepared activations for dense products */

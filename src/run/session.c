@@ -17,6 +17,7 @@
 #include "core/trace.h"
 #include "core/util.h"
 #include "stream/budget.h"
+#include "run/batch.h"
 #include "run/forward.h"
 #include "quant/kern.h"
 #include "stream/pipeline.h"
@@ -56,6 +57,7 @@ es_session_params es_session_default_params(void)
         .direct_io = 1,
         .verify_checksums = 1,
         .max_logits_rows = 1,
+        .max_seqs = 64,
     };
 }
 
@@ -88,9 +90,12 @@ static es_status check_params(const es_model *m, const es_session_params *p)
     if (p->reference && streams(p))
         return es_fail(ES_E_INVAL, "a memory budget or streaming needs the fast path, not the "
                                    "reference path (which reads every expert in place)");
-    if (p->max_tokens < 0 || p->max_tokens > m->hp.n_ctx)
-        return es_fail(ES_E_INVAL, "max tokens %d is outside 0..%d (the model's context)",
-                       p->max_tokens, m->hp.n_ctx);
+    if (p->max_tokens < 0 || p->max_tokens > ES_MAX_BATCH_TOKENS)
+        return es_fail(ES_E_INVAL, "max tokens %d is outside 0..%d", p->max_tokens,
+                       ES_MAX_BATCH_TOKENS);
+    if (p->max_seqs < 0 || p->max_seqs > ES_MAX_BATCH_SEQS)
+        return es_fail(ES_E_INVAL, "max sequences %d is outside 0..%d (0: 64)", p->max_seqs,
+                       ES_MAX_BATCH_SEQS);
     return ES_OK;
 }
 
@@ -141,7 +146,7 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
     const uint64_t fast_bytes = es_big_bytes_live() - big_before;
     const uint64_t other = rss_before + fast_bytes + es_budget_embedding_bytes(m, T) +
                            (uint64_t)rows * (uint64_t)m->hp.n_vocab * sizeof(float) +
-                           ES_BUDGET_MARGIN_BYTES;
+                           es_batch_head_bytes(m, T) + ES_BUDGET_MARGIN_BYTES;
     s->stats.budget_bytes = p->mem_budget_bytes;
     s->stats.other_bytes = other;
     const int force = p->stream || p->groups || p->banks || p->queue_depth;
@@ -160,7 +165,7 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
         es_fast_destroy(s->fast, &m->hp);
         s->fast = NULL;
         ES_TRY(es_fast_create(m, &s->kern, p->n_threads, p->plan_capacity, P, &s->fast));
-        ES_TRY(es_fast_reserve(s->fast, m, T));
+        ES_TRY(es_fast_reserve(s->fast, m, T, p->max_seqs));
     }
     es_stream_params sp = {.groups = plan.groups, .banks = plan.banks, .policy = p->policy,
                            .verify = p->verify_checksums, .io = s->io, .trace = s->trace,
@@ -203,6 +208,7 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     es_session_params p = params ? *params : es_session_default_params();
     ES_TRY(check_params(m, &p));
     if (p.n_threads == 0) p.n_threads = online_cpus();
+    if (p.max_seqs == 0) p.max_seqs = 64;
     if (streams(&p)) es_budget_touch_weights(m); /* counted as mapped, in rss_before */
     const uint64_t rss_before = streams(&p) ? es_rss_bytes() : 0;
     const size_t big_before = es_big_bytes_live();
@@ -238,7 +244,7 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     s->stats.kernels = s->kern.isa;
     if ((st = es_fast_create(m, &s->kern, p.n_threads, p.plan_capacity, 0, &s->fast))) goto fail;
     const int64_t T = p.max_tokens ? p.max_tokens : streams(&p) ? m->hp.n_ctx : 0;
-    if (T && (st = es_fast_reserve(s->fast, m, T))) goto fail;
+    if (T && (st = es_fast_reserve(s->fast, m, T, p.max_seqs))) goto fail;
     if (streams(&p) && (st = setup_streaming(s, rss_before, big_before))) goto fail;
     if (s->trace && !s->stream) es_fast_set_trace(s->fast, s->trace);
     *out = s;
@@ -263,22 +269,9 @@ void es_session_destroy(es_session *s)
     free(s);
 }
 
-es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,
-                             float *out)
+/* The run's statistics after a prefill or a batch that started at t0, and the trace. */
+static es_status finish_run(es_session *s, uint64_t t0, es_status st)
 {
-    if (!s || !ids || !out) return es_fail(ES_E_INVAL, "es_session_prefill: NULL argument");
-    ES_TRY(es_check_ids(s->m, ids, n));
-    if (s->p.max_tokens && n > (size_t)s->p.max_tokens)
-        return es_fail(ES_E_INVAL, "prompt of %zu tokens exceeds the session's %d tokens", n,
-                       s->p.max_tokens);
-    const uint64_t t0 = es_now_ns();
-    es_status st;
-    if (s->p.reference) {
-        st = es_forward_ref(s->m, ids, n, all_logits, out);
-    } else {
-        st = es_fast_forward(s->fast, s->m, s->stream ? es_stream_provider(s->stream) : NULL,
-                             ids, n, all_logits, out);
-    }
     const double secs = (double)(es_now_ns() - t0) * 1e-9;
     s->stats.seconds = secs;
     s->stats.peak_rss_bytes = es_peak_rss_bytes();
@@ -300,6 +293,43 @@ es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int al
         if (st == ES_OK) st = ts;
     }
     return st;
+}
+
+es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,
+                             float *out)
+{
+    if (!s || !ids || !out) return es_fail(ES_E_INVAL, "es_session_prefill: NULL argument");
+    ES_TRY(es_check_ids(s->m, ids, n));
+    if (s->p.max_tokens && n > (size_t)s->p.max_tokens)
+        return es_fail(ES_E_INVAL, "prompt of %zu tokens exceeds the session's %d tokens", n,
+                       s->p.max_tokens);
+    const uint64_t t0 = es_now_ns();
+    es_status st;
+    if (s->p.reference) {
+        st = es_forward_ref(s->m, ids, n, all_logits, out, NULL);
+    } else {
+        st = es_fast_forward(s->fast, s->m, s->stream ? es_stream_provider(s->stream) : NULL,
+                             ids, n, all_logits, out);
+    }
+    return finish_run(s, t0, st);
+}
+
+es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs)
+{
+    if (!s) return es_fail(ES_E_INVAL, "es_session_run: NULL session");
+    /* Streaming sessions sized their buffers (and so the arena) for max_tokens, or the context */
+    const int limit = s->p.max_tokens ? s->p.max_tokens : s->stream ? s->m->hp.n_ctx : 0;
+    int64_t T;
+    ES_TRY(es_batch_check(s->m, seqs, n_seqs, limit, s->p.max_seqs, &T));
+    const uint64_t t0 = es_now_ns();
+    const es_batch_cb cb = {s->p.abort_cb, s->p.progress_cb, s->p.cb_user};
+    es_status st;
+    if (s->p.reference)
+        st = es_batch_ref(s->m, seqs, n_seqs, &cb);
+    else
+        st = es_batch_fast(s->fast, s->m, s->stream ? es_stream_provider(s->stream) : NULL, seqs,
+                           n_seqs, T, &cb);
+    return finish_run(s, t0, st);
 }
 
 es_status es_session_route_counts(const es_session *s, int il, int64_t *counts, int cap)
