@@ -40,6 +40,15 @@ enum {
     ES_OPEN_VOCAB_ONLY = 1 << 0, /* read only the tokenizer; the file may have no weights */
 };
 
+/* Where the library's log lines go (warnings, and with ESTREAM_LOG=2 or 3 information and
+ * debugging). Default (cb NULL): stderr, each line prefixed "estream: ". Otherwise cb gets each
+ * line without prefix or newline, with its level (ES_LOG_LEVEL_*), on the thread that logged it,
+ * possibly several threads at once; user is passed through. Lines at levels above ESTREAM_LOG's
+ * (default 1) are not produced. Process-wide, like llama_log_set; may be called at any time. */
+enum { ES_LOG_LEVEL_WARN = 1, ES_LOG_LEVEL_INFO = 2, ES_LOG_LEVEL_DEBUG = 3 };
+typedef void (*es_log_fn)(void *user, int level, const char *line);
+void es_log_set(es_log_fn cb, void *user);
+
 /* Opens the GGUF at path: validates the file, reads hyperparameters, tensors and tokenizer.
  * On success *out owns the mapping; release it with es_model_close(). On failure *out is NULL.
  * Errors: ES_E_IO (cannot open), ES_E_FORMAT (malformed), ES_E_UNSUPPORTED (unknown arch),

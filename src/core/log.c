@@ -2,6 +2,7 @@
  * every module needs. */
 #include "core/util.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,38 +21,64 @@ int es_log_level(void)
     return level;
 }
 
+_Static_assert((int)ES_LOG_LEVEL_WARN == (int)ES_LOG_WARN &&
+                   (int)ES_LOG_LEVEL_INFO == (int)ES_LOG_INFO &&
+                   (int)ES_LOG_LEVEL_DEBUG == (int)ES_LOG_DEBUG, "public and internal levels agree");
+
+/* The log sink (es_log_set): read and written under the lock, so a line never goes to a
+ * callback that is being replaced with a user pointer of another. */
+static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
+static es_log_fn sink_cb;
+static void *sink_user;
+
+void es_log_set(es_log_fn cb, void *user)
+{
+    pthread_mutex_lock(&sink_lock);
+    sink_cb = cb;
+    sink_user = user;
+    pthread_mutex_unlock(&sink_lock);
+}
+
+/* One finished line (no prefix, no newline) to the sink. */
+static void emit_line(int level, const char *line)
+{
+    pthread_mutex_lock(&sink_lock);
+    if (sink_cb)
+        sink_cb(sink_user, level, line);
+    else
+        fprintf(stderr, "estream: %s\n", line);
+    pthread_mutex_unlock(&sink_lock);
+}
+
 /* Lines logged while a hold is active (see es_log_hold in util.h). A line that does not fit
  * is dropped and counted. */
 static _Thread_local struct {
     int depth;
     int dropped;
     size_t len;
-    char buf[4096];
+    char buf[4096]; /* lines, each: level byte, text, NUL */
 } held;
 
 void es_log(int level, const char *fmt, ...)
 {
     if (level > es_log_level()) return;
+    char line[512];
     va_list ap;
     va_start(ap, fmt);
-    if (held.depth > 0) {
-        char line[512];
-        int n = snprintf(line, sizeof(line), "estream: ");
-        vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-        size_t len = strlen(line);
-        line[len++] = '\n';
-        if (len <= sizeof(held.buf) - held.len) {
-            memcpy(held.buf + held.len, line, len);
-            held.len += len;
-        } else {
-            held.dropped++;
-        }
-    } else {
-        fputs("estream: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-    }
+    vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
+    if (held.depth == 0) {
+        emit_line(level, line);
+        return;
+    }
+    const size_t len = strlen(line) + 2;
+    if (len <= sizeof(held.buf) - held.len) {
+        held.buf[held.len] = (char)level;
+        memcpy(held.buf + held.len + 1, line, len - 1);
+        held.len += len;
+    } else {
+        held.dropped++;
+    }
 }
 
 size_t es_log_hold(void)
@@ -65,8 +92,16 @@ void es_log_release(size_t mark, int emit)
     if (held.depth <= 0) return;
     if (!emit && mark <= held.len) held.len = mark;
     if (--held.depth > 0) return;
-    fwrite(held.buf, 1, held.len, stderr);
-    if (held.dropped) fprintf(stderr, "estream: (%d more log lines dropped)\n", held.dropped);
+    for (size_t i = 0; i < held.len;) {
+        const char *text = held.buf + i + 1;
+        emit_line(held.buf[i], text);
+        i += strlen(text) + 2;
+    }
+    if (held.dropped) {
+        char line[64];
+        snprintf(line, sizeof(line), "(%d more log lines dropped)", held.dropped);
+        emit_line(ES_LOG_WARN, line);
+    }
     held.len = 0;
     held.dropped = 0;
 }

@@ -29,7 +29,8 @@ _Noreturn void es_abort(const char *file, int line, const char *cond);
 /* Records a printf-style message for es_last_error() and returns code. */
 es_status es_fail(es_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Logging to stderr. Level from ESTREAM_LOG (0 quiet .. 3 debug, default 1 = warnings). */
+/* Logging to the sink es_log_set chose (default stderr). Level from ESTREAM_LOG (0 quiet .. 3
+ * debug, default 1 = warnings). */
 enum { ES_LOG_WARN = 1, ES_LOG_INFO = 2, ES_LOG_DEBUG = 3 };
 void es_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int es_log_level(void);
