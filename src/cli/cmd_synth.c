@@ -21,6 +21,7 @@ static const char help[] =
     "                 expert FFN 1024, vocab 50304, context 4096\n"
     "  qwen3moe (Qwen3-MoE):\n"
     "  tiny-qwen3moe  hidden 64, 2 layers, 4 heads of 32 (2 KV), 8 experts, top-2, tied output\n"
+    "  tiny-qwen3moe-vocab  tiny-qwen3moe with Qwen3's vocabulary of 151936 and context 4096\n"
     "  qwen3-30b-a3b  Qwen3-30B-A3B's shape: hidden 2048, 48 layers, 32 heads of 128 (4 KV),\n"
     "                 128 experts, top-8, expert FFN 768, vocab 151936 (about 17 GB in q4_0)\n"
     "  llama with experts (Mixtral):\n"

@@ -79,6 +79,12 @@ static const preset presets[] = {
      .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
      .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
      .n_ff = 512, .yarn_factor = 4.0f, .yarn_orig_ctx = 64},
+    /* tiny-qwen3moe-vocab: tiny-qwen3moe with Qwen3's 151,936-token vocabulary and a context of
+     * 4,096: the head's memory with a real vocabulary, on a model that runs in seconds */
+    {.name = "tiny-qwen3moe-vocab", .arch = "qwen3moe", .n_vocab = 151936, .n_ctx = 4096,
+     .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
+     .n_ff = 512},
     {.name = "qwen3-30b-a3b", .arch = "qwen3moe", .n_vocab = 151936, .n_ctx = 40960,
      .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .n_embd_head = 128,
      .n_ff_exp = 768, .n_expert = 128, .n_expert_used = 8, .rope_base = 1e6f, .rms_eps = 1e-6f,
@@ -161,7 +167,7 @@ static const preset presets[] = {
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
-    "qwen3-30b-a3b",
+    "tiny-qwen3moe-vocab", "qwen3-30b-a3b",
     "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "deepseek-v2-lite", NULL};
