@@ -69,10 +69,11 @@ suite "asan+ubsan" SAN=1
 
 # ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;
 # test_trace: three threads recording into one trace; test_stream: the expert loader thread and
-# the residency protocol, with slow, short and failing reads; test_tune: profile runs).
+# the residency protocol, with slow, short and failing reads; test_tune: profile runs; test_batch:
+# batches on 1-3 threads, the head's per-row pool jobs, streamed batches and their cancelling).
 stage_begin tsan
 tsan_tests=()
-for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune; do
+for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch; do
     [ -f "tests/$t.c" ] && tsan_tests+=("$t")
 done
 if make -j"$jobs" TSAN=1 build-tsan/estream "${tsan_tests[@]/#/build-tsan/tests/}" >/dev/null 2>&1; then
