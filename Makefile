@@ -53,6 +53,10 @@ LDLIBS += $(shell $(PKG_CONFIG) --libs libpcre2-8)
 CFLAGS += $(shell $(PKG_CONFIG) --cflags libxxhash)
 LDLIBS += $(shell $(PKG_CONFIG) --libs libxxhash)
 TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
+# Jansson: JSON reading and writing for the CLI's JSONL commands (score, embed); the library
+# does not use it.
+CLI_CFLAGS := $(shell $(PKG_CONFIG) --cflags jansson)
+CLI_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
 
 # The target architecture picks the kernel files: x86_*.c (and vec_avx*.c) only for x86-64,
 # arm_*.c (and vec_neon.c) only for AArch64; elsewhere only the scalar table is built.
@@ -94,7 +98,11 @@ $(BUILD)/libestream.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/estream: $(CLI_OBJ) $(BUILD)/libestream.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CLI_LDLIBS)
+$(CLI_OBJ): CFLAGS += $(CLI_CFLAGS)
+# test_score reads the CLI's JSONL outputs with jansson too.
+$(BUILD)/tests/test_score: CFLAGS += $(CLI_CFLAGS)
+$(BUILD)/tests/test_score: TEST_LDLIBS += $(CLI_LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

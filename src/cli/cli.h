@@ -95,5 +95,83 @@ int cmd_bench(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 
+/* ---- JSONL jobs (jsonl.c): estream score and estream embed --------------------------------
+ * A job reads one JSON record a line, packs the records in input order into batches of at most
+ * batch_tokens tokens (a record's sequences never split), runs each batch with es_session_run()
+ * and writes one JSON line per record, in input order, flushed and fsync'ed after each batch.
+ * The command supplies the record kinds through cli_job_ops; the driver does input, shards,
+ * resume (a sidecar OUT.meta fingerprints model, input and options), errors, progress, signals
+ * and the summary. JSON values are jansson's (json_t), forward-declared here so that only the
+ * files that use them include <jansson.h>. */
+struct json_t;
+
+/* One record of a batch. The kind's parse() fills seqs (its own arrays) and priv. */
+typedef struct cli_rec {
+    int64_t line;          /* 1-based line number in the input */
+    struct json_t *id;     /* the record's "id" (a reference the record holds), or NULL */
+    char *error;           /* malloc'd "<what>" for a bad record, else NULL */
+    es_seq *seqs;          /* [n_seqs], owned by the kind (free_rec releases them) */
+    int n_seqs;
+    int64_t n_tokens;      /* tokens of all its sequences */
+    void *priv;            /* the kind's state */
+} cli_rec;
+
+typedef struct cli_job cli_job;
+typedef struct cli_job_ops {
+    /* Parses the object o into r: seqs with their output arrays, or r->error (cli_rec_fail).
+     * Called twice per record (a sizing pass, then the run), so it must be deterministic. */
+    void (*parse)(cli_job *j, struct json_t *o, cli_rec *r);
+    /* Adds the record's output fields to out (after "line" and "id"); out is NULL when the
+     * command collects the output itself (embed to .npy). */
+    void (*emit)(cli_job *j, cli_rec *r, struct json_t *out);
+    /* Releases what parse() allocated (seqs, priv); r itself belongs to the driver. */
+    void (*free_rec)(cli_job *j, cli_rec *r);
+    /* A complete record already in the output when a job resumes (for the summary); may be
+     * NULL. */
+    void (*restat)(cli_job *j, struct json_t *rec);
+    /* Adds the command's summary fields (accuracy) to sum; may be NULL. */
+    void (*summary)(cli_job *j, struct json_t *sum);
+} cli_job_ops;
+
+struct cli_job {
+    /* set by the command before cli_job_run */
+    const char *cmd, *model_path, *in_path, *out_path;
+    int batch_tokens;        /* 0: chosen (2048 resident, under a budget the largest that fits) */
+    bool skip_errors;        /* --on-error skip */
+    int shard_i, shard_n;    /* --shard I/N (shard_n 0: no shard) */
+    bool shard_range;        /* --shard-range I/N */
+    bool json;               /* --json summary */
+    bool no_resume;          /* the output is written at the end by the command (.npy) */
+    int n_threads;
+    cli_stream so;
+    struct json_t *options;  /* the options that change the output (fingerprint); the job owns it */
+    const cli_job_ops *ops;
+    void *ctx;               /* the command's state */
+    /* set by the driver */
+    es_model *m;
+    int64_t n_records;       /* records written (resumed ones included) */
+    int64_t n_errors;
+};
+
+/* Parses a job flag shared by score and embed (--batch-tokens, --on-error, --shard,
+ * --shard-range, --json, -t, streaming flags); false if s is not one. */
+bool cli_job_flag(cli_args *a, const char *s, cli_job *j);
+extern const char cli_job_help[];
+/* Runs the job (opens the model into j->m, which stays open for the caller); exits 1 on a bad
+ * record (stop mode) or any failure, 128+signal after SIGINT/SIGTERM. Returns 0. */
+int cli_job_run(cli_job *j);
+/* Marks r bad with a formatted message (the first one wins). */
+void cli_rec_fail(cli_rec *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Tokenizes text[0..len) (no BOS: add_special as es_tokenize); NULL with r failed on error.
+ * *n may be 0. */
+int32_t *cli_rec_tokenize(cli_job *j, cli_rec *r, const char *text, size_t len,
+                          int add_special, int parse_special, size_t *n);
+/* Checks a sequence: 1..n_ctx tokens, ids in the vocabulary; false with r failed. */
+bool cli_rec_check_ids(cli_job *j, cli_rec *r, const int32_t *ids, size_t n, const char *what);
+/* JSON numbers of a float32 result: a real, or null when it is not finite. */
+struct json_t *cli_json_float(double v);
+
+int cmd_score(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
 
 #endif

@@ -23,6 +23,8 @@ static const char usage[] =
     "  bench     -m MODEL [-p 128,512,...]     prompt-processing speed (like llama-bench)\n"
     "  pack      -m MODEL -o OUT.pack          write the pack the expert streamer reads\n"
     "  tune      -m MODEL --mem BUDGETS        choose the arena for memory budgets (MODEL.tune)\n"
+    "  score     -m MODEL -f IN.jsonl          log-probs of texts, continuations, choices, labels\n"
+    "  embed     -m MODEL -f IN.jsonl          pooled embeddings (JSONL or .npy)\n"
     "\n"
     "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avxvnni|avx512|asimd|neon|i8mm\n";
 
@@ -227,5 +229,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "pack")) return cmd_pack(argc - 1, argv + 1);
     if (!strcmp(cmd, "tune")) return cmd_tune(argc - 1, argv + 1);
+    if (!strcmp(cmd, "score")) return cmd_score(argc - 1, argv + 1);
+    if (!strcmp(cmd, "embed")) return cmd_embed(argc - 1, argv + 1);
     cli_die("unknown command '%s' (run estream --help)", cmd);
 }
