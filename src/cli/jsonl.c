@@ -21,6 +21,8 @@
  *   the job keeps the complete records (a line ending in a newline that parses as an object with
  *   "line"), truncates a torn tail and goes on after the last record kept; an output without a
  *   matching OUT.meta is refused, never extended.
+ * - A path under /dev/ or /proc/ (/dev/stdout may lead to a regular file), a FIFO or another
+ *   device is written in place, appended to: no fingerprint, no resume.
  * - Signals: SIGINT/SIGTERM set a flag (and restore the default action, so a second one kills);
  *   the job stops after the batch in progress is written and exits 128 + the signal.
  */
@@ -65,7 +67,7 @@ const char cli_job_help[] =
     "                     (records carry \"line\": merge shard outputs by sorting on it)\n"
     "  --json             the summary as one JSON object (records, resumed, errors, tokens,\n"
     "                     seconds, tokens_per_second, batch_tokens, and the command's own):\n"
-    "                     on stdout when -o is given, else as the last line of stderr\n"
+    "                     on stdout when -o names a file, else as the last line of stderr\n"
     "  -t THREADS         compute threads (default: all CPUs)\n"
     "On a terminal, stderr shows progress (records, records/s, tokens/s, ETA). SIGINT/SIGTERM\n"
     "stop after the batch in progress (the output stays complete; exit 130/143).\n";
@@ -497,7 +499,9 @@ int cli_job_run(cli_job *j)
 
     /* a FIFO or a character device (/dev/stdout) is written in place: no fingerprint, no resume */
     struct stat osb;
-    const bool regular = j->out_path && !j->no_resume &&
+    const bool in_place = j->out_path && (!strncmp(j->out_path, "/dev/", 5) ||
+                                          !strncmp(j->out_path, "/proc/", 6));
+    const bool regular = j->out_path && !j->no_resume && !in_place &&
                          (stat(j->out_path, &osb) != 0 || S_ISREG(osb.st_mode));
     json_t *f = NULL;
     int64_t after = -1;
@@ -531,7 +535,8 @@ int cli_job_run(cli_job *j)
     FILE *out = stdout;
     if (j->out_path && !j->no_resume) {
         if (regular && after < 0) write_meta(j->out_path, f); /* before the first record */
-        out = fopen(j->out_path, after < 0 ? "w" : "a");
+        /* in place (a FIFO, /dev/stdout): appended to, never truncated */
+        out = fopen(j->out_path, after < 0 && regular ? "w" : "a");
         if (!out) cli_die("cannot open %s: %s", j->out_path, strerror(errno));
     }
     json_decref(f);
@@ -644,7 +649,7 @@ int cli_job_run(cli_job *j)
     if (stop_signal) json_object_set_new(sum, "interrupted", json_true());
     if (j->json) {
         char *s = json_dumps(sum, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
-        FILE *to = j->out_path ? stdout : stderr;
+        FILE *to = j->out_path && !in_place ? stdout : stderr; /* never mixed with records */
         fprintf(to, "%s\n", s);
         fflush(to);
         free(s);
