@@ -423,6 +423,9 @@ static void test_mc_vs_llama(void **state)
                              norm, lt[t].argmax);
             } else if (norm != lt[t].argmax) {
                 differ++;
+                print_message("%s task %d: chosen_norm_tokens %d (common token counted), "
+                              "llama-perplexity %d, gold %d\n", models[mi], t, norm, lt[t].argmax,
+                              lt[t].gold);
             }
             json_t *cor = json_object_get(mc, "correct");
             assert_int_equal(json_is_true(json_object_get(cor, "chosen_norm_tokens")),
