@@ -53,10 +53,11 @@ LDLIBS += $(shell $(PKG_CONFIG) --libs libpcre2-8)
 CFLAGS += $(shell $(PKG_CONFIG) --cflags libxxhash)
 LDLIBS += $(shell $(PKG_CONFIG) --libs libxxhash)
 TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
-# Jansson: JSON reading and writing for the CLI's JSONL commands (score, embed); the library
-# does not use it.
-CLI_CFLAGS := $(shell $(PKG_CONFIG) --cflags jansson)
-CLI_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson)
+# Jansson: JSON reading and writing for the CLI's JSONL commands (score, embed); the library and
+# the tests that only link it do not need it (tools/cross-aarch64.sh builds those without it, so
+# pkg-config stays quiet here; a CLI build without libjansson-dev stops at jansson.h).
+CLI_CFLAGS := $(shell $(PKG_CONFIG) --cflags jansson 2>/dev/null)
+CLI_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
 
 # The target architecture picks the kernel files: x86_*.c (and vec_avx*.c) only for x86-64,
 # arm_*.c (and vec_neon.c) only for AArch64; elsewhere only the scalar table is built.
