@@ -254,6 +254,77 @@ static void test_text_vs_prefill_logits(void **state)
     free(dir);
 }
 
+/* ---- the record kinds against each other ------------------------------------------------------ */
+
+static json_t *rec_at(json_t *recs, size_t i) { return json_array_get(recs, i); }
+static double fld(json_t *recs, size_t i, const char *k) { return num(json_object_get(rec_at(recs, i), k)); }
+
+static void test_record_rules(void **state)
+{
+    (void)state;
+    char *dir = t_mkdtemp("score-rules");
+    char in[600], out[600], args[4096];
+    snprintf(in, sizeof(in), "%s/in.jsonl", dir);
+    snprintf(out, sizeof(out), "%s/out.jsonl", dir);
+    write_text(in,
+               "{\"context\": \"The cat \", \"continuation\": \"sat on\"}\n"          /* 0 */
+               "{\"context\": \"The cat\", \"continuation\": \" sat on\"}\n"          /* 1 */
+               "{\"context\": \"The cat\", \"choices\": [\" sat on\", \" ran\"]}\n" /* 2 */
+               "{\"context\": \"The cat\", \"continuation\": \" ran\"}\n"             /* 3 */
+               "{\"context\": \"\", \"continuation\": \"hello\"}\n"                   /* 4 */
+               "{\"text\": \"hello\"}\n"                                             /* 5 */
+               "{\"text\": \"The cat\", \"labels\": [\" a\", \"b\"]}\n"              /* 6 */
+               "{\"text\": \"The cat\", \"labels\": [\" sat on\", \" ran\"]}\n"      /* 7 */
+               "{\"ids\": [84, 104]}\n");                                           /* 8 */
+    snprintf(args, sizeof(args), "score -m " DATA "tiny-f32.gguf -f %s -o %s", in, out);
+    est(0, args, NULL, 0);
+    json_t *r = load_jsonl(out);
+    assert_int_equal(json_array_size(r), 9);
+    /* trailing whitespace of the context moves to the continuation */
+    assert_true(fld(r, 0, "logprob") == fld(r, 1, "logprob"));
+    assert_true(fld(r, 0, "n_tokens") == fld(r, 1, "n_tokens"));
+    /* a choice is the continuation record (bit for bit: batch invariance) */
+    json_t *lp = json_object_get(rec_at(r, 2), "logprobs");
+    assert_true(num(json_array_get(lp, 0)) == fld(r, 1, "logprob"));
+    assert_true(num(json_array_get(lp, 1)) == fld(r, 3, "logprob"));
+    const int better = fld(r, 3, "logprob") > fld(r, 1, "logprob");
+    assert_int_equal(fld(r, 2, "chosen"), better);
+    /* an empty context: BOS is the prefix, so the continuation is the text record's tokens */
+    assert_true(t_near(fld(r, 4, "logprob"), fld(r, 5, "sum"), 1e-9));
+    assert_true(fld(r, 4, "n_tokens") == (double)json_array_size(json_object_get(rec_at(r, 5), "ids")) - 1);
+    /* one-token labels: log P of the next token, renormalised; longer ones as continuations */
+    for (int k = 6; k <= 7; k++) {
+        json_t *ll = json_object_get(rec_at(r, (size_t)k), "label_logprobs");
+        json_t *pr = json_object_get(rec_at(r, (size_t)k), "probs");
+        const double a = num(json_array_get(ll, 0)), b = num(json_array_get(ll, 1));
+        const double p0 = num(json_array_get(pr, 0)), p1 = num(json_array_get(pr, 1));
+        assert_true(a < 0 && b < 0 && t_near(p0 + p1, 1, 1e-6));
+        assert_true(t_near(p0, 1 / (1 + exp(b - a)), 1e-6));
+        assert_int_equal(fld(r, (size_t)k, "label"), b > a);
+    }
+    json_t *l7 = json_object_get(rec_at(r, 7), "label_logprobs");
+    assert_true(num(json_array_get(l7, 0)) == fld(r, 1, "logprob"));
+    assert_true(num(json_array_get(l7, 1)) == fld(r, 3, "logprob"));
+    /* " a" after "The cat" is the last token of the text "The cat a": its log-prob there */
+    write_text(in, "{\"text\": \"The cat a\"}\n{\"text\": \"The cat\"}\n");
+    unlink(out);
+    est(0, args, NULL, 0);
+    json_t *t = load_jsonl(out);
+    json_t *ids = json_object_get(rec_at(t, 0), "ids"), *ids2 = json_object_get(rec_at(t, 1), "ids");
+    assert_int_equal(json_array_size(ids), json_array_size(ids2) + 1); /* " a" is one token */
+    json_t *tl = json_object_get(rec_at(t, 0), "logprobs");
+    assert_true(t_near(num(json_array_get(tl, json_array_size(tl) - 1)),
+                       num(json_array_get(json_object_get(rec_at(r, 6), "label_logprobs"), 0)), 1e-5));
+    /* ids are used as given: no BOS */
+    json_t *i8 = json_object_get(rec_at(r, 8), "ids");
+    assert_int_equal(json_array_size(i8), 2);
+    assert_int_equal(json_integer_value(json_array_get(i8, 0)), 84);
+    json_decref(t);
+    json_decref(r);
+    t_rm_rf(dir);
+    free(dir);
+}
+
 /* ---- multiple choice against llama-perplexity --hellaswag --------------------------------- */
 
 typedef struct llama_task {
@@ -937,6 +1008,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_text_vs_prefill_logits),
+        cmocka_unit_test(test_record_rules),
         cmocka_unit_test(test_mc_vs_llama),
         cmocka_unit_test(test_batch_independence),
         cmocka_unit_test(test_resume),
