@@ -17,7 +17,8 @@
  *   keys in insertion order, 9 significant digits: float32 round-trips), flushed and fsync'ed
  *   after each batch. A regular output file is fingerprinted by OUT.meta (written atomically
  *   before the first record): command, model (path, size, XXH3 of its first and last MiB),
- *   input (path, size, XXH3 of all of it) and the options that change records. Started again,
+ *   input (path, size, XXH3 of all of it) and the options that change records (paths are
+ *   recorded, not compared: files are the same when size and hash are). Started again,
  *   the job keeps the complete records (a line ending in a newline that parses as an object with
  *   "line"), truncates a torn tail and goes on after the last record kept; an output without a
  *   matching OUT.meta is refused, never extended.
@@ -325,14 +326,22 @@ static void write_meta(const char *out, const json_t *f)
     free(path);
 }
 
-/* Which top-level member of the fingerprint differs, for the refusal. */
+/* Which member of the fingerprint differs, for the refusal. Files are compared by size and
+ * hash, not path: the same job resumed from another directory or with a moved model goes on. */
 static const char *meta_diff(const json_t *want, const json_t *got)
 {
-    static const char *keys[] = {"format", "command", "model", "input", "options", "shard"};
+    static const char *keys[] = {"format", "command", "options", "shard"};
+    static const char *files[][2] = {{"model", "xxh3_ends"}, {"input", "xxh3"}};
     if (!json_is_object(got)) return "its OUT.meta is not a fingerprint";
     for (size_t k = 0; k < CLI_LEN(keys); k++)
         if (!json_equal(json_object_get(want, keys[k]), json_object_get(got, keys[k])))
             return keys[k];
+    for (size_t k = 0; k < CLI_LEN(files); k++) {
+        const json_t *w = json_object_get(want, files[k][0]), *g = json_object_get(got, files[k][0]);
+        if (!json_equal(json_object_get(w, "bytes"), json_object_get(g, "bytes")) ||
+            !json_equal(json_object_get(w, files[k][1]), json_object_get(g, files[k][1])))
+            return files[k][0];
+    }
     return NULL;
 }
 
