@@ -141,21 +141,21 @@ ratio() { # ratio A B: the median of the per-round A/B
     for i in $(seq 1 "$rounds"); do
         a=$(col "$1" | sed -n "${i}p"); b=$(col "$2" | sed -n "${i}p")
         [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.3f\n", a / b }'
-    done | median
+    done | median | awk '{ print $1 == "-" ? "-" : $1 "x" }'
 }
 fmt() { awk -v v="$1" 'BEGIN { if (v == "-" || v == "") print "-"; else printf "%.1f", v }'; }
 peak_mem=$(for i in $(seq 1 "$rounds"); do peak_kib "$out/scoremem.$i.err"; done | sort -n | tail -n1)
 ll_peak=$(for i in $(seq 1 "$rounds"); do [ -f "$out/llmem.$i.status" ] && cut -d' ' -f2 "$out/llmem.$i.status"; done | sort -n | tail -n1)
-ll_runs=$(for i in $(seq 1 "$rounds"); do [ -f "$out/llmem.$i.status" ] && cut -d' ' -f1 "$out/llmem.$i.status"; done | sort | uniq -c | awk '{ printf "%s%d %s", NR > 1 ? ", " : "", $1, $2 }')
+ll_runs=$(for i in $(seq 1 "$rounds"); do [ -f "$out/llmem.$i.status" ] && cut -d' ' -f1 "$out/llmem.$i.status"; done | sort | uniq -c | awk '{ printf "%s%d %s", (NR > 1 ? ", " : ""), $1, $2 }')
 
 echo
 echo "| run | tok/s (median) | ratio (median of rounds) | target |"
 echo "|---|---|---|---|"
 echo "| single 1,024-token prompt, resident | $(fmt "$(col single | median)") | | |"
-echo "| estream score, resident | $(fmt "$(col score | median)") | $(ratio score single)x single | >= 0.9x |"
-echo "| llama-perplexity -c 128 -b 2048, resident | $(fmt "$(col llama | median)") | score / llama $(ratio score llama)x | >= 3x |"
-echo "| estream score --mem $budget (pack) | $(fmt "$(col scoremem | median)") | $(ratio scoremem score)x resident score | >= 0.85x |"
-echo "| llama-perplexity --no-repack in a $budget cgroup | $(fmt "$(col llmem | median)") | score-mem / llama-mem $(ratio scoremem llmem)x | >= 5x |"
+echo "| estream score, resident | $(fmt "$(col score | median)") | $(ratio score single) single | >= 0.9x |"
+echo "| llama-perplexity -c 128 -b 2048, resident | $(fmt "$(col llama | median)") | score / llama $(ratio score llama) | >= 3x |"
+echo "| estream score --mem $budget (pack) | $(fmt "$(col scoremem | median)") | $(ratio scoremem score) resident score | >= 0.85x |"
+echo "| llama-perplexity --no-repack in a $budget cgroup | $(fmt "$(col llmem | median)") | score-mem / llama-mem $(ratio scoremem llmem) | >= 5x |"
 echo
 echo "estream score --mem $budget peak RSS: $(awk -v k="${peak_mem:-0}" 'BEGIN { printf "%.0f MiB", k / 1024 }')" \
      "(budget $((budget_bytes >> 20)) MiB); llama.cpp in the cgroup: peak $(awk -v b="${ll_peak:-0}" 'BEGIN { printf "%.0f MiB", b / 1048576 }')" \
