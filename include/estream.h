@@ -68,9 +68,11 @@ int es_model_n_ctx(const es_model *m);
  * only cap ids are written and ES_E_INVAL is returned with *n_out set to the number needed. */
 es_status es_tokenize(const es_model *m, const char *text, size_t len, int add_special,
                       int parse_special, int32_t *ids, size_t cap, size_t *n_out);
-/* Whether the tokenizer adds a BOS token at the start of a sequence. */
+/* Whether the tokenizer adds a BOS token at the start of a sequence; the BOS and EOS tokens
+ * (-1 when the model has none). */
 int es_model_add_bos(const es_model *m);
 int32_t es_model_bos(const es_model *m);
+int32_t es_model_eos(const es_model *m);
 /* The text of one token, as detokenization produces it; *len_out its length. NULL if id is out of
  * range. Valid until es_model_close(). */
 const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);

@@ -563,6 +563,16 @@ static void test_batch_independence(void **state)
              model, in, o);
     assert_int_equal(run_cmd(args, NULL, 0, NULL, 0), 0);
     assert_true(files_equal(ref, o));
+    /* a pipe given as a path (-f <(cmd), a FIFO) reads like stdin */
+    char fifo[600];
+    snprintf(fifo, sizeof(fifo), "%s/in.fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    unlink(o);
+    snprintf(args, sizeof(args), "cat %s > %s & %s score -m %s -f %s --top 3 -o %s; wait", in,
+             fifo, t_bin(), model, fifo, o);
+    assert_int_equal(run_cmd(args, NULL, 0, NULL, 0), 0);
+    assert_true(files_equal(ref, o));
+    unlink(fifo);
     /* embed too */
     snprintf(args, sizeof(args), "embed -m %s -f %s -o %s --on-error skip", model, in, ref);
     unlink(ref);

@@ -7,7 +7,7 @@
  *   lm-evaluation-harness does (_encode_pair: trailing whitespace of the context moves to the
  *   continuation; whole = tok(context + continuation), context = tok(context), the continuation
  *   is whole past len(context); BOS first when the model adds one; an empty context is the
- *   prefix token: BOS); multiple choices are one pair each; labels of one token each are one
+ *   prefix token: BOS, or EOS without one); multiple choices are one pair each; labels of one token each are one
  *   sequence with es_seq.labels on its last position, longer labels one pair each.
  * - Sums are in double over the float32 log-probs; the argmax rules take the first maximum, so
  *   ties go to the lowest index. Nothing timed goes into a record: two runs compare bytewise.
@@ -40,9 +40,9 @@ static const char help[] =
     "      best [id, logprob] pairs, best first; the first null)\n"
     "  {\"context\": C, \"continuation\": X}  log P(X | C) with lm-evaluation-harness's\n"
     "      tokenization: trailing whitespace of C moves to the front of X, the sequence is BOS +\n"
-    "      tok(C + X) and the continuation its tokens past len(tok(C)); an empty C has BOS as\n"
-    "      its prefix. Output \"logprob\" (the continuation's sum), \"greedy\" (every continuation\n"
-    "      token is the top token), \"n_tokens\"\n"
+    "      tok(C + X) and the continuation its tokens past len(tok(C)); an empty C has BOS (EOS\n"
+    "      without one) as its prefix. Output \"logprob\" (the continuation's sum), \"greedy\"\n"
+    "      (every continuation token is the top token), \"n_tokens\"\n"
     "  {\"context\": C, \"choices\": [X1, ..], \"gold\": G (optional index)}  each choice scored as\n"
     "      a continuation. Output \"logprobs\" (per choice), \"n_tokens\", \"n_bytes\" (UTF-8\n"
     "      bytes of the choice), \"chosen\" (argmax of the sum: lm-eval's acc),\n"
@@ -143,12 +143,14 @@ static bool pair_seq(cli_job *j, cli_rec *r, const char *ctx, size_t clen, const
         return false;
     }
     free(ct); /* only its length counts, as in the harness */
-    const int32_t bos = es_model_bos(j->m);
-    /* the prefix: BOS when the model adds one; an empty context is the harness's prefix token */
-    const bool add_bos = (es_model_add_bos(j->m) || nc == 0) && bos >= 0;
-    if (nc == 0 && bos < 0) {
+    const int32_t bos = es_model_bos(j->m), eos = es_model_eos(j->m);
+    /* the prefix: BOS when the model adds one; an empty context gets the harness's prefix token
+     * (BOS, or EOS for a model without one) */
+    const int32_t prefix = nc == 0 ? (bos >= 0 ? bos : eos) : bos;
+    const bool add_bos = (es_model_add_bos(j->m) || nc == 0) && prefix >= 0;
+    if (nc == 0 && prefix < 0) {
         free(w);
-        cli_rec_fail(r, "%s: the context is empty and the model has no BOS token", what);
+        cli_rec_fail(r, "%s: the context is empty and the model has neither BOS nor EOS", what);
         return false;
     }
     if (nw <= nc) {
@@ -158,7 +160,7 @@ static bool pair_seq(cli_job *j, cli_rec *r, const char *ctx, size_t clen, const
     }
     int32_t *ids = malloc((nw + 1) * sizeof(int32_t));
     if (!ids) cli_die("out of memory");
-    if (add_bos) ids[0] = bos;
+    if (add_bos) ids[0] = prefix;
     memcpy(ids + add_bos, w, nw * sizeof(int32_t));
     free(w);
     q->ids = ids;

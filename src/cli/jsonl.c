@@ -9,8 +9,8 @@
  *   size the job (longest record, total tokens for the progress line) and, unless bad records
  *   are skipped, to stop on the first bad one before anything runs; the second parses again per
  *   batch and runs. Parsing is deterministic, so both passes see the same sequences.
- * - Batches: records in input order, together at most batch_tokens tokens and ES_MAX_BATCH_SEQS
- *   sequences; a record is never split, and one longer than the budget runs alone (the session's
+ * - Batches: records in input order, together at most batch_tokens tokens and max_seqs
+ *   sequences (seqs_for); a record is never split, and one longer than the budget runs alone (the session's
  *   max_tokens is the larger of the budget and the longest record). es_session_run's outputs do
  *   not depend on what else is in the batch, so neither does the output file.
  * - Output: one line per record ({"line": N, "id": ..., fields}) written with jansson (compact,
@@ -167,20 +167,33 @@ typedef struct input {
     size_t *start, *end; /* [n_lines]: each line's bytes, newline (and a CR before it) excluded */
 } input;
 
+/* Reads f to its end (a pipe, a FIFO, stdin) into a NUL-terminated buffer. */
+static char *read_stream(FILE *f, const char *name, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0, r;
+    char *b = malloc(cap + 1);
+    if (!b) cli_die("out of memory");
+    while ((r = fread(b + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap && !(b = realloc(b, (cap *= 2) + 1))) cli_die("out of memory");
+    }
+    if (ferror(f)) cli_die("cannot read %s: %s", name, strerror(errno));
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
 static void read_input(const char *path, input *in)
 {
+    struct stat sb;
     if (!strcmp(path, "-")) {
-        size_t cap = 1 << 16, n = 0, r;
-        char *b = malloc(cap + 1);
-        if (!b) cli_die("out of memory");
-        while ((r = fread(b + n, 1, cap - n, stdin)) > 0) {
-            n += r;
-            if (n == cap && !(b = realloc(b, (cap *= 2) + 1))) cli_die("out of memory");
-        }
-        if (ferror(stdin)) cli_die("cannot read stdin: %s", strerror(errno));
-        b[n] = 0;
-        in->buf = b;
-        in->len = n;
+        in->buf = read_stream(stdin, "stdin", &in->len);
+    } else if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) {
+        /* a pipe or FIFO (-f <(cmd)): read like stdin */
+        FILE *f = fopen(path, "rb");
+        if (!f) cli_die("cannot open %s: %s", path, strerror(errno));
+        in->buf = read_stream(f, path, &in->len);
+        fclose(f);
     } else {
         in->buf = cli_read_file(path, (size_t)1 << 40, &in->len);
     }
@@ -466,12 +479,23 @@ bool cli_job_flag(cli_args *a, const char *s, cli_job *j)
     return true;
 }
 
-/* Creates the session: the given budget, or under --mem the largest of 4096..512 that fits. */
-static es_session *make_session(cli_job *j, int64_t longest, int *budget, progress *pg)
+/* Sequences per batch for a budget of batch_tokens: one per 32 tokens, at least 64 (the
+ * library's default) and at least the largest record's. Each costs the attention a block of
+ * values per head (n_kv x d_v x 128 floats: 1 MiB on OLMoE-1B-7B), so not ES_MAX_BATCH_SEQS. */
+static int seqs_for(int batch_tokens, int most_seqs)
+{
+    int n = batch_tokens / 32 > 64 ? batch_tokens / 32 : 64;
+    n = n > ES_MAX_BATCH_SEQS ? ES_MAX_BATCH_SEQS : n;
+    return most_seqs > n ? most_seqs : n;
+}
+
+/* Creates the session: the given budget, or under --mem the largest of 4096..512 that fits;
+ * *max_seqs the sequences a batch may hold. */
+static es_session *make_session(cli_job *j, int64_t longest, int most_seqs, int *budget,
+                                int *max_seqs, progress *pg)
 {
     es_session_params sp = es_session_default_params();
     sp.n_threads = j->n_threads ? j->n_threads : cli_default_threads();
-    sp.max_seqs = ES_MAX_BATCH_SEQS;
     sp.progress_cb = on_batch_progress; /* a signal stops the job after the batch, so no abort_cb */
     sp.cb_user = pg;
     cli_stream_apply(j->cmd, &j->so, j->model_path, &sp);
@@ -484,6 +508,7 @@ static es_session *make_session(cli_job *j, int64_t longest, int *budget, progre
     for (size_t k = 0; k < (search ? CLI_LEN(tries) : 1); k++) {
         *budget = j->batch_tokens ? j->batch_tokens : search ? tries[k] : 2048;
         sp.max_tokens = (int)(longest > *budget ? longest : *budget);
+        sp.max_seqs = *max_seqs = seqs_for(*budget, most_seqs);
         st = es_session_create(j->m, &sp, &s);
         if (st != ES_E_BUDGET) break;
     }
@@ -522,6 +547,7 @@ int cli_job_run(cli_job *j)
 
     /* pass 1: size the job; stop on the first bad record unless they are skipped */
     int64_t longest = 1, total = 0, tokens_total = 0;
+    int most_seqs = 1; /* the most sequences one record needs */
     for (size_t i = 0; i < in.n_lines; i++) {
         if ((int64_t)i + 1 <= after || !selected(j, &in, i) || blank(&in, i)) continue;
         cli_rec r;
@@ -530,6 +556,7 @@ int cli_job_run(cli_job *j)
             cli_die("%s:%lld: %s", j->in_path, (long long)r.line, r.error);
         if (!r.error) {
             longest = r.n_tokens > longest ? r.n_tokens : longest;
+            most_seqs = r.n_seqs > most_seqs ? r.n_seqs : most_seqs;
             tokens_total += r.n_tokens;
         }
         total++;
@@ -538,8 +565,9 @@ int cli_job_run(cli_job *j)
 
     progress pg = {.on = isatty(2), .t0 = cli_now_ns(), .total = total,
                    .tokens_total = tokens_total};
-    int budget = 0;
-    es_session *ses = total > 0 ? make_session(j, longest, &budget, &pg) : NULL;
+    int budget = 0, max_seqs = 0;
+    es_session *ses = total > 0 ? make_session(j, longest, most_seqs, &budget, &max_seqs, &pg)
+                                : NULL;
 
     FILE *out = stdout;
     if (j->out_path && !j->no_resume) {
@@ -571,7 +599,7 @@ int cli_job_run(cli_job *j)
             cli_rec r;
             parse_line(j, &in, i, &r);
             if (!r.error && nb > 0 &&
-                (tok + r.n_tokens > budget || ns + (size_t)r.n_seqs > ES_MAX_BATCH_SEQS)) {
+                (tok + r.n_tokens > budget || ns + (size_t)r.n_seqs > (size_t)max_seqs)) {
                 free_rec(j, &r);
                 break; /* line i starts the next batch */
             }

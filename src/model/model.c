@@ -657,6 +657,7 @@ int es_model_n_vocab(const es_model *m) { return m->hp.n_vocab; }
 int es_model_n_ctx(const es_model *m) { return m->hp.n_ctx; }
 int es_model_add_bos(const es_model *m) { return es_tok_add_bos(m->tok); }
 int32_t es_model_bos(const es_model *m) { return es_tok_bos(m->tok); }
+int32_t es_model_eos(const es_model *m) { return es_tok_eos(m->tok); }
 
 const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out)
 {
