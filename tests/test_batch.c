@@ -591,6 +591,70 @@ static void test_head_arithmetic(void **st)
     assert_float_equal(out[1], 2.0 / 3.0, 1e-7);
 }
 
+/* Per-token log-probs against the log-softmax of llama.cpp's logits for the same file and ids
+ * (tests/data: tiny-ids.txt, all positions, llama.cpp 3f545bec, F32 KV, no repacking): within
+ * what the logits meet (test_forward: every logit within 1e-4 for F32, 0.02 for F16; a log-prob
+ * moves by its logit's error and the log-sum-exp's, so twice that). Fast path, one batch that
+ * also holds other sequences. */
+static void test_logprobs_vs_llama(void **st)
+{
+    (void)st;
+    const char *stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16", "tiny-deepseek-f16",
+                           "tiny-deepseek2-f16", "tiny-lfm2moe-f16"};
+    size_t n = 0;
+    char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
+    assert_non_null(ids_text);
+    int32_t ids[512];
+    size_t n_ids = 0;
+    for (char *p = ids_text, *e; n_ids < T_LEN(ids); p = e) {
+        const long v = strtol(p, &e, 10);
+        if (e == p) break;
+        ids[n_ids++] = (int32_t)v;
+    }
+    free(ids_text);
+    assert_true(n_ids >= 32);
+    for (size_t k = 0; k < T_LEN(stems); k++) {
+        char path[256], golden[256];
+        snprintf(path, sizeof(path), "tests/data/%s.gguf", stems[k]);
+        snprintf(golden, sizeof(golden), "tests/data/%s.llama-logits.bin", stems[k]);
+        es_model *m = NULL;
+        assert_int_equal(es_model_open(path, 0, &m), ES_OK);
+        const int nv = es_model_n_vocab(m), d = es_model_n_embd(m);
+        size_t len = 0;
+        float *L = (float *)t_read_file(golden, &len);
+        assert_non_null(L);
+        assert_int_equal(len, n_ids * (size_t)nv * sizeof(float));
+        float lp[512];
+        int32_t rank[512];
+        tseq other;
+        tseq_alloc(&other, 77, nv, d);
+        es_seq q[2] = {to_seq(&other), {.ids = ids, .n_ids = n_ids, .token_logprob = lp,
+                                         .token_rank = rank}};
+        es_session *s = session(m, 2, 0);
+        assert_int_equal(es_session_run(s, q, 2), ES_OK);
+        const double tol = k == 0 ? 2e-4 : 0.04;
+        double worst = 0;
+        for (size_t r = 1; r < n_ids; r++) {
+            const float *row = L + (r - 1) * (size_t)nv;
+            double mx = row[0], sum = 0;
+            for (int j = 1; j < nv; j++) mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j < nv; j++) sum += exp((double)row[j] - mx);
+            const double want = (double)row[ids[r]] - mx - log(sum);
+            const double diff = fabs((double)lp[r] - want);
+            worst = diff > worst ? diff : worst;
+            if (diff > tol)
+                fail_msg("%s: log-prob of position %zu: estream %.6f, llama.cpp %.6f", stems[k], r,
+                         (double)lp[r], want);
+        }
+        print_message("%s: per-token log-probs vs llama.cpp's: max |diff| %.2g over %zu tokens\n",
+                      stems[k], worst, n_ids - 1);
+        es_session_destroy(s);
+        tseq_free(&other);
+        free(L);
+        es_model_close(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -604,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_invariance_lfm2moe),
         cmocka_unit_test(test_sixty_four),
         cmocka_unit_test(test_outputs_from_logits),
+        cmocka_unit_test(test_logprobs_vs_llama),
         cmocka_unit_test(test_fast_matches_reference),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_abort_and_progress),
