@@ -82,8 +82,12 @@ ll_rate() { # tokens/s of llama-perplexity's log $1 (or ""): its chunks' tokens 
     # "calculating perplexity" to "Final estimate", from the log lines' M.SS.mmm.uuu stamps
     awk -v tokens="$((records * 128))" '
         function t(s,   f) { split(s, f, "."); return f[1] * 60 + f[2] + f[3] / 1e3 + f[4] / 1e6 }
-        /calculating perplexity over/ { t0 = t($1) }
-        /Final estimate/ { t1 = t($1) }
+        function stamp(pat,   s) { # the stamp before pat on this line (stdout and stderr may share it)
+            if (!match($0, "[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+ I " pat)) return ""
+            s = substr($0, RSTART, RLENGTH); sub(/ .*/, "", s); return t(s)
+        }
+        /calculating perplexity over/ { t0 = stamp("perplexity: calculating") }
+        /Final estimate/ { t1 = stamp("Final estimate") }
         END { if (t0 != "" && t1 > t0) printf "%.2f\n", tokens / (t1 - t0) }' "$1"
 }
 es_rate() { # tokens/s of estream score's --json summary in $1
