@@ -51,6 +51,21 @@ static uint64_t rnd(void)
     return rng;
 }
 
+/* Fresh (zeroed) output arrays for t's request. */
+static void outputs_alloc(tseq *t, int nv, int d)
+{
+    const size_t n = t->n, rows = t->pooling == ES_POOLING_NONE ? n : 1;
+    t->lp = calloc(n, sizeof(float));
+    t->rank = calloc(n, sizeof(int32_t));
+    t->top_ids = calloc(n * TOP, sizeof(int32_t));
+    t->top_lp = calloc(n * TOP, sizeof(float));
+    t->next_ids = calloc(TOP, sizeof(int32_t));
+    t->next_lp = calloc(TOP, sizeof(float));
+    t->lab_lp = calloc(NLAB, sizeof(float));
+    t->emb = calloc(rows * (size_t)d, sizeof(float));
+    t->logits = calloc((size_t)nv, sizeof(float));
+}
+
 static void tseq_alloc(tseq *t, size_t n, int nv, int d)
 {
     memset(t, 0, sizeof(*t));
@@ -62,16 +77,7 @@ static void tseq_alloc(tseq *t, size_t n, int nv, int d)
     t->normalize = (int)(rnd() % 2);
     t->renormalize = (int)(rnd() % 2);
     for (int j = 0; j < NLAB; j++) t->labels[j] = (int32_t)(rnd() % (uint64_t)nv);
-    const size_t rows = t->pooling == ES_POOLING_NONE ? n : 1;
-    t->lp = calloc(n, sizeof(float));
-    t->rank = calloc(n, sizeof(int32_t));
-    t->top_ids = calloc(n * TOP, sizeof(int32_t));
-    t->top_lp = calloc(n * TOP, sizeof(float));
-    t->next_ids = calloc(TOP, sizeof(int32_t));
-    t->next_lp = calloc(TOP, sizeof(float));
-    t->lab_lp = calloc(NLAB, sizeof(float));
-    t->emb = calloc(rows * (size_t)d, sizeof(float));
-    t->logits = calloc((size_t)nv, sizeof(float));
+    outputs_alloc(t, nv, d);
 }
 
 static void tseq_free(tseq *t)
@@ -84,18 +90,9 @@ static void tseq_free(tseq *t)
 static void tseq_clone(tseq *dst, const tseq *t, int nv, int d)
 {
     *dst = *t;
-    const size_t n = t->n, rows = t->pooling == ES_POOLING_NONE ? n : 1;
-    dst->ids = malloc(sizeof(int32_t) * n);
-    memcpy(dst->ids, t->ids, sizeof(int32_t) * n);
-    dst->lp = calloc(n, sizeof(float));
-    dst->rank = calloc(n, sizeof(int32_t));
-    dst->top_ids = calloc(n * TOP, sizeof(int32_t));
-    dst->top_lp = calloc(n * TOP, sizeof(float));
-    dst->next_ids = calloc(TOP, sizeof(int32_t));
-    dst->next_lp = calloc(TOP, sizeof(float));
-    dst->lab_lp = calloc(NLAB, sizeof(float));
-    dst->emb = calloc(rows * (size_t)d, sizeof(float));
-    dst->logits = calloc((size_t)nv, sizeof(float));
+    dst->ids = malloc(sizeof(int32_t) * t->n);
+    memcpy(dst->ids, t->ids, sizeof(int32_t) * t->n);
+    outputs_alloc(dst, nv, d);
 }
 
 static es_seq to_seq(tseq *t)
@@ -655,6 +652,46 @@ static void test_logprobs_vs_llama(void **st)
     }
 }
 
+/* The head in several chunks: with Qwen3's 151,936-token vocabulary a chunk holds 55 rows, so
+ * 130 scored rows take three (the last partial). Each position's log-prob and top-1 against the
+ * log-softmax of the same session's whole logits matrix (es_session_prefill, one product). */
+static void test_head_chunks(void **st)
+{
+    (void)st;
+    const char *path = t_tmp_path("vocab.gguf");
+    es_synth_opts so = {.preset = "tiny-qwen3moe-vocab", .type = "q4_0", .seed = 3};
+    assert_int_equal(es_synth(&so, path), ES_OK);
+    es_model *m = NULL;
+    assert_int_equal(es_model_open(path, 0, &m), ES_OK);
+    const int nv = es_model_n_vocab(m);
+    enum { N = 131 };
+    int32_t ids[N], top[N];
+    float lp[N], top_lp[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)(rnd() % (uint64_t)nv);
+    es_session *s = session(m, 2, 0);
+    es_seq q = {.ids = ids, .n_ids = N, .token_logprob = lp, .top_n = 1, .top_ids = top,
+                .top_logprobs = top_lp};
+    assert_int_equal(es_session_run(s, &q, 1), ES_OK);
+    float *L = malloc(sizeof(float) * (size_t)N * (size_t)nv);
+    assert_int_equal(es_session_prefill(s, ids, N, 1, L), ES_OK);
+    for (int r = 1; r < N; r++) {
+        const float *row = L + (size_t)(r - 1) * (size_t)nv;
+        double mx = row[0], sum = 0;
+        int best = 0;
+        for (int j = 1; j < nv; j++)
+            if (row[j] > mx) mx = row[best = j];
+        for (int j = 0; j < nv; j++) sum += exp((double)row[j] - mx);
+        if (fabs((double)lp[r] - ((double)row[ids[r]] - mx - log(sum))) > 1e-5 ||
+            top[r] != best)
+            fail_msg("position %d of %d: log-prob %g, top %d; from the matrix %g, %d", r, N,
+                     (double)lp[r], top[r], (double)row[ids[r]] - mx - log(sum), best);
+    }
+    free(L);
+    es_session_destroy(s);
+    es_model_close(m);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -669,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_sixty_four),
         cmocka_unit_test(test_outputs_from_logits),
         cmocka_unit_test(test_logprobs_vs_llama),
+        cmocka_unit_test(test_head_chunks),
         cmocka_unit_test(test_fast_matches_reference),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_abort_and_progress),
