@@ -223,6 +223,24 @@ static inline int t_run(const char *cmd, char *out, size_t cap)
     return st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
 }
 
+/* Runs the shell command line cmd capturing stdout into out (may be NULL) and stderr into err
+ * (may be NULL). Returns the exit code (128 + the signal for a command killed by one). */
+static inline int t_run_cmd(const char *cmd, char *out, size_t cap, char *err, size_t ecap)
+{
+    char full[16384];
+    const char *errf = t_tmp_path("stderr.txt");
+    snprintf(full, sizeof(full), "{ %s; } 2>%s", cmd, errf);
+    int rc = t_run(full, out, cap);
+    if (err) {
+        size_t len = 0;
+        char *e = t_read_file(errf, &len);
+        snprintf(err, ecap, "%s", e ? e : "");
+        free(e);
+    }
+    unlink(errf);
+    return rc;
+}
+
 /* Whitespace-separated integer ids from a file (tests/data/tiny-ids.txt); malloc'd. */
 static inline int32_t *t_read_ids(const char *path, size_t *n)
 {

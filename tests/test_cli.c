@@ -19,37 +19,19 @@
 
 #define DATA "tests/data/"
 
-/* Runs the shell command line cmd capturing stdout (and stderr into err when given). Returns the
- * exit code (128 + the signal for a command killed by one). */
-static int run_cmd(const char *cmd, char *out, size_t cap, char *err, size_t ecap)
-{
-    char full[8192];
-    const char *errf = t_tmp_path("stderr.txt");
-    snprintf(full, sizeof(full), "{ %s; } 2>%s", cmd, errf);
-    int rc = t_run(full, out, cap);
-    if (err) {
-        size_t len = 0;
-        char *e = t_read_file(errf, &len);
-        snprintf(err, ecap, "%s", e ? e : "");
-        free(e);
-    }
-    unlink(errf);
-    return rc;
-}
-
 /* Runs "estream ARGS" capturing stdout (and stderr into err when given). Returns the exit code. */
 static int run(const char *args, char *out, size_t cap, char *err, size_t ecap)
 {
     char cmd[4096];
     snprintf(cmd, sizeof(cmd), "%s %s", t_bin(), args);
-    return run_cmd(cmd, out, cap, err, ecap);
+    return t_run_cmd(cmd, out, cap, err, ecap);
 }
 
 /* An error is one line on stderr starting with "estream: ", and a non-zero exit. */
 static void expect_error_cmd(const char *cmd, const char *needle)
 {
     char out[4096], err[4096];
-    int rc = run_cmd(cmd, out, sizeof(out), err, sizeof(err));
+    int rc = t_run_cmd(cmd, out, sizeof(out), err, sizeof(err));
     if (rc == 0 || rc >= 128) fail_msg("'%s': exit %d, want a clean non-zero exit", cmd, rc);
     if (strncmp(err, "estream: ", 9) != 0) fail_msg("'%s': stderr '%s'", cmd, err);
     const char *nl = strchr(err, '\n');
@@ -219,13 +201,13 @@ static void test_system(void **state)
         if (!es_kernels_available(names[i])) continue;
         snprintf(cmd, sizeof(cmd), "ESTREAM_ISA=%s %s bench -m " DATA "tiny-f32.gguf -p 8 -r 1 --json",
                  names[i], t_bin());
-        assert_int_equal(run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
+        assert_int_equal(t_run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
         snprintf(want, sizeof(want), "\"kernels\": \"%s\"", names[i]);
         assert_non_null(strstr(out, want));
         assert_non_null(strstr(out, "\"cpu_features\": \""));
         snprintf(cmd, sizeof(cmd), "ESTREAM_ISA=%s %s bench -m " DATA "tiny-f32.gguf -p 8 -r 1",
                  names[i], t_bin());
-        assert_int_equal(run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
+        assert_int_equal(t_run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
         snprintf(want, sizeof(want), "  %s\n", names[i]); /* the row's last column */
         assert_non_null(strstr(out, want));
         assert_non_null(strstr(out, "features:"));
@@ -619,13 +601,13 @@ static void test_output_fifo_and_stdout(void **state)
     snprintf(got, sizeof(got), "%s/got.bin", dir);
     assert_int_equal(mkfifo(fifo, 0600), 0);
     snprintf(cmd, sizeof(cmd), "%s synth --preset tiny --type q4_0 -o %s", t_bin(), ref);
-    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    assert_int_equal(t_run_cmd(cmd, NULL, 0, NULL, 0), 0);
     char *before = t_dir_snapshot(dir, "got.bin");
 
     /* synth into a FIFO with a reader */
     snprintf(cmd, sizeof(cmd), "timeout 60 cat %s > %s & timeout 60 %s synth --preset tiny "
              "--type q4_0 -o %s; rc=$?; wait; exit $rc", fifo, got, t_bin(), fifo);
-    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    assert_int_equal(t_run_cmd(cmd, NULL, 0, NULL, 0), 0);
     assert_true(files_equal(got, ref));
     T_DIR_UNCHANGED(dir, "got.bin", before);
     struct stat sb;
@@ -638,7 +620,7 @@ static void test_output_fifo_and_stdout(void **state)
         unlink(got);
         snprintf(cmd, sizeof(cmd), "timeout 60 %s synth --preset tiny --type q4_0 -o %s | cat > %s",
                  t_bin(), outs[i], got);
-        assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+        assert_int_equal(t_run_cmd(cmd, NULL, 0, NULL, 0), 0);
         assert_true(files_equal(got, ref));
     }
     assert_int_equal(run("synth --preset tiny -o /dev/null", NULL, 0, NULL, 0), 0);
@@ -650,15 +632,15 @@ static void test_output_fifo_and_stdout(void **state)
     snprintf(dump, sizeof(dump), "%s/logits.bin", dir);
     snprintf(cmd, sizeof(cmd), "%s prefill -m %s -p 'hello there' --dump-logits %s", t_bin(),
              ref, dump);
-    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    assert_int_equal(t_run_cmd(cmd, NULL, 0, NULL, 0), 0);
     snprintf(cmd, sizeof(cmd), "timeout 60 cat %s > %s & timeout 60 %s prefill -m %s "
              "-p 'hello there' --dump-logits %s; rc=$?; wait; exit $rc", fifo, got, t_bin(), ref,
              fifo);
-    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    assert_int_equal(t_run_cmd(cmd, NULL, 0, NULL, 0), 0);
     assert_true(files_equal(got, dump));
     snprintf(cmd, sizeof(cmd), "timeout 60 %s prefill -m %s -p 'hello there' --json "
              "--dump-logits /dev/stdout | cat > %s", t_bin(), ref, got);
-    assert_int_equal(run_cmd(cmd, NULL, 0, NULL, 0), 0);
+    assert_int_equal(t_run_cmd(cmd, NULL, 0, NULL, 0), 0);
     size_t nd = 0, ng = 0;
     char *d = t_read_file(dump, &nd), *g = t_read_file(got, &ng);
     assert_true(ng > nd);

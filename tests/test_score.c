@@ -22,30 +22,12 @@
 
 #define DATA "tests/data/"
 
-/* Runs the shell command cmd; stdout into out (may be NULL), stderr into err (may be NULL).
- * Returns the exit code (128 + signal when killed). */
-static int run_cmd(const char *cmd, char *out, size_t cap, char *err, size_t ecap)
-{
-    char full[16384];
-    const char *errf = t_tmp_path("stderr.txt");
-    snprintf(full, sizeof(full), "{ %s; } 2>%s", cmd, errf);
-    int rc = t_run(full, out, cap);
-    if (err) {
-        size_t len = 0;
-        char *e = t_read_file(errf, &len);
-        snprintf(err, ecap, "%s", e ? e : "");
-        free(e);
-    }
-    unlink(errf);
-    return rc;
-}
-
 /* Runs "estream ARGS" (stdout to /dev/null unless out); fails unless it exits with want. */
 static void est(int want, const char *args, char *err, size_t ecap)
 {
     char cmd[8192], e[8192];
     snprintf(cmd, sizeof(cmd), "%s %s >/dev/null", t_bin(), args);
-    int rc = run_cmd(cmd, NULL, 0, e, sizeof(e));
+    int rc = t_run_cmd(cmd, NULL, 0, e, sizeof(e));
     if (rc != want) fail_msg("'%s': exit %d, want %d; stderr: %s", cmd, rc, want, e);
     if (err) snprintf(err, ecap, "%s", e);
 }
@@ -407,7 +389,7 @@ static void test_mc_vs_llama(void **state)
         snprintf(args, sizeof(args), "%s score -m " DATA "%s.gguf -f %s -o %s --json", t_bin(),
                  models[mi], in, out);
         unlink(out);
-        int rc = run_cmd(args, sumtxt, sizeof(sumtxt), NULL, 0);
+        int rc = t_run_cmd(args, sumtxt, sizeof(sumtxt), NULL, 0);
         assert_int_equal(rc, 0);
         json_t *recs = load_jsonl(out);
         assert_int_equal(json_array_size(recs), 5 * N);
@@ -561,7 +543,7 @@ static void test_batch_independence(void **state)
     /* stdout (no -o) is the same bytes */
     snprintf(args, sizeof(args), "%s score -m %s -f - --top 3 --batch-tokens 100 < %s > %s", t_bin(),
              model, in, o);
-    assert_int_equal(run_cmd(args, NULL, 0, NULL, 0), 0);
+    assert_int_equal(t_run_cmd(args, NULL, 0, NULL, 0), 0);
     assert_true(files_equal(ref, o));
     /* a pipe given as a path (-f <(cmd), a FIFO) reads like stdin */
     char fifo[600];
@@ -570,7 +552,7 @@ static void test_batch_independence(void **state)
     unlink(o);
     snprintf(args, sizeof(args), "cat %s > %s & %s score -m %s -f %s --top 3 -o %s; wait", in,
              fifo, t_bin(), model, fifo, o);
-    assert_int_equal(run_cmd(args, NULL, 0, NULL, 0), 0);
+    assert_int_equal(t_run_cmd(args, NULL, 0, NULL, 0), 0);
     assert_true(files_equal(ref, o));
     unlink(fifo);
     /* embed too */
@@ -678,7 +660,7 @@ static void test_resume(void **state)
         fwrite(full, 1, cut, f);
         fputs(tails[t], f);
         fclose(f);
-        assert_int_equal(run_cmd(jargs, sumtxt, sizeof(sumtxt), NULL, 0), 0);
+        assert_int_equal(t_run_cmd(jargs, sumtxt, sizeof(sumtxt), NULL, 0), 0);
         json_t *sum = json_loads(sumtxt, 0, NULL);
         assert_int_equal(json_integer_value(json_object_get(sum, "resumed")), n_ref - 1);
         assert_int_equal(json_integer_value(json_object_get(sum, "records")), n_ref);
@@ -996,19 +978,19 @@ static void test_help(void **state)
     char out[65536];
     char cmd[1024];
     snprintf(cmd, sizeof(cmd), "%s --help", t_bin());
-    assert_int_equal(run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
     assert_non_null(strstr(out, "  score "));
     assert_non_null(strstr(out, "  embed "));
     const char *score_words[] = {"\"continuation\"", "\"choices\"", "\"labels\"", "--top",
                                  "--batch-tokens", "--on-error", "--shard-range", "OUT.meta",
                                  "--mem", "chosen_norm_bytes"};
     snprintf(cmd, sizeof(cmd), "%s score --help", t_bin());
-    assert_int_equal(run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
     for (size_t i = 0; i < T_LEN(score_words); i++)
         if (!strstr(out, score_words[i])) fail_msg("score --help lacks %s", score_words[i]);
     const char *embed_words[] = {"--pooling", "--no-normalize", ".npy", "--shard", "no resume"};
     snprintf(cmd, sizeof(cmd), "%s embed --help", t_bin());
-    assert_int_equal(run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), NULL, 0), 0);
     for (size_t i = 0; i < T_LEN(embed_words); i++)
         if (!strstr(out, embed_words[i])) fail_msg("embed --help lacks %s", embed_words[i]);
 }

@@ -166,6 +166,9 @@ void cli_rec_fail(cli_rec *r, const char *fmt, ...) __attribute__((format(printf
  * *n may be 0. */
 int32_t *cli_rec_tokenize(cli_job *j, cli_rec *r, const char *text, size_t len,
                           int add_special, int parse_special, size_t *n);
+/* The ids of a record's "ids" member: a non-empty array of vocabulary ids (malloc'd), or NULL
+ * with r failed. */
+int32_t *cli_rec_ids(cli_job *j, cli_rec *r, const struct json_t *ids, size_t *n);
 /* Checks a sequence: 1..n_ctx tokens, ids in the vocabulary; false with r failed. */
 bool cli_rec_check_ids(cli_job *j, cli_rec *r, const int32_t *ids, size_t n, const char *what);
 /* JSON numbers of a float32 result: a real, or null when it is not finite. */

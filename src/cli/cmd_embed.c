@@ -71,25 +71,9 @@ static void parse(cli_job *j, json_t *o, cli_rec *r)
         q->ids = v;
         q->n_ids = n;
     } else {
-        if (!json_is_array(ids) || json_array_size(ids) == 0) {
-            cli_rec_fail(r, "\"ids\" must be a non-empty array of ids");
-            return;
-        }
-        const size_t n = json_array_size(ids);
-        int32_t *v = malloc(n * sizeof(int32_t));
-        if (!v) cli_die("out of memory");
-        q->ids = v;
+        size_t n;
+        if (!(q->ids = cli_rec_ids(j, r, ids, &n))) return;
         q->n_ids = n;
-        for (size_t i = 0; i < n; i++) {
-            json_t *e = json_array_get(ids, i);
-            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-                json_integer_value(e) >= es_model_n_vocab(j->m)) {
-                cli_rec_fail(r, "\"ids\"[%zu] is not an id of the vocabulary (0..%d)", i,
-                             es_model_n_vocab(j->m) - 1);
-                return;
-            }
-            v[i] = (int32_t)json_integer_value(e);
-        }
     }
     if (!cli_rec_check_ids(j, r, q->ids, q->n_ids, text ? "the text" : "\"ids\"")) return;
     q->pooling = c->pooling;

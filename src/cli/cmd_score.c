@@ -339,29 +339,11 @@ static void parse(cli_job *j, json_t *o, cli_rec *r)
     if (text) {
         if (!text_seq(j, r, ts, tl, q)) return;
     } else {
-        if (!json_is_array(ids)) {
-            cli_rec_fail(r, "\"ids\" is not an array");
-            return;
-        }
-        const size_t n = json_array_size(ids);
-        if (n == 0) {
-            cli_rec_fail(r, "\"ids\" is empty");
-            return;
-        }
-        int32_t *v = malloc(n * sizeof(int32_t));
-        if (!v) cli_die("out of memory");
+        size_t n;
+        int32_t *v = cli_rec_ids(j, r, ids, &n);
+        if (!v) return;
         q->ids = v;
         q->n_ids = n;
-        for (size_t i = 0; i < n; i++) {
-            json_t *e = json_array_get(ids, i);
-            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-                json_integer_value(e) >= es_model_n_vocab(j->m)) {
-                cli_rec_fail(r, "\"ids\"[%zu] is not an id of the vocabulary (0..%d)", i,
-                             es_model_n_vocab(j->m) - 1);
-                return;
-            }
-            v[i] = (int32_t)json_integer_value(e);
-        }
         if (!cli_rec_check_ids(j, r, v, n, "\"ids\"")) return;
     }
     q->score_from = 1;

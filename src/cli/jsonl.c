@@ -110,6 +110,34 @@ int32_t *cli_rec_tokenize(cli_job *j, cli_rec *r, const char *text, size_t len, 
     return ids;
 }
 
+int32_t *cli_rec_ids(cli_job *j, cli_rec *r, const json_t *ids, size_t *n_out)
+{
+    if (!json_is_array(ids)) {
+        cli_rec_fail(r, "\"ids\" is not an array");
+        return NULL;
+    }
+    const size_t n = json_array_size(ids);
+    if (n == 0) {
+        cli_rec_fail(r, "\"ids\" is empty");
+        return NULL;
+    }
+    int32_t *v = malloc(n * sizeof(int32_t));
+    if (!v) cli_die("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(ids, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) >= es_model_n_vocab(j->m)) {
+            cli_rec_fail(r, "\"ids\"[%zu] is not an id of the vocabulary (0..%d)", i,
+                         es_model_n_vocab(j->m) - 1);
+            free(v);
+            return NULL;
+        }
+        v[i] = (int32_t)json_integer_value(e);
+    }
+    *n_out = n;
+    return v;
+}
+
 bool cli_rec_check_ids(cli_job *j, cli_rec *r, const int32_t *ids, size_t n, const char *what)
 {
     const int nv = es_model_n_vocab(j->m), nc = es_model_n_ctx(j->m);
