@@ -58,6 +58,9 @@ TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
 # pkg-config stays quiet here; a CLI build without libjansson-dev stops at jansson.h).
 CLI_CFLAGS := $(shell $(PKG_CONFIG) --cflags jansson 2>/dev/null)
 CLI_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
+# libmicrohttpd: the HTTP server of estream serve (src/serve); only the estream binary links it.
+CLI_CFLAGS += $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
+CLI_LDLIBS += $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 
 # The target architecture picks the kernel files: x86_*.c (and vec_avx*.c) only for x86-64,
 # arm_*.c (and vec_neon.c) only for AArch64; elsewhere only the scalar table is built.
@@ -70,8 +73,11 @@ else
   ARCH_SKIP := src/quant/x86_% src/quant/vec_avx% src/quant/arm_% src/quant/vec_neon.c
 endif
 
-LIB_SRC   := $(filter-out $(ARCH_SKIP),$(sort $(shell find src -name '*.c' -not -path 'src/cli/*')))
-CLI_SRC   := $(sort $(wildcard src/cli/*.c))
+# The library is everything but its clients: records/ (JSON records), serve/ (the HTTP service)
+# and cli/ (the estream tool) are linked into the estream binary only.
+APP_DIRS  := src/records src/serve src/cli
+LIB_SRC   := $(filter-out $(ARCH_SKIP),$(sort $(shell find src -name '*.c' $(APP_DIRS:%=-not -path '%/*'))))
+CLI_SRC   := $(sort $(foreach d,$(APP_DIRS),$(wildcard $(d)/*.c)))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 

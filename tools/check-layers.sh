@@ -1,10 +1,11 @@
 #!/bin/bash
 # The folders of src/ are floors (STYLE §1): a file includes headers of its own floor or the
-# floors below, never one above, and the CLI includes only the public header and its own.
+# floors below, never one above; the clients of the library (records/, serve/, cli/) include only
+# the public header and their own floors'.
 # Prints each include that breaks the order and exits 1 if there is one.
 set -u
 cd "$(dirname "$0")/.."
-floors=(core quant gguf io tok pack model moe stream tune run cli)
+floors=(core quant gguf io tok pack model moe stream tune run records serve cli)
 declare -A rank
 for i in "${!floors[@]}"; do rank[${floors[$i]}]=$i; done
 bad=0
@@ -14,8 +15,8 @@ for f in $(find src -name '*.[ch]' | sort); do
     while IFS=: read -r line inc; do
         to=${inc%%/*}
         [ "$to" = "$inc" ] && continue                      # "estream.h" or a same-folder name
-        if [ "$from" = cli ] && [ "$to" != cli ]; then
-            echo "$f:$line: the CLI includes internal header $inc (use include/estream.h)"; bad=1
+        if [ "${rank[$from]:-0}" -ge "${rank[records]}" ] && [ "${rank[$to]:-99}" -lt "${rank[records]}" ]; then
+            echo "$f:$line: $from/ is a client of include/estream.h but includes internal header $inc"; bad=1
         elif [ -z "${rank[$to]+x}" ]; then
             echo "$f:$line: includes $inc from an unknown folder"; bad=1
         elif [ "${rank[$to]}" -gt "${rank[$from]}" ]; then
