@@ -1,10 +1,12 @@
 /* Shared helpers of the estream command-line tool: argument parsing, file reading, errors,
  * timing. Only cli/ prints usage or calls exit(). The CLI is a client of include/estream.h
- * alone (tools/check-layers.sh): what it needs from the library is public there. */
+ * alone (tools/check-layers.sh): what it needs from the library is public there; the JSON
+ * records of score and embed are records/'s, a client of it too. */
 #ifndef ES_CLI_H
 #define ES_CLI_H
 
 #include "estream.h"
+#include "records/records.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,38 +101,31 @@ int cmd_tune(int argc, char **argv);
  * A job reads one JSON record a line, packs the records in input order into batches of at most
  * batch_tokens tokens (a record's sequences never split), runs each batch with es_session_run()
  * and writes one JSON line per record, in input order, flushed and fsync'ed after each batch.
- * The command supplies the record kinds through cli_job_ops; the driver does input, shards,
- * resume (a sidecar OUT.meta fingerprints model, input and options), errors, progress, signals
- * and the summary. JSON values are jansson's (json_t), forward-declared here so that only the
- * files that use them include <jansson.h>. */
-struct json_t;
+ * The command supplies the record kinds through cli_job_ops (what a record means is
+ * records/records.h's, shared with the HTTP service); the driver does input, shards, resume (a
+ * sidecar OUT.meta fingerprints model, input and options), errors, progress, signals and the
+ * summary. JSON values are jansson's (json_t). */
 
-/* One record of a batch. The kind's parse() fills seqs (its own arrays) and priv. */
+/* One record of a batch. */
 typedef struct cli_rec {
     int64_t line;          /* 1-based line number in the input */
-    struct json_t *id;     /* the record's "id" (a reference the record holds), or NULL */
-    char *error;           /* malloc'd "<what>" for a bad record, else NULL */
-    es_seq *seqs;          /* [n_seqs], owned by the kind (free_rec releases them) */
-    int n_seqs;
-    int64_t n_tokens;      /* tokens of all its sequences */
-    void *priv;            /* the kind's state */
+    json_t *id;            /* the record's "id" (a reference the record holds), or NULL */
+    rec rec;               /* its sequences or its error: the kind's parse() fills it */
 } cli_rec;
 
 typedef struct cli_job cli_job;
 typedef struct cli_job_ops {
-    /* Parses the object o into r: seqs with their output arrays, or r->error (cli_rec_fail).
-     * Called twice per record (a sizing pass, then the run), so it must be deterministic. */
-    void (*parse)(cli_job *j, struct json_t *o, cli_rec *r);
+    /* Parses the object o into r (zeroed): a *_rec_parse of records.h. Called twice per record
+     * (a sizing pass, then the run), so it must be deterministic. */
+    void (*parse)(cli_job *j, json_t *o, rec *r);
     /* Adds the record's output fields to out (after "line" and "id"); out is NULL when the
-     * command collects the output itself (embed to .npy). */
-    void (*emit)(cli_job *j, cli_rec *r, struct json_t *out);
-    /* Releases what parse() allocated (seqs, priv); r itself belongs to the driver. */
-    void (*free_rec)(cli_job *j, cli_rec *r);
+     * command collects the output itself (embed to .npy). False: out of memory. */
+    bool (*emit)(cli_job *j, const rec *r, json_t *out);
     /* A complete record already in the output when a job resumes (for the summary); may be
      * NULL. */
-    void (*restat)(cli_job *j, struct json_t *rec);
+    void (*restat)(cli_job *j, const json_t *out_record);
     /* Adds the command's summary fields (accuracy) to sum; may be NULL. */
-    void (*summary)(cli_job *j, struct json_t *sum);
+    void (*summary)(cli_job *j, json_t *sum);
 } cli_job_ops;
 
 struct cli_job {
@@ -144,7 +139,7 @@ struct cli_job {
     bool no_resume;          /* the output is written at the end by the command (.npy) */
     int n_threads;
     cli_stream so;
-    struct json_t *options;  /* the options that change the output (fingerprint); the job owns it */
+    json_t *options;         /* the options that change the output (fingerprint); the job owns it */
     const cli_job_ops *ops;
     void *ctx;               /* the command's state */
     /* set by the driver */
@@ -160,19 +155,6 @@ extern const char cli_job_help[];
 /* Runs the job (opens the model into j->m, which stays open for the caller); exits 1 on a bad
  * record (stop mode) or any failure, 128+signal after SIGINT/SIGTERM. Returns 0. */
 int cli_job_run(cli_job *j);
-/* Marks r bad with a formatted message (the first one wins). */
-void cli_rec_fail(cli_rec *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Tokenizes text[0..len) (no BOS: add_special as es_tokenize); NULL with r failed on error.
- * *n may be 0. */
-int32_t *cli_rec_tokenize(cli_job *j, cli_rec *r, const char *text, size_t len,
-                          int add_special, int parse_special, size_t *n);
-/* The ids of a record's "ids" member: a non-empty array of vocabulary ids (malloc'd), or NULL
- * with r failed. */
-int32_t *cli_rec_ids(cli_job *j, cli_rec *r, const struct json_t *ids, size_t *n);
-/* Checks a sequence: 1..n_ctx tokens, ids in the vocabulary; false with r failed. */
-bool cli_rec_check_ids(cli_job *j, cli_rec *r, const int32_t *ids, size_t n, const char *what);
-/* JSON numbers of a float32 result: a real, or null when it is not finite. */
-struct json_t *cli_json_float(double v);
 
 int cmd_score(int argc, char **argv);
 int cmd_embed(int argc, char **argv);

@@ -1,9 +1,9 @@
 /* estream embed: pooled embeddings (the final hidden state after the output norm) of texts or
  * token ids from a JSONL file, as JSONL records or one float32 .npy matrix (job driver: jsonl.c).
  *
+ * What a record means (tokenization, pooling) is src/records/embed_rec.c's.
+ *
  * DESIGN
- * - Tokenization is llama-embedding's (common_tokenize with add_special and parse_special):
- *   BOS (and EOS) as the tokenizer asks, special-token text recognised; ids are used as given.
  * - The .npy output holds one row per record in input order (blank lines have none), kept in
  *   memory and written once at the end as an output file (estream.h: a temporary file renamed
  *   when complete), so it has no resume and no place for error records.
@@ -35,86 +35,29 @@ static const char help[] =
     "                     --embd-normalize 2)\n";
 
 typedef struct embed_ctx {
-    es_pooling pooling;
-    int normalize;
-    int n_embd;
+    embed_opts o;
     bool npy;
     float *rows; /* .npy: [n_rows][n_embd] */
     size_t n_rows, cap_rows;
 } embed_ctx;
 
-static void parse(cli_job *j, json_t *o, cli_rec *r)
+static void parse(cli_job *j, json_t *o, rec *r)
 {
     embed_ctx *c = j->ctx;
-    json_t *text = json_object_get(o, "text"), *ids = json_object_get(o, "ids");
-    if (!!text == !!ids) {
-        cli_rec_fail(r, text ? "give \"text\" or \"ids\", not both" : "no \"text\" or \"ids\" member");
-        return;
-    }
-    r->seqs = calloc(1, sizeof(es_seq));
-    if (!r->seqs) cli_die("out of memory");
-    r->n_seqs = 1;
-    es_seq *q = &r->seqs[0];
-    if (text) {
-        if (!json_is_string(text)) {
-            cli_rec_fail(r, "\"text\" is not a string");
-            return;
-        }
-        if (json_string_length(text) == 0) {
-            cli_rec_fail(r, "\"text\" is empty");
-            return;
-        }
-        size_t n;
-        int32_t *v = cli_rec_tokenize(j, r, json_string_value(text), json_string_length(text), 1,
-                                      1, &n);
-        if (!v) return;
-        q->ids = v;
-        q->n_ids = n;
-    } else {
-        size_t n;
-        if (!(q->ids = cli_rec_ids(j, r, ids, &n))) return;
-        q->n_ids = n;
-    }
-    if (!cli_rec_check_ids(j, r, q->ids, q->n_ids, text ? "the text" : "\"ids\"")) return;
-    q->pooling = c->pooling;
-    q->normalize = c->normalize;
-    const size_t rows = c->pooling == ES_POOLING_NONE ? q->n_ids : 1;
-    q->embedding = malloc(rows * (size_t)es_model_n_embd(j->m) * sizeof(float));
-    if (!q->embedding) cli_die("out of memory");
+    embed_rec_parse(j->m, &c->o, o, r);
 }
 
-static void emit(cli_job *j, cli_rec *r, json_t *o)
+/* JSONL: the record's fields; .npy (o NULL): its row, kept for the end. */
+static bool emit(cli_job *j, const rec *r, json_t *o)
 {
     embed_ctx *c = j->ctx;
-    const es_seq *q = &r->seqs[0];
+    if (!c->npy) return embed_rec_emit(j->m, &c->o, r, o);
     const size_t d = (size_t)es_model_n_embd(j->m);
-    if (c->npy) {
-        if (c->n_rows == c->cap_rows &&
-            !(c->rows = realloc(c->rows, (c->cap_rows = 2 * c->cap_rows + 64) * d * sizeof(float))))
-            cli_die("out of memory");
-        memcpy(c->rows + c->n_rows++ * d, q->embedding, d * sizeof(float));
-        return;
-    }
-    const size_t rows = c->pooling == ES_POOLING_NONE ? q->n_ids : 1;
-    json_t *all = c->pooling == ES_POOLING_NONE ? json_array() : NULL, *v = NULL;
-    for (size_t t = 0; t < rows; t++) {
-        v = json_array();
-        for (size_t i = 0; i < d; i++)
-            json_array_append_new(v, cli_json_float(q->embedding[t * d + i]));
-        if (all) json_array_append_new(all, v);
-    }
-    json_object_set_new(o, "embedding", all ? all : v);
-    json_object_set_new(o, "n_tokens", json_integer((json_int_t)q->n_ids));
-}
-
-static void free_rec(cli_job *j, cli_rec *r)
-{
-    (void)j;
-    for (int i = 0; i < r->n_seqs; i++) {
-        free((void *)r->seqs[i].ids);
-        free(r->seqs[i].embedding);
-    }
-    free(r->seqs);
+    if (c->n_rows == c->cap_rows &&
+        !(c->rows = realloc(c->rows, (c->cap_rows = 2 * c->cap_rows + 64) * d * sizeof(float))))
+        cli_die("out of memory");
+    memcpy(c->rows + c->n_rows++ * d, r->seqs[0].embedding, d * sizeof(float));
+    return true;
 }
 
 /* NPY 1.0: magic, version, a little-endian u16 header length, the header dict padded with
@@ -141,12 +84,12 @@ static void write_npy(const char *path, const float *rows, size_t n, size_t d)
     free(b);
 }
 
-static const cli_job_ops ops = {parse, emit, free_rec, NULL, NULL};
+static const cli_job_ops ops = {parse, emit, NULL, NULL};
 
 int cmd_embed(int argc, char **argv)
 {
     cli_args a = {argc, 1, argv, "embed"};
-    embed_ctx c = {.pooling = ES_POOLING_MEAN, .normalize = 1};
+    embed_ctx c = {.o = {.pooling = ES_POOLING_MEAN, .normalize = 1}};
     cli_job j = {.cmd = "embed", .ops = &ops, .ctx = &c};
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];
@@ -156,7 +99,7 @@ int cmd_embed(int argc, char **argv)
             fputs(cli_stream_help, stdout);
             return 0;
         } else if (cli_job_flag(&a, s, &j)) continue;
-        else if (!strcmp(s, "--no-normalize")) c.normalize = 0;
+        else if (!strcmp(s, "--no-normalize")) c.o.normalize = 0;
         else if (!strcmp(s, "--pooling")) {
             const char *v = cli_value(&a, s);
             static const es_pooling all[] = {ES_POOLING_MEAN, ES_POOLING_LAST, ES_POOLING_FIRST,
@@ -165,18 +108,18 @@ int cmd_embed(int argc, char **argv)
             while (i < CLI_LEN(all) && strcmp(v, es_pooling_name(all[i]))) i++;
             if (i == CLI_LEN(all))
                 cli_die("embed: --pooling: expected mean, last, first or none, got '%s'", v);
-            c.pooling = all[i];
+            c.o.pooling = all[i];
         } else cli_unknown(&a, s);
     }
     const char *o = j.out_path;
     c.npy = o && strlen(o) >= 4 && !strcmp(o + strlen(o) - 4, ".npy");
-    if (c.npy && c.pooling == ES_POOLING_NONE)
+    if (c.npy && c.o.pooling == ES_POOLING_NONE)
         cli_die("embed: --pooling none gives a matrix per record; write JSONL, not .npy");
     if (c.npy && j.skip_errors)
         cli_die("embed: --on-error skip needs JSONL output (an .npy has no place for errors)");
     j.no_resume = c.npy;
-    j.options = json_pack("{s:s,s:b}", "pooling", es_pooling_name(c.pooling), "normalize",
-                          c.normalize);
+    j.options = json_pack("{s:s,s:b}", "pooling", es_pooling_name(c.o.pooling), "normalize",
+                          c.o.normalize);
     cli_job_run(&j);
     if (c.npy) write_npy(o, c.rows, c.n_rows, (size_t)es_model_n_embd(j.m));
     free(c.rows);

@@ -32,9 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -74,89 +72,6 @@ const char cli_job_help[] =
     "stop after the batch in progress (the output stays complete; exit 130/143).\n";
 
 /* ---- small helpers ------------------------------------------------------------------------ */
-
-void cli_rec_fail(cli_rec *r, const char *fmt, ...)
-{
-    if (r->error) return;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&r->error, fmt, ap) < 0) r->error = NULL;
-    va_end(ap);
-    if (!r->error) cli_die("out of memory");
-}
-
-json_t *cli_json_float(double v)
-{
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
-int32_t *cli_rec_tokenize(cli_job *j, cli_rec *r, const char *text, size_t len, int add_special,
-                          int parse_special, size_t *n)
-{
-    size_t cap = len + 16; /* every token covers at least one byte, plus BOS/EOS */
-    int32_t *ids = malloc(cap * sizeof(int32_t));
-    if (!ids) cli_die("out of memory");
-    es_status st = es_tokenize(j->m, text, len, add_special, parse_special, ids, cap, n);
-    if (st == ES_E_INVAL && *n > cap) {
-        cap = *n;
-        if (!(ids = realloc(ids, cap * sizeof(int32_t)))) cli_die("out of memory");
-        st = es_tokenize(j->m, text, len, add_special, parse_special, ids, cap, n);
-    }
-    if (st) {
-        cli_rec_fail(r, "cannot tokenize: %s", es_last_error());
-        free(ids);
-        return NULL;
-    }
-    return ids;
-}
-
-int32_t *cli_rec_ids(cli_job *j, cli_rec *r, const json_t *ids, size_t *n_out)
-{
-    if (!json_is_array(ids)) {
-        cli_rec_fail(r, "\"ids\" is not an array");
-        return NULL;
-    }
-    const size_t n = json_array_size(ids);
-    if (n == 0) {
-        cli_rec_fail(r, "\"ids\" is empty");
-        return NULL;
-    }
-    int32_t *v = malloc(n * sizeof(int32_t));
-    if (!v) cli_die("out of memory");
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(ids, i);
-        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-            json_integer_value(e) >= es_model_n_vocab(j->m)) {
-            cli_rec_fail(r, "\"ids\"[%zu] is not an id of the vocabulary (0..%d)", i,
-                         es_model_n_vocab(j->m) - 1);
-            free(v);
-            return NULL;
-        }
-        v[i] = (int32_t)json_integer_value(e);
-    }
-    *n_out = n;
-    return v;
-}
-
-bool cli_rec_check_ids(cli_job *j, cli_rec *r, const int32_t *ids, size_t n, const char *what)
-{
-    const int nv = es_model_n_vocab(j->m), nc = es_model_n_ctx(j->m);
-    if (n == 0) {
-        cli_rec_fail(r, "%s has no tokens", what);
-        return false;
-    }
-    if (n > (size_t)nc) {
-        cli_rec_fail(r, "%s has %zu tokens, more than the model's context of %d", what, n, nc);
-        return false;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= nv) {
-            cli_rec_fail(r, "%s: id %d at %zu is outside the vocabulary (0..%d)", what, ids[i], i,
-                         nv - 1);
-            return false;
-        }
-    return true;
-}
 
 /* Offset of the first byte of s[0..n) that is not valid UTF-8 (overlongs, surrogates and code
  * points past U+10FFFF are invalid), or n. */
@@ -261,7 +176,8 @@ static bool selected(const cli_job *j, const input *in, size_t i)
     return i / (per ? per : 1) == (size_t)j->shard_i;
 }
 
-/* Parses line i into r (r->line set). The record's JSON object is released here; id is kept. */
+/* Parses line i into r (r->line set). The record's JSON object is released here; id is kept.
+ * Dies when memory runs out (a record error of records.h otherwise). */
 static void parse_line(cli_job *j, const input *in, size_t i, cli_rec *r)
 {
     memset(r, 0, sizeof(*r));
@@ -269,36 +185,25 @@ static void parse_line(cli_job *j, const input *in, size_t i, cli_rec *r)
     const char *s = in->buf + in->start[i];
     const size_t n = in->end[i] - in->start[i];
     const size_t bad = utf8_bad((const unsigned char *)s, n);
-    if (bad < n) {
-        cli_rec_fail(r, "invalid UTF-8 at byte %zu", bad + 1);
-        return;
-    }
     json_error_t err;
-    json_t *o = json_loadb(s, n, 0, &err);
-    if (!o) {
-        cli_rec_fail(r, "not JSON: %s (column %d)", err.text, err.column);
-        return;
+    json_t *o = NULL;
+    if (bad < n) rec_fail(&r->rec, "invalid UTF-8 at byte %zu", bad + 1);
+    else if (!(o = json_loadb(s, n, 0, &err)))
+        rec_fail(&r->rec, "not JSON: %s (column %d)", err.text, err.column);
+    else if (!json_is_object(o)) rec_fail(&r->rec, "not a JSON object");
+    if (!r->rec.error) {
+        json_t *id = json_object_get(o, "id");
+        if (id) r->id = json_incref(id);
+        j->ops->parse(j, o, &r->rec);
     }
-    if (!json_is_object(o)) {
-        cli_rec_fail(r, "not a JSON object");
-        json_decref(o);
-        return;
-    }
-    json_t *id = json_object_get(o, "id");
-    if (id) r->id = json_incref(id);
-    j->ops->parse(j, o, r);
     json_decref(o);
-    if (!r->error && r->n_seqs > ES_MAX_BATCH_SEQS)
-        cli_rec_fail(r, "%d sequences, more than %d", r->n_seqs, ES_MAX_BATCH_SEQS);
-    r->n_tokens = 0;
-    for (int k = 0; k < r->n_seqs; k++) r->n_tokens += (int64_t)r->seqs[k].n_ids;
+    if (rec_oom(&r->rec)) cli_die("out of memory");
 }
 
-static void free_rec(cli_job *j, cli_rec *r)
+static void free_rec(cli_rec *r)
 {
-    j->ops->free_rec(j, r);
+    rec_free(&r->rec);
     json_decref(r->id);
-    free(r->error);
     memset(r, 0, sizeof(*r));
 }
 
@@ -580,15 +485,16 @@ int cli_job_run(cli_job *j)
         if ((int64_t)i + 1 <= after || !selected(j, &in, i) || blank(&in, i)) continue;
         cli_rec r;
         parse_line(j, &in, i, &r);
-        if (r.error && !j->skip_errors)
-            cli_die("%s:%lld: %s", j->in_path, (long long)r.line, r.error);
-        if (!r.error) {
-            longest = r.n_tokens > longest ? r.n_tokens : longest;
-            most_seqs = r.n_seqs > most_seqs ? r.n_seqs : most_seqs;
-            tokens_total += r.n_tokens;
+        const rec *q = &r.rec;
+        if (q->error && !j->skip_errors)
+            cli_die("%s:%lld: %s", j->in_path, (long long)r.line, q->error);
+        if (!q->error) {
+            longest = q->n_tokens > longest ? q->n_tokens : longest;
+            most_seqs = q->n_seqs > most_seqs ? q->n_seqs : most_seqs;
+            tokens_total += q->n_tokens;
         }
         total++;
-        free_rec(j, &r);
+        free_rec(&r);
     }
 
     progress pg = {.on = isatty(2), .t0 = cli_now_ns(), .total = total,
@@ -626,20 +532,21 @@ int cli_job_run(cli_job *j)
             if ((int64_t)i + 1 <= after || !selected(j, &in, i) || blank(&in, i)) continue;
             cli_rec r;
             parse_line(j, &in, i, &r);
-            if (!r.error && nb > 0 &&
-                (tok + r.n_tokens > budget || ns + (size_t)r.n_seqs > (size_t)max_seqs)) {
-                free_rec(j, &r);
+            const rec *q = &r.rec;
+            if (!q->error && nb > 0 &&
+                (tok + q->n_tokens > budget || ns + (size_t)q->n_seqs > (size_t)max_seqs)) {
+                free_rec(&r);
                 break; /* line i starts the next batch */
             }
-            if (r.error && !j->skip_errors)
-                cli_die("%s:%lld: %s", j->in_path, (long long)r.line, r.error);
+            if (q->error && !j->skip_errors)
+                cli_die("%s:%lld: %s", j->in_path, (long long)r.line, q->error);
             if (nb == batch_cap && !(batch = realloc(batch, (batch_cap = 2 * batch_cap + 16) *
                                                                  sizeof(cli_rec))))
                 cli_die("out of memory");
             batch[nb++] = r;
-            if (!r.error) {
-                tok += r.n_tokens;
-                ns += (size_t)r.n_seqs;
+            if (!r.rec.error) {
+                tok += r.rec.n_tokens;
+                ns += (size_t)r.rec.n_seqs;
             }
         }
         if (nb == 0) break;
@@ -648,15 +555,15 @@ int cli_job_run(cli_job *j)
                 cli_die("out of memory");
             size_t k = 0;
             for (size_t b = 0; b < nb; b++)
-                for (int q = 0; !batch[b].error && q < batch[b].n_seqs; q++)
-                    seqs[k++] = batch[b].seqs[q];
+                for (int q = 0; !batch[b].rec.error && q < batch[b].rec.n_seqs; q++)
+                    seqs[k++] = batch[b].rec.seqs[q];
             pg.batch_tokens = tok;
             es_status st = es_session_run(ses, seqs, (int)ns);
             if (st) cli_die_status(st, j->cmd);
             k = 0; /* outputs went to the records' own arrays; copy back the structs anyway */
             for (size_t b = 0; b < nb; b++)
-                for (int q = 0; !batch[b].error && q < batch[b].n_seqs; q++)
-                    batch[b].seqs[q] = seqs[k++];
+                for (int q = 0; !batch[b].rec.error && q < batch[b].rec.n_seqs; q++)
+                    batch[b].rec.seqs[q] = seqs[k++];
         }
         for (size_t b = 0; b < nb; b++) {
             cli_rec *r = &batch[b];
@@ -666,11 +573,11 @@ int cli_job_run(cli_job *j)
                 json_object_set_new(o, "line", json_integer((json_int_t)r->line));
                 if (r->id) json_object_set(o, "id", r->id);
             }
-            if (r->error) {
-                if (o) json_object_set_new(o, "error", json_string(r->error));
+            if (r->rec.error) {
+                if (o) json_object_set_new(o, "error", json_string(r->rec.error));
                 j->n_errors++;
-            } else {
-                j->ops->emit(j, r, o);
+            } else if (!j->ops->emit(j, &r->rec, o)) {
+                cli_die("out of memory");
             }
             if (o) {
                 char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
@@ -682,7 +589,7 @@ int cli_job_run(cli_job *j)
             }
             j->n_records++;
             pg.done++;
-            free_rec(j, r);
+            free_rec(r);
         }
         if (fflush(out) != 0) cli_die("cannot write %s: %s", out_name, strerror(errno));
         if (regular && fsync(fileno(out)) != 0 && errno != EINVAL)

@@ -1,0 +1,142 @@
+/* What every record kind shares (records.h): errors, the record's memory, tokenization, "ids",
+ * the checks of a sequence, JSON numbers. */
+#include "records/records.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The error of a record when even the copy of REC_OOM could not be made. */
+static char oom_static[] = REC_OOM;
+
+void rec_fail(rec *r, const char *fmt, ...)
+{
+    if (r->error) return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&r->error, fmt, ap) < 0) r->error = NULL;
+    va_end(ap);
+    if (!r->error && !(r->error = strdup(REC_OOM))) r->error = oom_static;
+}
+
+bool rec_oom(const rec *r)
+{
+    return r->error && !strcmp(r->error, REC_OOM);
+}
+
+void rec_free(rec *r)
+{
+    for (int i = 0; r->seqs && i < r->n_seqs; i++) {
+        es_seq *q = &r->seqs[i];
+        free((void *)q->ids);
+        free((void *)q->labels);
+        free(q->token_logprob);
+        free(q->token_rank);
+        free(q->top_ids);
+        free(q->top_logprobs);
+        free(q->next_ids);
+        free(q->next_logprobs);
+        free(q->label_logprobs);
+        free(q->embedding);
+        free(q->logits);
+    }
+    free(r->seqs);
+    free(r->priv);
+    if (r->error != oom_static) free(r->error);
+    memset(r, 0, sizeof(*r));
+}
+
+void rec_finish(rec *r)
+{
+    if (!r->error && r->n_seqs > ES_MAX_BATCH_SEQS)
+        rec_fail(r, "%d sequences, more than %d", r->n_seqs, ES_MAX_BATCH_SEQS);
+    r->n_tokens = 0;
+    for (int k = 0; r->seqs && k < r->n_seqs; k++) r->n_tokens += (int64_t)r->seqs[k].n_ids;
+}
+
+json_t *rec_json_float(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+int32_t *rec_tokenize(const es_model *m, rec *r, const char *text, size_t len, int add_special,
+                      int parse_special, size_t *n)
+{
+    size_t cap = len + 16; /* every token covers at least one byte, plus BOS/EOS */
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+    if (!ids) {
+        rec_fail(r, REC_OOM);
+        return NULL;
+    }
+    es_status st = es_tokenize(m, text, len, add_special, parse_special, ids, cap, n);
+    if (st == ES_E_INVAL && *n > cap) {
+        cap = *n;
+        int32_t *more = realloc(ids, cap * sizeof(int32_t));
+        if (!more) {
+            free(ids);
+            rec_fail(r, REC_OOM);
+            return NULL;
+        }
+        ids = more;
+        st = es_tokenize(m, text, len, add_special, parse_special, ids, cap, n);
+    }
+    if (st) {
+        rec_fail(r, "cannot tokenize: %s", es_last_error());
+        free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
+int32_t *rec_ids(const es_model *m, rec *r, const json_t *ids, size_t *n_out)
+{
+    if (!json_is_array(ids)) {
+        rec_fail(r, "\"ids\" is not an array");
+        return NULL;
+    }
+    const size_t n = json_array_size(ids);
+    if (n == 0) {
+        rec_fail(r, "\"ids\" is empty");
+        return NULL;
+    }
+    int32_t *v = malloc(n * sizeof(int32_t));
+    if (!v) {
+        rec_fail(r, REC_OOM);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(ids, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) >= es_model_n_vocab(m)) {
+            rec_fail(r, "\"ids\"[%zu] is not an id of the vocabulary (0..%d)", i,
+                     es_model_n_vocab(m) - 1);
+            free(v);
+            return NULL;
+        }
+        v[i] = (int32_t)json_integer_value(e);
+    }
+    *n_out = n;
+    return v;
+}
+
+bool rec_check_ids(const es_model *m, rec *r, const int32_t *ids, size_t n, const char *what)
+{
+    const int nv = es_model_n_vocab(m), nc = es_model_n_ctx(m);
+    if (n == 0) {
+        rec_fail(r, "%s has no tokens", what);
+        return false;
+    }
+    if (n > (size_t)nc) {
+        rec_fail(r, "%s has %zu tokens, more than the model's context of %d", what, n, nc);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= nv) {
+            rec_fail(r, "%s: id %d at %zu is outside the vocabulary (0..%d)", what, ids[i], i,
+                     nv - 1);
+            return false;
+        }
+    return true;
+}
