@@ -110,6 +110,8 @@ $(CLI_OBJ): CFLAGS += $(CLI_CFLAGS)
 # test_score reads the CLI's JSONL outputs with jansson too.
 $(BUILD)/tests/test_score: CFLAGS += $(CLI_CFLAGS)
 $(BUILD)/tests/test_score: TEST_LDLIBS += $(CLI_LDLIBS)
+$(BUILD)/tests/test_serve: CFLAGS += $(CLI_CFLAGS)
+$(BUILD)/tests/test_serve: TEST_LDLIBS += $(CLI_LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -150,11 +152,15 @@ mutants:
 
 # libFuzzer harnesses (clang): fuzz_gguf (the GGUF reader), fuzz_model (es_model_open on whole
 # files, with a metadata-level mutator) and fuzz_tok (every pre-tokenizer and SentencePiece on
-# arbitrary text). Run one with (new inputs go to the first folder):
+# arbitrary text), fuzz_serve (the HTTP service's request bodies, below). Run one with
+# (new inputs go to the first folder):
 #   mkdir -p build-fuzz/corpus && build-fuzz/fuzz_gguf -max_total_time=60 \
 #       -dict=tests/fuzz/gguf.dict build-fuzz/corpus tests/fuzz/corpus
 # tools/test-all.sh runs each for ESTREAM_FUZZ_SECONDS (30 s by default).
 FUZZ_TARGETS := fuzz_gguf fuzz_model fuzz_tok
+# fuzz_serve: estream serve's request parsers and replies, and the records they build (no HTTP)
+FUZZ_SERVE_SRC := $(wildcard src/records/*.c) $(wildcard src/serve/api*.c) src/serve/exec.c \
+                  src/serve/metrics.c
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" build-fuzz/libestream.a
@@ -162,6 +168,9 @@ fuzz:
 	    clang -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 	        -o build-fuzz/$$t tests/fuzz/$$t.c build-fuzz/libestream.a $(LDLIBS) || exit 1; \
 	done
+	clang -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(CLI_CFLAGS) \
+	    -o build-fuzz/fuzz_serve tests/fuzz/fuzz_serve.c $(FUZZ_SERVE_SRC) build-fuzz/libestream.a \
+	    $(LDLIBS) $(CLI_LDLIBS)
 
 debug:
 	$(MAKE) DEBUG=1

@@ -178,6 +178,9 @@ typedef struct es_session_params {
     int verify_checksums;       /* 1 (default): check each pack record's XXH3-64 as it is read */
     int max_logits_rows;        /* rows of logits the caller will hold during a prefill, counted
                                  * in M_other (default 1: the last position only) */
+    uint64_t reserve_bytes;     /* memory the caller will allocate during the session beyond what
+                                 * it holds at creation (a server's requests and responses),
+                                 * counted in M_other; default 0 */
     const char *trace_path;     /* write a Chrome trace (Perfetto) of each prefill here;
                                  * default NULL: none */
     const es_tune *tune;        /* with a budget and no groups/banks/queue_depth: choose them

@@ -443,9 +443,14 @@ static void test_session_budget(void **state)
     es_session_stats(s, &rs);
     assert_true(rs.bubble_rate >= 0 && rs.bubble_rate <= 1);
     assert_true(rs.bytes_read >= 2 * 8 * es_stream_bank_bytes(m, 1) / 2);
+    es_session_destroy(s);
+    /* memory the caller reserves (a server's requests) counts in M_other: 64 MiB more than the
+     * 32 MiB of slack cannot fit */
+    p.reserve_bytes = 64u << 20;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_BUDGET);
+    p.reserve_bytes = 0;
     free(y);
     free(want);
-    es_session_destroy(s);
     es_model_close(m);
 }
 

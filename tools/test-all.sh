@@ -118,7 +118,8 @@ if make fuzz >/dev/null 2>&1; then
     fuzz_out=$(mktemp -d) running=0 i=0
     for spec in "fuzz_gguf tests/fuzz/corpus -dict=tests/fuzz/gguf.dict" \
                 "fuzz_model tests/fuzz/corpus-model -dict=tests/fuzz/model.dict" \
-                "fuzz_tok tests/fuzz/corpus-tok"; do
+                "fuzz_tok tests/fuzz/corpus-tok" \
+                "fuzz_serve tests/fuzz/corpus-serve -dict=tests/fuzz/serve.dict"; do
         i=$((i + 1))
         # shellcheck disable=SC2086 # the spec is target, seeds and flags
         fuzz_one $spec >"$fuzz_out/$i" &

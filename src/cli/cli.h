@@ -96,6 +96,7 @@ int cmd_ppl(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* ---- JSONL jobs (jsonl.c): estream score and estream embed --------------------------------
  * A job reads one JSON record a line, packs the records in input order into batches of at most

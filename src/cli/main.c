@@ -25,6 +25,7 @@ static const char usage[] =
     "  tune      -m MODEL --mem BUDGETS        choose the arena for memory budgets (MODEL.tune)\n"
     "  score     -m MODEL -f IN.jsonl          log-probs of texts, continuations, choices, labels\n"
     "  embed     -m MODEL -f IN.jsonl          pooled embeddings (JSONL or .npy)\n"
+    "  serve     -m MODEL [--port N]           HTTP service: OpenAI completions/embeddings, score\n"
     "\n"
     "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avxvnni|avx512|asimd|neon|i8mm\n";
 
@@ -231,5 +232,6 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "tune")) return cmd_tune(argc - 1, argv + 1);
     if (!strcmp(cmd, "score")) return cmd_score(argc - 1, argv + 1);
     if (!strcmp(cmd, "embed")) return cmd_embed(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     cli_die("unknown command '%s' (run estream --help)", cmd);
 }

@@ -146,7 +146,8 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
     const uint64_t fast_bytes = es_big_bytes_live() - big_before;
     const uint64_t other = rss_before + fast_bytes + es_budget_embedding_bytes(m, T) +
                            (uint64_t)rows * (uint64_t)m->hp.n_vocab * sizeof(float) +
-                           es_batch_head_bytes(m, T) + ES_BUDGET_MARGIN_BYTES;
+                           es_batch_head_bytes(m, T) + p->reserve_bytes +
+                           ES_BUDGET_MARGIN_BYTES;
     s->stats.budget_bytes = p->mem_budget_bytes;
     s->stats.other_bytes = other;
     const int force = p->stream || p->groups || p->banks || p->queue_depth;

@@ -1,0 +1,201 @@
+/* estream serve: flags, the model, signals; the service itself is src/serve/. */
+#include "cli/cli.h"
+#include "serve/serve.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char help[] =
+    "usage: estream serve -m MODEL [--mem BUDGET] [--host ADDR] [--port N]\n"
+    "                     [--api-key KEY | --api-key-file F] [--max-queue N] [--batch-tokens N]\n"
+    "                     [--timeout S] [-t THREADS] [options]\n"
+    "\n"
+    "A prefill-only HTTP service on one model. Concurrent requests are merged into batches, so\n"
+    "under --mem they share each pass over the experts. Endpoints (docs/serve.md):\n"
+    "  POST /v1/completions  OpenAI legacy completions: prompt (string, strings, ids, id lists),\n"
+    "                        echo, logprobs 0..20, max_tokens 0 or 1 (the greedy next token;\n"
+    "                        estream does not generate longer completions)\n"
+    "  POST /v1/embeddings   OpenAI embeddings: input (string, strings, ids, id lists),\n"
+    "                        encoding_format float or base64\n"
+    "  POST /v1/score        estream score's records: {\"records\": [..], \"top\": N}\n"
+    "  POST /v1/classify     {\"input\": S or [S..], \"labels\": [..]}: label probabilities\n"
+    "  POST /tokenize, POST /detokenize, GET /tokenizer_info   vLLM's shapes\n"
+    "  GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus)\n"
+    "Errors are JSON in OpenAI's shape with the HTTP status: 400 bad request (the field named),\n"
+    "401 bad key, 404, 405, 408 body too slow, 413 too large, 429 queue full (Retry-After),\n"
+    "503 loading or stopping, 504 timed out. SIGTERM or SIGINT: stop accepting, answer the\n"
+    "requests in flight, exit 0 (a second signal exits at once).\n"
+    "\n"
+    "  -m MODEL               the GGUF model or its pack\n"
+    "  --host ADDR            address to listen on (default 127.0.0.1: this machine only)\n"
+    "  --port N               TCP port (default 8080; 0: any free port, printed on stderr)\n"
+    "  --api-key KEY          require \"Authorization: Bearer KEY\" on every endpoint but\n"
+    "                         /health (visible to other users in ps: prefer --api-key-file)\n"
+    "  --api-key-file F       the key is the first line of F\n"
+    "  --model-name NAME      the model's id in /v1/models and replies (default: the file's\n"
+    "                         name without .gguf/.pack)\n"
+    "  --batch-tokens N       most tokens in one batch, and so in one prompt (default 2048;\n"
+    "                         under --mem the largest of 4096, 2048, 1024, 512 that fits)\n"
+    "  --max-queue N          requests admitted and not answered (default 256); more get 429\n"
+    "  --max-connections N    open connections (default 128)\n"
+    "  --max-body BYTES       largest request body (default 32M); larger: 413\n"
+    "  --max-request-tokens N most tokens in one request, all prompts together (default 262144)\n"
+    "  --request-mem BYTES    memory the admitted requests may hold together, estimated (default\n"
+    "                         under --mem: 1/16 of the budget, 32M..512M; else 1G); it is\n"
+    "                         counted in the budget, so a request cannot push the process over\n"
+    "  --timeout S            seconds a request may take, queue and run (default 600): 504\n"
+    "  --io-timeout S         close a connection idle this long (default 30)\n"
+    "  --pooling P            /v1/embeddings: mean (default), last, first, none\n"
+    "  --no-normalize         /v1/embeddings: raw vectors (default L2-normalised)\n"
+    "  -t THREADS             compute threads (default: online CPUs)\n"
+    "  --quiet                no line per failed connection on stderr\n";
+
+static serve *g_sv;
+static _Atomic int g_attached;
+
+/* Waits for SIGINT/SIGTERM (blocked in every thread): the first stops the server gracefully,
+ * a second exits at once. Before the model is ready there is nothing in flight: exit 0. */
+static void *signal_thread(void *arg)
+{
+    sigset_t *set = arg;
+    int sig, n = 0;
+    for (;;) {
+        if (sigwait(set, &sig)) continue;
+        if (++n > 1 || !atomic_load(&g_attached)) {
+            fprintf(stderr, "estream serve: %s, exiting now\n", n > 1 ? "second signal" : "stopped");
+            _exit(n > 1 ? 128 + sig : 0);
+        }
+        fprintf(stderr, "estream serve: %s: finishing the requests in flight\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        serve_shutdown(g_sv);
+    }
+    return NULL;
+}
+
+static char *read_key(const char *path)
+{
+    size_t len;
+    char *t = cli_read_file(path, 1 << 16, &len);
+    t[strcspn(t, "\r\n")] = 0;
+    if (!*t) cli_die("serve: --api-key-file %s: the first line is empty", path);
+    return t;
+}
+
+/* The file's name without its folder and a .gguf or .pack ending. */
+static char *default_name(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    char *n = strdup(b ? b + 1 : path);
+    if (!n) cli_die("out of memory");
+    const size_t k = strlen(n);
+    if (k > 5 && (!strcmp(n + k - 5, ".gguf") || !strcmp(n + k - 5, ".pack"))) n[k - 5] = 0;
+    return n;
+}
+
+static double seconds_flag(const char *flag, const char *v)
+{
+    char *end;
+    const double s = strtod(v, &end);
+    if (end == v || *end || !(s > 0) || s > 1e6) cli_die("serve: %s: expected seconds (> 0), got '%s'", flag, v);
+    return s;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    cli_args a = {argc, 1, argv, "serve"};
+    serve_opts o = serve_default_opts();
+    const char *model = NULL, *key_file = NULL, *name = NULL, *req_mem = NULL, *body = NULL;
+    int threads = 0, batch_tokens = 0;
+    cli_stream so = {0};
+    for (; a.i < argc; a.i++) {
+        const char *s = argv[a.i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            fputs(help, stdout);
+            fputs(cli_stream_help, stdout);
+            return 0;
+        } else if (!strcmp(s, "-m")) model = cli_value(&a, s);
+        else if (!strcmp(s, "--host")) o.host = cli_value(&a, s);
+        else if (!strcmp(s, "--port")) o.port = (int)cli_int(s, cli_value(&a, s), 0, 65535);
+        else if (!strcmp(s, "--api-key")) o.api_key = cli_value(&a, s);
+        else if (!strcmp(s, "--api-key-file")) key_file = cli_value(&a, s);
+        else if (!strcmp(s, "--model-name")) name = cli_value(&a, s);
+        else if (!strcmp(s, "--batch-tokens"))
+            batch_tokens = (int)cli_int(s, cli_value(&a, s), 16, ES_MAX_BATCH_TOKENS);
+        else if (!strcmp(s, "--max-queue")) o.max_queue = (int)cli_int(s, cli_value(&a, s), 1, 1 << 20);
+        else if (!strcmp(s, "--max-connections"))
+            o.max_connections = (int)cli_int(s, cli_value(&a, s), 1, 1 << 16);
+        else if (!strcmp(s, "--max-body")) body = cli_value(&a, s);
+        else if (!strcmp(s, "--max-request-tokens"))
+            o.max_request_tokens = cli_int(s, cli_value(&a, s), 1, 1LL << 40);
+        else if (!strcmp(s, "--request-mem")) req_mem = cli_value(&a, s);
+        else if (!strcmp(s, "--timeout")) o.timeout_s = seconds_flag(s, cli_value(&a, s));
+        else if (!strcmp(s, "--io-timeout")) o.io_timeout_s = seconds_flag(s, cli_value(&a, s));
+        else if (!strcmp(s, "--pooling")) {
+            const char *v = cli_value(&a, s);
+            if (!strcmp(v, "mean")) o.pooling = ES_POOLING_MEAN;
+            else if (!strcmp(v, "last")) o.pooling = ES_POOLING_LAST;
+            else if (!strcmp(v, "first")) o.pooling = ES_POOLING_FIRST;
+            else if (!strcmp(v, "none")) o.pooling = ES_POOLING_NONE;
+            else cli_die("serve: --pooling: expected mean, last, first or none, got '%s'", v);
+        } else if (!strcmp(s, "--no-normalize")) o.normalize = 0;
+        else if (!strcmp(s, "-t")) threads = (int)cli_int(s, cli_value(&a, s), 1, ES_MAX_THREADS);
+        else if (!strcmp(s, "--quiet")) o.quiet = 1;
+        else if (cli_stream_flag(&a, s, &so)) continue;
+        else cli_unknown(&a, s);
+    }
+    if (!model) cli_die("serve: no model: give -m MODEL");
+    if (o.api_key && key_file) cli_die("serve: give --api-key or --api-key-file, not both");
+    char *key = key_file ? read_key(key_file) : NULL;
+    if (key) o.api_key = key;
+    if (o.api_key && !*o.api_key) cli_die("serve: --api-key is empty");
+    char *dflt_name = name ? NULL : default_name(model);
+    o.model_name = name ? name : dflt_name;
+    if (body) o.max_body_bytes = (size_t)cli_budget_bytes("serve --max-body", body, model);
+    es_session_params sp = es_session_default_params();
+    if (threads) sp.n_threads = threads;
+    cli_stream_apply("serve", &so, model, &sp);
+    if (req_mem) o.request_mem_bytes = cli_budget_bytes("serve --request-mem", req_mem, model);
+    else if (sp.mem_budget_bytes) {
+        uint64_t r = sp.mem_budget_bytes / 16;
+        o.request_mem_bytes = r < (32u << 20) ? 32u << 20 : r > (512u << 20) ? 512u << 20 : r;
+    } else o.request_mem_bytes = 1u << 30;
+
+    /* every thread the server makes inherits the blocked signals; one thread takes them */
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    char err[256];
+    g_sv = serve_start(&o, err, sizeof(err));
+    if (!g_sv) cli_die("serve: %s", err);
+    pthread_t st;
+    if (pthread_create(&st, NULL, signal_thread, &set)) cli_die("serve: cannot start a thread");
+    pthread_detach(st);
+    fprintf(stderr, "estream serve: listening on http://%s%s%s:%d/ (loading %s)\n",
+            strchr(o.host, ':') ? "[" : "", o.host, strchr(o.host, ':') ? "]" : "",
+            serve_port(g_sv), model);
+
+    es_model *m = cli_open_model(model, 0);
+    es_tune *tune = cli_stream_tune("serve", &so, m, model, sp.mem_budget_bytes > 0, &sp);
+    const es_status rc = serve_attach(g_sv, m, &sp, batch_tokens);
+    es_tune_free(tune);
+    if (rc) cli_die_status(rc, "serve");
+    atomic_store(&g_attached, 1);
+    fprintf(stderr, "estream serve: ready: model \"%s\", %d threads%s%s\n", o.model_name,
+            sp.n_threads, sp.mem_budget_bytes ? ", under --mem " : "",
+            sp.mem_budget_bytes ? so.mem : "");
+    serve_wait(g_sv);
+    serve_stop(g_sv);
+    es_model_close(m);
+    free(key);
+    free(dflt_name);
+    fprintf(stderr, "estream serve: stopped\n");
+    return 0;
+}

@@ -1,0 +1,76 @@
+/* The endpoints' request parsers and replies, apart from HTTP so that the fuzz target
+ * (tests/fuzz/fuzz_serve.c) reaches them without a socket or a model run.
+ *
+ * A model endpoint's parser turns the JSON body into a request: units with their sequences
+ * (records/), limits checked, its memory estimated; the reply is built from the outputs once the
+ * executor ran them. The other endpoints (tokenize, detokenize, models, tokenizer_info) answer
+ * directly. Errors are OpenAI's shape: {"error": {"message", "type", "param", "code"}}. */
+#ifndef ES_SERVE_API_H
+#define ES_SERVE_API_H
+
+#include "serve/exec.h"
+
+#include <jansson.h>
+
+typedef struct sv_api_env {
+    const es_model *m;
+    const char *model_name;
+    es_pooling pooling;        /* /v1/embeddings */
+    int normalize;
+    int64_t max_request_tokens;
+    int batch_tokens;          /* the most tokens of one unit (a batch holds it whole) */
+    int max_seqs;              /* the most sequences of one unit */
+    int64_t created;           /* the server's start, Unix seconds (/v1/models) */
+} sv_api_env;
+
+typedef struct sv_err {
+    int status;                /* HTTP status */
+    const char *type;          /* "invalid_request_error", ... */
+    char param[64];            /* the field at fault, "" when none */
+    char msg[512];
+} sv_err;
+
+/* Sets e (status, type, param; the message formatted) and returns NULL, for parsers. */
+void *sv_fail(sv_err *e, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The error body of e (a new reference; NULL when out of memory). */
+json_t *sv_err_body(const sv_err *e);
+
+/* Model endpoints (SV_EP_COMPLETIONS .. SV_EP_CLASSIFY): the request, or NULL with e set.
+ * body_len counts in the request's memory estimate. */
+sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, size_t body_len, sv_err *e);
+/* The reply of a request whose units all ran; NULL when out of memory. */
+json_t *sv_api_reply(const sv_api_env *env, const sv_req *q);
+/* The other endpoints: the reply, or NULL with e set. body is NULL for GET. */
+json_t *sv_api_direct(const sv_api_env *env, int ep, json_t *body, sv_err *e);
+
+/* ---- shared by the api_*.c files ---- */
+/* A token's text for JSON: the piece when it is valid UTF-8, else "bytes:\xNN..." (vLLM's
+ * spelling of a partial character). */
+json_t *sv_token_json(const es_model *m, int32_t id);
+/* s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD (malloc'd, NUL-terminated). */
+char *sv_utf8_clean(const char *s, size_t n, size_t *out_len);
+/* Code points in s[0..n) (bytes that do not continue a character). */
+size_t sv_utf8_count(const char *s, size_t n);
+/* Options shared by every model endpoint parser: "model" a string when present. */
+bool sv_check_model(json_t *body, sv_err *e);
+
+/* The endpoint files' own parsers and replies (api.c dispatches). */
+sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e);
+json_t *sv_completions_reply(const sv_api_env *env, const sv_req *q);
+sv_req *sv_embeddings_parse(const sv_api_env *env, json_t *body, sv_err *e);
+json_t *sv_embeddings_reply(const sv_api_env *env, const sv_req *q);
+sv_req *sv_score_parse(const sv_api_env *env, json_t *body, sv_err *e);
+json_t *sv_score_reply(const sv_api_env *env, const sv_req *q);
+sv_req *sv_classify_parse(const sv_api_env *env, json_t *body, sv_err *e);
+json_t *sv_classify_reply(const sv_api_env *env, const sv_req *q);
+
+/* Cuts a prompt value (a string, a list of strings, a list of ids, a list of id lists) into
+ * items: each a new reference to a record object {"text": s} or {"ids": [..]} in *items (a
+ * JSON array the caller releases). NULL with e set (param names the field). */
+json_t *sv_prompt_records(json_t *v, const char *field, sv_err *e);
+/* Checks the request's units after parsing: each unit's error (400 naming field[i]), its tokens
+ * against one batch and its sequences, and the request's tokens; sets q->n_tokens. */
+bool sv_check_units(const sv_api_env *env, sv_req *q, const char *field, sv_err *e);
+
+#endif

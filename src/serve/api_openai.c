@@ -1,0 +1,356 @@
+/* POST /v1/completions and POST /v1/embeddings in OpenAI's shapes (the legacy completions
+ * object with logprobs; the embeddings list with float or base64 vectors).
+ *
+ * DESIGN
+ * - A prompt is a score text record (records/score_rec.c): a string is BOS (when the model adds
+ *   one) + its tokens as plain text, token ids are used exactly as sent, so `echo` returns the
+ *   tokens it was sent and the numbers equal `estream score`'s on the same record.
+ * - estream is prefill-only: max_tokens 1 is the greedy next token (the prefill's last row
+ *   gives it), 0 is none, more is refused. Sampling options are accepted and have no effect
+ *   (the token is always the greedy one); n and best_of above 1 and stream are refused.
+ * - top_logprobs holds the `logprobs` best tokens of each position and, as OpenAI's API does,
+ *   the token itself when it is not among them (so up to logprobs + 1 entries), with the same
+ *   float as token_logprobs: lm-evaluation-harness's greedy check compares the two for equality.
+ * - An input to embed is an embed record (records/embed_rec.c): tokenized as llama-embedding
+ *   (and `estream embed`) do, pooled and normalised as the server's --pooling says.
+ */
+#include "serve/api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_LOGPROBS 20
+
+typedef struct cmpl {
+    json_t *prompts; /* the records (kept for the original strings of text prompts) */
+    bool echo;
+    int logprobs;    /* -1: none asked */
+    int max_tokens;  /* 0 or 1 */
+} cmpl;
+
+static void free_cmpl(void *p)
+{
+    cmpl *c = p;
+    if (c) json_decref(c->prompts);
+    free(c);
+}
+
+/* An optional integer member in lo..hi (absent or null: dflt); false with e set. */
+static bool opt_int(json_t *body, const char *name, int lo, int hi, int dflt, int *out, sv_err *e)
+{
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return true;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        sv_fail(e, 400, name, "\"%s\" must be an integer in %d..%d", name, lo, hi);
+        return false;
+    }
+    *out = (int)json_integer_value(v);
+    return true;
+}
+
+static bool opt_bool(json_t *body, const char *name, bool dflt, bool *out, sv_err *e)
+{
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return true;
+    }
+    if (!json_is_boolean(v)) {
+        sv_fail(e, 400, name, "\"%s\" must be true or false", name);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e)
+{
+    cmpl c = {.logprobs = -1};
+    bool stream;
+    int n, best_of;
+    json_t *mt = json_object_get(body, "max_tokens");
+    if (mt && json_is_integer(mt) && json_integer_value(mt) > 1)
+        return sv_fail(e, 400, "max_tokens",
+                       "max_tokens is %lld, but estream is prefill-only: it gives the greedy next "
+                       "token (max_tokens 1) or none (0), never a longer completion",
+                       (long long)json_integer_value(mt));
+    if (!opt_bool(body, "echo", false, &c.echo, e) || !opt_bool(body, "stream", false, &stream, e) ||
+        !opt_int(body, "logprobs", 0, MAX_LOGPROBS, -1, &c.logprobs, e) ||
+        !opt_int(body, "max_tokens", 0, 1, 1, &c.max_tokens, e) ||
+        !opt_int(body, "n", 1, 1, 1, &n, e) || !opt_int(body, "best_of", 1, 1, 1, &best_of, e))
+        return NULL;
+    if (stream) return sv_fail(e, 400, "stream", "streamed replies are not supported");
+    json_t *t = json_object_get(body, "temperature");
+    if (t && !json_is_null(t) && !json_is_number(t))
+        return sv_fail(e, 400, "temperature", "\"temperature\" must be a number");
+    json_t *prompts = sv_prompt_records(json_object_get(body, "prompt"), "prompt", e);
+    if (!prompts) return NULL;
+    const int k = (int)json_array_size(prompts);
+    sv_req *q = sv_req_new(k);
+    cmpl *cp = malloc(sizeof(*cp));
+    if (!q || !cp) {
+        free(cp);
+        sv_req_free(q);
+        json_decref(prompts);
+        return sv_fail(e, 503, NULL, "out of memory");
+    }
+    c.prompts = prompts;
+    *cp = c;
+    q->api = cp;
+    q->free_api = free_cmpl;
+    const score_opts so = {.top = c.logprobs > 0 ? c.logprobs : 0};
+    for (int i = 0; i < k; i++) {
+        rec *r = &q->units[i].r;
+        score_rec_parse(env->m, &so, json_array_get(prompts, (size_t)i), r);
+        if (r->error || !c.max_tokens) continue;
+        es_seq *s = &r->seqs[0];
+        s->next_top_k = c.logprobs > 1 ? c.logprobs : 1;
+        s->next_ids = malloc((size_t)s->next_top_k * sizeof(int32_t));
+        s->next_logprobs = malloc((size_t)s->next_top_k * sizeof(float));
+        if (!s->next_ids || !s->next_logprobs) rec_fail(r, "out of memory");
+    }
+    if (!sv_check_units(env, q, "prompt", e)) {
+        sv_req_free(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* {token text: log-prob} of the top entries, with the token itself (tok, lp) when missing. */
+static json_t *top_dict(const es_model *m, const int32_t *ids, const float *lps, int n,
+                        int32_t tok, float lp)
+{
+    json_t *d = json_object();
+    bool seen = false;
+    for (int i = 0; i < n; i++) {
+        json_t *key = sv_token_json(m, ids[i]);
+        const bool self = ids[i] == tok;
+        seen = seen || self;
+        if (json_is_string(key))
+            json_object_set_new(d, json_string_value(key), rec_json_float(self ? lp : lps[i]));
+        json_decref(key);
+    }
+    if (!seen) {
+        json_t *key = sv_token_json(m, tok);
+        if (json_is_string(key)) json_object_set_new(d, json_string_value(key), rec_json_float(lp));
+        json_decref(key);
+    }
+    return d;
+}
+
+/* Appends the bytes of token id to a growing text buffer. */
+typedef struct buf { char *p; size_t n, cap; bool oom; } buf;
+static void buf_add(buf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        const size_t cap = (b->n + n + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static json_t *one_choice(const sv_api_env *env, const cmpl *c, const rec *r, json_t *prompt,
+                          int index)
+{
+    const es_model *m = env->m;
+    const es_seq *s = &r->seqs[0];
+    const bool gen = c->max_tokens == 1;
+    const int32_t g = gen ? s->next_ids[0] : -1;
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    buf text = {0};
+    size_t chars = 0; /* code points of the text so far */
+    json_t *given = json_object_get(prompt, "text");
+    if (c->echo && given) buf_add(&text, json_string_value(given), json_string_length(given));
+    const size_t n_echo = c->echo ? s->n_ids : 0;
+    for (size_t i = 0; i < n_echo + gen; i++) {
+        const bool is_gen = i == n_echo;
+        const int32_t id = is_gen ? g : s->ids[i];
+        size_t len;
+        const char *piece = es_token_piece(m, id, &len);
+        if (!piece) len = 0;
+        if (!(c->echo && given) || is_gen) buf_add(&text, piece ? piece : "", len);
+        json_array_append_new(tokens, sv_token_json(m, id));
+        json_array_append_new(offs, json_integer((json_int_t)chars));
+        /* a string prompt's text is as sent: the BOS the tokenizer added has no width in it */
+        const bool added_bos = given && i == 0 && es_model_add_bos(m) && id == es_model_bos(m);
+        if (!added_bos) chars += sv_utf8_count(piece ? piece : "", len);
+        if (c->logprobs < 0) continue;
+        if (is_gen) {
+            json_array_append_new(lps, rec_json_float(s->next_logprobs[0]));
+            json_array_append_new(tops, top_dict(m, s->next_ids, s->next_logprobs, c->logprobs, g,
+                                                 s->next_logprobs[0]));
+        } else if (i < (s->score_from ? s->score_from : 1)) {
+            json_array_append_new(lps, json_null());
+            json_array_append_new(tops, json_null());
+        } else {
+            const float lp = s->token_logprob[i];
+            json_array_append_new(lps, rec_json_float(lp));
+            const int top = s->top_n;
+            json_array_append_new(tops, top_dict(m, top ? s->top_ids + i * (size_t)top : NULL,
+                                                 top ? s->top_logprobs + i * (size_t)top : NULL,
+                                                 top, id, lp));
+        }
+    }
+    size_t clean_len;
+    char *clean = text.oom ? NULL : sv_utf8_clean(text.p ? text.p : "", text.n, &clean_len);
+    free(text.p);
+    json_t *logprobs = c->logprobs < 0 ? json_null()
+                                       : json_pack("{s:O,s:O,s:O,s:O}", "tokens", tokens,
+                                                   "token_logprobs", lps, "top_logprobs", tops,
+                                                   "text_offset", offs);
+    json_decref(tokens);
+    json_decref(lps);
+    json_decref(tops);
+    json_decref(offs);
+    if (!clean) {
+        json_decref(logprobs);
+        return NULL;
+    }
+    const char *finish = gen && g == es_model_eos(m) ? "stop" : "length";
+    json_t *o = json_pack("{s:i,s:s%,s:o?,s:s}", "index", index, "text", clean, clean_len,
+                          "logprobs", logprobs, "finish_reason", finish);
+    free(clean);
+    return o;
+}
+
+json_t *sv_completions_reply(const sv_api_env *env, const sv_req *q)
+{
+    const cmpl *c = q->api;
+    json_t *choices = json_array();
+    if (!choices) return NULL;
+    for (int i = 0; i < q->n_units; i++) {
+        json_t *ch = one_choice(env, c, &q->units[i].r, json_array_get(c->prompts, (size_t)i), i);
+        if (!ch || json_array_append_new(choices, ch)) {
+            json_decref(choices);
+            return NULL;
+        }
+    }
+    static _Atomic unsigned long long serial;
+    char id[48];
+    snprintf(id, sizeof(id), "cmpl-%llx%llx", (unsigned long long)time(NULL), ++serial);
+    const json_int_t completion = (json_int_t)q->n_units * c->max_tokens;
+    return json_pack("{s:s,s:s,s:I,s:s,s:o,s:{s:I,s:I,s:I}}", "id", id, "object",
+                     "text_completion", "created", (json_int_t)time(NULL), "model",
+                     env->model_name, "choices", choices, "usage", "prompt_tokens",
+                     (json_int_t)q->n_tokens, "completion_tokens", completion, "total_tokens",
+                     (json_int_t)q->n_tokens + completion);
+}
+
+/* ---- /v1/embeddings ---- */
+
+typedef struct embd { bool base64; } embd;
+
+static void free_embd(void *p)
+{
+    free(p);
+}
+
+sv_req *sv_embeddings_parse(const sv_api_env *env, json_t *body, sv_err *e)
+{
+    embd o = {false};
+    json_t *fmt = json_object_get(body, "encoding_format");
+    if (fmt && !json_is_null(fmt)) {
+        if (!json_is_string(fmt) || (strcmp(json_string_value(fmt), "float") &&
+                                     strcmp(json_string_value(fmt), "base64")))
+            return sv_fail(e, 400, "encoding_format", "\"encoding_format\" must be \"float\" or "
+                                                      "\"base64\"");
+        o.base64 = !strcmp(json_string_value(fmt), "base64");
+    }
+    json_t *dim = json_object_get(body, "dimensions");
+    if (dim && !json_is_null(dim) &&
+        (!json_is_integer(dim) || json_integer_value(dim) != es_model_n_embd(env->m)))
+        return sv_fail(e, 400, "dimensions", "\"dimensions\" must be the model's width, %d (the "
+                       "vectors are not truncated)", es_model_n_embd(env->m));
+    json_t *inputs = sv_prompt_records(json_object_get(body, "input"), "input", e);
+    if (!inputs) return NULL;
+    const int k = (int)json_array_size(inputs);
+    sv_req *q = sv_req_new(k);
+    embd *op = malloc(sizeof(*op));
+    if (!q || !op) {
+        free(op);
+        sv_req_free(q);
+        json_decref(inputs);
+        return sv_fail(e, 503, NULL, "out of memory");
+    }
+    *op = o;
+    q->api = op;
+    q->free_api = free_embd;
+    const embed_opts eo = {.pooling = env->pooling, .normalize = env->normalize};
+    for (int i = 0; i < k; i++) embed_rec_parse(env->m, &eo, json_array_get(inputs, (size_t)i),
+                                                &q->units[i].r);
+    json_decref(inputs);
+    if (!sv_check_units(env, q, "input", e)) {
+        sv_req_free(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* RFC 4648 base64 of n bytes (malloc'd, NUL-terminated). */
+static char *base64(const unsigned char *p, size_t n)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc((n + 2) / 3 * 4 + 1), *w = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        const unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) |
+                           (i + 2 < n ? p[i + 2] : 0);
+        *w++ = abc[v >> 18 & 63];
+        *w++ = abc[v >> 12 & 63];
+        *w++ = i + 1 < n ? abc[v >> 6 & 63] : '=';
+        *w++ = i + 2 < n ? abc[v & 63] : '=';
+    }
+    *w = 0;
+    return o;
+}
+
+json_t *sv_embeddings_reply(const sv_api_env *env, const sv_req *q)
+{
+    const embd *o = q->api;
+    const size_t n_embd = (size_t)es_model_n_embd(env->m);
+    json_t *data = json_array();
+    if (!data) return NULL;
+    for (int i = 0; i < q->n_units; i++) {
+        const es_seq *s = &q->units[i].r.seqs[0];
+        const bool nested = s->pooling == ES_POOLING_NONE; /* a vector per token */
+        const size_t rows = nested ? s->n_ids : 1;
+        json_t *v;
+        if (o->base64) {
+            /* little-endian float32, as numpy.frombuffer(dtype="float32") reads it */
+            char *b = base64((const unsigned char *)s->embedding, rows * n_embd * sizeof(float));
+            v = b ? json_string(b) : NULL;
+            free(b);
+        } else {
+            v = json_array();
+            for (size_t r = 0; v && r < rows; r++) {
+                json_t *row = nested ? json_array() : v;
+                for (size_t j = 0; row && j < n_embd; j++)
+                    json_array_append_new(row, rec_json_float(s->embedding[r * n_embd + j]));
+                if (nested) json_array_append_new(v, row);
+            }
+        }
+        if (!v || json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding",
+                                                        "index", i, "embedding", v))) {
+            json_decref(data);
+            return NULL;
+        }
+    }
+    return json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model",
+                     env->model_name, "usage", "prompt_tokens", (json_int_t)q->n_tokens,
+                     "total_tokens", (json_int_t)q->n_tokens);
+}

@@ -1,0 +1,313 @@
+/* The executor (exec.h): a FIFO of units, one thread forming and running batches. */
+#include "serve/exec.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct sv_exec {
+    es_session *s;
+    sv_exec_opts o;
+    sv_metrics *mx;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* units queued, or stopping */
+    pthread_cond_t done; /* a request changed state */
+    sv_unit *head, *tail;
+    int n_pending;       /* requests admitted and not finished */
+    uint64_t mem_used;
+    bool stopping;
+    atomic_int batch_live; /* requests of the running batch whose waiter is still there */
+};
+
+uint64_t sv_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+sv_req *sv_req_new(int n_units)
+{
+    sv_req *q = calloc(1, sizeof(*q));
+    if (!q) return NULL;
+    q->units = calloc((size_t)(n_units > 0 ? n_units : 1), sizeof(sv_unit));
+    if (!q->units) {
+        free(q);
+        return NULL;
+    }
+    q->n_units = n_units;
+    for (int i = 0; i < n_units; i++) q->units[i].req = q;
+    q->refs = 1;
+    return q;
+}
+
+void sv_req_free(sv_req *q)
+{
+    if (!q) return;
+    for (int i = 0; i < q->n_units; i++) rec_free(&q->units[i].r);
+    free(q->units);
+    if (q->free_api) q->free_api(q->api);
+    free(q);
+}
+
+/* Drops one reference; the last frees. Under the lock. */
+static void unref(sv_exec *x, sv_req *q)
+{
+    if (--q->refs > 0) return;
+    x->mem_used -= q->mem_bytes;
+    sv_req_free(q);
+}
+
+/* A request leaves the admitted set (done, failed or its waiter gone). Under the lock. */
+static void finish(sv_exec *x, sv_req *q)
+{
+    x->n_pending--;
+    pthread_mutex_lock(&x->mx->mu);
+    x->mx->queue_depth = x->n_pending;
+    pthread_mutex_unlock(&x->mx->mu);
+}
+
+int sv_exec_abort_cb(void *user)
+{
+    sv_exec *x = *(sv_exec **)user;
+    return x && atomic_load(&x->batch_live) == 0;
+}
+
+/* Takes the batch from the head of the queue into units[] (at most cap); returns the count.
+ * Under the lock. */
+static int take_batch(sv_exec *x, sv_unit **units, int cap, int64_t *tokens, int *seqs)
+{
+    int n = 0;
+    *tokens = 0;
+    *seqs = 0;
+    while (x->head && n < cap) {
+        sv_unit *u = x->head;
+        if (n > 0 && (*tokens + u->r.n_tokens > x->o.batch_tokens ||
+                      *seqs + u->r.n_seqs > x->o.max_seqs))
+            break;
+        x->head = u->next;
+        if (!x->head) x->tail = NULL;
+        u->queued = false;
+        u->next = NULL;
+        units[n++] = u;
+        *tokens += u->r.n_tokens;
+        *seqs += u->r.n_seqs;
+        sv_req *q = u->req;
+        if (q->n_in_batch++ == 0) {
+            q->refs++;
+            atomic_fetch_add(&x->batch_live, 1);
+        }
+    }
+    return n;
+}
+
+/* Puts units[0..n) back at the head of the queue, in order. Under the lock. */
+static void requeue(sv_exec *x, sv_unit **units, int n)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        sv_unit *u = units[i];
+        if (u->req->left || u->req->state != SV_WAITING) continue;
+        u->next = x->head;
+        u->queued = true;
+        x->head = u;
+        if (!x->tail) x->tail = u;
+    }
+}
+
+static int fail_status(es_status st)
+{
+    return st == ES_E_NOMEM ? 503 : st == ES_E_INVAL ? 400 : 500;
+}
+
+static void *run(void *arg)
+{
+    sv_exec *x = arg;
+    const int cap = x->o.max_seqs;
+    sv_unit **units = malloc((size_t)cap * sizeof(*units));
+    es_seq *seqs = malloc((size_t)cap * sizeof(*seqs));
+    if (!units || !seqs) {
+        fprintf(stderr, "estream serve: out of memory in the executor\n");
+        abort();
+    }
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        while (!x->head && !x->stopping) pthread_cond_wait(&x->work, &x->mu);
+        if (!x->head) break; /* stopping, and nothing left */
+        int64_t tokens;
+        int n_seqs;
+        const int n = take_batch(x, units, cap, &tokens, &n_seqs);
+        pthread_mutex_unlock(&x->mu);
+
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < units[i]->r.n_seqs; j++) seqs[k++] = units[i]->r.seqs[j];
+        const es_status st = es_session_run(x->s, seqs, n_seqs);
+        es_run_stats rs;
+        es_session_stats(x->s, &rs);
+        sv_metrics_batch(x->mx, tokens, n_seqs, st, &rs);
+        const char *why = st ? es_last_error() : NULL;
+
+        pthread_mutex_lock(&x->mu);
+        if (st == ES_E_CANCELLED) requeue(x, units, n);
+        k = 0;
+        for (int i = 0; i < n; i++) {
+            sv_unit *u = units[i];
+            sv_req *q = u->req;
+            if (st == ES_OK) {
+                /* the library wrote the outputs through the copied pointers; the scalars it
+                 * may have normalised (score_from 0 -> 1) stay as the unit had them */
+                q->n_left--;
+                if (q->n_left == 0 && q->state == SV_WAITING && !q->left) {
+                    q->state = SV_DONE;
+                    finish(x, q);
+                }
+            } else if (st != ES_E_CANCELLED && q->state == SV_WAITING && !q->left) {
+                q->state = SV_FAILED;
+                q->fail_status = fail_status(st);
+                snprintf(q->fail_msg, sizeof(q->fail_msg), "%s", why ? why : es_status_str(st));
+                finish(x, q);
+            }
+            k += u->r.n_seqs;
+        }
+        for (int i = 0; i < n; i++) {
+            sv_req *q = units[i]->req;
+            if (--q->n_in_batch == 0) {
+                if (!q->left) atomic_fetch_sub(&x->batch_live, 1);
+                unref(x, q);
+            }
+        }
+        atomic_store(&x->batch_live, 0);
+        pthread_cond_broadcast(&x->done);
+    }
+    pthread_mutex_unlock(&x->mu);
+    free(units);
+    free(seqs);
+    return NULL;
+}
+
+sv_exec *sv_exec_start(es_session *s, const sv_exec_opts *o, sv_metrics *mx)
+{
+    sv_exec *x = calloc(1, sizeof(*x));
+    if (!x) return NULL;
+    x->s = s;
+    x->o = *o;
+    x->mx = mx;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->work, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&x->done, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&x->thread, NULL, run, x)) {
+        pthread_cond_destroy(&x->work);
+        pthread_cond_destroy(&x->done);
+        pthread_mutex_destroy(&x->mu);
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+enum sv_submit sv_exec_submit(sv_exec *x, sv_req *q)
+{
+    pthread_mutex_lock(&x->mu);
+    enum sv_submit r = SV_ADMITTED;
+    if (x->stopping) r = SV_STOPPING;
+    else if (x->n_pending >= x->o.max_queue) r = SV_QUEUE_FULL;
+    else if (x->mem_used + q->mem_bytes > x->o.request_mem_bytes) r = SV_MEM_FULL;
+    if (r != SV_ADMITTED) {
+        pthread_mutex_unlock(&x->mu);
+        return r;
+    }
+    x->mem_used += q->mem_bytes;
+    x->n_pending++;
+    q->n_left = q->n_units;
+    q->state = q->n_units ? SV_WAITING : SV_DONE;
+    if (!q->n_units) x->n_pending--;
+    for (int i = 0; i < q->n_units; i++) {
+        sv_unit *u = &q->units[i];
+        u->queued = true;
+        u->next = NULL;
+        if (x->tail) x->tail->next = u;
+        else x->head = u;
+        x->tail = u;
+    }
+    pthread_mutex_lock(&x->mx->mu);
+    x->mx->queue_depth = x->n_pending;
+    pthread_mutex_unlock(&x->mx->mu);
+    pthread_cond_signal(&x->work);
+    pthread_mutex_unlock(&x->mu);
+    return SV_ADMITTED;
+}
+
+enum sv_state sv_exec_wait(sv_exec *x, sv_req *q, uint64_t deadline_ns, bool (*gone)(void *),
+                           void *user)
+{
+    pthread_mutex_lock(&x->mu);
+    while (q->state == SV_WAITING) {
+        const uint64_t now = sv_now_ns();
+        if (now >= deadline_ns) break;
+        uint64_t until = now + 20000000u;
+        if (until > deadline_ns) until = deadline_ns;
+        const struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+        const int rc = pthread_cond_timedwait(&x->done, &x->mu, &ts);
+        if (rc == ETIMEDOUT && q->state == SV_WAITING && gone && gone(user)) break;
+    }
+    const enum sv_state s = q->state;
+    pthread_mutex_unlock(&x->mu);
+    return s;
+}
+
+void sv_exec_leave(sv_exec *x, sv_req *q)
+{
+    pthread_mutex_lock(&x->mu);
+    if (q->state == SV_WAITING && q->n_units) {
+        /* still admitted: take its queued units out; a batch that holds some keeps a
+         * reference and may be stopped if nobody else waits for it */
+        sv_unit **pp = &x->head, *prev = NULL;
+        while (*pp) {
+            sv_unit *u = *pp;
+            if (u->req == q) {
+                *pp = u->next;
+                u->queued = false;
+                if (x->tail == u) x->tail = prev;
+            } else {
+                prev = u;
+                pp = &u->next;
+            }
+        }
+        finish(x, q);
+        q->state = SV_FAILED;
+        if (q->n_in_batch) atomic_fetch_sub(&x->batch_live, 1);
+    }
+    q->left = true;
+    unref(x, q);
+    pthread_mutex_unlock(&x->mu);
+}
+
+int sv_exec_pending(sv_exec *x)
+{
+    pthread_mutex_lock(&x->mu);
+    const int n = x->n_pending;
+    pthread_mutex_unlock(&x->mu);
+    return n;
+}
+
+void sv_exec_stop(sv_exec *x)
+{
+    if (!x) return;
+    pthread_mutex_lock(&x->mu);
+    x->stopping = true;
+    pthread_cond_signal(&x->work);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->thread, NULL);
+    es_session_destroy(x->s);
+    pthread_cond_destroy(&x->work);
+    pthread_cond_destroy(&x->done);
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+}

@@ -1,0 +1,58 @@
+/* estream serve: a prefill-only HTTP service on one model (libmicrohttpd), a client of
+ * include/estream.h like the CLI. The CLI parses the flags and opens the model; this folder
+ * owns the HTTP surface (http.c), the request parsers and replies of each endpoint (api_*.c),
+ * the executor that merges concurrent requests into batches (exec.c) and the metrics
+ * (metrics.c). docs/serve.md describes the endpoints, limits and failure answers.
+ *
+ * Life of a server: serve_start() binds and answers /health with 503 ("loading");
+ * serve_attach() makes the session and starts the executor (/health 200); serve_wait() returns
+ * once serve_shutdown() was called (from a signal thread); serve_stop() stops accepting,
+ * finishes the requests in flight and frees everything. */
+#ifndef ES_SERVE_H
+#define ES_SERVE_H
+
+#include "estream.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct serve_opts {
+    const char *host;          /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
+    int port;                  /* 0: a free port (serve_port() says which) */
+    const char *api_key;       /* NULL: no key; else "Authorization: Bearer KEY" on every
+                                * endpoint but /health */
+    const char *model_name;    /* the id in /v1/models and in replies */
+    int max_queue;             /* requests admitted and not finished; beyond it 429 */
+    int max_connections;       /* open connections (each has a thread) */
+    size_t max_body_bytes;     /* larger bodies: 413 */
+    int64_t max_request_tokens; /* tokens of one request, all its prompts together: 413 */
+    double timeout_s;          /* per request, queue and run: 504 */
+    double io_timeout_s;       /* a connection idle this long is closed (slow clients) */
+    uint64_t request_mem_bytes; /* what admitted requests may hold at once (estimated) */
+    es_pooling pooling;        /* /v1/embeddings */
+    int normalize;
+    int quiet;                 /* 1: no line per request on stderr */
+} serve_opts;
+
+/* The defaults documented in estream serve --help (loopback, any port unset = 8080, ...). */
+serve_opts serve_default_opts(void);
+
+typedef struct serve serve;
+
+/* Binds and starts answering (/health 503 until serve_attach). On failure returns NULL with a
+ * one-line reason in err. */
+serve *serve_start(const serve_opts *o, char *err, size_t err_len);
+int serve_port(const serve *sv);
+/* Makes the session from sp (n_threads, budget and streaming fields; max_tokens and max_seqs
+ * are set here from batch_tokens: 0 = 2048 resident, under a budget the largest of 4096..512
+ * that fits) with the requests' memory reserved, and starts the executor. The model must
+ * outlive the server. */
+es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp, int batch_tokens);
+/* Asks serve_wait() to return; safe from any thread (not from a signal handler). */
+void serve_shutdown(serve *sv);
+void serve_wait(serve *sv);
+/* Stops accepting, answers new requests on open connections with 503, waits for the requests
+ * in flight (at most their timeout), then closes everything. NULL is a no-op. */
+void serve_stop(serve *sv);
+
+#endif

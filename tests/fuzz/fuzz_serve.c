@@ -1,0 +1,126 @@
+/*
+ * libFuzzer harness for estream serve's request parsers and replies (src/serve/api*.c and the
+ * records they build, src/records/): the first input byte picks the endpoint, the rest is the
+ * request body. A body that parses into a request gets outputs filled in as the executor would
+ * (finite log-probs, ids in the vocabulary, a NaN here and there), then its reply is built and
+ * serialised; an error must carry an HTTP status of 4xx/5xx and a message. No model runs.
+ *   make fuzz && build-fuzz/fuzz_serve -max_total_time=60 -dict=tests/fuzz/serve.dict \
+ *       NEW_DIR tests/fuzz/corpus-serve
+ * The model (estream's tiny synthetic OLMoE, its built-in byte-level BPE vocabulary) is written
+ * once to TMPDIR in LLVMFuzzerInitialize and opened for the run.
+ */
+#include "serve/api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static es_model *g_model;
+static sv_api_env g_env;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    setenv("ESTREAM_LOG", "0", 0);
+    const char *tmp = getenv("TMPDIR");
+    char path[256];
+    snprintf(path, sizeof(path), "%s/fuzz_serve.%d.gguf", tmp && *tmp ? tmp : "/tmp",
+             (int)getpid());
+    const es_synth_opts so = {.preset = "tiny", .type = "f32", .seed = 1};
+    if (es_synth(&so, path) || es_model_open(path, 0, &g_model)) abort();
+    unlink(path);
+    g_env = (sv_api_env){
+        .m = g_model,
+        .model_name = "fuzz",
+        .pooling = ES_POOLING_MEAN,
+        .normalize = 1,
+        .max_request_tokens = 1 << 14,
+        .batch_tokens = 2048,
+        .max_seqs = 64,
+        .created = 1,
+    };
+    return 0;
+}
+
+/* What es_session_run would write: every requested output, deterministic. */
+static void fill(es_seq *s, int n_vocab, int n_embd, uint32_t *seed)
+{
+    for (size_t i = 0; i < s->n_ids; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        if (s->token_logprob) s->token_logprob[i] = *seed % 97 ? -(float)(*seed % 1000) / 37 : NAN;
+        if (s->token_rank) s->token_rank[i] = (int32_t)(*seed % 5) + 1;
+        for (int k = 0; k < s->top_n; k++) {
+            s->top_ids[i * (size_t)s->top_n + (size_t)k] = (int32_t)((*seed + (uint32_t)k) %
+                                                                      (uint32_t)n_vocab);
+            s->top_logprobs[i * (size_t)s->top_n + (size_t)k] = -(float)k;
+        }
+    }
+    for (int k = 0; k < s->next_top_k; k++) {
+        s->next_ids[k] = (int32_t)((*seed + (uint32_t)k * 7) % (uint32_t)n_vocab);
+        s->next_logprobs[k] = -(float)k - 0.5f;
+    }
+    for (int k = 0; k < s->n_labels; k++) s->label_logprobs[k] = -(float)(k + 1);
+    if (s->embedding) {
+        const size_t rows = s->pooling == ES_POOLING_NONE ? s->n_ids : 1;
+        for (size_t j = 0; j < rows * (size_t)n_embd; j++) s->embedding[j] = (float)j * 0.25f;
+    }
+}
+
+static void check_error(const sv_err *e)
+{
+    if (e->status < 400 || e->status > 599 || !e->msg[0]) abort();
+    json_t *b = sv_err_body(e);
+    char *s = b ? json_dumps(b, JSON_COMPACT) : NULL;
+    free(s);
+    json_decref(b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    static const int eps[] = {SV_EP_COMPLETIONS, SV_EP_EMBEDDINGS,    SV_EP_SCORE,
+                              SV_EP_CLASSIFY,    SV_EP_TOKENIZE,      SV_EP_DETOKENIZE,
+                              SV_EP_MODELS,      SV_EP_TOKENIZER_INFO};
+    const int ep = eps[data[0] % (sizeof(eps) / sizeof(eps[0]))];
+    json_error_t je;
+    json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &je);
+    if (!body) return 0; /* jansson's own parser is not ours to fuzz */
+    sv_err e = {0};
+    if (ep <= SV_EP_CLASSIFY) {
+        sv_req *q = sv_api_parse(&g_env, ep, body, size - 1, &e);
+        if (!q) {
+            check_error(&e);
+        } else {
+            uint32_t seed = (uint32_t)size;
+            int64_t tokens = 0;
+            for (int i = 0; i < q->n_units; i++) {
+                const rec *r = &q->units[i].r;
+                if (r->error || r->n_seqs < 1) abort(); /* sv_check_units lets none through */
+                for (int j = 0; j < r->n_seqs; j++) {
+                    if (r->seqs[j].n_ids < 1) abort();
+                    fill(&r->seqs[j], es_model_n_vocab(g_model), es_model_n_embd(g_model), &seed);
+                }
+                tokens += r->n_tokens;
+            }
+            if (tokens != q->n_tokens || tokens > g_env.max_request_tokens || !q->mem_bytes) abort();
+            json_t *reply = sv_api_reply(&g_env, q);
+            char *s = reply ? json_dumps(reply, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+            free(s);
+            json_decref(reply);
+            sv_req_free(q);
+        }
+    } else {
+        json_t *reply = sv_api_direct(&g_env, ep, body, &e);
+        if (!reply) check_error(&e);
+        char *s = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+        free(s);
+        json_decref(reply);
+    }
+    json_decref(body);
+    return 0;
+}
