@@ -70,6 +70,23 @@ static void finish(sv_exec *x, sv_req *q)
     pthread_mutex_unlock(&x->mx->mu);
 }
 
+/* Takes q's units out of the queue. Under the lock. */
+static void drop_queued(sv_exec *x, sv_req *q)
+{
+    sv_unit **pp = &x->head, *prev = NULL;
+    while (*pp) {
+        sv_unit *u = *pp;
+        if (u->req == q) {
+            *pp = u->next;
+            u->queued = false;
+            if (x->tail == u) x->tail = prev;
+        } else {
+            prev = u;
+            pp = &u->next;
+        }
+    }
+}
+
 int sv_exec_abort_cb(void *user)
 {
     sv_exec *x = *(sv_exec **)user;
@@ -166,6 +183,7 @@ static void *run(void *arg)
                 }
             } else if (st != ES_E_CANCELLED && q->state == SV_WAITING && !q->left) {
                 q->state = SV_FAILED;
+                drop_queued(x, q); /* its other units would run for nobody */
                 q->fail_status = fail_status(st);
                 snprintf(q->fail_msg, sizeof(q->fail_msg), "%s", why ? why : es_status_str(st));
                 finish(x, q);
@@ -248,14 +266,20 @@ enum sv_state sv_exec_wait(sv_exec *x, sv_req *q, uint64_t deadline_ns, bool (*g
                            void *user)
 {
     pthread_mutex_lock(&x->mu);
+    /* gone is polled every 20 ms by the clock, not on timeouts of the wait: batches shorter
+     * than 20 ms wake the waiter before any timeout, and a client that left would then be
+     * answered only once its whole request had run */
+    uint64_t poll_at = sv_now_ns() + 20000000u;
     while (q->state == SV_WAITING) {
         const uint64_t now = sv_now_ns();
         if (now >= deadline_ns) break;
-        uint64_t until = now + 20000000u;
-        if (until > deadline_ns) until = deadline_ns;
+        if (now >= poll_at) {
+            if (gone && gone(user)) break;
+            poll_at = now + 20000000u;
+        }
+        const uint64_t until = poll_at < deadline_ns ? poll_at : deadline_ns;
         const struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
-        const int rc = pthread_cond_timedwait(&x->done, &x->mu, &ts);
-        if (rc == ETIMEDOUT && q->state == SV_WAITING && gone && gone(user)) break;
+        pthread_cond_timedwait(&x->done, &x->mu, &ts);
     }
     const enum sv_state s = q->state;
     pthread_mutex_unlock(&x->mu);
@@ -268,18 +292,7 @@ void sv_exec_leave(sv_exec *x, sv_req *q)
     if (q->state == SV_WAITING && q->n_units) {
         /* still admitted: take its queued units out; a batch that holds some keeps a
          * reference and may be stopped if nobody else waits for it */
-        sv_unit **pp = &x->head, *prev = NULL;
-        while (*pp) {
-            sv_unit *u = *pp;
-            if (u->req == q) {
-                *pp = u->next;
-                u->queued = false;
-                if (x->tail == u) x->tail = prev;
-            } else {
-                prev = u;
-                pp = &u->next;
-            }
-        }
+        drop_queued(x, q);
         finish(x, q);
         q->state = SV_FAILED;
         if (q->n_in_batch) atomic_fetch_sub(&x->batch_live, 1);

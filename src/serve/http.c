@@ -46,6 +46,7 @@ struct serve {
     pthread_cond_t cv;
     bool shutdown;
     int in_flight; /* requests between their first call and their reply */
+    _Atomic uint64_t body_bytes; /* bodies being received, at most request_mem_bytes */
 };
 
 /* Per request (MHD's con_cls). */
@@ -54,7 +55,7 @@ typedef struct conn {
     bool post;
     char *body;
     size_t len, cap;
-    bool too_big, slow;
+    bool too_big, slow, busy; /* over --max-body; over --timeout; bodies hold the memory */
     uint64_t t0;
     int early_status; /* a reply decided on the first call (0: none) */
     sv_err early;
@@ -251,6 +252,11 @@ static enum MHD_Result dispatch(serve *sv, struct MHD_Connection *c, conn *k)
                 sv->o.max_body_bytes);
         return send_err(sv, c, k, &e, 0);
     }
+    if (k->busy) {
+        sv_fail(&e, 429, NULL, "the bodies being received hold the server's memory for requests "
+                "(estream serve --request-mem); retry later");
+        return send_err(sv, c, k, &e, 0);
+    }
     if (k->slow) {
         sv_fail(&e, 408, NULL, "the body took longer than %g s to arrive", sv->o.timeout_s);
         return send_err(sv, c, k, &e, 0);
@@ -363,7 +369,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) {
         const size_t n = *upload_size;
         *upload_size = 0;
-        if (k->too_big || k->slow) return MHD_YES; /* discard the rest */
+        if (k->too_big || k->slow || k->busy) return MHD_YES; /* discard the rest */
         if ((double)(sv_now_ns() - k->t0) * 1e-9 > sv->o.timeout_s) {
             k->slow = true;
             return MHD_YES;
@@ -377,8 +383,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (k->len + n + 1 > k->cap) {
             size_t cap = k->cap ? k->cap : 4096;
             while (cap < k->len + n + 1) cap *= 2;
+            /* the bodies being received count in the memory reserved for requests */
+            const uint64_t more = cap - k->cap;
+            if (atomic_fetch_add(&sv->body_bytes, more) + more > sv->o.request_mem_bytes) {
+                atomic_fetch_sub(&sv->body_bytes, more + k->cap);
+                k->busy = true;
+                free(k->body);
+                k->body = NULL;
+                k->cap = 0;
+                return MHD_YES;
+            }
             char *b = realloc(k->body, cap);
-            if (!b) return MHD_NO;
+            if (!b) {
+                atomic_fetch_sub(&sv->body_bytes, more);
+                return MHD_NO;
+            }
             k->body = b;
             k->cap = cap;
         }
@@ -399,6 +418,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         why != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         fprintf(stderr, "estream serve: %s: connection ended early (%d)\n",
                 sv_endpoint_name(k->ep), (int)why);
+    atomic_fetch_sub(&sv->body_bytes, k->cap);
     free(k->body);
     free(k);
     *con_cls = NULL;
@@ -484,8 +504,9 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
     sp.abort_cb = sv_exec_abort_cb;
     sp.cb_user = &sv->x_for_abort;
     sp.progress_cb = NULL;
-    /* what requests, replies and connection threads may hold, counted against the budget */
-    sp.reserve_bytes = sv->o.request_mem_bytes + (uint64_t)sv->o.max_connections * (256u << 10);
+    /* what requests and replies (request_mem), bodies being received (request_mem again) and
+     * connection threads may hold, counted against the budget */
+    sp.reserve_bytes = 2 * sv->o.request_mem_bytes + (uint64_t)sv->o.max_connections * (256u << 10);
     static const int tries[] = {4096, 2048, 1024, 512};
     const bool search = !batch_tokens && sp.mem_budget_bytes > 0;
     es_session *s = NULL;
