@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: Release, ASan+UBSan, TSan (concurrent parts), the planted-bug check
+# The whole test suite: Release, ASan+UBSan, the OpenAI client check (tools/openai-check.sh),
+# TSan (concurrent parts), the planted-bug check
 # (tools/mutants.sh), bounded fuzz runs, and the AArch64 kernel tables cross-built and run under
 # qemu-user (tools/cross-aarch64.sh).
 # Prints "N passed, N failed" per stage, a table of the stages' wall times, and a final total.
@@ -67,13 +68,26 @@ release_ok=0
 suite release && release_ok=1
 suite "asan+ubsan" SAN=1
 
+# The official OpenAI Python client against estream serve (tools/openai-check.sh: a cached
+# virtualenv from PyPI, every number equal to estream score / estream embed).
+stage_begin "openai client"
+if out=$(bash tools/openai-check.sh build 2>&1); then
+    echo "$out" | tail -n 1; n=$(echo "$out" | sed -n 's/^openai client: \([0-9]*\) checks passed$/\1/p')
+    add_counts "${n:-0} passed, 0 failed"
+else
+    echo "$out" | tail -n 30; add_counts "0 passed, 1 failed"
+fi
+stage_end
+
 # ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;
 # test_trace: three threads recording into one trace; test_stream: the expert loader thread and
 # the residency protocol, with slow, short and failing reads; test_tune: profile runs; test_batch:
-# batches on 1-3 threads, the head's per-row pool jobs, streamed batches and their cancelling).
+# batches on 1-3 threads, the head's per-row pool jobs, streamed batches and their cancelling;
+# test_serve: the server binary built with TSan, its connection threads, executor and signal
+# thread under concurrent clients, cancels and shutdowns; a report fails the test).
 stage_begin tsan
 tsan_tests=()
-for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch; do
+for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch test_serve; do
     [ -f "tests/$t.c" ] && tsan_tests+=("$t")
 done
 if make -j"$jobs" TSAN=1 build-tsan/estream "${tsan_tests[@]/#/build-tsan/tests/}" >/dev/null 2>&1; then
@@ -127,7 +141,7 @@ if make fuzz >/dev/null 2>&1; then
         if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
     done
     wait
-    for i in 1 2 3; do
+    for i in $(seq "$i"); do
         cat "$fuzz_out/$i"
         if grep -q ': no crash' "$fuzz_out/$i"; then total_p=$((total_p + 1)); else total_f=$((total_f + 1)); status=1; fi
     done

@@ -11,6 +11,9 @@
  * - top_logprobs holds the `logprobs` best tokens of each position and, as OpenAI's API does,
  *   the token itself when it is not among them (so up to logprobs + 1 entries), with the same
  *   float as token_logprobs: lm-evaluation-harness's greedy check compares the two for equality.
+ *   Distinct tokens can share a text (a vocabulary's unused tokens all render as ""): such a
+ *   key keeps the best log-prob among them, so the greedy check never takes a worse token that
+ *   overwrote the best one's entry for the best.
  * - An input to embed is an embed record (records/embed_rec.c): tokenized as llama-embedding
  *   (and `estream embed`) do, pooled and normalised as the server's --pooling says.
  */
@@ -122,25 +125,34 @@ sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e)
     return q;
 }
 
-/* {token text: log-prob} of the top entries, with the token itself (tok, lp) when missing. */
+/* Sets d[key of token id] to lp unless d has that key with a log-prob at least as large:
+ * distinct tokens can share a text (a vocabulary's unused tokens all render as ""), and the
+ * dict keeps the best of them, so that max(top_logprobs.values()) is the best token's log-prob
+ * (lm-evaluation-harness's greedy test) and never the worse log-prob of a later token. */
+static void put_best(json_t *d, const es_model *m, int32_t id, float lp)
+{
+    json_t *key = sv_token_json(m, id);
+    if (json_is_string(key)) {
+        json_t *old = json_object_get(d, json_string_value(key));
+        const double was = json_is_real(old) ? json_real_value(old) : -INFINITY;
+        if (!old || (double)lp > was) json_object_set_new(d, json_string_value(key), rec_json_float(lp));
+    }
+    json_decref(key);
+}
+
+/* {token text: log-prob} of the top entries, with the token itself (tok, lp) when missing;
+ * tokens sharing a text keep the best log-prob (put_best). */
 static json_t *top_dict(const es_model *m, const int32_t *ids, const float *lps, int n,
                         int32_t tok, float lp)
 {
     json_t *d = json_object();
     bool seen = false;
-    for (int i = 0; i < n; i++) {
-        json_t *key = sv_token_json(m, ids[i]);
+    for (int i = 0; d && i < n; i++) {
         const bool self = ids[i] == tok;
         seen = seen || self;
-        if (json_is_string(key))
-            json_object_set_new(d, json_string_value(key), rec_json_float(self ? lp : lps[i]));
-        json_decref(key);
+        put_best(d, m, ids[i], self ? lp : lps[i]);
     }
-    if (!seen) {
-        json_t *key = sv_token_json(m, tok);
-        if (json_is_string(key)) json_object_set_new(d, json_string_value(key), rec_json_float(lp));
-        json_decref(key);
-    }
+    if (d && !seen) put_best(d, m, tok, lp);
     return d;
 }
 
