@@ -77,27 +77,8 @@ const char cli_job_help[] =
  * points past U+10FFFF are invalid), or n. */
 static size_t utf8_bad(const unsigned char *s, size_t n)
 {
-    for (size_t i = 0; i < n;) {
-        const unsigned c = s[i];
-        size_t k;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) { i++; continue; }
-        else if (c >= 0xC2 && c <= 0xDF) k = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            k = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            k = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else return i;
-        if (i + k >= n) return i; /* truncated sequence */
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t t = 2; t <= k; t++)
-            if ((s[i + t] & 0xC0) != 0x80) return i;
-        i += k + 1;
-    }
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = rec_utf8_char(s + i, n - i))) return i;
     return n;
 }
 

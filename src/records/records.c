@@ -140,3 +140,25 @@ bool rec_check_ids(const es_model *m, rec *r, const int32_t *ids, size_t n, cons
         }
     return true;
 }
+
+size_t rec_utf8_char(const unsigned char *s, size_t n)
+{
+    const unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t k;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        k = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        k = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else return 0;
+    if (n < k || s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < k; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    return k;
+}

@@ -54,6 +54,10 @@ bool rec_check_ids(const es_model *m, rec *r, const int32_t *ids, size_t n, cons
 /* JSON numbers of a float32 result: a real, or null when it is not finite (NULL: no memory). */
 json_t *rec_json_float(double v);
 
+/* Length of the valid UTF-8 character at s[0..n), 0 if none (RFC 3629: no overlongs, no
+ * surrogates, at most U+10FFFF); n >= 1. The CLI and the server check their inputs with it. */
+size_t rec_utf8_char(const unsigned char *s, size_t n);
+
 /* ---- estream score's records (score_rec.c; the kinds are described there and in the help of
  * estream score) ------------------------------------------------------------------------------ */
 #define SCORE_MAX_TOP 20

@@ -44,37 +44,13 @@ bool sv_check_model(json_t *body, sv_err *e)
     return true;
 }
 
-/* Length of the valid UTF-8 character at s[0..n), 0 if none (RFC 3629: no overlongs, no
- * surrogates, at most U+10FFFF). */
-static size_t utf8_char(const unsigned char *s, size_t n)
-{
-    const unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t k;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) k = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        k = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        k = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else return 0;
-    if (n < k || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < k; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    return k;
-}
-
 char *sv_utf8_clean(const char *s, size_t n, size_t *out_len)
 {
     char *o = malloc(n * 3 + 1); /* each bad byte becomes 3 bytes */
     if (!o) return NULL;
     size_t j = 0;
     for (size_t i = 0; i < n;) {
-        const size_t k = utf8_char((const unsigned char *)s + i, n - i);
+        const size_t k = rec_utf8_char((const unsigned char *)s + i, n - i);
         if (k && !(k == 1 && s[i] == 0)) {
             memcpy(o + j, s + i, k);
             j += k;
@@ -104,7 +80,7 @@ json_t *sv_token_json(const es_model *m, int32_t id)
     if (!p) return json_null();
     bool valid = true;
     for (size_t i = 0; i < n && valid;) {
-        const size_t k = utf8_char((const unsigned char *)p + i, n - i);
+        const size_t k = rec_utf8_char((const unsigned char *)p + i, n - i);
         valid = k && p[i];
         i += k;
     }
