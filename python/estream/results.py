@@ -1,0 +1,94 @@
+"""What Session's methods return: small dataclasses of plain Python values and numpy arrays.
+
+Log-probs are natural logarithms of the model's softmax over the whole vocabulary, float32 as
+the library computes them; sums are in double (Python float), added in order over the float32
+values, as ``estream score`` adds them, so every number equals the CLI's bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+
+@dataclass
+class TextScore:
+    """Per-token scores of one text (``estream score`` on ``{"text": ...}`` or
+    ``{"ids": [...]}``).
+
+    ids:      int32 [n], the tokens scored (BOS + the text's tokens; ids as given)
+    logprobs: float32 [n], log P(ids[i] | ids[<i]); NaN at position 0 (nothing before it)
+    ranks:    int32 [n], 1 + the tokens ranked above ids[i] (1: the model's top token); 0 at 0
+    sum:      the sum of logprobs[1:] (double)
+    top_ids, top_logprobs: [n, top] the best tokens per position and their log-probs, best
+              first (with ``top=``; row 0 is -1 / NaN); None otherwise
+    """
+
+    ids: np.ndarray
+    logprobs: np.ndarray
+    ranks: np.ndarray
+    sum: float
+    top_ids: Optional[np.ndarray] = None
+    top_logprobs: Optional[np.ndarray] = None
+
+    @property
+    def greedy(self) -> np.ndarray:
+        """bool [n]: whether each token is the model's top token (False at position 0)."""
+        return self.ranks == 1
+
+
+@dataclass
+class Choice:
+    """A multiple-choice record (``{"context": C, "choices": [...], "gold": G}``).
+
+    logprobs: per choice, log P(choice | context) (double sums)
+    n_tokens: per choice, its tokens; n_bytes: its UTF-8 bytes
+    chosen:             argmax of logprobs (lm-evaluation-harness's acc)
+    chosen_norm_tokens: argmax of logprob / n_tokens
+    chosen_norm_bytes:  argmax of logprob / n_bytes (the harness's acc_norm)
+    (ties go to the lowest index). With gold: correct = {"chosen": bool, ...} per rule.
+    """
+
+    logprobs: list[float]
+    n_tokens: list[int]
+    n_bytes: list[int]
+    chosen: int
+    chosen_norm_tokens: int
+    chosen_norm_bytes: int
+    gold: Optional[int] = None
+    correct: Optional[dict[str, bool]] = None
+
+
+@dataclass
+class Classification:
+    """Which label continues a text (``{"text": T, "labels": [...]}``).
+
+    label_logprobs: log P(label | text) per label (one-token labels: the next token's
+                    log-prob; longer ones: the continuation's sum)
+    probs:          those renormalised over the labels (they sum to 1)
+    label:          the index of the best label (ties: the lowest)
+    labels:         the labels as given
+    """
+
+    label_logprobs: list[float]
+    probs: list[float]
+    label: int
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Perplexity:
+    """``estream ppl``'s result (llama-perplexity's convention).
+
+    ppl: exp(nll); nll: mean negative log-likelihood in nats; n_scored: predictions scored;
+    chunks: chunks of ctx tokens evaluated; n_tokens: the text's tokens (BOS included)
+    """
+
+    ppl: float
+    nll: float
+    n_scored: int
+    chunks: int
+    ctx: int
+    n_tokens: int

@@ -1,0 +1,522 @@
+"""estream.Session: runs scoring, embeddings and perplexity on a model through es_session_run,
+forming the batches as ``estream score`` and ``estream embed`` do.
+
+DESIGN
+- Batches (src/cli/jsonl.c): records in the caller's order, a record never split, together at
+  most batch_tokens tokens (default 2048; with a memory budget the largest of 4096, 2048, 1024,
+  512 whose session fits) and max_seqs sequences (one per 32 tokens of the budget, at least 64,
+  and at least the largest record's); a record longer than the budget runs alone. The outputs
+  do not depend on the batches (es_session_run's batch invariance), so they equal the CLI's
+  for any batching; forming the same batches keeps the throughput comparable too.
+- The es_session is sized as the CLI sizes its one: max_tokens the larger of batch_tokens and
+  the longest record, max_seqs as above. A call that needs more (a longer record, a record with
+  more sequences, a perplexity context, which under a budget also counts its ctx rows of
+  logits) makes a larger es_session in place of the old one (destroyed first, so a budget is
+  never held twice); sizes only grow.
+- Ctrl-C: a call made from the main thread installs, for its duration, a SIGINT handler that
+  only sets a flag; the abort callback (es_session_params.abort_cb, called before each layer
+  and each chunk of the head, on the calling thread) returns 1 once it is set, es_session_run
+  stops with ES_E_CANCELLED within about one layer's time, and after the previous handler is
+  restored the call raises KeyboardInterrupt (or calls the caller's own handler). Nothing is
+  raised inside the callback (ctypes would print and swallow it). Calls from other threads
+  leave signals alone; Session.cancel() stops them from anywhere.
+- ctypes releases the GIL for every library call, so other Python threads run during a
+  prefill; the abort callback takes the GIL back briefly once per layer.
+- A session is used by one thread at a time: calls are serialised by a lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import threading
+from typing import Any, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _capi
+from ._records import Builder, Record, TextLike, TextOrIds
+from .errors import Cancelled, Error, check
+from .model import Model, PathLike
+from .results import Choice, Classification, Perplexity, TextScore
+
+DEFAULT_BATCH_TOKENS = 2048
+BUDGET_BATCH_TOKENS = (4096, 2048, 1024, 512)  # tried in turn under a memory budget
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KiB": 1024, "k": 1024, "M": 1024**2, "MiB": 1024**2,
+          "G": 1024**3, "GiB": 1024**3, "T": 1024**4, "TiB": 1024**4}
+_SIZE = re.compile(r"\s*([+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(.*)", re.S)
+
+
+def parse_size(v: Union[str, int], model_path: Optional[str] = None) -> int:
+    """A memory budget in bytes, as ``--mem`` reads it: an int is bytes; a string is a number
+    with an optional unit K, M, G, T (powers of 1024; KiB.. and B too) or % (of the model
+    file, model_path), e.g. "600M", "1.5G", "25%". ValueError for anything else."""
+    if isinstance(v, bool):
+        raise ValueError(f"mem: expected a size such as 600M, 1.5G or 25%, got {v!r}")
+    if isinstance(v, int):
+        if v < 1 or v > 10**18:
+            raise ValueError(f"mem: {v} is out of range")
+        return v
+    m = _SIZE.fullmatch(v)
+    if not m or not float(m.group(1)) > 0:
+        raise ValueError(f"mem: expected a size such as 600M, 1.5G or 25%, got {v!r}")
+    x, unit = float(m.group(1)), m.group(2)
+    if unit == "%":
+        if x > 100:
+            raise ValueError(f"mem: {v} is more than the whole file")
+        if model_path is None:
+            raise ValueError(f"mem: {v} needs the model file's size")
+        size = x / 100.0 * float(os.stat(model_path).st_size)
+    elif unit in _UNITS:
+        size = x * _UNITS[unit]
+    else:
+        raise ValueError(f"mem: unknown unit in {v!r} (use K, M, G, T: powers of 1024, or %)")
+    if size < 1 or size > 1e18:
+        raise ValueError(f"mem: {v!r} is out of range")
+    return int(size)  # truncated, as the CLI's (uint64_t) cast
+
+
+def seqs_for(batch_tokens: int, most_seqs: int = 1) -> int:
+    """Sequences per batch for a token budget (jsonl.c seqs_for): one per 32 tokens, at least
+    64, at most ES_MAX_BATCH_SEQS, and at least most_seqs."""
+    n = max(batch_tokens // 32, 64)
+    n = min(n, _capi.ES_MAX_BATCH_SEQS)
+    return max(most_seqs, n)
+
+
+class _Stop(Exception):
+    """Raised inside a call to leave it after a cancel or a Ctrl-C."""
+
+
+class _Flag:
+    """The abort request, shared by the session and its abort callback (a separate object, so
+    that the callback does not hold the session: no cycle, and a session dropped is destroyed
+    at once, before its model)."""
+
+    __slots__ = ("abort", "sigint")
+
+    def __init__(self) -> None:
+        self.abort = False  # set by cancel() or the SIGINT handler; read by the callback
+        self.sigint = False  # the SIGINT handler fired
+
+
+def _abort_callback(flag: _Flag) -> Any:
+    def cb(user: Optional[int]) -> int:
+        return 1 if flag.abort else 0  # never raises: ctypes would print and swallow it
+
+    return _capi.ABORT_FN(cb)
+
+
+class Session:
+    """A run state on a model: thread pool, buffers and, under a memory budget, the expert
+    streamer (es_session_create).
+
+    model:        an estream.Model, or a path (then the session opens and owns the model)
+    mem:          memory budget: None (resident), bytes, or "600M" / "1.5G" / "25%" as --mem
+    threads:      compute threads (None: all CPUs, the library's default, as the CLI's -t)
+    batch_tokens: tokens per batch (None: 2048, or under mem the largest of 4096..512 that fits)
+    reference:    the single-threaded reference path (no budget or streaming)
+    kernels:      force a kernel table ("scalar", "avx2", ...; None: the best available)
+    tune:         "auto" (with mem and no groups/banks/queue_depth, MODEL.tune when it exists
+                  and applies, as the CLI does), None (the default rule) or a tune file's path
+    streaming:    stream, groups, banks, queue_depth, policy ("early", "after-routing",
+                  "on-demand"), io_limit (MB/s: emulated slower storage), io_backend ("auto",
+                  "io_uring", "pread"), direct_io, verify_checksums, trace (a Chrome trace
+                  path): as the CLI's streaming options (io_limit, io_backend other than auto,
+                  direct_io=False and a policy imply streaming, as there)
+    reserve_bytes: memory the caller will allocate during the session, counted under the budget
+
+    Errors raise estream.Error with the library's message (an impossible budget: ES_E_BUDGET
+    with the smallest budget that works). Use as a context manager, or call close().
+    """
+
+    def __init__(self, model: Union[Model, PathLike], mem: Union[None, str, int] = None,
+                 threads: Optional[int] = None, batch_tokens: Optional[int] = None, *,
+                 reference: bool = False, kernels: Optional[str] = None,
+                 tune: Optional[str] = "auto", stream: bool = False, groups: int = 0,
+                 banks: int = 0, queue_depth: int = 0, policy: Optional[str] = None,
+                 io_limit: Optional[float] = None, io_backend: str = "auto",
+                 direct_io: bool = True, verify_checksums: bool = True,
+                 trace: Optional[str] = None, reserve_bytes: int = 0) -> None:
+        self._lib = _capi.load()
+        self._handle: Optional[int] = None
+        self._owns_model = not isinstance(model, Model)
+        self.model: Model = Model(model) if self._owns_model else model  # type: ignore[arg-type]
+        self._records = Builder(self.model)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._flag = _Flag()
+        self._abort_fn = _abort_callback(self._flag)  # kept: the library holds its address
+        if threads is not None and not 1 <= threads <= _capi.ES_MAX_THREADS:
+            raise ValueError(f"threads must be 1..{_capi.ES_MAX_THREADS}, not {threads}")
+        if batch_tokens is not None and not 1 <= batch_tokens <= _capi.ES_MAX_BATCH_TOKENS:
+            raise ValueError(f"batch_tokens must be 1..{_capi.ES_MAX_BATCH_TOKENS}")
+        if policy is not None and policy not in _capi.POLICY:
+            raise ValueError("policy: expected early, after-routing or on-demand, got "
+                             f"{policy!r}")
+        if io_backend not in _capi.IO_BACKEND:
+            raise ValueError(f"io_backend: expected auto, io_uring or pread, got {io_backend!r}")
+        if io_limit is not None and not 0 < io_limit <= 1e7:
+            raise ValueError(f"io_limit: expected megabytes per second (> 0), got {io_limit}")
+        self.mem_bytes = None if mem is None else parse_size(mem, self.model.path)
+        streaming = (stream or policy is not None or io_limit is not None
+                     or io_backend != "auto" or not direct_io)
+        if reference and (mem is not None or groups or banks or queue_depth or streaming):
+            raise ValueError("mem and the streaming options need the fast path, not reference")
+        self._opts: dict[str, Any] = dict(
+            threads=threads, reference=reference, kernels=kernels, tune=tune, stream=streaming,
+            groups=groups, banks=banks, queue_depth=queue_depth, policy=policy or "early",
+            io_limit=io_limit, io_backend=io_backend, direct_io=direct_io,
+            verify_checksums=verify_checksums, trace=trace, reserve_bytes=reserve_bytes)
+        self._cap = (0, 0, 0)  # (max_tokens, max_seqs, max_logits_rows) of the live es_session
+        try:
+            self._create_first(batch_tokens)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- the es_session ------------------------------------------------------------------------
+    def _params(self, max_tokens: int, max_seqs: int, rows: int) -> _capi.SessionParams:
+        o = self._opts
+        sp = self._lib.es_session_default_params()
+        if o["threads"]:
+            sp.n_threads = o["threads"]
+        sp.reference = int(o["reference"])
+        sp.max_tokens, sp.max_seqs, sp.max_logits_rows = max_tokens, max_seqs, rows
+        if o["kernels"]:
+            sp.kernels = o["kernels"].encode()
+        if self.mem_bytes is not None:
+            sp.mem_budget_bytes = self.mem_bytes
+        sp.stream = int(o["stream"])
+        sp.groups, sp.banks, sp.queue_depth = o["groups"], o["banks"], o["queue_depth"]
+        sp.policy = _capi.POLICY[o["policy"]]
+        sp.io_limit_bytes_per_s = (o["io_limit"] or 0.0) * 1e6
+        sp.io_backend = _capi.IO_BACKEND[o["io_backend"]]
+        sp.direct_io = int(o["direct_io"])
+        sp.verify_checksums = int(o["verify_checksums"])
+        sp.reserve_bytes = o["reserve_bytes"]
+        if o["trace"]:
+            sp.trace_path = os.fsencode(o["trace"])
+        sp.abort_cb = self._abort_fn
+        return sp
+
+    def _load_tune(self, sp: _capi.SessionParams) -> Optional[int]:
+        """The tuning to choose the arena from (cli_stream_tune), or None."""
+        o, lib = self._opts, self._lib
+        t = o["tune"]
+        if (t is None or t == "none" or not sp.mem_budget_bytes or sp.groups or sp.banks
+                or sp.queue_depth or sp.reference):
+            if t not in (None, "none", "auto") and not sp.mem_budget_bytes:
+                raise ValueError("tune needs mem and no groups, banks or queue_depth")
+            return None
+        if t == "auto":
+            raw = lib.es_tune_default_path(os.fsencode(self.model.path))
+            if not raw:
+                raise MemoryError("es_tune_default_path")
+            path = ctypes.string_at(raw)
+            _capi.free(raw)
+            if not os.path.exists(path):
+                return None
+        else:
+            path = os.fsencode(t)
+        h = ctypes.c_void_p()
+        st = lib.es_tune_load(self.model.handle, path, ctypes.byref(h))
+        if st == _capi.ES_OK:
+            st = lib.es_tune_applies(h, sp.n_threads, sp.kernels)
+            if st != _capi.ES_OK:
+                lib.es_tune_free(h)
+        if st != _capi.ES_OK:
+            if t != "auto":
+                check(st)
+            return None  # as the CLI: a tuning that does not apply leaves the default rule
+        return h.value
+
+    def _create(self, max_tokens: int, max_seqs: int, rows: int) -> None:
+        """(Re)creates the es_session with these sizes; the old one is destroyed first."""
+        self._destroy()
+        sp = self._params(max_tokens, max_seqs, rows)
+        tune = self._load_tune(sp)
+        sp.tune = tune
+        out = ctypes.c_void_p()
+        try:
+            check(self._lib.es_session_create(self.model.handle, ctypes.byref(sp),
+                                              ctypes.byref(out)))
+        finally:
+            if tune:
+                self._lib.es_tune_free(tune)  # only the choice needed it
+        self._handle = out.value
+        self._cap = (max_tokens, max_seqs, rows)
+
+    def _create_first(self, batch_tokens: Optional[int]) -> None:
+        """The CLI's session: the given batch budget, or under mem the largest that fits."""
+        search = batch_tokens is None and self.mem_bytes is not None
+        tries = BUDGET_BATCH_TOKENS if search else (batch_tokens or DEFAULT_BATCH_TOKENS,)
+        for k, bt in enumerate(tries):
+            try:
+                self._create(bt, seqs_for(bt), 1)
+            except Error as e:
+                if e.status == _capi.ES_E_BUDGET and k + 1 < len(tries):
+                    continue
+                raise
+            self.batch_tokens: int = bt
+            return
+
+    def _ensure(self, tokens: int, seqs: int, rows: int = 1, exact: bool = False) -> None:
+        """Makes the es_session hold a batch of tokens/seqs and rows of logits: a new one of the
+        larger sizes (exactly these with exact) unless the live one holds them already."""
+        t0, s0, r0 = self._cap
+        if self._handle is not None and (
+                (tokens, seqs, rows) == self._cap if exact else
+                tokens <= t0 and seqs <= s0 and rows <= r0):
+            return
+        old = self._cap
+        try:
+            if exact:
+                self._create(tokens, seqs, rows)
+            else:  # rows are not carried over: each call says what it holds
+                self._create(max(tokens, t0), max(seqs, s0), rows)
+        except Error:
+            with contextlib.suppress(Error):
+                self._create(*old)  # keep the session usable at its old size
+            raise
+
+    def _destroy(self) -> None:
+        if self._handle is not None:
+            self._lib.es_session_destroy(self._handle)
+            self._handle = None
+
+    def close(self) -> None:
+        """Destroys the session (and closes the model if the session opened it)."""
+        with self._lock:
+            self._closed = True
+            self._destroy()
+            if self._owns_model and getattr(self, "model", None) is not None:
+                self.model.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self._destroy()
+
+    # ---- cancel and Ctrl-C ---------------------------------------------------------------------
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        self._flag.sigint = True
+        self._flag.abort = True
+
+    def cancel(self) -> None:
+        """Stops the call in progress (from another thread): it raises estream.Cancelled
+        within about one layer's time; the session stays usable."""
+        self._flag.abort = True
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        """One call: the lock, and in the main thread the SIGINT handler that cancels."""
+        with self._lock:
+            if self._closed:
+                raise ValueError("estream.Session: the session is closed")
+            if self._handle is None:  # a failed resize left none: make it again
+                self._create(*self._cap)
+            flag = self._flag
+            flag.abort = flag.sigint = False
+            prev: Any = None
+            if threading.current_thread() is threading.main_thread():
+                prev = signal.getsignal(signal.SIGINT)
+                if callable(prev):  # Python's default (KeyboardInterrupt) or the caller's
+                    signal.signal(signal.SIGINT, self._on_sigint)
+                else:
+                    prev = None  # SIG_IGN, SIG_DFL or a C handler: leave them be
+            stopped = False
+            try:
+                yield
+            except _Stop:
+                stopped = True
+            finally:
+                if prev is not None:
+                    signal.signal(signal.SIGINT, prev)
+            if flag.sigint:
+                if prev is signal.default_int_handler or prev is None:
+                    raise KeyboardInterrupt
+                prev(signal.SIGINT, None)  # the caller's handler decides
+                raise Cancelled(_capi.ES_E_CANCELLED, "interrupted by SIGINT")
+            if stopped:
+                raise Cancelled(_capi.ES_E_CANCELLED, "cancelled by Session.cancel()")
+
+    def _run_status(self, st: int) -> None:
+        """es_session_run's status: _Stop for a cancel we asked for, else an Error."""
+        if st == _capi.ES_E_CANCELLED and self._flag.abort:
+            raise _Stop()
+        check(st)
+
+    # ---- batches -------------------------------------------------------------------------------
+    def _run(self, records: list[Record]) -> list[Any]:
+        """Runs the records in batches (jsonl.c) and returns their results in order."""
+        if not records:
+            return []
+        bt = self.batch_tokens
+        longest = max(1, max(r.n_tokens for r in records))
+        most_seqs = max(1, max(len(r.seqs) for r in records))
+        max_seqs = seqs_for(bt, most_seqs)
+        with self._call():
+            self._ensure(max(longest, bt), max_seqs)
+            i = 0
+            while i < len(records):
+                if self._flag.abort:
+                    raise _Stop()
+                tok = ns = 0
+                j = i
+                while j < len(records):
+                    r = records[j]
+                    if j > i and (tok + r.n_tokens > bt or ns + len(r.seqs) > max_seqs):
+                        break  # record j starts the next batch
+                    tok += r.n_tokens
+                    ns += len(r.seqs)
+                    j += 1
+                self._run_batch(records[i:j], ns)
+                i = j
+        return [r.result(r) for r in records]
+
+    def _run_batch(self, batch: list[Record], ns: int) -> None:
+        seqs = (_capi.Seq * ns)()
+        k = 0
+        for r in batch:
+            for q in r.seqs:
+                q.fill(seqs[k])
+                k += 1
+        self._run_status(self._lib.es_session_run(self._handle, seqs, ns))
+
+    # ---- what a caller asks --------------------------------------------------------------------
+    def score(self, texts: Sequence[TextOrIds], *, top: int = 0) -> list[TextScore]:
+        """Per-token log-probs of each text: ``estream score`` on ``{"text": T}`` records (BOS
+        first when the model adds one; special-token text not parsed), or on ``{"ids": [...]}``
+        for an item that is a sequence of ints (ids used as given, no BOS added). top: the best
+        ``top`` alternatives per position too (0..100)."""
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("score() takes a list of texts; wrap one text in a list")
+        if not 0 <= top <= _capi.ES_MAX_TOP:
+            raise ValueError(f"top must be 0..{_capi.ES_MAX_TOP}, not {top}")
+        recs = [_at(lambda: self._records.text(t, top), "texts", i) for i, t in enumerate(texts)]
+        return self._run(recs)
+
+    def loglikelihood(self, requests: Sequence[tuple[TextLike, TextLike]]
+                      ) -> list[tuple[float, bool]]:
+        """lm-evaluation-harness's loglikelihood: per (context, continuation), the
+        continuation's log-prob sum and whether every one of its tokens is the model's greedy
+        choice (``{"context", "continuation"}`` records: "logprob" and "greedy")."""
+        recs = [_at(lambda: self._records.pair(c, x), "requests", i)
+                for i, (c, x) in enumerate(requests)]
+        return self._run(recs)
+
+    def choose(self, context: TextLike, choices: Sequence[TextLike],
+               gold: Optional[int] = None) -> Choice:
+        """A multiple choice: each choice scored as a continuation of context (a
+        ``{"context", "choices", "gold"}`` record)."""
+        return self.choose_many([(context, choices, gold)])[0]
+
+    def choose_many(self, items: Sequence[Union[tuple[TextLike, Sequence[TextLike]],
+                                                tuple[TextLike, Sequence[TextLike],
+                                                      Optional[int]]]]) -> list[Choice]:
+        """choose() of many (context, choices[, gold]) items, batched together."""
+        recs = []
+        for i, it in enumerate(items):
+            ctx, ch, gold = (it[0], it[1], it[2] if len(it) > 2 else None)  # type: ignore[misc]
+            recs.append(_at(lambda: self._records.choices(ctx, ch, gold), "items", i))
+        return self._run(recs)
+
+    def classify(self, text: TextLike, labels: Sequence[TextLike]) -> Classification:
+        """Which label continues text (a ``{"text", "labels"}`` record): each label's log-prob
+        and the probabilities renormalised over the labels."""
+        return self.classify_many([(text, labels)])[0]
+
+    def classify_many(self, items: Sequence[tuple[TextLike, Sequence[TextLike]]]
+                      ) -> list[Classification]:
+        """classify() of many (text, labels) items, batched together."""
+        recs = [_at(lambda: self._records.labels(t, ls), "items", i)
+                for i, (t, ls) in enumerate(items)]
+        return self._run(recs)
+
+    def embed(self, texts: Sequence[TextOrIds], pooling: str = "mean",
+              normalize: bool = True) -> Union[np.ndarray, list[np.ndarray]]:
+        """Pooled embeddings (the final hidden state after the output norm), as ``estream
+        embed``: float32 [len(texts), n_embd], L2-normalised unless normalize=False. Text is
+        tokenized with BOS/EOS as the tokenizer asks and special-token text recognised; an item
+        that is a sequence of ints is used as given. pooling: "mean" (every token, BOS
+        included), "last", "first", or "none" (then a list of [n_tokens, n_embd] arrays)."""
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("embed() takes a list of texts; wrap one text in a list")
+        if pooling not in _capi.POOLING:
+            raise ValueError(f"pooling: expected mean, last, first or none, got {pooling!r}")
+        p = _capi.POOLING[pooling]
+        recs = [_at(lambda: self._records.embedding(t, p, normalize), "texts", i)
+                for i, t in enumerate(texts)]
+        rows = self._run(recs)
+        if pooling == "none":
+            return rows
+        if not rows:
+            return np.empty((0, self.model.n_embd), dtype=np.float32)
+        return np.concatenate(rows, axis=0)
+
+    def perplexity(self, text: Union[TextLike, Sequence[int]], ctx: int = 512,
+                   chunks: Optional[int] = None) -> Perplexity:
+        """``estream ppl -c ctx [--chunks N]``: perplexity with llama-perplexity's convention
+        (text tokenized with BOS when the tokenizer adds one, special-token text not parsed;
+        non-overlapping chunks of ctx tokens, the second half of each scored). A sequence of
+        ints is used as the ids. Needs at least 2*ctx tokens.
+
+        A Ctrl-C during it is delivered when the library call returns (es_session_perplexity
+        does not take the abort callback)."""
+        if isinstance(text, (str, bytes, bytearray)):
+            data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+            ids = self.model.tokenize_bytes(data, add_special=True, parse_special=False)
+        else:
+            ids = self._records.given_ids(text)
+        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        if chunks is not None and chunks < 1:
+            raise ValueError(f"chunks must be >= 1, not {chunks}")
+        res = _capi.PplResult()
+        with self._call():
+            if 4 <= ctx <= self.model.n_ctx:  # else the library refuses it with its message
+                if self.mem_bytes is not None:  # the CLI's ppl session: ctx tokens and rows
+                    self._ensure(ctx, seqs_for(0), ctx, exact=True)
+                else:
+                    self._ensure(ctx, 1)
+            st = self._lib.es_session_perplexity(self._handle, ids.ctypes.data, len(ids), ctx,
+                                                 chunks or 0, None, None, ctypes.byref(res))
+            self._run_status(st)
+        return Perplexity(ppl=res.ppl, nll=res.nll, n_scored=res.n_scored, chunks=res.chunks,
+                          ctx=ctx, n_tokens=len(ids))
+
+    def stats(self) -> dict[str, Any]:
+        """es_session_stats(): what the last request did (seconds, peak_rss_bytes, kernels,
+        n_threads and, when experts were streamed, the arena, bytes read, bubble rate...)."""
+        if self._handle is None:
+            raise ValueError("estream.Session: the session is closed")
+        rs = _capi.RunStats()
+        self._lib.es_session_stats(self._handle, ctypes.byref(rs))
+        out: dict[str, Any] = {}
+        for name, _ in rs._fields_:
+            v = getattr(rs, name)
+            out[name] = v.decode() if isinstance(v, bytes) else v
+        return out
+
+    def __repr__(self) -> str:
+        mem = "resident" if self.mem_bytes is None else f"mem {self.mem_bytes} bytes"
+        return f"estream.Session({self.model.path!r}, {mem}, batch_tokens {self.batch_tokens})"
+
+
+def _at(make: Any, name: str, i: int) -> Record:
+    """make() with a record error prefixed by where the record is ("texts[3]: ...")."""
+    from ._records import RecordError
+
+    try:
+        return make()
+    except RecordError as e:
+        raise RecordError(f"{name}[{i}]: {e}") from None

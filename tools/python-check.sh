@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The Python package (python/): `pip install ./python` into a fresh virtualenv, then its pytest
+# suite (python/tests), which compares every number with the estream CLI's on the same inputs
+# (bit for bit), the library's errors, Ctrl-C and the GIL.
+#
+# usage: bash tools/python-check.sh [BUILD_DIR]     (default build; BUILD_DIR/estream is the CLI
+#                                                    the tests compare with, made first with
+#                                                    make BUILD=BUILD_DIR; the package bundles
+#                                                    BUILD_DIR/libestream.so.1)
+# environment:
+#   ESTREAM_PY_VENV_DIR  the virtualenv with the pinned numpy and pytest (default
+#                        $HOME/.cache/estream/venv-python); made once from PyPI and reused
+#                        while its stamp (.estream-complete, the requirements) matches; delete
+#                        it to redo
+#   PYTHON               the interpreter that makes the virtualenvs (default python3: Debian
+#                        needs the python3-venv package for `python3 -m venv`)
+#   PYTEST_ARGS          more arguments for pytest (e.g. "-k embed -x")
+#
+# Steps: the cached virtualenv (numpy, pytest and setuptools, the package's build backend,
+# from PyPI); a throwaway virtualenv made for this run that sees the cached one's packages
+# (a .pth file), into which `pip install --no-build-isolation ./python` installs the package
+# (its setup.py runs make for BUILD_DIR/libestream.so and bundles it); pytest from a folder
+# outside the tree, so the installed package is the one imported.
+# Prints "python package: N passed, 0 failed" last and exits 0, or exits 1 on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=${1:-build}
+python=${PYTHON:-python3}
+venv=${ESTREAM_PY_VENV_DIR:-${HOME:-/root}/.cache/estream/venv-python}
+# pinned so that CI runs the same versions every time; change them here to move on
+reqs="numpy==2.4.6 pytest==9.2.0 setuptools==80.9.0"
+say() { echo "python-check: $*" >&2; }
+die() { say "$*"; echo "python package: 0 passed, 1 failed"; exit 1; }
+
+# ---- the cached virtualenv (once) ----
+stamp=$venv/.estream-complete
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$reqs" ]; then
+    :
+else
+    command -v "$python" >/dev/null || die "no $python on PATH (install python3, 3.9 or newer)"
+    say "making the virtualenv $venv ($reqs, from PyPI)"
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    if ! "$python" -m venv "$venv" >"$venv.log" 2>&1; then
+        cat "$venv.log" >&2
+        rm -rf "$venv" "$venv.log"
+        die "'$python -m venv' does not work here; on Debian or Ubuntu install python3-venv" \
+            "(apt-get install python3-venv) and run this again"
+    fi
+    # shellcheck disable=SC2086 # $reqs is a list of requirements
+    if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q $reqs >>"$venv.log" 2>&1; then
+        tail -20 "$venv.log" >&2
+        rm -rf "$venv" "$venv.log"
+        die "pip could not install $reqs (is PyPI reachable?)"
+    fi
+    printf '%s' "$reqs" >"$stamp"
+    rm -f "$venv.log"
+fi
+
+# ---- the CLI the tests compare with ----
+if [ ! -x "$build/estream" ]; then
+    say "building $build/estream"
+    make BUILD="$build" -j"$(nproc)" "$build/estream" >/dev/null
+fi
+case $build in /*) bin=$build/estream ;; *) bin=$root/$build/estream ;; esac
+
+# ---- a fresh virtualenv for this run, with the package installed into it ----
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# (without pip or setuptools of its own: the cached virtualenv's pip installs into it, and the
+# build uses the cached setuptools)
+"$venv/bin/python" -m venv --without-pip "$tmp/venv" >/dev/null || die "cannot make a virtualenv in $tmp"
+site=$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+cached=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$cached" >"$site/estream-check-cached.pth" # numpy, pytest, setuptools without a download
+say "pip install ./python (fresh virtualenv $tmp/venv)"
+if ! ESTREAM_BUILD_DIR=$build "$venv/bin/python" -m pip --python "$tmp/venv/bin/python" install \
+        --disable-pip-version-check --no-build-isolation --no-deps -q ./python >"$tmp/pip.log" 2>&1; then
+    tail -30 "$tmp/pip.log" >&2
+    die "pip install ./python failed"
+fi
+rm -rf python/build python/estream.egg-info # the in-place build's leftovers
+
+# ---- the tests, from outside the tree: the installed package is imported ----
+mkdir -p "$tmp/run"
+rc=0
+# shellcheck disable=SC2086 # PYTEST_ARGS is a list of arguments
+(cd "$tmp/run" && env -u ESTREAM_LIBRARY ESTREAM_BIN="$bin" "$tmp/venv/bin/python" -m pytest \
+    -p no:cacheprovider -q -rs "$root/python/tests" ${PYTEST_ARGS:-}) | tee "$tmp/pytest.out" ||
+    rc=$?
+summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed)|no tests ran' "$tmp/pytest.out" | tail -n1 || true)
+passed=$(echo "$summary" | sed -n 's/.*\b\([0-9][0-9]*\) passed.*/\1/p')
+failed=$(echo "$summary" | sed -n 's/.*\b\([0-9][0-9]*\) failed.*/\1/p')
+errors=$(echo "$summary" | sed -n 's/.*\b\([0-9][0-9]*\) errors\{0,1\}.*/\1/p')
+passed=${passed:-0}
+failed=$((${failed:-0} + ${errors:-0}))
+if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi # pytest failed without a count
+[ "$passed" -gt 0 ] || { [ "$failed" -gt 0 ] || failed=1; }
+echo "python package: $passed passed, $failed failed"
+[ "$rc" -eq 0 ] && [ "$failed" -eq 0 ]
