@@ -147,3 +147,40 @@ def test_sessions_in_threads_share_a_model(tiny: Path) -> None:
     for th in ths:
         th.join()
     assert all(results[k] == want for k in range(3))
+
+
+def test_sigint_with_the_callers_handler(small: Path) -> None:
+    """A SIGINT handler of the caller's own is called once the run has stopped, then the call
+    raises estream.Cancelled; the handler is back in place afterwards."""
+    seen: list[int] = []
+
+    def mine(signum: int, frame: object) -> None:
+        seen.append(signum)
+
+    old = signal.signal(signal.SIGINT, mine)
+    try:
+        with estream.Session(small, **SLOW) as s:
+            threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+            t = time.monotonic()
+            try:
+                s.score(LONG)
+                raise AssertionError("the score was not stopped")
+            except estream.Cancelled:
+                pass
+            assert time.monotonic() - t < 4.0
+            assert seen == [signal.SIGINT]
+            assert signal.getsignal(signal.SIGINT) is mine
+            assert len(s.score(LONG[:1])) == 1
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_a_dropped_session_is_destroyed_at_once(tiny: Path) -> None:
+    """No reference cycle: the last reference gone, the es_session goes (before its model)."""
+    import weakref
+
+    s = estream.Session(tiny)
+    s.score(["x y z"])
+    w = weakref.ref(s)
+    del s
+    assert w() is None
