@@ -41,12 +41,15 @@ static const char help[] =
     "                         name without .gguf/.pack)\n"
     "  --batch-tokens N       most tokens in one batch, and so in one prompt (default 2048;\n"
     "                         under --mem the largest of 4096, 2048, 1024, 512 that fits)\n"
+    "  --batch-wait MS        a batch the queue does not fill waits up to MS (default 50) for\n"
+    "                         requests still arriving, each at most 5 ms after the last; 0:\n"
+    "                         start at once\n"
     "  --max-queue N          requests admitted and not answered (default 256); more get 429\n"
     "  --max-connections N    open connections (default 128)\n"
     "  --max-body BYTES       largest request body (default 32M); larger: 413\n"
     "  --max-request-tokens N most tokens in one request, all prompts together (default 262144)\n"
     "  --request-mem BYTES    memory the admitted requests may hold together, estimated (default\n"
-    "                         under --mem: 1/16 of the budget, 32M..512M; else 1G), and as\n"
+    "                         under --mem: 1/32 of the budget, 32M..512M; else 1G), and as\n"
     "                         much again for bodies being received; both are counted in the\n"
     "                         budget, so a request cannot push the process over it\n"
     "  --timeout S            seconds a request may take, queue and run (default 600): 504\n"
@@ -128,6 +131,7 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(s, "--batch-tokens"))
             batch_tokens = (int)cli_int(s, cli_value(&a, s), 16, ES_MAX_BATCH_TOKENS);
         else if (!strcmp(s, "--max-queue")) o.max_queue = (int)cli_int(s, cli_value(&a, s), 1, 1 << 20);
+        else if (!strcmp(s, "--batch-wait")) o.batch_wait_ms = (int)cli_int(s, cli_value(&a, s), 0, 10000);
         else if (!strcmp(s, "--max-connections"))
             o.max_connections = (int)cli_int(s, cli_value(&a, s), 1, 1 << 16);
         else if (!strcmp(s, "--max-body")) body = cli_value(&a, s);
@@ -162,7 +166,7 @@ int cmd_serve(int argc, char **argv)
     cli_stream_apply("serve", &so, model, &sp);
     if (req_mem) o.request_mem_bytes = cli_budget_bytes("serve --request-mem", req_mem, model);
     else if (sp.mem_budget_bytes) {
-        uint64_t r = sp.mem_budget_bytes / 16;
+        uint64_t r = sp.mem_budget_bytes / 32;
         o.request_mem_bytes = r < (32u << 20) ? 32u << 20 : r > (512u << 20) ? 512u << 20 : r;
     } else o.request_mem_bytes = 1u << 30;
 

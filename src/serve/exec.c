@@ -19,6 +19,7 @@ struct sv_exec {
     int n_pending;       /* requests admitted and not finished */
     uint64_t mem_used;
     bool stopping;
+    uint64_t last_arrival_ns; /* when the last request was queued */
     atomic_int batch_live; /* requests of the running batch whose waiter is still there */
 };
 
@@ -93,20 +94,29 @@ int sv_exec_abort_cb(void *user)
     return x && atomic_load(&x->batch_live) == 0;
 }
 
-/* Takes the batch from the head of the queue into units[] (at most cap); returns the count.
- * Under the lock. */
+/* Takes a batch into units[] (at most cap); returns the count. Under the lock. The head unit
+ * always goes first (so nothing waits behind a unit forever), then the queue is scanned in
+ * order for units that still fit the token and sequence budgets: a unit too long for the room
+ * left stays queued, in its place, and shorter ones behind it fill the batch (under --mem a
+ * fuller batch reads each expert for more tokens). */
 static int take_batch(sv_exec *x, sv_unit **units, int cap, int64_t *tokens, int *seqs)
 {
     int n = 0;
     *tokens = 0;
     *seqs = 0;
-    while (x->head && n < cap) {
-        sv_unit *u = x->head;
+    sv_unit *prev = NULL;
+    for (sv_unit *u = x->head; u && n < cap && *tokens < x->o.batch_tokens &&
+                               *seqs < x->o.max_seqs;) {
+        sv_unit *next = u->next;
         if (n > 0 && (*tokens + u->r.n_tokens > x->o.batch_tokens ||
-                      *seqs + u->r.n_seqs > x->o.max_seqs))
-            break;
-        x->head = u->next;
-        if (!x->head) x->tail = NULL;
+                      *seqs + u->r.n_seqs > x->o.max_seqs)) {
+            prev = u;
+            u = next;
+            continue;
+        }
+        if (prev) prev->next = next;
+        else x->head = next;
+        if (x->tail == u) x->tail = prev;
         u->queued = false;
         u->next = NULL;
         units[n++] = u;
@@ -117,6 +127,7 @@ static int take_batch(sv_exec *x, sv_unit **units, int cap, int64_t *tokens, int
             q->refs++;
             atomic_fetch_add(&x->batch_live, 1);
         }
+        u = next;
     }
     return n;
 }
@@ -131,6 +142,28 @@ static void requeue(sv_exec *x, sv_unit **units, int n)
         u->queued = true;
         x->head = u;
         if (!x->tail) x->tail = u;
+    }
+}
+
+/* Before a batch that the queue does not fill, waits while requests keep arriving: at most
+ * gather_gap_ms after the last arrival and gather_max_ms in all. Clients answered by the last
+ * batch send their next requests just as it ends, and a burst of clients arrives over some
+ * milliseconds; under --mem a batch costs a whole pass over the experts however few tokens it
+ * has, so starting one for the first arrival alone wastes that pass. Under the lock. */
+static void gather(sv_exec *x)
+{
+    const uint64_t gap = (uint64_t)x->o.gather_gap_ms * 1000000u;
+    const uint64_t t_end = sv_now_ns() + (uint64_t)x->o.gather_max_ms * 1000000u;
+    while (gap && !x->stopping) {
+        int64_t tokens = 0;
+        int seqs = 0;
+        for (const sv_unit *u = x->head; u; u = u->next) tokens += u->r.n_tokens, seqs += u->r.n_seqs;
+        if (tokens >= x->o.batch_tokens || seqs >= x->o.max_seqs) return;
+        uint64_t until = x->last_arrival_ns + gap;
+        if (until > t_end) until = t_end;
+        if (sv_now_ns() >= until) return;
+        const struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+        pthread_cond_timedwait(&x->work, &x->mu, &ts);
     }
 }
 
@@ -153,6 +186,7 @@ static void *run(void *arg)
     for (;;) {
         while (!x->head && !x->stopping) pthread_cond_wait(&x->work, &x->mu);
         if (!x->head) break; /* stopping, and nothing left */
+        gather(x);
         int64_t tokens;
         int n_seqs;
         const int n = take_batch(x, units, cap, &tokens, &n_seqs);
@@ -214,10 +248,10 @@ sv_exec *sv_exec_start(es_session *s, const sv_exec_opts *o, sv_metrics *mx)
     x->o = *o;
     x->mx = mx;
     pthread_mutex_init(&x->mu, NULL);
-    pthread_cond_init(&x->work, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&x->work, &ca);
     pthread_cond_init(&x->done, &ca);
     pthread_condattr_destroy(&ca);
     if (pthread_create(&x->thread, NULL, run, x)) {
@@ -243,6 +277,7 @@ enum sv_submit sv_exec_submit(sv_exec *x, sv_req *q)
     }
     x->mem_used += q->mem_bytes;
     x->n_pending++;
+    x->last_arrival_ns = sv_now_ns();
     q->n_left = q->n_units;
     q->state = q->n_units ? SV_WAITING : SV_DONE;
     if (!q->n_units) x->n_pending--;

@@ -60,6 +60,8 @@ typedef struct sv_exec_opts {
     int batch_tokens, max_seqs;
     int max_queue;              /* requests admitted and not finished */
     uint64_t request_mem_bytes; /* sum of their mem_bytes */
+    int gather_gap_ms, gather_max_ms; /* a batch the queue does not fill waits for arrivals
+                                       * this close together, this long at most (0: never) */
 } sv_exec_opts;
 
 /* Starts the executor on the session (which it then owns: sv_exec_stop destroys it).

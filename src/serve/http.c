@@ -69,6 +69,7 @@ serve_opts serve_default_opts(void)
         .port = 8080,
         .model_name = "estream",
         .max_queue = 256,
+        .batch_wait_ms = 50,
         .max_connections = 128,
         .max_body_bytes = 32u << 20,
         .max_request_tokens = 1 << 18,
@@ -541,7 +542,8 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         .max_seqs = seqs,
         .created = (int64_t)time(NULL),
     };
-    const sv_exec_opts xo = {bt, seqs, sv->o.max_queue, sv->o.request_mem_bytes};
+    const sv_exec_opts xo = {bt, seqs, sv->o.max_queue, sv->o.request_mem_bytes,
+                             sv->o.batch_wait_ms < 5 ? sv->o.batch_wait_ms : 5, sv->o.batch_wait_ms};
     sv->x = sv_exec_start(s, &xo, &sv->mx);
     if (!sv->x) {
         es_session_destroy(s);

@@ -23,6 +23,9 @@ typedef struct serve_opts {
                                 * endpoint but /health */
     const char *model_name;    /* the id in /v1/models and in replies */
     int max_queue;             /* requests admitted and not finished; beyond it 429 */
+    int batch_wait_ms;         /* a batch the queue does not fill waits this long at most for
+                                * more requests, each at most 5 ms after the one before (0:
+                                * starts at once) */
     int max_connections;       /* open connections (each has a thread) */
     size_t max_body_bytes;     /* larger bodies: 413 */
     int64_t max_request_tokens; /* tokens of one request, all its prompts together: 413 */
