@@ -7,6 +7,8 @@
 #   make fuzz       build the libFuzzer harnesses (clang)  -> build-fuzz/fuzz_*
 #   make mutants    plant each bug of tests/mutants.txt in a scratch copy; the suite must fail
 #   make debug      -O0 -g -DES_DEBUG            -> build-debug/
+#   make install    the CLI, estream.h, libestream.a, libestream.so.MAJOR, estream.pc and the
+#                   man page under PREFIX (default /usr/local), DESTDIR staged; make uninstall
 #   tools/cross-aarch64.sh   cross-build for AArch64 (CC=aarch64-linux-gnu-gcc BUILD=build-aarch64)
 #                            and run the kernel tests under qemu-user
 
@@ -96,13 +98,37 @@ $(BUILD)/src/quant/x86_avx512.o $(BUILD)/src/quant/vec_avx512.o: CFLAGS += -mavx
 $(BUILD)/src/quant/arm_neon.o: CFLAGS += -march=armv8.2-a+dotprod
 $(BUILD)/src/quant/arm_i8mm.o: CFLAGS += -march=armv8.2-a+dotprod+i8mm
 
-.PHONY: all lib cli tests bench fuzz test mutants debug clean print-build
-all: $(BUILD)/estream
-lib: $(BUILD)/libestream.a
+.PHONY: all lib cli tests bench fuzz test mutants debug clean print-build install uninstall
+all: $(BUILD)/estream $(BUILD)/libestream.so
+lib: $(BUILD)/libestream.a $(BUILD)/libestream.so
+
+# One set of library objects for both libraries: position-independent, and hidden unless
+# include/estream.h declares them ES_API, so the shared library exports the public API only.
+$(LIB_OBJ): CFLAGS += -fPIC -fvisibility=hidden
 
 $(BUILD)/libestream.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# libestream.so.MAJOR.MINOR.PATCH, soname libestream.so.MAJOR: the version is include/estream.h's
+# ES_VERSION_* (MAJOR changes when the header breaks callers). -z defs: every symbol resolved
+# (not under the sanitizers, whose runtime is the executable's).
+ES_VERSION := $(shell sed -n 's/^\#define ES_VERSION_[A-Z]* \([0-9][0-9]*\)$$/\1/p' include/estream.h | paste -sd. -)
+ES_MAJOR   := $(firstword $(subst ., ,$(ES_VERSION)))
+SO_NAME    := libestream.so.$(ES_MAJOR)
+SO_LDFLAGS := -shared -Wl,-soname,$(SO_NAME)
+ifeq ($(SAN)$(TSAN),)
+  SO_LDFLAGS += -Wl,-z,defs
+endif
+$(BUILD)/libestream.so.$(ES_VERSION): $(LIB_OBJ)
+	$(CC) $(SO_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/libestream.so: $(BUILD)/libestream.so.$(ES_VERSION)
+	ln -sf libestream.so.$(ES_VERSION) $(BUILD)/$(SO_NAME)
+	ln -sf $(SO_NAME) $@
+
+# The man page: estream --help and every command's --help (tools/make-man.sh).
+$(BUILD)/estream.1: $(BUILD)/estream tools/make-man.sh
+	bash tools/make-man.sh $(BUILD)/estream $(ES_VERSION) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/estream: $(CLI_OBJ) $(BUILD)/libestream.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CLI_LDLIBS)
@@ -174,6 +200,34 @@ fuzz:
 
 debug:
 	$(MAKE) DEBUG=1
+
+# Install (GNU conventions: PREFIX, DESTDIR, BINDIR, LIBDIR, INCLUDEDIR, MANDIR). estream.pc
+# says where they went; static linking (pkg-config --static) adds the libraries estream uses.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
+PC_REQUIRES := $(if $(HAVE_URING),liburing )libpcre2-8 libxxhash
+install: $(BUILD)/estream $(BUILD)/libestream.a $(BUILD)/libestream.so $(BUILD)/estream.1
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
+	    $(DESTDIR)$(MANDIR)/man1
+	install -m 755 $(BUILD)/estream $(DESTDIR)$(BINDIR)/estream
+	install -m 644 include/estream.h $(DESTDIR)$(INCLUDEDIR)/estream.h
+	install -m 644 $(BUILD)/libestream.a $(DESTDIR)$(LIBDIR)/libestream.a
+	install -m 755 $(BUILD)/libestream.so.$(ES_VERSION) $(DESTDIR)$(LIBDIR)/libestream.so.$(ES_VERSION)
+	ln -sf libestream.so.$(ES_VERSION) $(DESTDIR)$(LIBDIR)/$(SO_NAME)
+	ln -sf $(SO_NAME) $(DESTDIR)$(LIBDIR)/libestream.so
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(ES_VERSION)|; s|@REQUIRES@|$(PC_REQUIRES)|' \
+	    estream.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/estream.pc
+	install -m 644 $(BUILD)/estream.1 $(DESTDIR)$(MANDIR)/man1/estream.1
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/estream $(DESTDIR)$(INCLUDEDIR)/estream.h \
+	    $(DESTDIR)$(LIBDIR)/libestream.a $(DESTDIR)$(LIBDIR)/libestream.so.$(ES_VERSION) \
+	    $(DESTDIR)$(LIBDIR)/$(SO_NAME) $(DESTDIR)$(LIBDIR)/libestream.so \
+	    $(DESTDIR)$(LIBDIR)/pkgconfig/estream.pc $(DESTDIR)$(MANDIR)/man1/estream.1
 
 clean:
 	rm -rf build build-san build-tsan build-debug build-fuzz build-aarch64

@@ -17,6 +17,24 @@
 extern "C" {
 #endif
 
+/* The library's version. MAJOR follows this header: a change that breaks a caller (a function
+ * or field removed or changed, a struct reordered) bumps it, and with it the shared library's
+ * soname (libestream.so.MAJOR); additions bump MINOR. es_version() is the version the library
+ * running was built as ("1.0.0"), which may differ from the header a caller was compiled with. */
+#define ES_VERSION_MAJOR 1
+#define ES_VERSION_MINOR 0
+#define ES_VERSION_PATCH 0
+
+/* What the shared library exports: only the functions declared with ES_API (the objects are
+ * built with -fvisibility=hidden). */
+#if defined(__GNUC__) || defined(__clang__)
+#define ES_API __attribute__((visibility("default")))
+#else
+#define ES_API
+#endif
+
+ES_API const char *es_version(void);
+
 typedef enum es_status {
     ES_OK = 0,
     ES_E_INVAL = -1,       /* bad argument: a bug in the caller, or a bad flag          */
@@ -29,9 +47,9 @@ typedef enum es_status {
 } es_status;
 
 /* Short English name of a status ("format error"). Never NULL. */
-const char *es_status_str(es_status st);
+ES_API const char *es_status_str(es_status st);
 /* The message of the last failure on this thread ("" if none). Valid until the next failure. */
-const char *es_last_error(void);
+ES_API const char *es_last_error(void);
 
 typedef struct es_model es_model; /* opaque: a GGUF model (or vocabulary-only file) */
 
@@ -47,35 +65,35 @@ enum {
  * (default 1) are not produced. Process-wide, like llama_log_set; may be called at any time. */
 enum { ES_LOG_LEVEL_WARN = 1, ES_LOG_LEVEL_INFO = 2, ES_LOG_LEVEL_DEBUG = 3 };
 typedef void (*es_log_fn)(void *user, int level, const char *line);
-void es_log_set(es_log_fn cb, void *user);
+ES_API void es_log_set(es_log_fn cb, void *user);
 
 /* Opens the GGUF at path: validates the file, reads hyperparameters, tensors and tokenizer.
  * On success *out owns the mapping; release it with es_model_close(). On failure *out is NULL.
  * Errors: ES_E_IO (cannot open), ES_E_FORMAT (malformed), ES_E_UNSUPPORTED (unknown arch),
  * ES_E_NOMEM; es_last_error() names the file. Warnings logged while opening (stderr, see
  * ESTREAM_LOG) are printed only if the open succeeds. */
-es_status es_model_open(const char *path, unsigned flags, es_model **out);
-void es_model_close(es_model *m); /* NULL is a no-op */
+ES_API es_status es_model_open(const char *path, unsigned flags, es_model **out);
+ES_API void es_model_close(es_model *m); /* NULL is a no-op */
 
 /* Architecture name ("olmoe"), vocabulary size, context length. */
-const char *es_model_arch(const es_model *m);
-int es_model_n_vocab(const es_model *m);
-int es_model_n_ctx(const es_model *m);
+ES_API const char *es_model_arch(const es_model *m);
+ES_API int es_model_n_vocab(const es_model *m);
+ES_API int es_model_n_ctx(const es_model *m);
 
 /* Tokenizes text[0..len) into ids. add_special: add BOS/EOS as the model's tokenizer asks
  * (tokenizer.ggml.add_bos_token), as llama.cpp does. parse_special: recognise special-token
  * text such as "<|endoftext|>". On success *n_out is the number of ids; if it exceeds cap,
  * only cap ids are written and ES_E_INVAL is returned with *n_out set to the number needed. */
-es_status es_tokenize(const es_model *m, const char *text, size_t len, int add_special,
+ES_API es_status es_tokenize(const es_model *m, const char *text, size_t len, int add_special,
                       int parse_special, int32_t *ids, size_t cap, size_t *n_out);
 /* Whether the tokenizer adds a BOS token at the start of a sequence; the BOS and EOS tokens
  * (-1 when the model has none). */
-int es_model_add_bos(const es_model *m);
-int32_t es_model_bos(const es_model *m);
-int32_t es_model_eos(const es_model *m);
+ES_API int es_model_add_bos(const es_model *m);
+ES_API int32_t es_model_bos(const es_model *m);
+ES_API int32_t es_model_eos(const es_model *m);
 /* The text of one token, as detokenization produces it; *len_out its length. NULL if id is out of
  * range. Valid until es_model_close(). */
-const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
+ES_API const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
 
 /* The most compute threads a prefill can use. */
 #define ES_MAX_THREADS 256
@@ -86,18 +104,18 @@ const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
 /* The kernel table the fast path uses: "scalar", "avx2", "avxvnni" or "avx512" on x86-64,
  * "scalar", "asimd", "neon" or "i8mm" on AArch64 (the best this CPU and OS support, or the one
  * ESTREAM_ISA names). */
-const char *es_kernels_name(void);
+ES_API const char *es_kernels_name(void);
 /* Whether this CPU and OS can run the named kernel table. */
-int es_kernels_available(const char *isa);
+ES_API int es_kernels_available(const char *isa);
 /* Selects a kernel table ("scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"; NULL: the best available, or
  * ESTREAM_ISA). ES_E_INVAL for an unknown name, ES_E_UNSUPPORTED for a table this CPU lacks. Not thread-safe:
  * call it while no prefill runs. */
-es_status es_kernels_select(const char *isa);
+ES_API es_status es_kernels_select(const char *isa);
 
 
 /* Layers and experts per layer (0 for a vocabulary-only model). */
-int es_model_n_layer(const es_model *m);
-int es_model_n_expert(const es_model *m);
+ES_API int es_model_n_layer(const es_model *m);
+ES_API int es_model_n_expert(const es_model *m);
 
 /* ---- sessions -------------------------------------------------------------------------------
  * A session is one user's run state on a model (llama.cpp's context): the thread pool, the
@@ -112,7 +130,7 @@ typedef enum es_policy {
     ES_POLICY_AFTER_ROUTING = 1, /* once the layer's routing is known */
     ES_POLICY_ON_DEMAND = 2,     /* only when the compute threads need the group */
 } es_policy;
-const char *es_policy_name(es_policy p); /* "early", "after-routing", "on-demand" */
+ES_API const char *es_policy_name(es_policy p); /* "early", "after-routing", "on-demand" */
 
 /* The configurator's result for one model on one machine (`estream tune`, DESIGN §7): the
  * storage figures and one profile per candidate group size, from which a budget's arena (G, B)
@@ -121,14 +139,14 @@ typedef struct es_tune es_tune;
 /* Reads a tune file made for model m (checked: the model file's size and a hash of its
  * header). Errors: ES_E_IO (cannot read), ES_E_FORMAT (not a tune file, damaged, or made for
  * another model: the message says which). */
-es_status es_tune_load(const es_model *m, const char *path, es_tune **out);
-void es_tune_free(es_tune *t); /* NULL is a no-op */
+ES_API es_status es_tune_load(const es_model *m, const char *path, es_tune **out);
+ES_API void es_tune_free(es_tune *t); /* NULL is a no-op */
 /* The default calibration text of `estream tune`: English prose written for estream, to be
  * repeated until the prompt is long enough. Never NULL; static. */
-const char *es_tune_calib_text(void);
+ES_API const char *es_tune_calib_text(void);
 /* Whether t's profiles apply to runs with n_threads threads on the kernel table isa (NULL: the
  * default) on this CPU: ES_OK, or ES_E_INVAL with the reason in es_last_error(). */
-es_status es_tune_applies(const es_tune *t, int n_threads, const char *isa);
+ES_API es_status es_tune_applies(const es_tune *t, int n_threads, const char *isa);
 
 /* How the expert loader reads the model file. */
 typedef enum es_io_backend {
@@ -136,7 +154,7 @@ typedef enum es_io_backend {
     ES_IO_URING = 1, /* io_uring only (ES_E_UNSUPPORTED where no ring can be made) */
     ES_IO_PREAD = 2, /* one pread worker thread per queue slot */
 } es_io_backend;
-const char *es_io_backend_str(es_io_backend b); /* "auto", "io_uring", "pread" */
+ES_API const char *es_io_backend_str(es_io_backend b); /* "auto", "io_uring", "pread" */
 
 /* A session's parameters. Start from es_session_default_params() and change what you need;
  * a field documented "0 = chosen" is chosen at creation from the model and the machine. */
@@ -200,17 +218,17 @@ typedef struct es_session_params {
 
 /* The defaults documented field by field above: all online CPUs, the fast path, buffers that
  * grow on demand, the default kernel table, no budget; O_DIRECT and checksums on. */
-es_session_params es_session_default_params(void);
+ES_API es_session_params es_session_default_params(void);
 
 /* Creates a session; the kernel table is copied, so a later es_kernels_select() does not affect
  * it. Errors: ES_E_INVAL (bad parameters), ES_E_UNSUPPORTED (kernel table or weight type),
  * ES_E_NOMEM. */
-es_status es_session_create(const es_model *m, const es_session_params *p, es_session **out);
-void es_session_destroy(es_session *s); /* NULL is a no-op */
+ES_API es_status es_session_create(const es_model *m, const es_session_params *p, es_session **out);
+ES_API void es_session_destroy(es_session *s); /* NULL is a no-op */
 
 /* Prefill over ids[0..n): logits [n][n_vocab] if all_logits, else [n_vocab] of the last
  * position. Same checks as es_prefill(); n > max_tokens (when set) is ES_E_INVAL. */
-es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,
+ES_API es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,
                              float *out);
 
 /* ---- batches and their outputs --------------------------------------------------------------
@@ -227,7 +245,7 @@ typedef enum es_pooling {
     ES_POOLING_FIRST = 2, /* the first position (a CLS token) */
     ES_POOLING_LAST = 3,  /* the last position (causal models' usual choice) */
 } es_pooling;
-const char *es_pooling_name(es_pooling p); /* "none", "mean", "first", "last" */
+ES_API const char *es_pooling_name(es_pooling p); /* "none", "mean", "first", "last" */
 
 #define ES_MAX_TOP 100 /* alternatives per position, and the top-K of the next token */
 
@@ -272,28 +290,28 @@ typedef struct es_seq {
  * an empty or too long sequence, a bad output request: the message names the sequence),
  * ES_E_CANCELLED (abort_cb), ES_E_IO (a streamed read failed), ES_E_NOMEM. On an error no
  * output is valid. */
-es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs);
+ES_API es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs);
 
 /* Width of the embeddings (n_embd). */
-int es_model_n_embd(const es_model *m);
+ES_API int es_model_n_embd(const es_model *m);
 
 /* Runs the prefill over ids[0..n) on a session made from p (NULL: the defaults) for this one
  * call, with max_tokens n (use a session to run several prompts without rebuilding the pool
  * and buffers). Writes logits to out: [n][n_vocab] if all_logits, else [n_vocab] for the last
  * position. The caller owns out. Ids out of range, n == 0 or n > n_ctx give ES_E_INVAL. */
-es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_session_params *p,
+ES_API es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_session_params *p,
                      int all_logits, float *out);
 
 /* Perplexity as es_perplexity(), on this session. */
 typedef struct es_ppl_result es_ppl_result;
 typedef void (*es_ppl_progress_fn)(void *user, int done, int total, double ppl);
-es_status es_session_perplexity(es_session *s, const int32_t *ids, size_t n, int n_ctx,
+ES_API es_status es_session_perplexity(es_session *s, const int32_t *ids, size_t n, int n_ctx,
                                 int max_chunks, es_ppl_progress_fn progress, void *user,
                                 es_ppl_result *out);
 
 /* Routes each expert of layer il received in the session's last fast-path prefill:
  * counts[0..n_expert). ES_E_INVAL if none has run, il is out of range or cap < n_expert. */
-es_status es_session_route_counts(const es_session *s, int il, int64_t *counts, int cap);
+ES_API es_status es_session_route_counts(const es_session *s, int il, int64_t *counts, int cap);
 
 /* What the last request did. */
 typedef struct es_run_stats {
@@ -321,7 +339,7 @@ typedef struct es_run_stats {
     double predicted_seconds;   /* the configurator's prediction for its calibration prompt */
     double tune_select_seconds; /* time the choice from the profiles took */
 } es_run_stats;
-void es_session_stats(const es_session *s, es_run_stats *out);
+ES_API void es_session_stats(const es_session *s, es_run_stats *out);
 
 /* Perplexity with llama.cpp's llama-perplexity convention: the ids (tokenized with BOS when the
  * tokenizer adds one) are cut into non-overlapping chunks of n_ctx; when the model adds BOS, the
@@ -336,7 +354,7 @@ struct es_ppl_result {
 /* The progress callback (es_ppl_progress_fn above) is called after each chunk: chunks done,
  * total, perplexity so far. es_perplexity() runs on a session made from p (NULL: the
  * defaults) for the call. */
-es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
+ES_API es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
                         const es_session_params *p, es_ppl_progress_fn progress, void *user,
                         es_ppl_result *out);
 
@@ -354,9 +372,9 @@ typedef struct es_synth_opts {
 } es_synth_opts;
 /* Writes the model to path as described under "Output files" below: a regular file appears only
  * when complete, a FIFO or character device is written in place. */
-es_status es_synth(const es_synth_opts *opts, const char *path);
+ES_API es_status es_synth(const es_synth_opts *opts, const char *path);
 /* Names of the presets, NULL-terminated. */
-const char *const *es_synth_presets(void);
+ES_API const char *const *es_synth_presets(void);
 
 /* Output files. Every file the library writes (es_synth, the GGUF writer) is made this way:
  * - A regular file, new or replacing an old one, is written to a new temporary file beside it,
@@ -377,7 +395,7 @@ const char *const *es_synth_presets(void);
  * temporary name is found taken (odds about 2^-71) and the signal lands in the instant before
  * the next name is tried, that file is removed; with two outputs finishing and starting on other
  * threads at the moment of the signal, one path may be read torn. */
-void es_cleanup_temp_files(void);
+ES_API void es_cleanup_temp_files(void);
 /* Packs: the execution-ready file the expert streamer reads. A pack is a GGUF file with every
  * key and non-expert tensor of the source, plus, per sparse layer, the experts' gate, up and
  * down matrices regrouped as one record per expert (in expert order, each record a multiple of
@@ -406,7 +424,7 @@ typedef struct es_pack_result {
  * opts and result may be NULL. Errors: ES_E_INVAL (src is already a pack, dst is src),
  * ES_E_UNSUPPORTED (no expert tensors), ES_E_FORMAT (a bad file, or inconsistent expert
  * tensors: the message names the tensor), ES_E_IO, ES_E_NOMEM. */
-es_status es_pack(const char *src, const char *dst, const es_pack_opts *opts,
+ES_API es_status es_pack(const char *src, const char *dst, const es_pack_opts *opts,
                   es_pack_result *result);
 
 /* ---- making and reading a tuning (estream tune) ---------------------------------------------
@@ -438,7 +456,7 @@ typedef struct es_tune_run_params {
  * one profiling request per candidate G on m; *out is a new tuning with no choices yet (free it
  * with es_tune_free()). Errors: ES_E_INVAL (bad params), ES_E_IO, ES_E_NOMEM, and those of
  * es_session_create(). */
-es_status es_tune_run(const es_model *m, const es_tune_run_params *p, es_tune **out);
+ES_API es_status es_tune_run(const es_model *m, const es_tune_run_params *p, es_tune **out);
 
 /* The arena and depth chosen for one budget. */
 typedef struct es_tune_choice {
@@ -455,12 +473,12 @@ typedef struct es_tune_choice {
  * 63 choices; es_tune_save() writes them). Errors: ES_E_BUDGET when not one bank of any G fits
  * (*out then has budget, io_limit and min_budget; nothing is kept; es_last_error() says the
  * smallest budget that works), ES_E_INVAL for a tuning without profiles. */
-es_status es_tune_choose(es_tune *t, uint64_t budget, double io_limit, es_tune_choice *out);
+ES_API es_status es_tune_choose(es_tune *t, uint64_t budget, double io_limit, es_tune_choice *out);
 
 /* B_max: the most banks of `groups` experts worth having under budget (bytes) with the M_other
  * es_tune_choose() assumes: at most one per routed group of the profile request and the
  * streamer's limit; 0 when not one bank fits or t has no profile of that G. */
-int64_t es_tune_bank_limit(const es_tune *t, int groups, uint64_t budget);
+ES_API int64_t es_tune_bank_limit(const es_tune *t, int groups, uint64_t budget);
 
 /* One candidate G of a tuning. */
 typedef struct es_tune_profile_desc {
@@ -489,7 +507,7 @@ typedef struct es_tune_desc {
     const es_tune_choice *choices; /* [n_choices] */
 } es_tune_desc;
 /* Fills *out from t; allocates nothing. Safe alongside other readers of t. */
-void es_tune_describe(const es_tune *t, es_tune_desc *out);
+ES_API void es_tune_describe(const es_tune *t, es_tune_desc *out);
 
 /* One sparse layer in es_tune_explain(). */
 typedef struct es_tune_layer_times {
@@ -510,15 +528,15 @@ typedef struct es_tune_explain_result {
  * the one measured, and the layer's read times. result (may be NULL) gets the request's totals.
  * Errors: ES_E_INVAL (t has no profile of c->groups), ES_E_NOMEM, and those of
  * es_session_create() and es_session_prefill(). */
-es_status es_tune_explain(const es_model *m, const es_tune *t, const es_tune_choice *c,
+ES_API es_status es_tune_explain(const es_model *m, const es_tune *t, const es_tune_choice *c,
                           const int32_t *ids, size_t n, int n_threads, es_tune_layer_times *layers,
                           int cap, int *n_layers, es_tune_explain_result *result);
 
 /* "<model path>.tune" in a malloc'd string the caller frees (NULL when out of memory). */
-char *es_tune_default_path(const char *model_path);
+ES_API char *es_tune_default_path(const char *model_path);
 /* Writes t (profiles and choices) to path as described under "Output files". ES_E_IO,
  * ES_E_NOMEM. */
-es_status es_tune_save(const es_tune *t, const char *path);
+ES_API es_status es_tune_save(const es_tune *t, const char *path);
 
 /* ---- file inspection (estream info) ---------------------------------------------------------
  * What a GGUF file holds, model or pack or vocabulary, as plain data: the header, a few
@@ -572,10 +590,10 @@ typedef struct es_file_desc {
  * owned by it. Errors: ES_E_IO (cannot open), ES_E_FORMAT (not a valid GGUF; the message names
  * the file), ES_E_NOMEM. A pack that does not validate is not an error: see pack_error and the
  * layers' error. */
-es_status es_file_describe(const char *path, es_file_desc **out);
+ES_API es_status es_file_describe(const char *path, es_file_desc **out);
 /* The same for the file m was opened from, without reading it again. ES_E_NOMEM. */
-es_status es_model_describe_file(const es_model *m, es_file_desc **out);
-void es_file_desc_free(es_file_desc *d); /* NULL is a no-op */
+ES_API es_status es_model_describe_file(const es_model *m, es_file_desc **out);
+ES_API void es_file_desc_free(es_file_desc *d); /* NULL is a no-op */
 
 /* A model's architecture and hyperparameters, as the loader read them. */
 typedef struct es_model_desc {
@@ -603,7 +621,7 @@ typedef struct es_model_desc {
     const char *expert_types[3]; /* gate, up, down weight type names there */
 } es_model_desc;
 /* Static strings, or valid until es_model_close(). */
-void es_model_describe(const es_model *m, es_model_desc *out);
+ES_API void es_model_describe(const es_model *m, es_model_desc *out);
 
 /* ---- this machine and this process ----------------------------------------------------------- */
 typedef struct es_cpu_desc {
@@ -613,16 +631,16 @@ typedef struct es_cpu_desc {
     int cache_from_cpuid;    /* 0: the cache sizes are defaults */
 } es_cpu_desc;
 /* This CPU as estream detected it (a feature counts only if the OS enabled it too). */
-void es_cpu_describe(es_cpu_desc *out);
+ES_API void es_cpu_describe(es_cpu_desc *out);
 /* The names of every kernel table (es_kernels_select()), NULL-terminated, static; those this
  * CPU runs pass es_kernels_available(). */
-const char *const *es_kernels_list(void);
+ES_API const char *const *es_kernels_list(void);
 
 /* The process's peak resident memory (VmHWM) in bytes, 0 if unknown. */
-size_t es_peak_rss_bytes(void);
+ES_API size_t es_peak_rss_bytes(void);
 /* Resets the peak to the current resident size (/proc/self/clear_refs), so that a later
  * es_peak_rss_bytes() is the peak since now. ES_E_UNSUPPORTED where the kernel refuses. */
-es_status es_peak_rss_reset(void);
+ES_API es_status es_peak_rss_reset(void);
 
 /* ---- measurements (estream bench) ------------------------------------------------------------ */
 /* The raw read bandwidth of m's experts in bytes/s: the streamer's reads of `groups` experts
@@ -630,12 +648,12 @@ es_status es_peak_rss_reset(void);
  * io_backend, direct_io and io_limit_bytes_per_s (NULL: the defaults), no compute and no
  * checksums, over at most max_bytes (0 = one whole request). The disk bound of a streaming
  * run. Errors: ES_E_INVAL (no experts, bad groups), ES_E_IO, ES_E_UNSUPPORTED, ES_E_NOMEM. */
-es_status es_stream_measure_bandwidth(const es_model *m, const es_session_params *p,
+ES_API es_status es_stream_measure_bandwidth(const es_model *m, const es_session_params *p,
                                       int groups, int queue_depth, uint64_t max_bytes,
                                       double *bytes_per_s);
 
 /* Writes data[0..bytes) to path as described under "Output files". ES_E_IO, ES_E_NOMEM. */
-es_status es_outfile_save(const char *path, const void *data, size_t bytes);
+ES_API es_status es_outfile_save(const char *path, const void *data, size_t bytes);
 
 /* One line of a chart: n points (x[i], y[i]); the arrays are borrowed for the call. */
 typedef struct es_plot_series {
@@ -651,7 +669,7 @@ typedef struct es_plot_series {
  * or all y equal) gets a range around it. Text (title, labels, names; NULL is "") is
  * XML-escaped. Errors: ES_E_INVAL (n_series < 0, s NULL with n_series > 0, a series with n < 0
  * or NULL arrays with n > 0, path NULL), ES_E_IO, ES_E_NOMEM. */
-es_status es_plot_svg_write(const char *path, const char *title, const char *x_label,
+ES_API es_status es_plot_svg_write(const char *path, const char *title, const char *x_label,
                             const char *y_label, const es_plot_series *s, int n_series);
 
 #ifdef __cplusplus

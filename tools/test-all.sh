@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: Release, ASan+UBSan, the OpenAI client check (tools/openai-check.sh),
-# TSan (concurrent parts), the planted-bug check
+# the installed library and its examples (tools/install-check.sh), the Python package
+# (tools/python-check.sh), TSan (concurrent parts), the planted-bug check
 # (tools/mutants.sh), bounded fuzz runs, and the AArch64 kernel tables cross-built and run under
 # qemu-user (tools/cross-aarch64.sh).
 # Prints "N passed, N failed" per stage, a table of the stages' wall times, and a final total.
@@ -77,6 +78,25 @@ if out=$(bash tools/openai-check.sh build 2>&1); then
 else
     echo "$out" | tail -n 30; add_counts "0 passed, 1 failed"
 fi
+stage_end
+
+# estream installed: the shared library's symbols, make install/uninstall, the examples built
+# with pkg-config against a scratch prefix and equal to the CLI (tools/install-check.sh).
+stage_begin install
+if out=$(bash tools/install-check.sh build 2>&1); then
+    echo "$out" | tail -n 2; n=$(echo "$out" | sed -n 's/^install: \([0-9]*\) checks passed$/\1/p')
+    add_counts "${n:-0} passed, 0 failed"
+else
+    echo "$out" | tail -n 30; add_counts "0 passed, 1 failed"
+fi
+stage_end
+
+# The Python package (tools/python-check.sh: pip install ./python in a cached virtualenv, its
+# pytest suite against the CLI's numbers); its last line is "python package: N passed, N failed".
+stage_begin "python package"
+out=$(bash tools/python-check.sh 2>&1)
+echo "$out" | tail -n 30
+add_counts "$(echo "$out" | sed -n 's/^python package: //p' | tail -n 1)"
 stage_end
 
 # ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;

@@ -38,3 +38,10 @@ void es_abort(const char *file, int line, const char *cond)
     fprintf(stderr, "estream: internal error at %s:%d: assertion failed: %s\n", file, line, cond);
     abort();
 }
+
+#define ES_STR_(x) #x
+#define ES_STR(x) ES_STR_(x)
+const char *es_version(void)
+{
+    return ES_STR(ES_VERSION_MAJOR) "." ES_STR(ES_VERSION_MINOR) "." ES_STR(ES_VERSION_PATCH);
+}
