@@ -55,7 +55,6 @@ cd "$(dirname "$0")/.."
 root=$PWD
 records=${2:-100}
 threads=${3:-2}
-python=${PYTHON:-python3}
 venv=${ESTREAM_VENV_DIR:-${HOME:-/root}/.cache/estream/venv-lmeval}
 concurrent=${LMEVAL_CONCURRENT:-2}
 batch=${LMEVAL_BATCH:-8}
@@ -69,24 +68,8 @@ case $records in '' | *[!0-9]*) die "RECORDS must be a number" ;; esac
 [ "$records" -ge 40 ] && [ "$records" -le 1000 ] || die "RECORDS must be in 40..1000"
 
 # ---- the virtualenv (once) ----
-stamp=$venv/.estream-complete
-if ! { [ -x "$venv/bin/lm_eval" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$reqs" ]; }; then
-    say "making the virtualenv $venv ($reqs, from PyPI; a few minutes)"
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    if ! "$python" -m venv "$venv" >"$venv.log" 2>&1; then
-        cat "$venv.log" >&2
-        rm -rf "$venv" "$venv.log"
-        die "'$python -m venv' does not work here; on Debian or Ubuntu install python3-venv"
-    fi
-    if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q "$reqs" >>"$venv.log" 2>&1; then
-        tail -20 "$venv.log" >&2
-        rm -rf "$venv" "$venv.log"
-        die "pip could not install $reqs"
-    fi
-    printf '%s' "$reqs" >"$stamp"
-    rm -f "$venv.log"
-fi
+. tools/venv.sh
+cached_venv "$venv" "$reqs"
 py=$venv/bin/python
 
 # ---- binary, model, server ----

@@ -23,7 +23,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-python=${PYTHON:-python3}
 venv=${ESTREAM_VENV_DIR:-${HOME:-/root}/.cache/estream/venv-openai}
 # pinned so that CI runs the same client every time; change the versions here to move on
 reqs="openai==3.60.0 numpy==2.4.6"
@@ -31,29 +30,8 @@ say() { echo "openai-check: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 # ---- the virtualenv (once) ----
-stamp=$venv/.estream-complete
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$reqs" ]; then
-    :
-else
-    command -v "$python" >/dev/null || die "no $python on PATH (install python3, 3.9 or newer)"
-    say "making the virtualenv $venv ($reqs, from PyPI)"
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    if ! "$python" -m venv "$venv" >"$venv.log" 2>&1; then
-        cat "$venv.log" >&2
-        rm -rf "$venv" "$venv.log"
-        die "'$python -m venv' does not work here; on Debian or Ubuntu install python3-venv" \
-            "(apt-get install python3-venv) and run this again"
-    fi
-    # shellcheck disable=SC2086 # $reqs is a list of requirements
-    if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q $reqs >>"$venv.log" 2>&1; then
-        tail -20 "$venv.log" >&2
-        rm -rf "$venv" "$venv.log"
-        die "pip could not install $reqs (is PyPI reachable?)"
-    fi
-    printf '%s' "$reqs" >"$stamp"
-    rm -f "$venv.log"
-fi
+. tools/venv.sh
+cached_venv "$venv" "$reqs"
 py=$venv/bin/python
 
 # ---- the binary and the model ----

@@ -26,7 +26,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build=${1:-build}
-python=${PYTHON:-python3}
 venv=${ESTREAM_PY_VENV_DIR:-${HOME:-/root}/.cache/estream/venv-python}
 # pinned so that CI runs the same versions every time; change them here to move on
 reqs="numpy==2.4.6 pytest==9.2.0 setuptools==80.9.0"
@@ -34,29 +33,8 @@ say() { echo "python-check: $*" >&2; }
 die() { say "$*"; echo "python package: 0 passed, 1 failed"; exit 1; }
 
 # ---- the cached virtualenv (once) ----
-stamp=$venv/.estream-complete
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$reqs" ]; then
-    :
-else
-    command -v "$python" >/dev/null || die "no $python on PATH (install python3, 3.9 or newer)"
-    say "making the virtualenv $venv ($reqs, from PyPI)"
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    if ! "$python" -m venv "$venv" >"$venv.log" 2>&1; then
-        cat "$venv.log" >&2
-        rm -rf "$venv" "$venv.log"
-        die "'$python -m venv' does not work here; on Debian or Ubuntu install python3-venv" \
-            "(apt-get install python3-venv) and run this again"
-    fi
-    # shellcheck disable=SC2086 # $reqs is a list of requirements
-    if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q $reqs >>"$venv.log" 2>&1; then
-        tail -20 "$venv.log" >&2
-        rm -rf "$venv" "$venv.log"
-        die "pip could not install $reqs (is PyPI reachable?)"
-    fi
-    printf '%s' "$reqs" >"$stamp"
-    rm -f "$venv.log"
-fi
+. tools/venv.sh
+cached_venv "$venv" "$reqs"
 
 # ---- the CLI the tests compare with ----
 if [ ! -x "$build/estream" ]; then

@@ -69,35 +69,27 @@ release_ok=0
 suite release && release_ok=1
 suite "asan+ubsan" SAN=1
 
-# The official OpenAI Python client against estream serve (tools/openai-check.sh: a cached
-# virtualenv from PyPI, every number equal to estream score / estream embed).
-stage_begin "openai client"
-if out=$(bash tools/openai-check.sh build 2>&1); then
-    echo "$out" | tail -n 1; n=$(echo "$out" | sed -n 's/^openai client: \([0-9]*\) checks passed$/\1/p')
-    add_counts "${n:-0} passed, 0 failed"
-else
-    echo "$out" | tail -n 30; add_counts "0 passed, 1 failed"
-fi
-stage_end
-
+# A check script as a stage: its last line "LABEL: N passed, N failed" (or "LABEL: N checks
+# passed") gives the counts; none, or a non-zero exit, is a failure with its output's tail.
+check_stage() { # stage name, label, command...
+    local name=$1 label=$2 out rc=0 counts
+    shift 2
+    stage_begin "$name"
+    out=$("$@" 2>&1) || rc=$?
+    counts=$(echo "$out" | sed -n "s/^$label: \([0-9]*\) checks passed\$/\1 passed, 0 failed/p; s/^$label: \([0-9]* passed, [0-9]* failed\)\$/\1/p" | tail -n 1)
+    if [ "$rc" -eq 0 ] && [ -n "$counts" ]; then echo "$out" | tail -n 2; add_counts "$counts"
+    else echo "$out" | tail -n 30; f0=$total_f; add_counts "$counts"; [ "$total_f" -gt "$f0" ] || { total_f=$((total_f + 1)); status=1; }; fi
+    stage_end
+}
+# The official OpenAI Python client against estream serve (a cached virtualenv from PyPI, every
+# number equal to estream score / estream embed).
+check_stage "openai client" "openai client" bash tools/openai-check.sh build
 # estream installed: the shared library's symbols, make install/uninstall, the examples built
-# with pkg-config against a scratch prefix and equal to the CLI (tools/install-check.sh).
-stage_begin install
-if out=$(bash tools/install-check.sh build 2>&1); then
-    echo "$out" | tail -n 2; n=$(echo "$out" | sed -n 's/^install: \([0-9]*\) checks passed$/\1/p')
-    add_counts "${n:-0} passed, 0 failed"
-else
-    echo "$out" | tail -n 30; add_counts "0 passed, 1 failed"
-fi
-stage_end
-
-# The Python package (tools/python-check.sh: pip install ./python in a cached virtualenv, its
-# pytest suite against the CLI's numbers); its last line is "python package: N passed, N failed".
-stage_begin "python package"
-out=$(bash tools/python-check.sh 2>&1)
-echo "$out" | tail -n 30
-add_counts "$(echo "$out" | sed -n 's/^python package: //p' | tail -n 1)"
-stage_end
+# with pkg-config against a scratch prefix and equal to the CLI.
+check_stage install install bash tools/install-check.sh build
+# The Python package: pip install ./python in a fresh virtualenv, its pytest suite against the
+# CLI's numbers.
+check_stage "python package" "python package" bash tools/python-check.sh build
 
 # ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;
 # test_trace: three threads recording into one trace; test_stream: the expert loader thread and
