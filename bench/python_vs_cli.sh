@@ -77,9 +77,20 @@ import estream
 model, records, threads, cli_out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 ids = [json.loads(line)["ids"] for line in open(records)]
 with estream.Session(model, threads=threads) as s:
+    # the time inside es_session_run, so that the rest is the package's own
+    lib, inside = s._lib, [0.0]
+    run = lib.es_session_run
+    def timed(*args):
+        t0 = time.perf_counter()
+        try:
+            return run(*args)
+        finally:
+            inside[0] += time.perf_counter() - t0
+    lib.es_session_run = timed
     t = time.perf_counter()
     res = s.score(ids)
     secs = time.perf_counter() - t
+    lib.es_session_run = run
     batch_tokens = s.batch_tokens
 tokens = sum(len(r.ids) for r in res)
 want = [json.loads(line) for line in open(cli_out)]
@@ -89,7 +100,8 @@ same = len(want) == len(res) and all(
          == r.logprobs.view(np.uint32)).all()
     for w, r in zip(want, res))
 print(json.dumps({"tokens": tokens, "seconds": secs, "tokens_per_second": tokens / secs,
-                  "batch_tokens": batch_tokens, "same": bool(same)}))
+                  "outside_seconds": secs - inside[0], "batch_tokens": batch_tokens,
+                  "same": bool(same)}))
 EOF
 
 others=$(pgrep -f 'estream (score|serve|bench|ppl|prefill|tune|embed)' || true)
@@ -99,6 +111,8 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ */
 echo "model: $model; $records records of 128 tokens; threads $threads; $rounds rounds"
 
 rate() { sed -n 's/.*"tokens_per_second": *\([0-9.eE+-]*\).*/\1/p' "$1" | tail -n1; }
+outside() { sed -n 's/.*"outside_seconds": *\([0-9.eE+-]*\).*/\1/p' "$1" | tail -n1; }
+secs() { sed -n 's/.*"seconds": *\([0-9.eE+-]*\).*/\1/p' "$1" | tail -n1; }
 for r in $(seq 1 "$rounds"); do
     rm -f "$out/cli.$r.jsonl" "$out/cli.$r.jsonl.meta"
     "$estream" score -m "$model" -f "$out/records.jsonl" -o "$out/cli.$r.jsonl" -t "$threads" \
@@ -110,7 +124,8 @@ for r in $(seq 1 "$rounds"); do
         { echo "python failed: $(tail -n3 "$out/py.$r.err")" >&2; exit 1; }
     grep -q '"same": true' "$out/py.$r" ||
         { echo "python_vs_cli: round $r: the package's log-probs differ from the CLI's" >&2; exit 1; }
-    echo "round $r: python $(rate "$out/py.$r") tokens/s (log-probs equal to the CLI's)" >&2
+    echo "round $r: python $(rate "$out/py.$r") tokens/s (log-probs equal to the CLI's;" \
+         "$(outside "$out/py.$r") s outside es_session_run)" >&2
 done
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -129,3 +144,9 @@ echo "| run | tok/s per round | tok/s (median) | Python / CLI (median of rounds)
 echo "|---|---|---|---|"
 echo "| \`estream score\` | $(col cli | list) | $(fmt "$(col cli | median)") | |"
 echo "| \`estream.Session.score\` | $(col py | list) | $(fmt "$(col py | median)") | $(awk -v r="$ratio" 'BEGIN { printf "%.3fx (%+.1f %%)", r, (r - 1) * 100 }') |"
+share=$(for i in $(seq 1 "$rounds"); do
+    awk -v o="$(outside "$out/py.$i")" -v s="$(secs "$out/py.$i")" 'BEGIN { printf "%.4f\n", 100 * o / s }'
+done | median)
+echo
+echo "The package's own time (its calls minus the time inside es_session_run: making the"
+echo "sequences and the results), median of rounds: $share % of its wall time."
