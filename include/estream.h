@@ -208,8 +208,10 @@ typedef struct es_session_params {
 
     /* Callbacks, all optional (default NULL), called on the thread that runs the prefill. */
     int (*abort_cb)(void *user);  /* es_session_run checks it before each layer and each chunk of
-                                   * the head: non-zero stops the batch with ES_E_CANCELLED (no
-                                   * output is valid; the session stays usable) */
+                                   * the head, es_session_prefill and es_session_perplexity
+                                   * before each layer: non-zero stops the call with
+                                   * ES_E_CANCELLED (no output is valid; the session stays
+                                   * usable) */
     /* es_session_run calls it after each layer and after the head: steps_done of n_steps
      * (n_steps = layers + 1, the head being the last), and the batch's tokens */
     void (*progress_cb)(void *user, int steps_done, int n_steps, int64_t tokens);

@@ -552,6 +552,60 @@ static void test_abort_and_progress(void **st)
     es_model_close(m);
 }
 
+/* es_session_prefill and es_session_perplexity honour the abort callback too, before each
+ * layer (resident and streamed): ES_E_CANCELLED, then the same session gives the logits and
+ * the perplexity of an uninterrupted run. */
+static void test_abort_prefill_and_ppl(void **st)
+{
+    (void)st;
+    es_model *m = NULL;
+    assert_int_equal(es_model_open(data("tiny-deepseek-f16.gguf"), 0, &m), ES_OK);
+    const int nv = es_model_n_vocab(m), n = 64;
+    int32_t ids[128];
+    for (int i = 0; i < 128; i++) ids[i] = (int32_t)((i * 7 + 3) % nv);
+    float *want = malloc(sizeof(float) * (size_t)nv), *got = malloc(sizeof(float) * (size_t)nv);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (int mode = 0; mode <= 1; mode++) {
+        cb_state c = {0, -1, 0, 0};
+        es_session_params p = es_session_default_params();
+        p.n_threads = 2;
+        p.abort_cb = abort_at;
+        p.cb_user = &c;
+        if (mode) {
+            p.max_tokens = 512;
+            p.stream = 1;
+            p.groups = 2;
+            p.banks = 2;
+        }
+        es_session *s = NULL;
+        assert_int_equal(es_session_create(m, &p, &s), ES_OK);
+        assert_int_equal(es_session_prefill(s, ids, (size_t)n, 0, want), ES_OK);
+        assert_int_equal(c.checks, es_model_n_layer(m)); /* one check per layer */
+        es_ppl_result whole;
+        assert_int_equal(es_session_perplexity(s, ids, 128, 32, 0, NULL, NULL, &whole), ES_OK);
+        for (int stop = 1; stop <= es_model_n_layer(m); stop++) {
+            c = (cb_state){0, stop, 0, 0};
+            assert_int_equal(es_session_prefill(s, ids, (size_t)n, 0, got), ES_E_CANCELLED);
+            assert_non_null(strstr(es_last_error(), "cancelled"));
+            c.stop_at = -1;
+            assert_int_equal(es_session_prefill(s, ids, (size_t)n, 0, got), ES_OK);
+            assert_memory_equal(want, got, sizeof(float) * (size_t)nv);
+        }
+        /* the second of 4 chunks is stopped: the whole call is cancelled, then runs again */
+        c = (cb_state){0, es_model_n_layer(m) + 2, 0, 0};
+        es_ppl_result r;
+        assert_int_equal(es_session_perplexity(s, ids, 128, 32, 0, NULL, NULL, &r), ES_E_CANCELLED);
+        c.stop_at = -1;
+        assert_int_equal(es_session_perplexity(s, ids, 128, 32, 0, NULL, NULL, &r), ES_OK);
+        assert_true(r.ppl == whole.ppl && r.chunks == 4);
+        es_session_destroy(s);
+    }
+    free(want);
+    free(got);
+    es_model_close(m);
+}
+
 /* The head's arithmetic on hand-made rows: ties go to the lower id in the rank and the top list
  * alike; the log-sum-exp of a 151,936-wide row keeps its digits; pooling as llama.cpp's. */
 static void test_head_arithmetic(void **st)
@@ -710,6 +764,7 @@ int main(void)
         cmocka_unit_test(test_fast_matches_reference),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_abort_and_progress),
+        cmocka_unit_test(test_abort_prefill_and_ppl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

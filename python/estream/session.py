@@ -471,8 +471,7 @@ class Session:
         non-overlapping chunks of ctx tokens, the second half of each scored). A sequence of
         ints is used as the ids. Needs at least 2*ctx tokens.
 
-        A Ctrl-C during it is delivered when the library call returns (es_session_perplexity
-        does not take the abort callback)."""
+        Ctrl-C (main thread) or cancel() stops it within about one layer, as for score."""
         if isinstance(text, (str, bytes, bytearray)):
             data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
             ids = self.model.tokenize_bytes(data, add_special=True, parse_special=False)

@@ -184,3 +184,32 @@ def test_a_dropped_session_is_destroyed_at_once(tiny: Path) -> None:
     w = weakref.ref(s)
     del s
     assert w() is None
+
+
+def test_cancel_a_long_perplexity(small: Path) -> None:
+    """es_session_perplexity checks the abort callback before each layer of each chunk too, so
+    cancel() stops a perplexity run within about a layer; the session then gives the same
+    perplexity as before."""
+    text = LONG[0] * 8  # ~8,000 tokens: 15 chunks of 512
+    with estream.Session(small, **SLOW) as s:
+        ref = s.perplexity(text, ctx=512, chunks=1)
+        out: dict = {}
+
+        def work() -> None:
+            try:
+                s.perplexity(text, ctx=512)
+                out["finished"] = True
+            except estream.Cancelled as e:
+                out["cancelled"] = e
+
+        th = threading.Thread(target=work)
+        th.start()
+        time.sleep(1.0)
+        t = time.monotonic()
+        s.cancel()
+        th.join(timeout=60)
+        latency = time.monotonic() - t
+        assert "cancelled" in out, out
+        assert latency < 2.0, latency
+        again = s.perplexity(text, ctx=512, chunks=1)
+        assert again.ppl == ref.ppl and again.n_scored == ref.n_scored

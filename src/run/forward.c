@@ -635,11 +635,13 @@ es_status es_fast_reserve(es_fast *f, const es_model *m, int64_t T, int n_seq)
 }
 
 es_status es_fast_forward(es_fast *f, const es_model *m, es_expert_provider *prov,
-                          const int32_t *ids, size_t n, int all_logits, float *logits)
+                          const int32_t *ids, size_t n, int all_logits, float *logits,
+                          int (*abort_cb)(void *user), void *cb_user)
 {
     const int64_t T = (int64_t)n;
     const int64_t seq_start[2] = {0, T};
-    const es_fast_batch b = {.ids = ids, .seq_start = seq_start, .n_seq = 1};
+    const es_fast_batch b = {.ids = ids, .seq_start = seq_start, .n_seq = 1,
+                             .abort_cb = abort_cb, .cb_user = cb_user};
     ES_TRY(es_fast_layers(f, m, prov, &b));
     if (all_logits)
         es_fast_logits(f, m, NULL, 0, T, logits);

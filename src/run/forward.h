@@ -53,9 +53,10 @@ void es_fast_logits(es_fast *f, const es_model *m, const int32_t *rows, int64_t 
                     float *out);
 
 /* The prefill of one sequence: es_fast_layers, then the logits of every row (all_logits) or the
- * last one into logits ([n][n_vocab] or [n_vocab]). */
+ * last one into logits ([n][n_vocab] or [n_vocab]); abort_cb (NULL: none) before each layer. */
 es_status es_fast_forward(es_fast *f, const es_model *m, es_expert_provider *prov,
-                          const int32_t *ids, size_t n, int all_logits, float *logits);
+                          const int32_t *ids, size_t n, int all_logits, float *logits,
+                          int (*abort_cb)(void *user), void *cb_user);
 
 /* The pool the fast path runs on, for the head's per-row jobs (batch.c). */
 es_pool *es_fast_pool(const es_fast *f);

@@ -310,7 +310,7 @@ es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int al
         st = es_forward_ref(s->m, ids, n, all_logits, out, NULL);
     } else {
         st = es_fast_forward(s->fast, s->m, s->stream ? es_stream_provider(s->stream) : NULL,
-                             ids, n, all_logits, out);
+                             ids, n, all_logits, out, s->p.abort_cb, s->p.cb_user);
     }
     return finish_run(s, t0, st);
 }
