@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any, Iterable
@@ -128,3 +129,14 @@ def text_file() -> Path:
     if not TEXT.is_file():
         pytest.skip(f"no {TEXT} (set ESTREAM_TEXT to an English text file)")
     return TEXT
+
+
+@pytest.fixture(scope="session", autouse=True)
+def interactive_sigint() -> Iterable[None]:
+    """SIGINT as an interactive Python has it (KeyboardInterrupt). A Python started with SIGINT
+    ignored (nohup, `cmd &` in a script, some CI runners) keeps it ignored, and the package
+    rightly leaves an ignored SIGINT alone; the Ctrl-C tests need the ordinary handler."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+

@@ -27,6 +27,7 @@ CHILD = r"""
 import json, signal, sys, time
 import numpy as np
 import estream
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with it ignored
 LONG = ["The quick brown fox jumps over the lazy dog. " * 30] * 16
 s = estream.Session(sys.argv[1], **json.loads(sys.argv[2]))
 t = time.monotonic()
