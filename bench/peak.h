@@ -53,7 +53,7 @@ __attribute__((target("avx2"))) static void maddubs_loop(long n)
  * int16) and accumulated (vpaddd), 12 independent chains, operands in registers. Its rate over
  * the vpmaddubsw peak is the most a Q8_0 kernel built on it can reach on this core (kernels
  * also decode, load and scale), reported by bench_kern beside the kernel's own figure. */
-__attribute__((target("avx2"))) static void q8_sign_mix_loop(long n)
+__attribute__((target("avx2"), unused)) static void q8_sign_mix_loop(long n)
 {
     __asm__ volatile("vpcmpeqw %%ymm13, %%ymm13, %%ymm13\n\t vpsrlw $15, %%ymm13, %%ymm13" ::
                          : "xmm13");

@@ -20,9 +20,9 @@ extern "C" {
 /* The library's version. MAJOR follows this header: a change that breaks a caller (a function
  * or field removed or changed, a struct reordered) bumps it, and with it the shared library's
  * soname (libestream.so.MAJOR); additions bump MINOR. es_version() is the version the library
- * running was built as ("1.0.0"), which may differ from the header a caller was compiled with. */
+ * running was built as ("1.1.0"), which may differ from the header a caller was compiled with. */
 #define ES_VERSION_MAJOR 1
-#define ES_VERSION_MINOR 0
+#define ES_VERSION_MINOR 1
 #define ES_VERSION_PATCH 0
 
 /* What the shared library exports: only the functions declared with ES_API (the objects are
@@ -342,6 +342,43 @@ typedef struct es_run_stats {
     double tune_select_seconds; /* time the choice from the profiles took */
 } es_run_stats;
 ES_API void es_session_stats(const es_session *s, es_run_stats *out);
+
+/* Where the last request's time went, phase by phase (fast path; since 1.1). The calling
+ * thread's clock is split at each step of the forward pass; the expert operator's share is
+ * split by what its threads did in it (the mean over threads of each sub-phase's time), so
+ * seconds[] sums to the request's wall time. Work counts are what the phase computed and read:
+ * int_ops (2 per integer multiply-add: quantized weights), float_ops (2 per float multiply-add:
+ * float weights, attention scores and values) and weight_bytes (bytes of weights the matrix
+ * products read, once per product; an expert is read once per block of its rows). */
+typedef enum es_phase {
+    ES_PHASE_NORM = 0,         /* embedding rows, norms, RoPE, residual adds */
+    ES_PHASE_ACT_QUANT,        /* activations quantized for the kernels (dense and expert) */
+    ES_PHASE_ATTN_PROJ,        /* attention (or convolution) block projections: Q, K, V, O */
+    ES_PHASE_ATTN,             /* attention scores, softmax and values (short convolutions) */
+    ES_PHASE_ROUTER,           /* router logits, top-k and the sort by expert */
+    ES_PHASE_EXPERT_GATE_UP,   /* the experts' gate and up products */
+    ES_PHASE_SWIGLU,           /* silu(gate) * up */
+    ES_PHASE_EXPERT_DOWN,      /* the experts' down products */
+    ES_PHASE_SCATTER_ADD,      /* the weighted sum of the experts' rows into the tokens' */
+    ES_PHASE_BARRIER,          /* threads waiting for each other inside the expert operator */
+    ES_PHASE_EXPERT_WAIT,      /* waiting for streamed experts to arrive */
+    ES_PHASE_DENSE_FFN,        /* dense FFNs and shared experts */
+    ES_PHASE_HEAD,             /* the output head and the outputs computed from its logits */
+    ES_PHASE_OTHER,            /* the rest: buffers, setup */
+    ES_PHASE_COUNT
+} es_phase;
+ES_API const char *es_phase_name(es_phase p); /* "norm", "act_quant", ..., NULL out of range */
+typedef struct es_phase_profile {
+    double seconds;                     /* the request's wall time */
+    double phase_seconds[ES_PHASE_COUNT];
+    double int_ops[ES_PHASE_COUNT];
+    double float_ops[ES_PHASE_COUNT];
+    double weight_bytes[ES_PHASE_COUNT];
+    int64_t tokens;                     /* rows of the request */
+} es_phase_profile;
+/* The profile of the session's last request. ES_E_INVAL: no request has run, or the session
+ * runs the reference path. */
+ES_API es_status es_session_profile(const es_session *s, es_phase_profile *out);
 
 /* Perplexity with llama.cpp's llama-perplexity convention: the ids (tokenized with BOS when the
  * tokenizer adds one) are cut into non-overlapping chunks of n_ctx; when the model adds BOS, the

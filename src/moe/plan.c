@@ -23,6 +23,7 @@ typedef struct plan_block {
 typedef struct thread_buf {
     void *scratch;     /* es_gemm scratch, sized for the larger K */
     float *tile;       /* [ROW_BLOCK][OUT_CHUNK] down outputs before the weighted scatter-add */
+    uint64_t ns[ES_PHASE_COUNT]; /* time in each sub-phase (es_plan_take_profile) */
 } thread_buf;
 
 struct es_plan {
@@ -50,6 +51,8 @@ struct es_plan {
     float *Y;
     int64_t ldy;
     es_pool_counter next_ff, next_out;
+    /* the work of the invocations since es_plan_take_profile: per es_phase */
+    double int_ops[ES_PHASE_COUNT], float_ops[ES_PHASE_COUNT], weight_bytes[ES_PHASE_COUNT];
 };
 
 static size_t big_bytes(size_t n) { return es_align_up(n ? n : 1, 64); }
@@ -197,6 +200,14 @@ static void invoke_worker(void *arg, int ith, int nth)
     const void *x_up = p->x_up ? p->x_up : p->x_gate;
     thread_buf *tb = &p->tb[ith];
     const size_t h_row = es_act_row_bytes(p->k, s->down_type, ff);
+    /* the sub-phase clock: the time since t goes to tb->ns[phase] */
+    uint64_t t = es_now_ns();
+#define CLOCK(phase)                                                                               \
+    do {                                                                                           \
+        const uint64_t t_ = es_now_ns();                                                           \
+        tb->ns[phase] += t_ - t;                                                                   \
+        t = t_;                                                                                    \
+    } while (0)
     for (int b = 0; b < p->n_blocks; b++) {
         const plan_block *blk = &p->blocks[b];
         const es_expert_slot *slot = &p->slots[blk->slot];
@@ -210,16 +221,21 @@ static void invoke_worker(void *arg, int ith, int nth)
                      tb->scratch);
             mat_gemm(p, 1, s->up_type, slot->up, d, ff, j0, j1, x_up, rows, n, p->u, ff,
                      tb->scratch);
+            CLOCK(ES_PHASE_EXPERT_GATE_UP);
             for (int64_t r = 0; r < n; r++) p->k->swiglu(p->g + r * ff + j0, p->u + r * ff + j0, j1 - j0);
+            CLOCK(ES_PHASE_SWIGLU);
         }
         es_pool_barrier(p->pool);
+        CLOCK(ES_PHASE_BARRIER);
         if (ith == 0) es_pool_counter_set(&p->next_out, 0); /* nobody uses it in this phase */
         /* quantize the SwiGLU block once for the down kernel, rows split across threads */
         const int64_t r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
         if (r1 > r0)
             es_act_prepare(p->k, s->down_type, p->g + r0 * ff, ff, r1 - r0, ff,
                            (uint8_t *)p->h_act + (size_t)r0 * h_row);
+        CLOCK(ES_PHASE_ACT_QUANT);
         es_pool_barrier(p->pool);
+        CLOCK(ES_PHASE_BARRIER);
         if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
         /* down over hidden column chunks: a thread owns its columns of every Y row it touches */
         for (long c0; (c0 = es_pool_counter_next(&p->next_out, OUT_CHUNK)) < d;) {
@@ -227,10 +243,50 @@ static void invoke_worker(void *arg, int ith, int nth)
             /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride OUT_CHUNK */
             mat_gemm(p, 2, s->down_type, slot->down, ff, d, c0, c1, p->h_act, NULL, n,
                      tb->tile - c0, OUT_CHUNK, tb->scratch);
+            CLOCK(ES_PHASE_EXPERT_DOWN);
             for (int64_t r = 0; r < n; r++)
                 p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * OUT_CHUNK, c1 - c0);
+            CLOCK(ES_PHASE_SCATTER_ADD);
         }
         es_pool_barrier(p->pool);
+        CLOCK(ES_PHASE_BARRIER);
+    }
+#undef CLOCK
+}
+
+/* The work of the blocks about to run, for es_plan_take_profile. */
+static void count_work(es_plan *p)
+{
+    const es_expert_shape *s = &p->shape;
+    const double d = (double)s->n_embd, ff = (double)s->n_ff;
+    const uint32_t types[3] = {s->gate_type, s->up_type, s->down_type};
+    const double K[3] = {d, d, ff}, N[3] = {ff, ff, d};
+    for (int b = 0; b < p->n_blocks; b++)
+        for (int i = 0; i < 3; i++) {
+            const int ph = i < 2 ? ES_PHASE_EXPERT_GATE_UP : ES_PHASE_EXPERT_DOWN;
+            const double ops = 2.0 * p->blocks[b].n * K[i] * N[i];
+            if (es_qtype_is_float(types[i]))
+                p->float_ops[ph] += ops;
+            else
+                p->int_ops[ph] += ops;
+            p->weight_bytes[ph] += (double)es_qtype_row_bytes(types[i], (int64_t)K[i]) * N[i];
+        }
+}
+
+void es_plan_take_profile(es_plan *p, double *ns, double *int_ops, double *float_ops,
+                          double *weight_bytes)
+{
+    for (int ph = 0; ph < ES_PHASE_COUNT; ph++) {
+        uint64_t sum = 0;
+        for (int i = 0; i < p->n_threads; i++) {
+            sum += p->tb[i].ns[ph];
+            p->tb[i].ns[ph] = 0;
+        }
+        ns[ph] += (double)sum / p->n_threads;
+        int_ops[ph] += p->int_ops[ph];
+        float_ops[ph] += p->float_ops[ph];
+        weight_bytes[ph] += p->weight_bytes[ph];
+        p->int_ops[ph] = p->float_ops[ph] = p->weight_bytes[ph] = 0;
     }
 }
 
@@ -281,6 +337,7 @@ es_status es_plan_invoke(es_plan *p, const es_route *routes, int R, const int32_
     p->ldy = ldy;
     es_pool_counter_set(&p->next_ff, 0);
     es_pool_counter_set(&p->next_out, 0);
+    count_work(p);
     es_pool_run(p->pool, invoke_worker, p);
     return ES_OK;
 }

@@ -72,4 +72,11 @@ void es_plan_set_input(es_plan *p, const float *x, int64_t ldx, int64_t T);
 es_status es_plan_invoke(es_plan *p, const es_route *routes, int R, const int32_t *phi,
                          const es_expert_slot *slots, float *Y, int64_t ldy);
 
+/* What the invocations since the last call did, added to the caller's arrays (indexed by
+ * es_phase) and then cleared: ns the mean over the plan's threads of the nanoseconds each spent
+ * in ES_PHASE_EXPERT_GATE_UP, SWIGLU, ACT_QUANT, EXPERT_DOWN, SCATTER_ADD and BARRIER; the work
+ * counts of the products (estream.h es_phase_profile). */
+void es_plan_take_profile(es_plan *p, double *ns, double *int_ops, double *float_ops,
+                          double *weight_bytes);
+
 #endif

@@ -12,7 +12,7 @@
  * multiply with the same table (es_kern_active).
  *
  * DESIGN (how the SIMD kernels are fast): es_gemm() is not a loop of dot products. For each tile
- * of output rows (32 on AVX-512, 8 on AVX2 and NEON) and a K-slice, it decodes the weights ONCE into an
+ * of output rows (32 on AVX-512, 8 on AVX2 and NEON, 16 for AVX2's Q4_0 and Q4_K) and a K-slice, it decodes the weights ONCE into an
  * interleaved int8 (or float) operand layout in the caller's per-thread scratch buffer (sized
  * from the L2 that es_cpu_get() reports), then runs a register-blocked micro-kernel over every
  * token row of the call with that tile: on AVX-512 VNNI, vpdpbusd with 16 output rows in the 16

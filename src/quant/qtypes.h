@@ -81,6 +81,11 @@ const char *es_qtype_name(uint32_t type); /* "?" for unknown */
 bool es_qtype_parse(const char *name, es_qtype *out);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */
 size_t es_qtype_row_bytes(uint32_t type, int64_t n);
+/* True for the float types (F32, F16, BF16): products with them are float, not integer. */
+static inline bool es_qtype_is_float(uint32_t type)
+{
+    return type == ES_QTYPE_F32 || type == ES_QTYPE_F16 || type == ES_QTYPE_BF16;
+}
 
 /* Half and bfloat16 conversions (round to nearest even, NaN kept, as ggml does). */
 float es_f16_to_f32(es_f16 h);

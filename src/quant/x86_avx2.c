@@ -5,7 +5,9 @@
  *
  * DESIGN: the structure of x86_avx512.c on 256-bit registers: tiles of 8 output rows (one lane
  * per row) decoded once per K-slice into the per-thread scratch, then a register-blocked
- * micro-kernel over the token rows, groups g outer and tokens inner.
+ * micro-kernel over the token rows, groups g outer and tokens inner. Q4_0 and Q4_K without VNNI
+ * run tiles of two such columns (16 rows) so that each activation broadcast feeds two products
+ * (mk_int2, "two columns per tile" below).
  *
  * Integer dot products without VNNI: vpmaddubsw multiplies unsigned weight bytes by signed
  * activation bytes and adds pairs into int16 with saturation, vpmaddwd by ones widens to int32.
@@ -504,11 +506,205 @@ static inline __m256i lane_mask(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
 }
 
+/* ---- two columns per tile (AVX2 without VNNI; Q4_0 and Q4_K) ---------------------------------
+ *
+ * Without VNNI each vpmaddubsw needs its 4 activation bytes broadcast into a register first, and
+ * on AMD Zen 3 that broadcast from memory takes a vector pipe: one broadcast per product held a
+ * loop of broadcast + vpmaddubsw + vpaddw at 50-64 % of the vpmaddubsw peak, one broadcast
+ * feeding two products (two 8-row columns of weights, 16 output rows) at 84 % (same loop,
+ * measured side by side). So for the types whose int16 sums run over a whole block (gs 8:
+ * Q4_0, Q4_K) a tile is two 8-row records, decoded by the one-column decoders into the two
+ * halves of the scratch, and the register block is 3 tokens x 2 columns: per token two int16
+ * sums and two float accumulators (12 of the 16 ymm), two weight vectors, the broadcast and a
+ * product. The int32 and float operations per block and column are those of mk_int, in the same
+ * order: results are bit-identical to the one-column kernel's.
+ */
+#if !VNNI
+#define TB2 5 /* token rows per two-column register block */
+
+typedef struct mk2_args {
+    const uint8_t *tile[2]; /* the columns' records: rows 0-7 and 8-15 of the tile */
+    int64_t nbs, kb0, K;
+    const uint8_t *xr[TB2];
+    float *yp[TB2];
+    __m256i m[2];
+    int load_y;
+    const uint8_t *pf; /* the next tile's raw weights, 16 rows (see mk_args) */
+    size_t pf_wrb;
+    uint64_t pf_step;
+} mk2_args;
+
+static inline __attribute__((always_inline)) void mk_int2(const int kind, const int T,
+                                                          const mk2_args *a)
+{
+    const int64_t K = a->K, kb0 = a->kb0;
+    const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
+    const int64_t oc = es_act_q8_off_c(K) + 4 * kb0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    float ybuf[TB2][16] __attribute__((aligned(32)));
+    const uint8_t *xr[TB2];
+#pragma GCC unroll 5
+    for (int t = 0; t < T; t++) {
+        xr[t] = a->xr[t];
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++)
+            _mm256_store_ps(ybuf[t] + 8 * c, a->load_y ? _mm256_maskload_ps(a->yp[t] + 8 * c, a->m[c])
+                                : _mm256_setzero_ps());
+    }
+    const uint8_t *rec0 = a->tile[0], *rec1 = a->tile[1];
+    for (int64_t b = 0; b < a->nbs; b++, rec0 += REC, rec1 += REC) {
+        const int64_t oq = 32 * (kb0 + b);
+        if (a->pf) {
+            const uintptr_t s = (uintptr_t)a->pf + (size_t)(((uint64_t)b * a->pf_step) >> 16);
+            const uintptr_t e = (uintptr_t)a->pf + (size_t)(((uint64_t)(b + 1) * a->pf_step) >> 16);
+            if (b == 0 || (s >> 6) != (e >> 6))
+#pragma GCC unroll 16
+                for (int j = 0; j < 16; j++)
+                    __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
+        }
+        __m256i s16[2][TB2];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m256i w0 = _mm256_load_si256((const __m256i *)(rec0 + 32 * g));
+            const __m256i w1 = _mm256_load_si256((const __m256i *)(rec1 + 32 * g));
+#pragma GCC unroll 5
+            for (int t = 0; t < T; t++) {
+                const __m256i xb = bcst4(xr[t] + oq + 4 * g);
+                const __m256i p0 = _mm256_maddubs_epi16(w0, xb);
+                const __m256i p1 = _mm256_maddubs_epi16(w1, xb);
+                s16[0][t] = g == 0 ? p0 : _mm256_add_epi16(s16[0][t], p0);
+                s16[1][t] = g == 0 ? p1 : _mm256_add_epi16(s16[1][t], p1);
+                __asm__("" : "+x"(s16[0][t]), "+x"(s16[1][t])); /* one running sum each */
+            }
+        }
+#pragma GCC unroll 5
+        for (int t = 0; t < T; t++) {
+            const __m256 xd = bcstf(xr[t] + od + 4 * b);
+#pragma GCC unroll 2
+            for (int c = 0; c < 2; c++) {
+                const uint8_t *rec = c ? rec1 : rec0;
+                __m256i acc = kind == A_Q40 ? bcst4(xr[t] + oc + 4 * b) : _mm256_setzero_si256();
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s16[c][t], ones));
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc),
+                                               _mm256_load_ps((const float *)(rec + 256)));
+                __m256 yv = _mm256_fmadd_ps(f, xd, _mm256_load_ps(ybuf[t] + 8 * c));
+                if (kind == A_Q4K)
+                    yv = _mm256_fmadd_ps(_mm256_load_ps((const float *)(rec + 288)),
+                                              bcstf(xr[t] + ods + 4 * b), yv);
+                _mm256_store_ps(ybuf[t] + 8 * c, yv);
+            }
+        }
+    }
+#pragma GCC unroll 5
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++)
+            _mm256_maskstore_ps(a->yp[t] + 8 * c, a->m[c], _mm256_load_ps(ybuf[t] + 8 * c));
+}
+
+#define MK2(kind, T)                                                                               \
+    static void mk2_##kind##_##T(const mk2_args *a)                                                \
+    {                                                                                              \
+        mk_int2(kind, T, a);                                                                       \
+    }
+MK2(A_Q40, 1)
+MK2(A_Q40, 2)
+MK2(A_Q40, 3)
+MK2(A_Q40, 4)
+MK2(A_Q40, 5)
+MK2(A_Q4K, 1)
+MK2(A_Q4K, 2)
+MK2(A_Q4K, 3)
+MK2(A_Q4K, 4)
+MK2(A_Q4K, 5)
+typedef void (*mk2_fn)(const mk2_args *a);
+static const mk2_fn mk2_table[2][TB2 + 1] = {{NULL, mk2_A_Q40_1, mk2_A_Q40_2, mk2_A_Q40_3, mk2_A_Q40_4, mk2_A_Q40_5},
+                                             {NULL, mk2_A_Q4K_1, mk2_A_Q4K_2, mk2_A_Q4K_3, mk2_A_Q4K_4, mk2_A_Q4K_5}};
+#define HAS_TWO_COLUMNS(kind) ((kind) == A_Q40 || (kind) == A_Q4K)
+#else
+#define HAS_TWO_COLUMNS(kind) 0
+#endif
+
+#if !VNNI
+/* gemm_int() for the two-column kinds: tiles of 16 rows, a tile's second column decoded into the
+ * second half of the scratch (scratch_int sizes both). A tile of 8 rows or fewer (the end of a
+ * range) runs the one-column kernel on the first half. */
+static void gemm_int2(int kind, decode_fn dec, uint32_t type, const void *W, int64_t K, int64_t n0,
+                      int64_t n1, const void *act, const int32_t *rows, int64_t n_rows, float *Y,
+                      int64_t ldy, int accumulate, void *scratch)
+{
+    const int64_t nb = K / 32;
+    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 16 * REC, ACT256);
+    const int64_t ksb = pl.ks / 32;
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
+    uint8_t *half = (uint8_t *)scratch + (size_t)(ksb < nb ? ksb : nb) * REC;
+    mk2_args a;
+    mk_args a1;
+    a.tile[0] = a1.tile = scratch;
+    a.tile[1] = half;
+    a.K = a1.K = K;
+    a.pf_wrb = wrb;
+    a.pf_step = ((uint64_t)wrb << 16) / (uint64_t)nb;
+    a1.pf = NULL;
+    const int ki = kind == A_Q40 ? 0 : 1;
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
+            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
+            a.nbs = a1.nbs = kb1 - kb0;
+            a.kb0 = a1.kb0 = kb0;
+            a.load_y = a1.load_y = accumulate || kb0 > 0;
+            for (int64_t nt = n0; nt < n1; nt += 2 * NR) {
+                const int nr = (int)(n1 - nt < 2 * NR ? n1 - nt : 2 * NR);
+                const int nr0 = nr < NR ? nr : NR, nr1 = nr - nr0;
+                dec((const uint8_t *)W + nt * wrb, wrb, nr0, kb0, kb1, scratch);
+                if (nr1 == 0) { /* a last tile of 8 rows or fewer: one column */
+                    a1.m = lane_mask(nr0);
+                    for (int64_t r = rg, nx; r < rg1; r = nx) {
+                        const int T = es_kern_block_rows(rg1 - r, tb_of(kind));
+                        nx = r + T;
+                        for (int t = 0; t < T; t++) {
+                            a1.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
+                            a1.yp[t] = Y + (r + t) * ldy + nt;
+                        }
+                        mk_table[kind][T](&a1);
+                    }
+                    continue;
+                }
+                dec((const uint8_t *)W + (nt + NR) * wrb, wrb, nr1, kb0, kb1, half);
+                a.m[0] = lane_mask(nr0);
+                a.m[1] = lane_mask(nr1);
+                a.pf = nt + 4 * NR <= n1 ? (const uint8_t *)W + (nt + 2 * NR) * wrb +
+                                               wrb * (size_t)kb0 / (size_t)nb
+                                         : NULL;
+                for (int64_t r = rg, nx; r < rg1; r = nx) {
+                    const int T = es_kern_block_rows(rg1 - r, TB2);
+                    nx = r + T;
+#pragma GCC unroll 5
+                    for (int t = 0; t < T; t++) {
+                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
+                        a.yp[t] = Y + (r + t) * ldy + nt;
+                    }
+                    mk2_table[ki][T](&a);
+                    a.pf = NULL; /* fetched during the first register block */
+                }
+            }
+        }
+    }
+}
+#endif
+
 static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int64_t K, int64_t n0,
                      int64_t n1, const void *act, const int32_t *rows, int64_t n_rows, float *Y,
                      int64_t ldy, int accumulate, void *scratch)
 {
     ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
+#if !VNNI
+    if (HAS_TWO_COLUMNS(kind)) {
+        gemm_int2(kind, dec, type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
     const int64_t nb = K / 32;
     const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC, ACT256);
     const int64_t ksb = pl.ks / 32;
@@ -552,7 +748,9 @@ static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int6
 static size_t scratch_int(int64_t K)
 {
     const int64_t nb = K / 32, ksb = es_kern_max_slice(256, 8 * REC) / 32;
-    return (size_t)(nb < ksb ? nb : ksb) * REC + 64;
+    const int64_t ksb2 = es_kern_max_slice(256, 16 * REC) / 32; /* two columns: two halves */
+    const size_t one = (size_t)(nb < ksb ? nb : ksb) * REC, two = 2 * (size_t)(nb < ksb2 ? nb : ksb2) * REC;
+    return (one > two ? one : two) + 64;
 }
 
 #define GEMM_INT(name, kind, dec, type)                                                            \
@@ -632,12 +830,86 @@ static void dec_t_q8_0(const uint8_t *Wt, int nt, int s, int64_t kb0, int64_t kb
         dec_t_q(1, Wt, nt, s, kb0, kb1, tile);
 }
 
+#if !VNNI
+/* gemm_int_tiled() with two columns (gemm_int2): 16 rows, sub-tiles s and s + 1 of a 32-row
+ * tile; a step whose wanted rows all lie in its first 8 runs the one-column kernel. */
+static void gemm_int2_tiled(int kind, tdecode_fn dec, uint32_t type, const void *W, int64_t K,
+                            int64_t N, int64_t n0, int64_t n1, const void *act,
+                            const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+                            int accumulate, void *scratch)
+{
+    const int64_t nb = K / 32;
+    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 16 * REC, ACT256);
+    const int64_t ksb = pl.ks / 32;
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
+    uint8_t *half = (uint8_t *)scratch + (size_t)(ksb < nb ? ksb : nb) * REC;
+    mk2_args a;
+    mk_args a1;
+    a.tile[0] = a1.tile = scratch;
+    a.tile[1] = half;
+    a.K = a1.K = K;
+    a.pf = a1.pf = NULL; /* the hardware prefetcher follows the tile layout */
+    const int ki = kind == A_Q40 ? 0 : 1;
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
+            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
+            a.nbs = a1.nbs = kb1 - kb0;
+            a.kb0 = a1.kb0 = kb0;
+            a.load_y = a1.load_y = accumulate || kb0 > 0;
+            for (int64_t nt = n0 / (2 * NR) * (2 * NR); nt < n1; nt += 2 * NR) {
+                const int64_t t0 = nt / ES_TILE_ROWS * ES_TILE_ROWS; /* the 32-row tile */
+                const int s0 = (int)(nt - t0) / NR, nt_rows = es_tile_rows(N, t0);
+                const int lo = (int)(n0 > nt ? n0 - nt : 0);
+                const int hi = (int)(n1 - nt < 2 * NR ? n1 - nt : 2 * NR);
+                const uint8_t *Wt = (const uint8_t *)W + t0 * wrb;
+                dec(Wt, nt_rows, s0, kb0, kb1, scratch);
+                if (hi <= NR) { /* only the first column is wanted */
+                    a1.m = _mm256_andnot_si256(lane_mask(lo), lane_mask(hi));
+                    for (int64_t r = rg, nx; r < rg1; r = nx) {
+                        const int T = es_kern_block_rows(rg1 - r, tb_of(kind));
+                        nx = r + T;
+                        for (int t = 0; t < T; t++) {
+                            a1.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
+                            a1.yp[t] = Y + (r + t) * ldy + nt;
+                        }
+                        mk_table[kind][T](&a1);
+                    }
+                    continue;
+                }
+                dec(Wt, nt_rows, s0 + 1, kb0, kb1, half);
+                a.m[0] = _mm256_andnot_si256(lane_mask(lo), lane_mask(hi));
+                a.m[1] = _mm256_andnot_si256(lane_mask(lo - NR), lane_mask(hi - NR));
+                for (int64_t r = rg, nx; r < rg1; r = nx) {
+                    const int T = es_kern_block_rows(rg1 - r, TB2);
+                    nx = r + T;
+#pragma GCC unroll 5
+                    for (int t = 0; t < T; t++) {
+                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
+                        /* may point below column n0: the masks keep every access in [n0, n1) */
+                        a.yp[t] = Y + (r + t) * ldy + nt;
+                    }
+                    mk2_table[ki][T](&a);
+                }
+            }
+        }
+    }
+}
+#endif
+
 static void gemm_int_tiled(int kind, tdecode_fn dec, uint32_t type, const void *W, int64_t K,
                            int64_t N, int64_t n0, int64_t n1, const void *act,
                            const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
                            int accumulate, void *scratch)
 {
     ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
+#if !VNNI
+    if (HAS_TWO_COLUMNS(kind)) {
+        gemm_int2_tiled(kind, dec, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate,
+                        scratch);
+        return;
+    }
+#endif
     const int64_t nb = K / 32;
     const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC, ACT256);
     const int64_t ksb = pl.ks / 32;

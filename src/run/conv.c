@@ -48,6 +48,7 @@ void es_conv_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
     es_fast_prepare(f, f->h, d, L->conv_in.type, 0, T);
     es_gemm_task in = {&L->conv_in, f->act, f->conv_bcx, 3 * d, T};
     es_fast_gemms(f, &in, 1);
+    es_fast_phase(f, ES_PHASE_ATTN);
     es_fast_layer_rows(f, m, L, T, conv_worker);
     es_fast_prepare(f, f->moe, d, L->conv_out.type, 0, T);
     es_gemm_task out = {&L->conv_out, f->act, f->tmp, d, T};

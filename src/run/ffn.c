@@ -76,6 +76,7 @@ void es_ffn_dense(es_fast *f, const es_model *m, const es_tensor *gate, const es
                   const es_tensor *down, int64_t T, float *out)
 {
     const int64_t d = m->hp.n_embd, ff = gate->ne[1];
+    es_fast_gemm_phase(f, ES_PHASE_DENSE_FFN);
     for (int64_t t0 = 0; t0 < T; t0 += FFN_ROWS) {
         const int64_t n = T - t0 < FFN_ROWS ? T - t0 : FFN_ROWS;
         es_fast_prepare(f, f->h + t0 * d, d, gate->type, 0, n);
@@ -89,6 +90,7 @@ void es_ffn_dense(es_fast *f, const es_model *m, const es_tensor *gate, const es
             es_gemm_task u = {up, f->act, f->ffn_u, ff, n};
             es_fast_gemms(f, &u, 1);
         }
+        es_fast_phase(f, ES_PHASE_SWIGLU);
         swiglu_job sw = {f, ff, n};
         es_pool_run(f->pool, swiglu_worker, &sw);
         es_fast_prepare(f, f->ffn_g, ff, down->type, 0, n);
@@ -143,9 +145,11 @@ static void sort_routes(es_fast *f, const es_hparams *hp, int64_t T, int il)
 void es_ffn_route(es_fast *f, const es_model *m, const es_layer *L, int il, int64_t T)
 {
     const es_hparams *hp = &m->hp;
+    es_fast_gemm_phase(f, ES_PHASE_ROUTER);
     es_fast_prepare(f, f->h, hp->n_embd, L->gate_inp.type, 0, T);
     es_gemm_task rt = {&L->gate_inp, f->act, f->router, hp->n_expert, T};
     es_fast_gemms(f, &rt, 1);
+    es_fast_phase(f, ES_PHASE_ROUTER);
     es_fast_layer_rows(f, m, L, T, route_worker);
     sort_routes(f, hp, T, il);
 }
@@ -163,8 +167,11 @@ es_status es_ffn_moe(es_fast *f, const es_model *m, es_expert_provider *prov, in
     es_plan *plan = es_ffn_plan(f, m, &m->layers[il], &st);
     ES_ASSERT(plan); /* made for every layer's shape by es_fast_reserve */
     const int64_t *counts = f->route_counts + (size_t)il * (size_t)E;
+    es_fast_phase(f, ES_PHASE_EXPERT_WAIT);
     if (prov->layer_routed) ES_TRY(prov->layer_routed(prov, il, counts));
+    es_fast_phase(f, ES_PHASE_ACT_QUANT);
     es_plan_set_input(plan, f->h, d, T);
+    es_fast_phase(f, ES_PHASE_OTHER);
     memset(f->moe, 0, fbytes(T, d));
     const int64_t cap = es_plan_capacity(plan);
     const int G = prov->group;
@@ -176,11 +183,14 @@ es_status es_ffn_moe(es_fast *f, const es_model *m, es_expert_provider *prov, in
         if (n == 0) continue;
         const int32_t *phi;
         const es_expert_slot *slots;
+        es_fast_phase(f, ES_PHASE_EXPERT_WAIT);
         ES_TRY(prov->acquire(prov, il, e0, &phi, &slots));
+        es_fast_phase(f, ES_PHASE_COUNT); /* split by es_fast_prof_end */
         for (int64_t r0 = r_begin; r0 < r_begin + n && st == ES_OK; r0 += cap) {
             const int nr = (int)(r_begin + n - r0 < cap ? r_begin + n - r0 : cap);
             st = es_plan_invoke(plan, f->routes + r0, nr, phi, slots, f->moe, d);
         }
+        es_fast_phase(f, ES_PHASE_EXPERT_WAIT);
         prov->release(prov, il, e0);
         ES_TRY(st);
         r_begin += n;

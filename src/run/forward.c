@@ -333,8 +333,21 @@ static void gemm_worker(void *arg, int ith, int nth)
     }
 }
 
+/* The work of a product with weight w over n_rows rows, counted for phase. */
+static void count_gemm(es_fast *f, int phase, const es_tensor *w, int64_t n_rows)
+{
+    const double ops = 2.0 * (double)n_rows * (double)w->ne[0] * (double)w->ne[1];
+    if (es_qtype_is_float(w->type))
+        f->prof.float_ops[phase] += ops;
+    else
+        f->prof.int_ops[phase] += ops;
+    f->prof.weight_bytes[phase] += (double)es_qtype_row_bytes(w->type, w->ne[0]) * (double)w->ne[1];
+}
+
 void es_fast_gemms(es_fast *f, const es_gemm_task *tasks, int n)
 {
+    es_fast_phase(f, f->gemm_phase);
+    for (int i = 0; i < n; i++) count_gemm(f, f->gemm_phase, tasks[i].w, tasks[i].n_rows);
     gemm_job j = {f, tasks, n, NULL, {0}};
     es_pool_counter_set(&j.next, 0);
     es_pool_run(f->pool, gemm_worker, &j);
@@ -364,6 +377,7 @@ static void prep_worker(void *arg, int ith, int nth)
 void es_fast_prepare_ld(es_fast *f, const float *src, int64_t ld, int64_t K, uint32_t wtype,
                         int64_t r_begin, int64_t T)
 {
+    es_fast_phase(f, ES_PHASE_ACT_QUANT);
     prep_job j = {f, src, ld, K, wtype, r_begin, T};
     es_pool_run(f->pool, prep_worker, &j);
 }
@@ -389,6 +403,7 @@ static void add_worker(void *arg, int ith, int nth)
 
 void es_fast_add(es_fast *f, const es_model *m, const float *src, float *dst, int64_t T)
 {
+    es_fast_phase(f, ES_PHASE_NORM);
     add_job j = {src, dst, m->hp.n_embd, T};
     es_pool_run(f->pool, add_worker, &j);
 }
@@ -424,6 +439,7 @@ static void norm_worker(void *arg, int ith, int nth)
 static void norm_rows(es_fast *f, const es_model *m, const es_tensor *w, int64_t r_begin,
                       int64_t T)
 {
+    es_fast_phase(f, ES_PHASE_NORM);
     norm_job j = {f, w->data, m->hp.n_embd, m->hp.rms_eps, r_begin, T};
     es_pool_run(f->pool, norm_worker, &j);
 }
@@ -526,11 +542,56 @@ static void attention_block(es_fast *f, const es_model *m, const es_layer *L, in
             es_fast_gemms(f, &t, 1);
         }
     }
+    es_fast_phase(f, ES_PHASE_NORM);
     es_fast_layer_rows(f, m, L, T, qk_rope_worker);
+    es_fast_attention(f, hp->n_head, hp->n_embd_head, hp->n_embd_head_v);
     es_attn_set_kv(f->attn, f->k, f->v, f->seq_start, f->n_seq);
     es_attn_run(f->attn, f->q, f->att, f->seq_start, f->n_seq, m->hp.attn_scale);
     es_fast_project_out(f, m, L, f->att, T);
 }
+
+void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv)
+{
+    es_fast_phase(f, ES_PHASE_ATTN);
+    for (int i = 0; i < f->n_seq; i++) {
+        const double L = (double)(f->seq_start[i + 1] - f->seq_start[i]);
+        f->prof.float_ops[ES_PHASE_ATTN] += 2.0 * n_head * (double)(dk + dv) * L * (L + 1) / 2;
+    }
+}
+
+/* ---- the phase profile ---- */
+
+void es_fast_prof_begin(es_fast *f)
+{
+    memset(f->prof_ns, 0, sizeof(f->prof_ns));
+    memset(&f->prof, 0, sizeof(f->prof));
+    f->prof_cur = ES_PHASE_OTHER;
+    f->gemm_phase = ES_PHASE_OTHER;
+    f->prof_t = es_now_ns();
+}
+
+void es_fast_prof_end(es_fast *f, int64_t tokens)
+{
+    es_fast_phase(f, ES_PHASE_OTHER);
+    es_phase_profile *p = &f->prof;
+    /* the expert operator's wall time, split by its threads' mean time in each sub-phase */
+    double sub[ES_PHASE_COUNT] = {0}, sum = 0;
+    for (int i = 0; i < f->n_plans; i++)
+        es_plan_take_profile(f->plans[i].plan, sub, p->int_ops, p->float_ops, p->weight_bytes);
+    for (int ph = 0; ph < ES_PHASE_COUNT; ph++) sum += sub[ph];
+    const double moe = (double)f->prof_ns[ES_PHASE_COUNT];
+    p->seconds = 0;
+    for (int ph = 0; ph < ES_PHASE_COUNT; ph++) {
+        double ns = (double)f->prof_ns[ph];
+        if (sum > 0) ns += moe * sub[ph] / sum;
+        else if (ph == ES_PHASE_OTHER) ns += moe;
+        p->phase_seconds[ph] = ns * 1e-9;
+        p->seconds += ns * 1e-9;
+    }
+    p->tokens = tokens;
+}
+
+const es_phase_profile *es_fast_profile(const es_fast *f) { return &f->prof; }
 
 /* ---- the layer loop ---- */
 
@@ -539,8 +600,12 @@ static es_status layer(es_fast *f, const es_model *m, es_expert_provider *prov, 
                        int64_t T)
 {
     const es_layer *L = &m->layers[il];
-    if (prov->layer_begin) ES_TRY(prov->layer_begin(prov, il));
+    if (prov->layer_begin) {
+        es_fast_phase(f, ES_PHASE_EXPERT_WAIT);
+        ES_TRY(prov->layer_begin(prov, il));
+    }
     uint64_t t0 = f->trace ? es_now_ns() : 0;
+    es_fast_gemm_phase(f, ES_PHASE_ATTN_PROJ);
     /* attention, or a short-convolution block */
     norm_rows(f, m, &L->attn_norm, 0, T);
     if (L->is_conv)
@@ -587,6 +652,7 @@ es_status es_fast_layers(es_fast *f, const es_model *m, es_expert_provider *prov
         for (int64_t t = b->seq_start[i]; t < b->seq_start[i + 1]; t++)
             f->pos[t] = (int32_t)(t - b->seq_start[i]);
     f->have_counts = false;
+    es_fast_phase(f, ES_PHASE_NORM);
     embed_job ej = {f, m, b->ids, T};
     es_pool_run(f->pool, embed_worker, &ej);
 
@@ -618,6 +684,8 @@ void es_fast_logits(es_fast *f, const es_model *m, const int32_t *rows, int64_t 
     const size_t rb = es_act_row_bytes(f->kern, m->output.type, m->output.ne[0]);
     es_gemm_task t = {&m->output, rows ? f->act : (const uint8_t *)f->act + (size_t)r0 * rb, out,
                       m->hp.n_vocab, n};
+    es_fast_phase(f, ES_PHASE_HEAD);
+    count_gemm(f, ES_PHASE_HEAD, &m->output, n);
     gemm_job j = {f, &t, 1, rows, {0}};
     es_pool_counter_set(&j.next, 0);
     es_pool_run(f->pool, gemm_worker, &j);

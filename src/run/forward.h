@@ -66,6 +66,13 @@ es_pool *es_fast_pool(const es_fast *f);
 typedef struct es_trace es_trace;
 void es_fast_set_trace(es_fast *f, es_trace *t);
 
+/* The phase profile of a request (estream.h es_session_profile): es_fast_prof_begin() when it
+ * starts, es_fast_prof_end() when it is over, which fills *out (seconds in the phases, the work
+ * counts) and keeps it for es_fast_profile(). */
+void es_fast_prof_begin(es_fast *f);
+void es_fast_prof_end(es_fast *f, int64_t tokens);
+const es_phase_profile *es_fast_profile(const es_fast *f);
+
 /* Routes per expert of layer il in the last forward: counts[0..n_expert). */
 es_status es_fast_route_counts(const es_fast *f, int il, int64_t *counts, int cap);
 

@@ -84,7 +84,29 @@ struct es_fast {
     int n_plans;
     es_trace *trace;      /* NULL: no trace */
     int trace_track[3];   /* one track per phase: attention, router, moe */
+    /* The phase clock of the running request (es_fast_prof_*): the calling thread's time is
+     * added to the phase it is in; slot ES_PHASE_COUNT holds the expert operator's wall time
+     * until es_fast_prof_end() splits it by what the plan's threads did. */
+    uint64_t prof_ns[ES_PHASE_COUNT + 1];
+    uint64_t prof_t;      /* when the current phase began */
+    int prof_cur;         /* the current phase */
+    int gemm_phase;       /* the phase es_fast_gemms() charges: the block that calls it */
+    es_phase_profile prof; /* the work counts of the running request, then its whole profile */
 };
+
+/* The phase clock: from now on the calling thread's time counts for phase. */
+static inline void es_fast_phase(es_fast *f, int phase)
+{
+    const uint64_t t = es_now_ns();
+    f->prof_ns[f->prof_cur] += t - f->prof_t;
+    f->prof_t = t;
+    f->prof_cur = phase;
+}
+/* Switches to ES_PHASE_ATTN and counts the float work of attention over the running batch's
+ * sequences for n_head heads of key size dk and value size dv. */
+void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv);
+/* The phase of the products es_fast_gemms() runs from now on (the block's kind). */
+static inline void es_fast_gemm_phase(es_fast *f, int phase) { f->gemm_phase = phase; }
 
 static inline size_t fbytes(int64_t a, int64_t b) { return sizeof(float) * (size_t)a * (size_t)b; }
 

@@ -108,6 +108,7 @@ void es_mla_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
     const es_hparams *hp = &m->hp;
     const int64_t d = hp->n_embd, kv = hp->n_lora_kv, dc = kv + hp->n_rot;
     if (hp->mla_split) {
+        es_fast_phase(f, ES_PHASE_ATTN_PROJ);
         mla_w_job wj = {f, hp, L};
         es_pool_run(f->pool, mla_w_worker, &wj);
     }
@@ -123,11 +124,14 @@ void es_mla_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
         es_gemm_task c = {&L->wkv_a, f->act, f->mla_ckv, dc, T};
         es_fast_gemms(f, &c, 1);
     }
+    es_fast_phase(f, ES_PHASE_NORM);
     es_fast_layer_rows(f, m, L, T, mla_rope_worker);
     const es_tensor *dw = hp->mla_split ? &f->mla_w : &L->wkv_b;
     es_fast_prepare_ld(f, f->mla_ckv, dc, kv, dw->type, 0, T); /* the c part of each row */
     es_gemm_task dk = {dw, f->act, f->mla_kvd, es_mla_kvd_width(hp), T};
     es_fast_gemms(f, &dk, 1);
+    es_fast_attention(f, hp->n_head, hp->mla_split ? dc : hp->n_embd_head,
+                      hp->mla_split ? kv : hp->n_embd_head_v);
     es_fast_layer_rows(f, m, L, T, mla_kv_worker);
     es_attn_set_kv(f->attn, f->k, f->v, f->seq_start, f->n_seq);
     es_attn_run(f->attn, f->q, f->att, f->seq_start, f->n_seq, hp->attn_scale);

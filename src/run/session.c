@@ -39,6 +39,7 @@ struct es_session {
     es_io_params io;     /* the loader's I/O (tests add faults: es_session_create_io) */
     int record;          /* the streamer records timestamps (es_session_create_rec) */
     es_run_stats stats;
+    bool have_profile;      /* the last request completed on the fast path */
 };
 
 static int online_cpus(void)
@@ -271,8 +272,12 @@ void es_session_destroy(es_session *s)
 }
 
 /* The run's statistics after a prefill or a batch that started at t0, and the trace. */
-static es_status finish_run(es_session *s, uint64_t t0, es_status st)
+static es_status finish_run(es_session *s, uint64_t t0, int64_t tokens, es_status st)
 {
+    if (s->fast && !s->p.reference) {
+        es_fast_prof_end(s->fast, tokens);
+        s->have_profile = st == ES_OK;
+    }
     const double secs = (double)(es_now_ns() - t0) * 1e-9;
     s->stats.seconds = secs;
     s->stats.peak_rss_bytes = es_peak_rss_bytes();
@@ -305,6 +310,7 @@ es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int al
         return es_fail(ES_E_INVAL, "prompt of %zu tokens exceeds the session's %d tokens", n,
                        s->p.max_tokens);
     const uint64_t t0 = es_now_ns();
+    if (s->fast) es_fast_prof_begin(s->fast);
     es_status st;
     if (s->p.reference) {
         st = es_forward_ref(s->m, ids, n, all_logits, out, NULL);
@@ -312,7 +318,7 @@ es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int al
         st = es_fast_forward(s->fast, s->m, s->stream ? es_stream_provider(s->stream) : NULL,
                              ids, n, all_logits, out, s->p.abort_cb, s->p.cb_user);
     }
-    return finish_run(s, t0, st);
+    return finish_run(s, t0, (int64_t)n, st);
 }
 
 es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs)
@@ -323,6 +329,7 @@ es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs)
     int64_t T;
     ES_TRY(es_batch_check(s->m, seqs, n_seqs, limit, s->p.max_seqs, &T));
     const uint64_t t0 = es_now_ns();
+    if (s->fast) es_fast_prof_begin(s->fast);
     const es_batch_cb cb = {s->p.abort_cb, s->p.progress_cb, s->p.cb_user};
     es_status st;
     if (s->p.reference)
@@ -330,7 +337,7 @@ es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs)
     else
         st = es_batch_fast(s->fast, s->m, s->stream ? es_stream_provider(s->stream) : NULL, seqs,
                            n_seqs, T, &cb);
-    return finish_run(s, t0, st);
+    return finish_run(s, t0, T, st);
 }
 
 es_status es_session_route_counts(const es_session *s, int il, int64_t *counts, int cap)
@@ -341,5 +348,26 @@ es_status es_session_route_counts(const es_session *s, int il, int64_t *counts, 
 }
 
 void es_session_stats(const es_session *s, es_run_stats *out) { *out = s->stats; }
+
+static const char *const phase_names[ES_PHASE_COUNT] = {
+    "norm",       "act_quant", "attn_proj",    "attention", "router",
+    "expert_gate_up", "swiglu", "expert_down", "scatter_add", "barrier",
+    "expert_wait", "dense_ffn", "head",       "other"};
+
+const char *es_phase_name(es_phase p)
+{
+    return (int)p >= 0 && p < ES_PHASE_COUNT ? phase_names[p] : NULL;
+}
+
+es_status es_session_profile(const es_session *s, es_phase_profile *out)
+{
+    if (!s || !out) return es_fail(ES_E_INVAL, "es_session_profile: NULL argument");
+    if (s->p.reference || !s->fast)
+        return es_fail(ES_E_INVAL, "phase profile: the session runs the reference path");
+    if (!s->have_profile)
+        return es_fail(ES_E_INVAL, "phase profile: no request has completed in this session");
+    *out = *es_fast_profile(s->fast);
+    return ES_OK;
+}
 
 const es_model *es_session_model(const es_session *s) { return s ? s->m : NULL; }
