@@ -99,7 +99,7 @@ check_stage "python package" "python package" bash tools/python-check.sh build
 # thread under concurrent clients, cancels and shutdowns; a report fails the test).
 stage_begin tsan
 tsan_tests=()
-for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch test_serve; do
+for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch test_profile test_serve; do
     [ -f "tests/$t.c" ] && tsan_tests+=("$t")
 done
 if make -j"$jobs" TSAN=1 build-tsan/estream "${tsan_tests[@]/#/build-tsan/tests/}" >/dev/null 2>&1; then
