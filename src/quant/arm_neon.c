@@ -384,15 +384,6 @@ static void to_mmla(uint8_t *tile, int64_t nbs)
 
 /* ---- integer micro-kernel ------------------------------------------------------------------ */
 
-typedef struct mk_args {
-    const uint8_t *tile;
-    int64_t nbs, kb0, K;
-    const uint8_t *xr[TBMAX];
-    float *yp[TBMAX]; /* Y of the tile's row 0 for each token */
-    int lo, hi;       /* only Y lanes [lo, hi) of the 8 are read and written */
-    int load_y;
-} mk_args;
-
 static inline int tb_of(int kind)
 {
 #if defined(ES_I8MM)
@@ -405,7 +396,7 @@ static inline int tb_of(int kind)
 #endif
 }
 
-static inline void load_y(const mk_args *a, int t, float32x4_t y[2])
+static inline void load_y(const es_kern_block *a, int t, float32x4_t y[2])
 {
     if (!a->load_y) {
         y[0] = y[1] = vdupq_n_f32(0.0f);
@@ -421,7 +412,7 @@ static inline void load_y(const mk_args *a, int t, float32x4_t y[2])
     }
 }
 
-static inline void store_y(const mk_args *a, int t, const float32x4_t y[2])
+static inline void store_y(const es_kern_block *a, int t, const float32x4_t y[2])
 {
     if (a->lo == 0 && a->hi == NR) {
         vst1q_f32(a->yp[t], y[0]);
@@ -443,9 +434,9 @@ static inline float ldf(const uint8_t *p)
 }
 
 static inline __attribute__((always_inline)) void mk_int(const int kind, const int T,
-                                                         const mk_args *a)
+                                                         const es_kern_block *a)
 {
-    const int64_t K = a->K, kb0 = a->kb0;
+    const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
     float32x4_t y[TBMAX][2];
     const uint8_t *xr[TBMAX];
@@ -454,7 +445,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
         load_y(a, t, y[t]);
     }
     const uint8_t *rec = a->tile;
-    for (int64_t b = 0; b < a->nbs; b++, rec += REC) {
+    for (int64_t b = 0; b < nbs; b++, rec += REC) {
         const int64_t oq = 32 * (kb0 + b);
         int32x4_t acc[TBMAX][2]; /* per token: rows 0-3, rows 4-7 */
         float32x4_t flo[TBMAX][2];
@@ -573,7 +564,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
 }
 
 #define MK(kind, T)                                                                                \
-    static void mk_##kind##_##T(const mk_args *a)                                                  \
+    static void mk_##kind##_##T(const es_kern_block *a)                                            \
     {                                                                                              \
         mk_int(kind, T, a);                                                                        \
     }
@@ -583,7 +574,7 @@ MK_ALL(A_Q80)
 MK_ALL(A_Q4K)
 MK_ALL(A_Q5K)
 MK_ALL(A_Q6K)
-typedef void (*mk_fn)(const mk_args *a);
+typedef void (*mk_fn)(const es_kern_block *a);
 #define MK_ROW(kind)                                                                               \
     {                                                                                              \
         NULL, mk_##kind##_1, mk_##kind##_2, mk_##kind##_3, mk_##kind##_4                           \
@@ -591,66 +582,64 @@ typedef void (*mk_fn)(const mk_args *a);
 static const mk_fn mk_table[5][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
                                              MK_ROW(A_Q5K), MK_ROW(A_Q6K)};
 
-/* Runs the micro-kernel over token rows [rg, rg1) with the tile in a->tile. */
-static void run_rows(int kind, mk_args *a, const void *act, size_t arb, const int32_t *rows,
-                     int64_t rg, int64_t rg1, float *Y, int64_t ldy, int64_t nt)
-{
-    const int tb = tb_of(kind);
-    for (int64_t r = rg; r < rg1; r += tb) {
-        const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
-        for (int t = 0; t < T; t++) {
-            a->xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-            a->yp[t] = Y + (r + t) * ldy + nt; /* lanes outside [lo, hi) are never touched */
-        }
-        mk_table[kind][T](a);
+#define RUN(kind)                                                                                  \
+    static void run_##kind(const es_kern_block *b)                                                 \
+    {                                                                                              \
+        mk_table[kind][b->T](b);                                                                   \
     }
-}
+RUN(A_Q40)
+RUN(A_Q80)
+RUN(A_Q4K)
+RUN(A_Q5K)
+RUN(A_Q6K)
+static void (*const run_table[5])(const es_kern_block *) = {run_A_Q40, run_A_Q80, run_A_Q4K,
+                                                            run_A_Q5K, run_A_Q6K};
 
-static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int64_t K, int64_t n0,
-                     int64_t n1, const void *act, const int32_t *rows, int64_t n_rows, float *Y,
-                     int64_t ldy, int accumulate, void *scratch)
+static es_kern_tiling int_tiling(int kind, int tiled,
+                                 void (*decode)(const es_kern_tile *, uint8_t *))
 {
-    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
-    const int64_t nb = K / 32;
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC, ACT256);
-    const int64_t ksb = pl.ks / 32;
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
-    mk_args a;
-    a.tile = scratch;
-    a.K = K;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
-            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            a.nbs = kb1 - kb0;
-            a.kb0 = kb0;
-            a.load_y = accumulate || kb0 > 0;
-            for (int64_t nt = n0; nt < n1; nt += NR) {
-                const int nr = (int)(n1 - nt < NR ? n1 - nt : NR);
-                a.lo = 0;
-                a.hi = nr;
-                dec((const uint8_t *)W + nt * wrb, wrb, nr, kb0, kb1, scratch);
-#ifdef ES_I8MM
-                to_mmla(scratch, a.nbs);
-#endif
-                run_rows(kind, &a, act, arb, rows, rg, rg1, Y, ldy, nt);
-            }
-        }
-    }
+    return (es_kern_tiling){.tile_rows = NR,
+                            .unit = 256,
+                            .tile_bytes = 8 * REC,
+                            .act_bytes = ACT256,
+                            .act_row_bytes = es_act_q8_row_bytes,
+                            .tb = tb_of(kind),
+                            .tb_narrow = tb_of(kind),
+                            .tiled = tiled,
+                            .decode = decode,
+                            .kernel = run_table[kind]};
 }
 
 static size_t scratch_int(int64_t K)
 {
-    const int64_t nb = K / 32, ksb = es_kern_max_slice(256, 8 * REC) / 32;
-    return (size_t)(nb < ksb ? nb : ksb) * REC + 64;
+    const es_kern_tiling tl = int_tiling(A_Q40, 0, NULL); /* one record size for every kind */
+    return es_kern_drive_scratch(&tl, K);
+}
+
+/* The decoded tile in the smmla order (i8mm), else as decoded. */
+static inline void finish_tile(uint8_t *tile, const es_kern_tile *t)
+{
+#ifdef ES_I8MM
+    to_mmla(tile, (t->k1 - t->k0) / 32);
+#else
+    (void)tile;
+    (void)t;
+#endif
 }
 
 #define GEMM_INT(name, kind, dec, type)                                                            \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
+    {                                                                                              \
+        dec((const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0 / 32, t->k1 / 32, tile);  \
+        finish_tile(tile, t);                                                                      \
+    }                                                                                              \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
                      void *scratch)                                                                \
     {                                                                                              \
-        gemm_int(kind, dec, type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);   \
+        ES_ASSERT(K % 32 == 0);                                                                    \
+        const es_kern_tiling tl = int_tiling(kind, 0, name##_decode);                              \
+        es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_INT(gemm_q4_0, A_Q40, dec_q4_0, ES_QTYPE_Q4_0)
 GEMM_INT(gemm_q8_0, A_Q80, dec_q8_0, ES_QTYPE_Q8_0)
@@ -715,47 +704,22 @@ static void dec_t_q8_0(const uint8_t *Wt, int nt, int s, int64_t kb0, int64_t kb
     dec_t_q(1, Wt, nt, s, kb0, kb1, tile);
 }
 
-static void gemm_int_tiled(int kind, tdecode_fn dec, uint32_t type, const void *W, int64_t K,
-                           int64_t N, int64_t n0, int64_t n1, const void *act, const int32_t *rows,
-                           int64_t n_rows, float *Y, int64_t ldy, int accumulate, void *scratch)
-{
-    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
-    const int64_t nb = K / 32;
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC, ACT256);
-    const int64_t ksb = pl.ks / 32;
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
-    mk_args a;
-    a.tile = scratch;
-    a.K = K;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
-            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            a.nbs = kb1 - kb0;
-            a.kb0 = kb0;
-            a.load_y = accumulate || kb0 > 0;
-            for (int64_t nt = n0 / NR * NR; nt < n1; nt += NR) {
-                const int64_t t0 = nt / ES_TILE_ROWS * ES_TILE_ROWS; /* the 32-row tile */
-                a.lo = (int)(n0 > nt ? n0 - nt : 0);
-                a.hi = (int)(n1 - nt < NR ? n1 - nt : NR);
-                dec((const uint8_t *)W + t0 * wrb, es_tile_rows(N, t0), (int)(nt - t0) / NR, kb0,
-                    kb1, scratch);
-#ifdef ES_I8MM
-                to_mmla(scratch, a.nbs);
-#endif
-                run_rows(kind, &a, act, arb, rows, rg, rg1, Y, ldy, nt);
-            }
-        }
-    }
-}
-
+/* The 8-row sub-tile of the 32-row layout tile the tile starts in. */
 #define GEMM_TILED(name, kind, dec, type)                                                          \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
+    {                                                                                              \
+        const int64_t t0 = t->nt / ES_TILE_ROWS * ES_TILE_ROWS;                                    \
+        dec((const uint8_t *)t->W + t0 * t->wrb, es_tile_rows(t->N, t0), (int)(t->nt - t0) / NR,   \
+            t->k0 / 32, t->k1 / 32, tile);                                                         \
+        finish_tile(tile, t);                                                                      \
+    }                                                                                              \
     static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1, const void *act, \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
                      void *scratch)                                                                \
     {                                                                                              \
-        gemm_int_tiled(kind, dec, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate,    \
-                       scratch);                                                                   \
+        ES_ASSERT(K % 32 == 0);                                                                    \
+        const es_kern_tiling tl = int_tiling(kind, 1, name##_decode);                              \
+        es_kern_drive(&tl, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_TILED(gemm_tiled_q4_0, A_Q40, dec_t_q4_0, ES_QTYPE_Q4_0)
 GEMM_TILED(gemm_tiled_q8_0, A_Q80, dec_t_q8_0, ES_QTYPE_Q8_0)
@@ -816,32 +780,26 @@ static void dec_f(uint32_t type, const uint8_t *W, size_t wrb, int nr, int64_t k
     }
 }
 
-typedef struct mkf_args {
-    const float *tile;
-    int64_t nk;
-    const float *xr[TBMAX];
-    float *yp[TBMAX];
-    int nr; /* valid rows of the 16 */
-    int load_y;
-} mkf_args;
-
-static inline __attribute__((always_inline)) void mk_flt(const int T, const mkf_args *a)
+static inline __attribute__((always_inline)) void mk_flt(const int T, const es_kern_block *a)
 {
+    const int nr = a->hi; /* rows [0, hi): float weights are in the row layout, lo is 0 */
+    const float *xr[TBMAX];
     float32x4_t y[TBMAX][4];
     for (int t = 0; t < T; t++) {
+        xr[t] = (const float *)a->xr[t] + a->k0;
         float buf[NRF] = {0};
         if (a->load_y)
-            for (int j = 0; j < a->nr; j++)
+            for (int j = 0; j < nr; j++)
                 buf[j] = a->yp[t][j];
         for (int i = 0; i < 4; i++)
             y[t][i] = vld1q_f32(buf + 4 * i);
     }
-    const float *tp = a->tile;
+    const float *tp = (const float *)a->tile;
     int64_t k = 0;
     for (; k + 4 <= a->nk; k += 4, tp += 4 * NRF) {
         float32x4_t xv[TBMAX];
         for (int t = 0; t < T; t++)
-            xv[t] = vld1q_f32(a->xr[t] + k);
+            xv[t] = vld1q_f32(xr[t] + k);
             /* y += w * x[k + L]: one fused multiply-add per k, in increasing k */
 #define KSTEP(L)                                                                                   \
     do {                                                                                           \
@@ -860,26 +818,26 @@ static inline __attribute__((always_inline)) void mk_flt(const int T, const mkf_
     }
     for (; k < a->nk; k++, tp += NRF)
         for (int t = 0; t < T; t++) {
-            const float32x4_t x = vld1q_dup_f32(a->xr[t] + k);
+            const float32x4_t x = vld1q_dup_f32(xr[t] + k);
             for (int i = 0; i < 4; i++)
                 y[t][i] = vfmaq_f32(y[t][i], vld1q_f32(tp + 4 * i), x);
         }
     for (int t = 0; t < T; t++) {
-        if (a->nr == NRF) {
+        if (nr == NRF) {
             for (int i = 0; i < 4; i++)
                 vst1q_f32(a->yp[t] + 4 * i, y[t][i]);
         } else {
             float buf[NRF];
             for (int i = 0; i < 4; i++)
                 vst1q_f32(buf + 4 * i, y[t][i]);
-            for (int j = 0; j < a->nr; j++)
+            for (int j = 0; j < nr; j++)
                 a->yp[t][j] = buf[j];
         }
     }
 }
 
 #define MKF(T)                                                                                     \
-    static void mkf_##T(const mkf_args *a)                                                         \
+    static void mkf_##T(const es_kern_block *a)                                                    \
     {                                                                                              \
         mk_flt(T, a);                                                                              \
     }
@@ -887,54 +845,43 @@ MKF(1)
 MKF(2)
 MKF(3)
 MKF(4)
-static void (*const mkf_table[TBMAX + 1])(const mkf_args *) = {NULL, mkf_1, mkf_2, mkf_3, mkf_4};
-
-static void gemm_flt(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1,
-                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                     int accumulate, void *scratch)
+static const mk_fn mkf_table[TBMAX + 1] = {NULL, mkf_1, mkf_2, mkf_3, mkf_4};
+static void run_flt(const es_kern_block *b)
 {
-    ES_ASSERT(((uintptr_t)scratch & 63) == 0);
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 32, 32 * NRF * 4, 128);
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
-    mkf_args a;
-    a.tile = scratch;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t k0 = 0; k0 < K; k0 += pl.ks) {
-            const int64_t k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
-            a.nk = k1 - k0;
-            a.load_y = accumulate || k0 > 0;
-            for (int64_t nt = n0; nt < n1; nt += NRF) {
-                a.nr = (int)(n1 - nt < NRF ? n1 - nt : NRF);
-                dec_f(type, (const uint8_t *)W + nt * wrb, wrb, a.nr, k0, k1, scratch);
-                for (int64_t r = rg; r < rg1; r += TBMAX) {
-                    const int T = (int)(rg1 - r < TBMAX ? rg1 - r : TBMAX);
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] = (const float *)((const uint8_t *)act +
-                                                  (rows ? rows[r + t] : r + t) * arb) +
-                                  k0;
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mkf_table[T](&a);
-                }
-            }
-        }
-    }
+    mkf_table[b->T](b);
+}
+
+static es_kern_tiling flt_tiling(void (*decode)(const es_kern_tile *, uint8_t *))
+{
+    return (es_kern_tiling){.tile_rows = NRF,
+                            .unit = 32,
+                            .tile_bytes = 32 * NRF * 4,
+                            .act_bytes = 128,
+                            .act_row_bytes = es_act_f32_row_bytes,
+                            .tb = TBMAX,
+                            .tb_narrow = TBMAX,
+                            .decode = decode,
+                            .kernel = run_flt};
 }
 
 static size_t scratch_f(int64_t K)
 {
-    const int64_t ks = es_kern_max_slice(32, 32 * NRF * 4);
-    const int64_t n = K < ks ? K : ks;
-    return (size_t)n * NRF * 4 + 64;
+    const es_kern_tiling tl = flt_tiling(NULL);
+    return es_kern_drive_scratch(&tl, K);
 }
 
 #define GEMM_F(name, type)                                                                         \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
+    {                                                                                              \
+        dec_f(type, (const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0, t->k1,           \
+              (float *)tile);                                                                      \
+    }                                                                                              \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
                      void *scratch)                                                                \
     {                                                                                              \
-        gemm_flt(type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);              \
+        const es_kern_tiling tl = flt_tiling(name##_decode);                                       \
+        es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_F(gemm_f32, ES_QTYPE_F32)
 GEMM_F(gemm_f16, ES_QTYPE_F16)

@@ -298,30 +298,69 @@ es_kern_gather_rows(const uint8_t *base, size_t wrb, int nr, const int bytes, ui
     }
 }
 
-/* How a SIMD GEMM cuts its work for the caches (kern_slices.c): ks k values per slice (a
- * multiple of unit) and rg token rows per group. unit is 256 for the integer tiles and 32 for
- * the float ones; tile_u and act_u are the bytes of decoded tile and of one row's activations
- * per unit. Register block heights must divide 24. */
-typedef struct es_kern_slices {
-    int64_t ks, rg;
-} es_kern_slices;
-es_kern_slices es_kern_make_slices(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u,
-                                   size_t act_u);
-/* The largest slice es_kern_make_slices() can choose (it sizes the per-thread scratch). */
-int64_t es_kern_max_slice(int64_t unit, size_t tile_u);
+/*
+ * One driver for every table (kern_drive.c): the loops of a GEMM (row groups, K-slices sized for
+ * L2, tiles of output rows, register blocks of token rows) and the scratch they need are
+ * written once; a table gives, per weight kind and layout, an es_kern_tiling with its tile
+ * width, record sizes, block heights, decoder and micro-kernel.
+ */
+#define ES_KERN_TB_MAX 8 /* most token rows per register block, any table */
 
-/* The height of the next register block of the micro-kernel when `left` token rows remain and a
- * block holds at most tb: the rows spread evenly over the fewest blocks (16 rows at tb 5 run as
- * 4+4+4+4, not 5+5+5+1), because a block of one or two rows has too few independent
- * accumulators to hide the multiply latency while it still loads the whole tile. Which block a
- * row falls in never changes its result. The AVX2 and AVX-VNNI tables use it (Q4_0, avx2 table,
- * Intel Xeon: 12-27 % less time at 7-21 rows, with the scale gather); AVX-512, with two 16-row
- * columns per block, ran 1-2 % slower with it and keeps the greedy split. */
-static inline int es_kern_block_rows(int64_t left, int tb)
-{
-    const int64_t nb = (left + tb - 1) / tb;
-    return (int)((left + nb - 1) / nb);
-}
+/* One tile for a decoder: output rows [nt + lo, nt + hi) of the matrix W (rows of wrb bytes;
+ * N rows in all, for the tile layout), k values [k0, k1), into the scratch. Rows of the tile
+ * outside [lo, hi) may be decoded from anything in the matrix or as zero: nobody reads them. */
+typedef struct es_kern_tile {
+    const void *W;
+    size_t wrb;
+    int64_t N;
+    uint32_t type;
+    int64_t nt;
+    int lo, hi;
+    int64_t k0, k1;
+} es_kern_tile;
+
+/* One call of a micro-kernel: T token rows (act rows xr, Y rows yp at the tile's first output
+ * row) times the decoded tile over k values [k0, k0 + nk); only Y lanes [lo, hi) of the tile
+ * are read and written; load_y: add to Y (else overwrite). pf, if not NULL: the next tile's raw
+ * rows (tile_rows of them, pf_wrb apart, the slice's bytes of each), for the kernel to fetch
+ * into L2 a line at a time while it runs (pf_step: bytes per block of 32 k, << 16). */
+typedef struct es_kern_block {
+    const uint8_t *tile;
+    int64_t K, k0, nk;
+    int lo, hi, load_y, T;
+    const uint8_t *xr[ES_KERN_TB_MAX];
+    float *yp[ES_KERN_TB_MAX];
+    const uint8_t *pf;
+    size_t pf_wrb;
+    uint64_t pf_step;
+} es_kern_block;
+
+typedef struct es_kern_tiling {
+    int tile_rows;     /* output rows per tile (the micro-kernel's width) */
+    int unit;          /* slices are multiples of unit k values: 256 integer, 32 float */
+    size_t tile_bytes; /* decoded tile bytes per unit of k */
+    size_t act_bytes;  /* one token row's activation bytes per unit of k */
+    size_t (*act_row_bytes)(int64_t K);
+    /* Token rows per register block: tb, or tb_narrow for a tile whose wanted rows end at or
+     * before narrow_rows (a kernel on fewer columns has registers for more tokens). */
+    int tb, narrow_rows, tb_narrow;
+    /* Blocks of even height (16 rows at tb 5 run as 4+4+4+4, not 5+5+5+1): a block of one or
+     * two rows has too few independent accumulators to hide the multiply latency while it
+     * still loads the whole tile (Q4_0, avx2 table, Intel Xeon: 12-27 % less time at 7-21 rows).
+     * AVX-512, with two 16-row columns per block, ran 1-2 % slower with it and keeps greedy
+     * blocks of tb; NEON and the float kernels were not measured with it. */
+    int even_split;
+    int tiled; /* W is in the tile layout (quant/tiles.h): tiles start at multiples of tile_rows */
+    void (*decode)(const es_kern_tile *t, uint8_t *scratch);
+    void (*kernel)(const es_kern_block *b);
+} es_kern_tiling;
+
+/* es_gemm() (N: rows of W, used by tiled decoders) with the table's tiling. */
+void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64_t K, int64_t N,
+                   int64_t n0, int64_t n1, const void *act, const int32_t *rows, int64_t n_rows,
+                   float *Y, int64_t ldy, int accumulate, void *scratch);
+/* The scratch es_kern_drive() needs with this tiling for rows of K weights. */
+size_t es_kern_drive_scratch(const es_kern_tiling *tl, int64_t K);
 
 /* The portable act preparation (scalar code): the SIMD tables produce bit-identical q, d, ds. */
 void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,

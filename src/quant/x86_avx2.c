@@ -353,20 +353,16 @@ static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
 /* ---- integer micro-kernel ----------------------------------------------------------------------
  */
 
-typedef struct mk_args {
-    const uint8_t *tile;
-    int64_t nbs, kb0, K;
-    const uint8_t *xr[TBMAX];
-    float *yp[TBMAX];
-    __m256i m; /* valid lanes (all ones per valid row) */
-    int load_y;
-    /* The next tile's raw weights (8 rows at pf + j*pf_wrb, the slice's bytes), fetched into L2
-     * a line at a time while this call runs over the blocks (NULL: none): spread out so that
-     * the decoder finds them there without a burst of misses. pf_step = bytes per block << 16. */
-    const uint8_t *pf;
-    size_t pf_wrb;
-    uint64_t pf_step;
-} mk_args;
+static inline __m256i lane_mask(int n) /* the low n of 8 lanes (n <= 0: none) */
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
+}
+
+static inline __m256i lane_range(int lo, int hi) /* lanes [lo, hi) of 8 */
+{
+    return _mm256_andnot_si256(lane_mask(lo), lane_mask(hi));
+}
 
 static inline int tb_of(int kind)
 {
@@ -385,32 +381,39 @@ static inline int tb_of(int kind)
     }
 }
 
+/* The next tile's raw weights (rows at pf + j*pf_wrb, the slice's bytes; es_kern_block), fetched
+ * into L2 a line at a time while the kernel runs over the blocks: spread out so that the decoder
+ * finds them there without a burst of misses. */
+static inline __attribute__((always_inline)) void prefetch_step(const es_kern_block *a, int64_t b,
+                                                                const int rows)
+{
+    const uintptr_t s = (uintptr_t)a->pf + (size_t)(((uint64_t)b * a->pf_step) >> 16);
+    const uintptr_t e = (uintptr_t)a->pf + (size_t)(((uint64_t)(b + 1) * a->pf_step) >> 16);
+    if (b == 0 || (s >> 6) != (e >> 6))
+#pragma GCC unroll 16
+        for (int j = 0; j < rows; j++)
+            __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
+}
+
 static inline __attribute__((always_inline)) void mk_int(const int kind, const int T,
-                                                         const mk_args *a)
+                                                         const es_kern_block *a)
 {
     const int gs = kind == A_Q40 || kind == A_Q4K ? 8 : kind == A_Q5K ? 4 : kind == A_Q6K ? 2 : 1;
-    const int64_t K = a->K, kb0 = a->kb0;
+    const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
     const int64_t oc = es_act_q8_off_c(K) + 4 * kb0, oc2 = es_act_q8_off_c2(K) + 8 * kb0;
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), m = lane_range(a->lo, a->hi);
     __m256 y[TBMAX];
     const uint8_t *xr[TBMAX];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
         xr[t] = a->xr[t];
-        y[t] = a->load_y ? _mm256_maskload_ps(a->yp[t], a->m) : _mm256_setzero_ps();
+        y[t] = a->load_y ? _mm256_maskload_ps(a->yp[t], m) : _mm256_setzero_ps();
     }
     const uint8_t *rec = a->tile;
-    for (int64_t b = 0; b < a->nbs; b++, rec += REC) {
+    for (int64_t b = 0; b < nbs; b++, rec += REC) {
         const int64_t oq = 32 * (kb0 + b);
-        if (a->pf) {
-            const uintptr_t s = (uintptr_t)a->pf + (size_t)(((uint64_t)b * a->pf_step) >> 16);
-            const uintptr_t e = (uintptr_t)a->pf + (size_t)(((uint64_t)(b + 1) * a->pf_step) >> 16);
-            if (b == 0 || (s >> 6) != (e >> 6))
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++)
-                    __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
-        }
+        if (a->pf) prefetch_step(a, b, NR);
         __m256i acc[TBMAX], s16[TBMAX];
         __m256 flo[TBMAX];
 #pragma GCC unroll 6
@@ -477,11 +480,11 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++)
-        _mm256_maskstore_ps(a->yp[t], a->m, y[t]);
+        _mm256_maskstore_ps(a->yp[t], m, y[t]);
 }
 
 #define MK(kind, T)                                                                                \
-    __attribute__((unused)) static void mk_##kind##_##T(const mk_args *a)                          \
+    __attribute__((unused)) static void mk_##kind##_##T(const es_kern_block *a)                    \
     {                                                                                              \
         mk_int(kind, T, a);                                                                        \
     }
@@ -491,7 +494,7 @@ MK_ALL(A_Q80)
 MK_ALL(A_Q4K)
 MK_ALL(A_Q5K)
 MK_ALL(A_Q6K)
-typedef void (*mk_fn)(const mk_args *a);
+typedef void (*mk_fn)(const es_kern_block *a);
 #define MK_ROW(kind)                                                                               \
     {                                                                                              \
         NULL, mk_##kind##_1, mk_##kind##_2, mk_##kind##_3, mk_##kind##_4, mk_##kind##_5,           \
@@ -500,12 +503,6 @@ typedef void (*mk_fn)(const mk_args *a);
 static const mk_fn mk_table[5][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
                                              MK_ROW(A_Q5K), MK_ROW(A_Q6K)};
 
-static inline __m256i lane_mask(int n)
-{
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
-}
-
 /* ---- two columns per tile (AVX2 without VNNI; Q4_0 and Q4_K) ---------------------------------
  *
  * Without VNNI each vpmaddubsw needs its 4 activation bytes broadcast into a register first, and
@@ -513,34 +510,25 @@ static inline __m256i lane_mask(int n)
  * loop of broadcast + vpmaddubsw + vpaddw at 50-64 % of the vpmaddubsw peak, one broadcast
  * feeding two products (two 8-row columns of weights, 16 output rows) at 84 % (same loop,
  * measured side by side). So for the types whose int16 sums run over a whole block (gs 8:
- * Q4_0, Q4_K) a tile is two 8-row records, decoded by the one-column decoders into the two
- * halves of the scratch, and the register block is 3 tokens x 2 columns: per token two int16
- * sums and two float accumulators (12 of the 16 ymm), two weight vectors, the broadcast and a
- * product. The int32 and float operations per block and column are those of mk_int, in the same
- * order: results are bit-identical to the one-column kernel's.
+ * Q4_0, Q4_K) a tile is two 8-row records, decoded by the one-column decoders, the second
+ * column's records after the first's, and the register block is 5 tokens x 2 columns: per token
+ * two int16 sums (10 of the 16 ymm; the float sums stay in a stack buffer, in L1), two weight
+ * vectors, the broadcast and a product. The int32 and float operations per block and column are
+ * those of mk_int, in the same order: results are bit-identical to the one-column kernel's. A
+ * tile whose wanted rows end in its first column (the end of a range) runs mk_int on it.
  */
-#if !VNNI
 #define TB2 5 /* token rows per two-column register block */
-
-typedef struct mk2_args {
-    const uint8_t *tile[2]; /* the columns' records: rows 0-7 and 8-15 of the tile */
-    int64_t nbs, kb0, K;
-    const uint8_t *xr[TB2];
-    float *yp[TB2];
-    __m256i m[2];
-    int load_y;
-    const uint8_t *pf; /* the next tile's raw weights, 16 rows (see mk_args) */
-    size_t pf_wrb;
-    uint64_t pf_step;
-} mk2_args;
+#if !VNNI
+#define COLUMNS(kind) ((kind) == A_Q40 || (kind) == A_Q4K ? 2 : 1)
 
 static inline __attribute__((always_inline)) void mk_int2(const int kind, const int T,
-                                                          const mk2_args *a)
+                                                          const es_kern_block *a)
 {
-    const int64_t K = a->K, kb0 = a->kb0;
+    const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
     const int64_t oc = es_act_q8_off_c(K) + 4 * kb0;
     const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i m[2] = {lane_range(a->lo, a->hi), lane_range(a->lo - NR, a->hi - NR)};
     float ybuf[TB2][16] __attribute__((aligned(32)));
     const uint8_t *xr[TB2];
 #pragma GCC unroll 5
@@ -548,20 +536,13 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
         xr[t] = a->xr[t];
 #pragma GCC unroll 2
         for (int c = 0; c < 2; c++)
-            _mm256_store_ps(ybuf[t] + 8 * c, a->load_y ? _mm256_maskload_ps(a->yp[t] + 8 * c, a->m[c])
-                                : _mm256_setzero_ps());
+            _mm256_store_ps(ybuf[t] + 8 * c, a->load_y ? _mm256_maskload_ps(a->yp[t] + 8 * c, m[c])
+                                                       : _mm256_setzero_ps());
     }
-    const uint8_t *rec0 = a->tile[0], *rec1 = a->tile[1];
-    for (int64_t b = 0; b < a->nbs; b++, rec0 += REC, rec1 += REC) {
+    const uint8_t *rec0 = a->tile, *rec1 = a->tile + nbs * REC;
+    for (int64_t b = 0; b < nbs; b++, rec0 += REC, rec1 += REC) {
         const int64_t oq = 32 * (kb0 + b);
-        if (a->pf) {
-            const uintptr_t s = (uintptr_t)a->pf + (size_t)(((uint64_t)b * a->pf_step) >> 16);
-            const uintptr_t e = (uintptr_t)a->pf + (size_t)(((uint64_t)(b + 1) * a->pf_step) >> 16);
-            if (b == 0 || (s >> 6) != (e >> 6))
-#pragma GCC unroll 16
-                for (int j = 0; j < 16; j++)
-                    __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
-        }
+        if (a->pf) prefetch_step(a, b, 2 * NR);
         __m256i s16[2][TB2];
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
@@ -590,7 +571,7 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
                 __m256 yv = _mm256_fmadd_ps(f, xd, _mm256_load_ps(ybuf[t] + 8 * c));
                 if (kind == A_Q4K)
                     yv = _mm256_fmadd_ps(_mm256_load_ps((const float *)(rec + 288)),
-                                              bcstf(xr[t] + ods + 4 * b), yv);
+                                         bcstf(xr[t] + ods + 4 * b), yv);
                 _mm256_store_ps(ybuf[t] + 8 * c, yv);
             }
         }
@@ -599,166 +580,104 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
     for (int t = 0; t < T; t++)
 #pragma GCC unroll 2
         for (int c = 0; c < 2; c++)
-            _mm256_maskstore_ps(a->yp[t] + 8 * c, a->m[c], _mm256_load_ps(ybuf[t] + 8 * c));
+            _mm256_maskstore_ps(a->yp[t] + 8 * c, m[c], _mm256_load_ps(ybuf[t] + 8 * c));
 }
 
 #define MK2(kind, T)                                                                               \
-    static void mk2_##kind##_##T(const mk2_args *a)                                                \
+    static void mk2_##kind##_##T(const es_kern_block *a)                                           \
     {                                                                                              \
         mk_int2(kind, T, a);                                                                       \
     }
-MK2(A_Q40, 1)
-MK2(A_Q40, 2)
-MK2(A_Q40, 3)
-MK2(A_Q40, 4)
-MK2(A_Q40, 5)
-MK2(A_Q4K, 1)
-MK2(A_Q4K, 2)
-MK2(A_Q4K, 3)
-MK2(A_Q4K, 4)
-MK2(A_Q4K, 5)
-typedef void (*mk2_fn)(const mk2_args *a);
-static const mk2_fn mk2_table[2][TB2 + 1] = {{NULL, mk2_A_Q40_1, mk2_A_Q40_2, mk2_A_Q40_3, mk2_A_Q40_4, mk2_A_Q40_5},
-                                             {NULL, mk2_A_Q4K_1, mk2_A_Q4K_2, mk2_A_Q4K_3, mk2_A_Q4K_4, mk2_A_Q4K_5}};
-#define HAS_TWO_COLUMNS(kind) ((kind) == A_Q40 || (kind) == A_Q4K)
-#else
-#define HAS_TWO_COLUMNS(kind) 0
-#endif
-
-#if !VNNI
-/* gemm_int() for the two-column kinds: tiles of 16 rows, a tile's second column decoded into the
- * second half of the scratch (scratch_int sizes both). A tile of 8 rows or fewer (the end of a
- * range) runs the one-column kernel on the first half. */
-static void gemm_int2(int kind, decode_fn dec, uint32_t type, const void *W, int64_t K, int64_t n0,
-                      int64_t n1, const void *act, const int32_t *rows, int64_t n_rows, float *Y,
-                      int64_t ldy, int accumulate, void *scratch)
-{
-    const int64_t nb = K / 32;
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 16 * REC, ACT256);
-    const int64_t ksb = pl.ks / 32;
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
-    uint8_t *half = (uint8_t *)scratch + (size_t)(ksb < nb ? ksb : nb) * REC;
-    mk2_args a;
-    mk_args a1;
-    a.tile[0] = a1.tile = scratch;
-    a.tile[1] = half;
-    a.K = a1.K = K;
-    a.pf_wrb = wrb;
-    a.pf_step = ((uint64_t)wrb << 16) / (uint64_t)nb;
-    a1.pf = NULL;
-    const int ki = kind == A_Q40 ? 0 : 1;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
-            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            a.nbs = a1.nbs = kb1 - kb0;
-            a.kb0 = a1.kb0 = kb0;
-            a.load_y = a1.load_y = accumulate || kb0 > 0;
-            for (int64_t nt = n0; nt < n1; nt += 2 * NR) {
-                const int nr = (int)(n1 - nt < 2 * NR ? n1 - nt : 2 * NR);
-                const int nr0 = nr < NR ? nr : NR, nr1 = nr - nr0;
-                dec((const uint8_t *)W + nt * wrb, wrb, nr0, kb0, kb1, scratch);
-                if (nr1 == 0) { /* a last tile of 8 rows or fewer: one column */
-                    a1.m = lane_mask(nr0);
-                    for (int64_t r = rg, nx; r < rg1; r = nx) {
-                        const int T = es_kern_block_rows(rg1 - r, tb_of(kind));
-                        nx = r + T;
-                        for (int t = 0; t < T; t++) {
-                            a1.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                            a1.yp[t] = Y + (r + t) * ldy + nt;
-                        }
-                        mk_table[kind][T](&a1);
-                    }
-                    continue;
-                }
-                dec((const uint8_t *)W + (nt + NR) * wrb, wrb, nr1, kb0, kb1, half);
-                a.m[0] = lane_mask(nr0);
-                a.m[1] = lane_mask(nr1);
-                a.pf = nt + 4 * NR <= n1 ? (const uint8_t *)W + (nt + 2 * NR) * wrb +
-                                               wrb * (size_t)kb0 / (size_t)nb
-                                         : NULL;
-                for (int64_t r = rg, nx; r < rg1; r = nx) {
-                    const int T = es_kern_block_rows(rg1 - r, TB2);
-                    nx = r + T;
-#pragma GCC unroll 5
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mk2_table[ki][T](&a);
-                    a.pf = NULL; /* fetched during the first register block */
-                }
-            }
-        }
+#define MK2_ALL(kind) MK2(kind, 1) MK2(kind, 2) MK2(kind, 3) MK2(kind, 4) MK2(kind, 5)
+MK2_ALL(A_Q40)
+MK2_ALL(A_Q4K)
+#define MK2_ROW(kind)                                                                              \
+    {                                                                                              \
+        NULL, mk2_##kind##_1, mk2_##kind##_2, mk2_##kind##_3, mk2_##kind##_4, mk2_##kind##_5       \
     }
-}
+static const mk_fn mk2_table[2][TB2 + 1] = {MK2_ROW(A_Q40), MK2_ROW(A_Q4K)};
+#else
+#define COLUMNS(kind) 1
 #endif
 
-static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int64_t K, int64_t n0,
-                     int64_t n1, const void *act, const int32_t *rows, int64_t n_rows, float *Y,
-                     int64_t ldy, int accumulate, void *scratch)
+/* The micro-kernel of each kind for the driver: two columns where the tile has them and its
+ * wanted rows reach the second. */
+static inline void run_kind(const int kind, const es_kern_block *b)
 {
-    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
 #if !VNNI
-    if (HAS_TWO_COLUMNS(kind)) {
-        gemm_int2(kind, dec, type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
+    if (COLUMNS(kind) == 2 && b->hi > NR) {
+        mk2_table[kind == A_Q40 ? 0 : 1][b->T](b);
         return;
     }
 #endif
-    const int64_t nb = K / 32;
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC, ACT256);
-    const int64_t ksb = pl.ks / 32;
-    const int tb = tb_of(kind);
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
-    mk_args a;
-    a.tile = scratch;
-    a.K = K;
-    a.pf_wrb = wrb;
-    a.pf_step = ((uint64_t)wrb << 16) / (uint64_t)nb;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
-            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            a.nbs = kb1 - kb0;
-            a.kb0 = kb0;
-            a.load_y = accumulate || kb0 > 0;
-            for (int64_t nt = n0; nt < n1; nt += NR) {
-                const int nr = (int)(n1 - nt < NR ? n1 - nt : NR);
-                a.m = lane_mask(nr);
-                dec((const uint8_t *)W + nt * wrb, wrb, nr, kb0, kb1, scratch);
-                a.pf = nt + 2 * NR <= n1 ? (const uint8_t *)W + (nt + NR) * wrb +
-                                               wrb * (size_t)kb0 / (size_t)nb
-                                         : NULL;
-                for (int64_t r = rg, nx; r < rg1; r = nx) {
-                    const int T = es_kern_block_rows(rg1 - r, tb);
-                    nx = r + T;
-#pragma GCC unroll 8
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mk_table[kind][T](&a);
-                    a.pf = NULL; /* fetched during the first register block */
-                }
-            }
-        }
+    mk_table[kind][b->T](b);
+}
+#define RUN(kind)                                                                                  \
+    static void run_##kind(const es_kern_block *b)                                                 \
+    {                                                                                              \
+        run_kind(kind, b);                                                                         \
     }
+RUN(A_Q40)
+RUN(A_Q80)
+RUN(A_Q4K)
+RUN(A_Q5K)
+RUN(A_Q6K)
+static void (*const run_table[5])(const es_kern_block *) = {run_A_Q40, run_A_Q80, run_A_Q4K,
+                                                            run_A_Q5K, run_A_Q6K};
+
+static es_kern_tiling int_tiling(int kind, int tiled,
+                                 void (*decode)(const es_kern_tile *, uint8_t *))
+{
+    const int cols = COLUMNS(kind);
+    return (es_kern_tiling){.tile_rows = cols * NR,
+                            .unit = 256,
+                            .tile_bytes = 8 * (size_t)cols * REC,
+                            .act_bytes = ACT256,
+                            .act_row_bytes = es_act_q8_row_bytes,
+                            .tb = cols == 2 ? TB2 : tb_of(kind),
+                            .narrow_rows = cols == 2 ? NR : 0,
+                            .tb_narrow = tb_of(kind),
+                            .even_split = 1,
+                            .tiled = tiled,
+                            .decode = decode,
+                            .kernel = run_table[kind]};
+}
+
+/* Row layout: the tile's first column of rows, and its second (records after the first's) when
+ * the tile has one and the wanted rows reach it. */
+static inline __attribute__((always_inline)) void decode_rows(decode_fn dec, const int cols,
+                                                              const es_kern_tile *t, uint8_t *tile)
+{
+    const int64_t kb0 = t->k0 / 32, kb1 = t->k1 / 32;
+    const uint8_t *W = (const uint8_t *)t->W + t->nt * t->wrb;
+    dec(W, t->wrb, t->hi < NR ? t->hi : NR, kb0, kb1, tile);
+    if (cols == 2 && t->hi > NR)
+        dec(W + NR * t->wrb, t->wrb, t->hi - NR, kb0, kb1, tile + (kb1 - kb0) * REC);
 }
 
 static size_t scratch_int(int64_t K)
 {
-    const int64_t nb = K / 32, ksb = es_kern_max_slice(256, 8 * REC) / 32;
-    const int64_t ksb2 = es_kern_max_slice(256, 16 * REC) / 32; /* two columns: two halves */
-    const size_t one = (size_t)(nb < ksb ? nb : ksb) * REC, two = 2 * (size_t)(nb < ksb2 ? nb : ksb2) * REC;
-    return (one > two ? one : two) + 64;
+    size_t most = 0;
+    for (int kind = A_Q40; kind <= A_Q6K; kind++) {
+        const es_kern_tiling tl = int_tiling(kind, 0, NULL);
+        const size_t s = es_kern_drive_scratch(&tl, K);
+        most = s > most ? s : most;
+    }
+    return most;
 }
 
 #define GEMM_INT(name, kind, dec, type)                                                            \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
+    {                                                                                              \
+        decode_rows(dec, COLUMNS(kind), t, tile);                                                  \
+    }                                                                                              \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
                      void *scratch)                                                                \
     {                                                                                              \
-        gemm_int(kind, dec, type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);   \
+        ES_ASSERT(K % 32 == 0);                                                                    \
+        const es_kern_tiling tl = int_tiling(kind, 0, name##_decode);                              \
+        es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_INT(gemm_q4_0, A_Q40, dec_q4_0, ES_QTYPE_Q4_0)
 GEMM_INT(gemm_q8_0, A_Q80, dec_q8_0, ES_QTYPE_Q8_0)
@@ -830,132 +749,30 @@ static void dec_t_q8_0(const uint8_t *Wt, int nt, int s, int64_t kb0, int64_t kb
         dec_t_q(1, Wt, nt, s, kb0, kb1, tile);
 }
 
-#if !VNNI
-/* gemm_int_tiled() with two columns (gemm_int2): 16 rows, sub-tiles s and s + 1 of a 32-row
- * tile; a step whose wanted rows all lie in its first 8 runs the one-column kernel. */
-static void gemm_int2_tiled(int kind, tdecode_fn dec, uint32_t type, const void *W, int64_t K,
-                            int64_t N, int64_t n0, int64_t n1, const void *act,
-                            const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                            int accumulate, void *scratch)
+/* The tile's 8-row sub-tile of the 32-row layout tile, and the next one as its second column
+ * (decode_rows). */
+static inline __attribute__((always_inline)) void decode_tiled(tdecode_fn dec, const int cols,
+                                                               const es_kern_tile *t, uint8_t *tile)
 {
-    const int64_t nb = K / 32;
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 16 * REC, ACT256);
-    const int64_t ksb = pl.ks / 32;
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
-    uint8_t *half = (uint8_t *)scratch + (size_t)(ksb < nb ? ksb : nb) * REC;
-    mk2_args a;
-    mk_args a1;
-    a.tile[0] = a1.tile = scratch;
-    a.tile[1] = half;
-    a.K = a1.K = K;
-    a.pf = a1.pf = NULL; /* the hardware prefetcher follows the tile layout */
-    const int ki = kind == A_Q40 ? 0 : 1;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
-            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            a.nbs = a1.nbs = kb1 - kb0;
-            a.kb0 = a1.kb0 = kb0;
-            a.load_y = a1.load_y = accumulate || kb0 > 0;
-            for (int64_t nt = n0 / (2 * NR) * (2 * NR); nt < n1; nt += 2 * NR) {
-                const int64_t t0 = nt / ES_TILE_ROWS * ES_TILE_ROWS; /* the 32-row tile */
-                const int s0 = (int)(nt - t0) / NR, nt_rows = es_tile_rows(N, t0);
-                const int lo = (int)(n0 > nt ? n0 - nt : 0);
-                const int hi = (int)(n1 - nt < 2 * NR ? n1 - nt : 2 * NR);
-                const uint8_t *Wt = (const uint8_t *)W + t0 * wrb;
-                dec(Wt, nt_rows, s0, kb0, kb1, scratch);
-                if (hi <= NR) { /* only the first column is wanted */
-                    a1.m = _mm256_andnot_si256(lane_mask(lo), lane_mask(hi));
-                    for (int64_t r = rg, nx; r < rg1; r = nx) {
-                        const int T = es_kern_block_rows(rg1 - r, tb_of(kind));
-                        nx = r + T;
-                        for (int t = 0; t < T; t++) {
-                            a1.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                            a1.yp[t] = Y + (r + t) * ldy + nt;
-                        }
-                        mk_table[kind][T](&a1);
-                    }
-                    continue;
-                }
-                dec(Wt, nt_rows, s0 + 1, kb0, kb1, half);
-                a.m[0] = _mm256_andnot_si256(lane_mask(lo), lane_mask(hi));
-                a.m[1] = _mm256_andnot_si256(lane_mask(lo - NR), lane_mask(hi - NR));
-                for (int64_t r = rg, nx; r < rg1; r = nx) {
-                    const int T = es_kern_block_rows(rg1 - r, TB2);
-                    nx = r + T;
-#pragma GCC unroll 5
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                        /* may point below column n0: the masks keep every access in [n0, n1) */
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mk2_table[ki][T](&a);
-                }
-            }
-        }
-    }
-}
-#endif
-
-static void gemm_int_tiled(int kind, tdecode_fn dec, uint32_t type, const void *W, int64_t K,
-                           int64_t N, int64_t n0, int64_t n1, const void *act,
-                           const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                           int accumulate, void *scratch)
-{
-    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
-#if !VNNI
-    if (HAS_TWO_COLUMNS(kind)) {
-        gemm_int2_tiled(kind, dec, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate,
-                        scratch);
-        return;
-    }
-#endif
-    const int64_t nb = K / 32;
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC, ACT256);
-    const int64_t ksb = pl.ks / 32;
-    const int tb = tb_of(kind);
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
-    mk_args a;
-    a.pf = NULL; /* tiles are laid out for the kernel: the hardware prefetcher follows them */
-    a.tile = scratch;
-    a.K = K;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
-            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            a.nbs = kb1 - kb0;
-            a.kb0 = kb0;
-            a.load_y = accumulate || kb0 > 0;
-            for (int64_t nt = n0 / NR * NR; nt < n1; nt += NR) {
-                const int64_t t0 = nt / ES_TILE_ROWS * ES_TILE_ROWS; /* the 32-row tile */
-                const int lo = (int)(n0 > nt ? n0 - nt : 0);
-                const int hi = (int)(n1 - nt < NR ? n1 - nt : NR);
-                a.m = _mm256_andnot_si256(lane_mask(lo), lane_mask(hi));
-                dec((const uint8_t *)W + t0 * wrb, es_tile_rows(N, t0), (int)(nt - t0) / NR, kb0,
-                    kb1, scratch);
-                for (int64_t r = rg, nx; r < rg1; r = nx) {
-                    const int T = es_kern_block_rows(rg1 - r, tb);
-                    nx = r + T;
-#pragma GCC unroll 8
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                        /* may point below column n0: the mask keeps every access in [n0, n1) */
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mk_table[kind][T](&a);
-                }
-            }
-        }
-    }
+    const int64_t kb0 = t->k0 / 32, kb1 = t->k1 / 32, t0 = t->nt / ES_TILE_ROWS * ES_TILE_ROWS;
+    const int s = (int)(t->nt - t0) / NR, rows = es_tile_rows(t->N, t0);
+    const uint8_t *Wt = (const uint8_t *)t->W + t0 * t->wrb;
+    dec(Wt, rows, s, kb0, kb1, tile);
+    if (cols == 2 && t->hi > NR) dec(Wt, rows, s + 1, kb0, kb1, tile + (kb1 - kb0) * REC);
 }
 
 #define GEMM_TILED(name, kind, dec, type)                                                          \
-    static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,                 \
-                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,  \
-                     int accumulate, void *scratch)                                                \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
-        gemm_int_tiled(kind, dec, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate,   \
-                       scratch);                                                                   \
+        decode_tiled(dec, COLUMNS(kind), t, tile);                                                 \
+    }                                                                                              \
+    static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1, const void *act, \
+                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
+                     void *scratch)                                                                \
+    {                                                                                              \
+        ES_ASSERT(K % 32 == 0);                                                                    \
+        const es_kern_tiling tl = int_tiling(kind, 1, name##_decode);                              \
+        es_kern_drive(&tl, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_TILED(gemm_tiled_q4_0, A_Q40, dec_t_q4_0, ES_QTYPE_Q4_0)
 GEMM_TILED(gemm_tiled_q8_0, A_Q80, dec_t_q8_0, ES_QTYPE_Q8_0)
@@ -1097,98 +914,82 @@ static void dec_f(uint32_t type, const uint8_t *W, size_t wrb, int nr, int64_t k
     }
 }
 
-typedef struct mkf_args {
-    const float *tile;
-    int64_t nk;
-    const float *xr[TBMAX];
-    float *yp[TBMAX];
-    __m256i m0, m1;
-    int load_y;
-} mkf_args;
-
-static inline __attribute__((always_inline)) void mk_flt(const int T, const mkf_args *a)
+static inline __attribute__((always_inline)) void mk_flt(const int T, const es_kern_block *a)
 {
+    const __m256i m0 = lane_range(a->lo, a->hi), m1 = lane_range(a->lo - 8, a->hi - 8);
     __m256 y0[TBMAX], y1[TBMAX];
+    const float *xr[TBMAX];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        y0[t] = a->load_y ? _mm256_maskload_ps(a->yp[t], a->m0) : _mm256_setzero_ps();
-        y1[t] = a->load_y ? _mm256_maskload_ps(a->yp[t] + 8, a->m1) : _mm256_setzero_ps();
+        xr[t] = (const float *)a->xr[t] + a->k0;
+        y0[t] = a->load_y ? _mm256_maskload_ps(a->yp[t], m0) : _mm256_setzero_ps();
+        y1[t] = a->load_y ? _mm256_maskload_ps(a->yp[t] + 8, m1) : _mm256_setzero_ps();
     }
-    const float *tp = a->tile;
+    const float *tp = (const float *)a->tile;
     for (int64_t k = 0; k < a->nk; k++, tp += NRF) {
         const __m256 w0 = _mm256_load_ps(tp), w1 = _mm256_load_ps(tp + 8);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
-            const __m256 x = _mm256_broadcast_ss(a->xr[t] + k);
+            const __m256 x = _mm256_broadcast_ss(xr[t] + k);
             y0[t] = _mm256_fmadd_ps(w0, x, y0[t]);
             y1[t] = _mm256_fmadd_ps(w1, x, y1[t]);
         }
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        _mm256_maskstore_ps(a->yp[t], a->m0, y0[t]);
-        _mm256_maskstore_ps(a->yp[t] + 8, a->m1, y1[t]);
+        _mm256_maskstore_ps(a->yp[t], m0, y0[t]);
+        _mm256_maskstore_ps(a->yp[t] + 8, m1, y1[t]);
     }
 }
 
 #define MKF(T)                                                                                     \
-    static void mkf_##T(const mkf_args *a)                                                         \
+    static void mkf_##T(const es_kern_block *a)                                                    \
     {                                                                                              \
         mk_flt(T, a);                                                                              \
     }
 MKF(1)
-MKF(2) MKF(3) MKF(4) MKF(5) MKF(6) static void (*const mkf_table[TBMAX + 1])(const mkf_args *) = {
-    NULL, mkf_1, mkf_2, mkf_3, mkf_4, mkf_5, mkf_6};
-
-static void gemm_flt(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1,
-                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
-                     int accumulate, void *scratch)
+MKF(2)
+MKF(3)
+MKF(4)
+MKF(5)
+MKF(6)
+static const mk_fn mkf_table[TBMAX + 1] = {NULL, mkf_1, mkf_2, mkf_3, mkf_4, mkf_5, mkf_6};
+static void run_flt(const es_kern_block *b)
 {
-    ES_ASSERT(((uintptr_t)scratch & 63) == 0);
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 32, 32 * NRF * 4, 128);
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
-    mkf_args a;
-    a.tile = scratch;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t k0 = 0; k0 < K; k0 += pl.ks) {
-            const int64_t k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
-            a.nk = k1 - k0;
-            a.load_y = accumulate || k0 > 0;
-            for (int64_t nt = n0; nt < n1; nt += NRF) {
-                const int nr = (int)(n1 - nt < NRF ? n1 - nt : NRF);
-                a.m0 = lane_mask(nr);
-                a.m1 = lane_mask(nr - 8);
-                dec_f(type, (const uint8_t *)W + nt * wrb, wrb, nr, k0, k1, scratch);
-                for (int64_t r = rg; r < rg1; r += TBMAX) {
-                    const int T = (int)(rg1 - r < TBMAX ? rg1 - r : TBMAX);
-#pragma GCC unroll 8
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] = (const float *)((const uint8_t *)act +
-                                                  (rows ? rows[r + t] : r + t) * arb) +
-                                  k0;
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mkf_table[T](&a);
-                }
-            }
-        }
-    }
+    mkf_table[b->T](b);
+}
+
+static es_kern_tiling flt_tiling(void (*decode)(const es_kern_tile *, uint8_t *))
+{
+    return (es_kern_tiling){.tile_rows = NRF,
+                            .unit = 32,
+                            .tile_bytes = 32 * NRF * 4,
+                            .act_bytes = 128,
+                            .act_row_bytes = es_act_f32_row_bytes,
+                            .tb = TBMAX,
+                            .tb_narrow = TBMAX,
+                            .decode = decode,
+                            .kernel = run_flt};
 }
 
 static size_t scratch_f(int64_t K)
 {
-    const int64_t ks = es_kern_max_slice(32, 32 * NRF * 4);
-    const int64_t n = K < ks ? K : ks;
-    return (size_t)n * NRF * 4 + 64;
+    const es_kern_tiling tl = flt_tiling(NULL);
+    return es_kern_drive_scratch(&tl, K);
 }
 
 #define GEMM_F(name, type)                                                                         \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
+    {                                                                                              \
+        dec_f(type, (const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0, t->k1,           \
+              (float *)tile);                                                                      \
+    }                                                                                              \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
                      void *scratch)                                                                \
     {                                                                                              \
-        gemm_flt(type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);              \
+        const es_kern_tiling tl = flt_tiling(name##_decode);                                       \
+        es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_F(gemm_f32, ES_QTYPE_F32)
 GEMM_F(gemm_f16, ES_QTYPE_F16)

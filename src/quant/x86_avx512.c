@@ -54,9 +54,20 @@
 
 enum { KQ, KM, K6 }; /* kernel kinds: offset-128 weights; unsigned + mins; Q6_K halves */
 
-/* Cache-sized slices and row groups: es_kern_make_slices() (kern_slices.c). */
+/* The loops around the micro-kernels (slices, row groups, tiles, register blocks): the driver
+ * every table shares, es_kern_drive() (kern_drive.c). */
 
 /* ---- helpers ------------------------------------------------------------------------------- */
+
+static inline __mmask16 lanes(int n) /* the low n of 16 lanes (n <= 0: none) */
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+
+static inline __mmask16 lane_range(int lo, int hi) /* lanes [lo, hi) of 16 */
+{
+    return (__mmask16)(lanes(hi) & ~lanes(lo));
+}
 
 static inline __m512i bcst4(const void *p)
 {
@@ -522,17 +533,6 @@ static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
 /* ---- integer micro-kernel ---------------------------------------------------------------------
  */
 
-typedef struct mk_args {
-    const uint8_t *tile;
-    int64_t nbs; /* blocks in the slice */
-    int64_t kb0; /* first block of the slice */
-    int64_t K;
-    const uint8_t *xr[TB]; /* act rows */
-    float *yp[TB];         /* Y + row*ldy + first column of the tile */
-    __mmask16 m[2];        /* valid lanes of the two columns */
-    int load_y;
-} mk_args;
-
 /* Token rows per register block for (kind, columns): accumulators, float sums, 2 weight vectors
  * and a broadcast must fit the 32 zmm registers. */
 static inline int tb_of(int kind, int C)
@@ -549,10 +549,11 @@ static inline int tb_of(int kind, int C)
  * activation bytes are broadcast once into a register and feed two vpdpbusd, halving the loads.
  */
 static inline __attribute__((always_inline)) void mk_int(const int kind, const int C, const int T,
-                                                         const mk_args *a)
+                                                         const es_kern_block *a)
 {
     const size_t bs = kind == KQ ? REC_Q : REC_K;
-    const int64_t K = a->K, kb0 = a->kb0;
+    const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
+    const __mmask16 m[2] = {lane_range(a->lo, a->hi), lane_range(a->lo - 16, a->hi - 16)};
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
     const int64_t oc = es_act_q8_off_c(K) + 4 * kb0, oc2 = es_act_q8_off_c2(K) + 8 * kb0;
     __m512 y[2][TB];
@@ -563,10 +564,10 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
 #pragma GCC unroll 2
         for (int c = 0; c < C; c++)
             y[c][t] =
-                a->load_y ? _mm512_maskz_loadu_ps(a->m[c], a->yp[t] + 16 * c) : _mm512_setzero_ps();
+                a->load_y ? _mm512_maskz_loadu_ps(m[c], a->yp[t] + 16 * c) : _mm512_setzero_ps();
     }
     const uint8_t *rec = a->tile;
-    for (int64_t b = 0; b < a->nbs; b++, rec += bs) {
+    for (int64_t b = 0; b < nbs; b++, rec += bs) {
         const int64_t oq = 32 * (kb0 + b);
         __m512i acc[2][TB], acc2[2][TB];
 #pragma GCC unroll 8
@@ -626,11 +627,11 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
     for (int t = 0; t < T; t++)
 #pragma GCC unroll 2
         for (int c = 0; c < C; c++)
-            _mm512_mask_storeu_ps(a->yp[t] + 16 * c, a->m[c], y[c][t]);
+            _mm512_mask_storeu_ps(a->yp[t] + 16 * c, m[c], y[c][t]);
 }
 
 #define MK(kind, C, T)                                                                             \
-    __attribute__((unused)) static void mk_##kind##_##C##_##T(const mk_args *a)                    \
+    __attribute__((unused)) static void mk_##kind##_##C##_##T(const es_kern_block *a)              \
     {                                                                                              \
         mk_int(kind, C, T, a);                                                                     \
     }
@@ -642,13 +643,13 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
 MK_ALL(KQ)
 MK_ALL(KM)
 MK_ALL(K6)
-typedef void (*mk_fn)(const mk_args *a);
+typedef void (*mk_fn)(const es_kern_block *a);
 #define MK_ROW(kind, C)                                                                            \
     {                                                                                              \
         NULL, mk_##kind##_##C##_1, mk_##kind##_##C##_2, mk_##kind##_##C##_3, mk_##kind##_##C##_4,  \
             mk_##kind##_##C##_5, mk_##kind##_##C##_6, mk_##kind##_##C##_7, mk_##kind##_##C##_8     \
     }
-static void mk_none(const mk_args *a)
+static void mk_none(const es_kern_block *a)
 {
     (void)a;
     ES_ASSERT(0);
@@ -667,66 +668,56 @@ static const mk_fn mk_table[3][2][TB + 1] = {
     {MK_ROW(K6, 1), MK_ROW(K6, 2)},
 };
 
-static void gemm_int(int kind, decode_fn dec, uint32_t type, const void *W, int64_t K, int64_t n0,
-                     int64_t n1, const void *act, const int32_t *rows, int64_t n_rows, float *Y,
-                     int64_t ldy, int accumulate, void *scratch)
-{
-    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
-    const size_t bs = kind == KQ ? REC_Q : REC_K;
-    const int64_t nb = K / 32;
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * bs, ACT256_Q);
-    const int64_t ksb = pl.ks / 32;
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
-    mk_args a;
-    a.tile = scratch;
-    a.K = K;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
-            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            a.nbs = kb1 - kb0;
-            a.kb0 = kb0;
-            a.load_y = accumulate || kb0 > 0;
-            for (int64_t nt = n0; nt < n1; nt += NRI) {
-                const int nr = (int)(n1 - nt < NRI ? n1 - nt : NRI);
-                const int C = nr > 16 ? 2 : 1, tb = tb_of(kind, C);
-                a.m[0] = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
-                a.m[1] = (__mmask16)(nr <= 16 ? 0 : nr >= 32 ? 0xFFFF : (1u << (nr - 16)) - 1);
-                dec((const uint8_t *)W + nt * wrb, wrb, nr, kb0, kb1, scratch);
-                for (int64_t r = rg; r < rg1; r += tb) {
-                    const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
-#pragma GCC unroll 8
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mk_table[kind][C - 1][T](&a);
-                }
-            }
-        }
+/* The micro-kernel of each kind for the driver: one column if the wanted rows end in the first. */
+#define RUN(kind)                                                                                  \
+    static void run_##kind(const es_kern_block *b)                                                 \
+    {                                                                                              \
+        mk_table[kind][b->hi > 16][b->T](b);                                                       \
     }
+RUN(KQ)
+RUN(KM)
+RUN(K6)
+static void (*const run_table[3])(const es_kern_block *) = {run_KQ, run_KM, run_K6};
+
+static es_kern_tiling int_tiling(int kind, int tiled,
+                                 void (*decode)(const es_kern_tile *, uint8_t *))
+{
+    return (es_kern_tiling){.tile_rows = NRI,
+                            .unit = 256,
+                            .tile_bytes = 8 * (size_t)(kind == KQ ? REC_Q : REC_K),
+                            .act_bytes = ACT256_Q,
+                            .act_row_bytes = es_act_q8_row_bytes,
+                            .tb = tb_of(kind, 2),
+                            .narrow_rows = 16,
+                            .tb_narrow = tb_of(kind, 1),
+                            .tiled = tiled,
+                            .decode = decode,
+                            .kernel = run_table[kind]};
 }
 
-static size_t scratch_int(size_t bs, int64_t K)
-{
-    const int64_t nb = K / 32, ksb = es_kern_max_slice(256, 8 * bs) / 32;
-    return (size_t)(nb < ksb ? nb : ksb) * bs + 64;
-}
 static size_t scratch_q(int64_t K)
 {
-    return scratch_int(REC_Q, K);
+    const es_kern_tiling tl = int_tiling(KQ, 0, NULL);
+    return es_kern_drive_scratch(&tl, K);
 }
 static size_t scratch_k(int64_t K)
 {
-    return scratch_int(REC_K, K);
+    const es_kern_tiling tl = int_tiling(KM, 0, NULL);
+    return es_kern_drive_scratch(&tl, K);
 }
 
 #define GEMM_INT(name, kind, dec, type)                                                            \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
+    {                                                                                              \
+        dec((const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0 / 32, t->k1 / 32, tile);  \
+    }                                                                                              \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
                      void *scratch)                                                                \
     {                                                                                              \
-        gemm_int(kind, dec, type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);   \
+        ES_ASSERT(K % 32 == 0);                                                                    \
+        const es_kern_tiling tl = int_tiling(kind, 0, name##_decode);                              \
+        es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_INT(gemm_q4_0, KQ, dec_q4_0, ES_QTYPE_Q4_0)
 GEMM_INT(gemm_q8_0, KQ, dec_q8_0, ES_QTYPE_Q8_0)
@@ -748,11 +739,6 @@ GEMM_INT(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
  * decoders' missing rows). The tile always covers whole 32-row tiles of the matrix; a request
  * [n0, n1) that does not start or end at a tile boundary is served by store masks.
  */
-
-static inline __mmask16 lanes(int n) /* the low n of 16 lanes (n <= 0: none) */
-{
-    return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
-}
 
 typedef void (*tdecode_fn)(const uint8_t *Wt, int nt, int64_t kb0, int64_t kb1, uint8_t *tile);
 
@@ -817,56 +803,20 @@ static void dec_t_q8_0(const uint8_t *Wt, int nt, int64_t kb0, int64_t kb1, uint
         dec_t_q(1, Wt, nt, kb0, kb1, tile);
 }
 
-/* gemm_int() for tiled weights: the same slices, records and micro-kernels (kind KQ). */
-static void gemm_int_tiled(tdecode_fn dec, uint32_t type, const void *W, int64_t K, int64_t N,
-                           int64_t n0, int64_t n1, const void *act, const int32_t *rows,
-                           int64_t n_rows, float *Y, int64_t ldy, int accumulate, void *scratch)
-{
-    ES_ASSERT(K % 32 == 0 && ((uintptr_t)scratch & 63) == 0);
-    const int64_t nb = K / 32;
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 256, 8 * REC_Q, ACT256_Q);
-    const int64_t ksb = pl.ks / 32;
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_q8_row_bytes(K);
-    mk_args a;
-    a.tile = scratch;
-    a.K = K;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += ksb) {
-            const int64_t kb1 = kb0 + ksb < nb ? kb0 + ksb : nb;
-            a.nbs = kb1 - kb0;
-            a.kb0 = kb0;
-            a.load_y = accumulate || kb0 > 0;
-            for (int64_t nt = n0 / NRI * NRI; nt < n1; nt += NRI) {
-                /* rows [lo, hi) of this tile are wanted */
-                const int lo = (int)(n0 > nt ? n0 - nt : 0);
-                const int hi = (int)(n1 - nt < NRI ? n1 - nt : NRI);
-                const int C = hi > 16 ? 2 : 1, tb = tb_of(KQ, C);
-                a.m[0] = (__mmask16)(lanes(hi) & ~lanes(lo));
-                a.m[1] = (__mmask16)(lanes(hi - 16) & ~lanes(lo - 16));
-                dec((const uint8_t *)W + nt * wrb, es_tile_rows(N, nt), kb0, kb1, scratch);
-                for (int64_t r = rg; r < rg1; r += tb) {
-                    const int T = (int)(rg1 - r < tb ? rg1 - r : tb);
-#pragma GCC unroll 8
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] = (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb;
-                        /* may point below column n0: the masks keep every access in [n0, n1) */
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mk_table[KQ][C - 1][T](&a);
-                }
-            }
-        }
-    }
-}
-
+/* The row layout's records and micro-kernels (kind KQ) on whole 32-row tiles of the layout. */
 #define GEMM_TILED(name, dec, type)                                                                \
-    static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,                 \
-                     const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,  \
-                     int accumulate, void *scratch)                                                \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
-        gemm_int_tiled(dec, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate,         \
-                       scratch);                                                                   \
+        dec((const uint8_t *)t->W + t->nt * t->wrb, es_tile_rows(t->N, t->nt), t->k0 / 32,         \
+            t->k1 / 32, tile);                                                                     \
+    }                                                                                              \
+    static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1, const void *act, \
+                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
+                     void *scratch)                                                                \
+    {                                                                                              \
+        ES_ASSERT(K % 32 == 0);                                                                    \
+        const es_kern_tiling tl = int_tiling(KQ, 1, name##_decode);                                \
+        es_kern_drive(&tl, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_TILED(gemm_tiled_q4_0, dec_t_q4_0, ES_QTYPE_Q4_0)
 GEMM_TILED(gemm_tiled_q8_0, dec_t_q8_0, ES_QTYPE_Q8_0)
@@ -978,26 +928,18 @@ static inline __attribute__((always_inline)) void dec_f(const uint32_t type, con
     }
 }
 
-typedef struct mkf_args {
-    const void *tile;
-    int64_t nk;         /* k (or k pairs) in the slice */
-    const void *xr[TB]; /* act rows at the slice start */
-    float *yp[TB];      /* Y + row*ldy + first column */
-    __mmask16 m0, m1;   /* valid columns of the two vectors */
-    int load_y;
-} mkf_args;
-
-static inline __attribute__((always_inline)) void mk_flt(const int T, const mkf_args *a)
+static inline __attribute__((always_inline)) void mk_flt(const int T, const es_kern_block *a)
 {
+    const __mmask16 m0 = lane_range(a->lo, a->hi), m1 = lane_range(a->lo - 16, a->hi - 16);
     __m512 y0[TB], y1[TB];
     const uint8_t *xr[TB];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        xr[t] = a->xr[t];
-        y0[t] = a->load_y ? _mm512_maskz_loadu_ps(a->m0, a->yp[t]) : _mm512_setzero_ps();
-        y1[t] = a->load_y ? _mm512_maskz_loadu_ps(a->m1, a->yp[t] + 16) : _mm512_setzero_ps();
+        xr[t] = a->xr[t] + 4 * a->k0;
+        y0[t] = a->load_y ? _mm512_maskz_loadu_ps(m0, a->yp[t]) : _mm512_setzero_ps();
+        y1[t] = a->load_y ? _mm512_maskz_loadu_ps(m1, a->yp[t] + 16) : _mm512_setzero_ps();
     }
-    const float *tp = a->tile;
+    const float *tp = (const float *)a->tile;
     for (int64_t k = 0; k < a->nk; k++, tp += NRF) {
         const __m512 w0 = _mm512_load_ps(tp), w1 = _mm512_load_ps(tp + 16);
 #pragma GCC unroll 8
@@ -1009,69 +951,62 @@ static inline __attribute__((always_inline)) void mk_flt(const int T, const mkf_
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        _mm512_mask_storeu_ps(a->yp[t], a->m0, y0[t]);
-        _mm512_mask_storeu_ps(a->yp[t] + 16, a->m1, y1[t]);
+        _mm512_mask_storeu_ps(a->yp[t], m0, y0[t]);
+        _mm512_mask_storeu_ps(a->yp[t] + 16, m1, y1[t]);
     }
 }
 
 #define MKF(T)                                                                                     \
-    static void mkf_##T(const mkf_args *a)                                                         \
+    static void mkf_##T(const es_kern_block *a)                                                    \
     {                                                                                              \
         mk_flt(T, a);                                                                              \
     }
 MKF(1)
-MKF(2) MKF(3) MKF(4) MKF(5) MKF(6) MKF(7)
-    MKF(8) static void (*const mkf_table[TB + 1])(const mkf_args *) = {
-        NULL, mkf_1, mkf_2, mkf_3, mkf_4, mkf_5, mkf_6, mkf_7, mkf_8};
-
-static inline __attribute__((always_inline)) void
-gemm_flt(const uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-         const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate, void *scratch)
+MKF(2)
+MKF(3)
+MKF(4)
+MKF(5)
+MKF(6)
+MKF(7)
+MKF(8)
+static const mk_fn mkf_table[TB + 1] = {NULL,  mkf_1, mkf_2, mkf_3, mkf_4,
+                                        mkf_5, mkf_6, mkf_7, mkf_8};
+static void run_flt(const es_kern_block *b)
 {
-    ES_ASSERT(((uintptr_t)scratch & 63) == 0);
-    const es_kern_slices pl = es_kern_make_slices(K, n_rows, 32, 32 * NRF * 4, 128);
-    const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
-    mkf_args a;
-    a.tile = scratch;
-    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
-        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
-        for (int64_t k0 = 0; k0 < K; k0 += pl.ks) {
-            const int64_t k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
-            a.nk = k1 - k0;
-            a.load_y = accumulate || k0 > 0;
-            for (int64_t nt = n0; nt < n1; nt += NRF) {
-                const int nr = (int)(n1 - nt < NRF ? n1 - nt : NRF);
-                a.m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
-                a.m1 = (__mmask16)(nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
-                dec_f(type, (const uint8_t *)W + nt * wrb, wrb, nr, k0, k1, scratch);
-                for (int64_t r = rg; r < rg1; r += TB) {
-                    const int T = (int)(rg1 - r < TB ? rg1 - r : TB);
-#pragma GCC unroll 8
-                    for (int t = 0; t < T; t++) {
-                        a.xr[t] =
-                            (const uint8_t *)act + (rows ? rows[r + t] : r + t) * arb + 4 * k0;
-                        a.yp[t] = Y + (r + t) * ldy + nt;
-                    }
-                    mkf_table[T](&a);
-                }
-            }
-        }
-    }
+    mkf_table[b->T](b);
+}
+
+static es_kern_tiling flt_tiling(void (*decode)(const es_kern_tile *, uint8_t *))
+{
+    return (es_kern_tiling){.tile_rows = NRF,
+                            .unit = 32,
+                            .tile_bytes = 32 * NRF * 4,
+                            .act_bytes = 128,
+                            .act_row_bytes = es_act_f32_row_bytes,
+                            .tb = TB,
+                            .tb_narrow = TB,
+                            .decode = decode,
+                            .kernel = run_flt};
 }
 
 static size_t scratch_f(int64_t K)
 {
-    const int64_t ks = es_kern_max_slice(32, 32 * NRF * 4);
-    const int64_t n = K < ks ? (K + 15) / 16 * 16 : ks;
-    return (size_t)n * NRF * 4 + 64;
+    const es_kern_tiling tl = flt_tiling(NULL);
+    return es_kern_drive_scratch(&tl, K);
 }
 
 #define GEMM_F(name, type)                                                                         \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
+    {                                                                                              \
+        dec_f(type, (const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0, t->k1,           \
+              (float *)tile);                                                                      \
+    }                                                                                              \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
                      void *scratch)                                                                \
     {                                                                                              \
-        gemm_flt(type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);              \
+        const es_kern_tiling tl = flt_tiling(name##_decode);                                       \
+        es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
 GEMM_F(gemm_f32, ES_QTYPE_F32)
 GEMM_F(gemm_f16, ES_QTYPE_F16)

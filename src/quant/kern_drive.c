@@ -1,0 +1,123 @@
+/*
+ * The GEMM driver of the SIMD kernel tables (kern.h, "one driver for every table").
+ *
+ * Loop order of a GEMM: for each row group, for each K-slice, for each tile of output rows:
+ * decode the tile, then run the micro-kernel over the group's token rows. The group's activation
+ * slice should stay in L2 (each tile re-reads it from there), and so should the decoded tile (the
+ * micro-kernel loads each weight vector once per register block of tokens, an L2 stream it
+ * sustains; measured on AVX-512: a tile sized for L2 beats one sized for L1 by 5-10 %, because
+ * fewer slices mean fewer Y round trips and kernel calls). Y is read and written once per slice.
+ * Slices are as long as the tile budget (a quarter of L2) allows; rows are then grouped so that a
+ * group's act slice fits half of L2 (each group decodes the tiles again, so groups are at least
+ * 96 rows; below that the slices get thinner instead). None of this changes results (kern.h,
+ * determinism): every Y element still takes its k blocks in increasing order, one slice after
+ * the other.
+ *
+ * The tables differ only in what es_kern_tiling holds: the tile width, the record sizes, the
+ * register block heights, the decoders and micro-kernels. A change to the loops (the slices, the
+ * prefetch hint, the row split) reaches every table through this file.
+ */
+#include "quant/kern.h"
+
+#include "core/cpu.h"
+#include "core/util.h"
+
+typedef struct slices {
+    int64_t ks, rg; /* k values per slice (a multiple of unit), token rows per group */
+} slices;
+
+static slices make_slices(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u, size_t act_u)
+{
+    const size_t l2 = es_cpu_get()->l2_bytes;
+    const int64_t k_units = (K + unit - 1) / unit;
+    int64_t n = (int64_t)(l2 / 4 / tile_u); /* the tile in a quarter of L2 */
+    if (n > k_units) n = k_units;
+    if (n < 1) n = 1;
+    /* rows whose act slice fits half of L2; at least 96 (decode amortized), else thinner slices */
+    int64_t rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
+    if (rg < 96) {
+        n = (int64_t)(l2 / 2 / (act_u * 96));
+        if (n < 1) n = 1;
+        rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
+    }
+    if (rg < 24) rg = 24;
+    slices p = {n * unit, n_rows};
+    if (p.rg > rg) p.rg = rg / 24 * 24; /* a multiple of every register block height */
+    return p;
+}
+
+/* The longest slice make_slices() can choose: it sizes the per-thread scratch. */
+static int64_t max_slice(int64_t unit, size_t tile_u)
+{
+    const size_t n = es_cpu_get()->l2_bytes / 4 / tile_u;
+    return (int64_t)(n < 1 ? 1 : n) * unit;
+}
+
+size_t es_kern_drive_scratch(const es_kern_tiling *tl, int64_t K)
+{
+    const int64_t ks = max_slice(tl->unit, tl->tile_bytes);
+    const int64_t k = (K + 31) / 32 * 32; /* float decoders write whole 16-value steps */
+    return (size_t)(k < ks ? k : ks) * tl->tile_bytes / (size_t)tl->unit + 64;
+}
+
+/* The height of the next register block when `left` token rows remain and a block holds at most
+ * tb. Even: the rows spread evenly over the fewest blocks (16 rows at tb 5 run as 4+4+4+4, not
+ * 5+5+5+1), because a block of one or two rows has too few independent accumulators to hide the
+ * multiply latency while it still loads the whole tile. Which block a row falls in never
+ * changes its result. */
+static int block_rows(int64_t left, int tb, int even)
+{
+    if (!even) return (int)(left < tb ? left : tb);
+    const int64_t nb = (left + tb - 1) / tb;
+    return (int)((left + nb - 1) / nb);
+}
+
+void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64_t K, int64_t N,
+                   int64_t n0, int64_t n1, const void *act, const int32_t *rows, int64_t n_rows,
+                   float *Y, int64_t ldy, int accumulate, void *scratch)
+{
+    ES_ASSERT(K > 0 && ((uintptr_t)scratch & 63) == 0);
+    ES_ASSERT(tl->tb <= ES_KERN_TB_MAX && tl->tb_narrow <= ES_KERN_TB_MAX);
+    const slices pl = make_slices(K, n_rows, tl->unit, tl->tile_bytes, tl->act_bytes);
+    const size_t wrb = es_qtype_row_bytes(type, K), arb = tl->act_row_bytes(K);
+    const int64_t tw = tl->tile_rows;
+    es_kern_tile t = {.W = W, .wrb = wrb, .N = N, .type = type};
+    es_kern_block b;
+    b.tile = scratch;
+    b.K = K;
+    b.pf_wrb = wrb;
+    b.pf_step = ((uint64_t)wrb << 21) / (uint64_t)K; /* bytes per block of 32 k, << 16 */
+    for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
+        const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
+        for (int64_t k0 = 0; k0 < K; k0 += pl.ks) {
+            t.k0 = b.k0 = k0;
+            t.k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
+            b.nk = t.k1 - k0;
+            b.load_y = accumulate || k0 > 0;
+            /* the tile layout's tiles start at multiples of the width; rows below n0 are masked */
+            for (int64_t nt = tl->tiled ? n0 / tw * tw : n0; nt < n1; nt += tw) {
+                t.nt = nt;
+                t.lo = b.lo = (int)(n0 > nt ? n0 - nt : 0);
+                t.hi = b.hi = (int)(n1 - nt < tw ? n1 - nt : tw);
+                tl->decode(&t, scratch);
+                /* the next tile's raw rows, if it is a whole one, for the first register block
+                 * to fetch into L2 (the tile layout needs none: the hardware prefetcher follows
+                 * it) */
+                b.pf = !tl->tiled && nt + 2 * tw <= n1
+                           ? (const uint8_t *)W + (nt + tw) * wrb + wrb * (size_t)k0 / (size_t)K
+                           : NULL;
+                const int tb = b.hi <= tl->narrow_rows ? tl->tb_narrow : tl->tb;
+                for (int64_t r = rg; r < rg1; r += b.T) {
+                    b.T = block_rows(rg1 - r, tb, tl->even_split);
+                    for (int i = 0; i < b.T; i++) {
+                        b.xr[i] = (const uint8_t *)act + (rows ? rows[r + i] : r + i) * arb;
+                        /* may point below column n0: the kernel touches only [lo, hi) */
+                        b.yp[i] = Y + (r + i) * ldy + nt;
+                    }
+                    tl->kernel(&b);
+                    b.pf = NULL; /* fetched during the first register block */
+                }
+            }
+        }
+    }
+}
