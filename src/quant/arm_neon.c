@@ -853,15 +853,7 @@ static void run_flt(const es_kern_block *b)
 
 static es_kern_tiling flt_tiling(void (*decode)(const es_kern_tile *, uint8_t *))
 {
-    return (es_kern_tiling){.tile_rows = NRF,
-                            .unit = 32,
-                            .tile_bytes = 32 * NRF * 4,
-                            .act_bytes = 128,
-                            .act_row_bytes = es_act_f32_row_bytes,
-                            .tb = TBMAX,
-                            .tb_narrow = TBMAX,
-                            .decode = decode,
-                            .kernel = run_flt};
+    return es_kern_float_tiling(NRF, TBMAX, decode, run_flt);
 }
 
 static size_t scratch_f(int64_t K)

@@ -355,6 +355,23 @@ typedef struct es_kern_tiling {
     void (*kernel)(const es_kern_block *b);
 } es_kern_tiling;
 
+/* The tiling of a table's float kernels (F32, F16, BF16 weights, row layout): tiles of `rows`
+ * output rows by 32 k floats per unit, act rows of floats, greedy blocks of at most tb tokens. */
+static inline es_kern_tiling es_kern_float_tiling(int rows, int tb,
+                                                  void (*decode)(const es_kern_tile *, uint8_t *),
+                                                  void (*kernel)(const es_kern_block *))
+{
+    return (es_kern_tiling){.tile_rows = rows,
+                            .unit = 32,
+                            .tile_bytes = 32 * (size_t)rows * 4,
+                            .act_bytes = 32 * 4,
+                            .act_row_bytes = es_act_f32_row_bytes,
+                            .tb = tb,
+                            .tb_narrow = tb,
+                            .decode = decode,
+                            .kernel = kernel};
+}
+
 /* es_gemm() (N: rows of W, used by tiled decoders) with the table's tiling. */
 void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64_t K, int64_t N,
                    int64_t n0, int64_t n1, const void *act, const int32_t *rows, int64_t n_rows,
