@@ -196,6 +196,11 @@ typedef struct es_session_params {
     int verify_checksums;       /* 1 (default): check each pack record's XXH3-64 as it is read */
     int max_logits_rows;        /* rows of logits the caller will hold during a prefill, counted
                                  * in M_other (default 1: the last position only) */
+    int head_outputs;           /* 1 (default): es_session_run may be asked for outputs computed
+                                 * from logits (log-probs, ranks, top, next token, labels, logits),
+                                 * and the head's chunk of logit rows is counted in M_other;
+                                 * 0: the session runs prefills, perplexities and embeddings only
+                                 * (no chunk counted; es_session_run refuses head outputs) */
     uint64_t reserve_bytes;     /* memory the caller will allocate during the session beyond what
                                  * it holds at creation (a server's requests and responses),
                                  * counted in M_other; default 0 */
@@ -538,7 +543,8 @@ typedef struct es_tune_desc {
     int depths[ES_TUNE_N_DEPTHS]; /* the depths characterized: 1, 2, 4, 8 */
     uint64_t other_bytes;        /* M_other measured on the smallest G's profile run */
     uint64_t other_estimate_bytes; /* the session's estimate of M_other for that run */
-    uint64_t select_other_bytes; /* the M_other es_tune_choose() assumes: the larger */
+    uint64_t select_other_bytes; /* the M_other es_tune_choose() assumes: the larger, plus
+                                  * 2 MiB for the arena's rounding to huge pages */
     double profile_seconds;      /* storage characterization and profiles, wall time */
     int n_profiles;              /* in the order the candidates were given */
     es_tune_profile_desc profiles[ES_TUNE_MAX_G];

@@ -896,8 +896,9 @@ static void test_tune(void **state)
     assert_non_null(strstr(out, "\"feasible\": false"));
     const unsigned long long min_budget = strtoull(mb + 20, NULL, 10);
     assert_true(min_budget > 1024);
-    /* a budget 1 MiB above it streams (the experts are 2.4 MiB, and M_other's estimate moves
-     * by much less between runs); the tuning goes beside the model by default */
+    /* a budget 1 MiB above it (the experts are 2.4 MiB; the prefills below, of a few tokens,
+     * need less memory than the tuning's 24-token prompt and would run resident, so they force
+     * streaming with --policy early); the tuning goes beside the model by default */
     const unsigned long long budget = min_budget + (1 << 20);
     snprintf(args, sizeof(args), "tune -m %s --mem %llu --groups 1,2 --tokens 24 -t 2 --io-limit 0,50",
              pk, budget);
@@ -913,35 +914,41 @@ static void test_tune(void **state)
     assert_true(len > 5 && strcmp(text + len - 4, "end\n") == 0);
     assert_non_null(strstr(text, "\nchoice "));
     /* prefill with the budget uses it and says so; --tune none does not */
-    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 2 --mem %llu", pk, budget);
+    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 2 --policy early --mem %llu",
+             pk, budget);
     if (run(args, out, sizeof(out), err, sizeof(err)) != 0) fail_msg("%s: %s", args, err);
     assert_non_null(strstr(err, "the arena comes from the tuning"));
     assert_non_null(strstr(out, "tuned:      chosen from the profiles in"));
-    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 2 --mem %llu --json", pk, budget);
+    snprintf(args, sizeof(args),
+             "prefill -m %s -p 'hello there' -t 2 --policy early --mem %llu --json", pk, budget);
     assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
     assert_non_null(strstr(out, "\"tuned\": true"));
-    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 2 --mem %llu --tune none",
-             pk, budget);
+    snprintf(args, sizeof(args),
+             "prefill -m %s -p 'hello there' -t 2 --policy early --mem %llu --tune none", pk,
+             budget);
     assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
     assert_null(strstr(out, "tuned:"));
     assert_null(strstr(err, "tuning"));
     /* made for 2 threads: a 1-thread run says why it does not use it, and goes on */
-    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 1 --mem %llu", pk, budget);
+    snprintf(args, sizeof(args), "prefill -m %s -p 'hello there' -t 1 --policy early --mem %llu",
+             pk, budget);
     assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
     assert_non_null(strstr(err, "made for 2 threads, this run uses 1"));
     assert_null(strstr(out, "tuned:"));
     /* --tune FILE that cannot be used is an error; a damaged default one a warning */
-    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --mem %llu --tune %s/nothing.tune", pk,
+    snprintf(args, sizeof(args),
+             "prefill -m %s -p hi -t 2 --policy early --mem %llu --tune %s/nothing.tune", pk,
              budget, dir);
     expect_error(args, "cannot use the tuning");
     FILE *f = fopen(def, "wb");
     assert_non_null(f);
     fwrite(text, 1, len / 2, f);
     fclose(f);
-    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --mem %llu", pk, budget);
+    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --policy early --mem %llu", pk, budget);
     assert_int_equal(run(args, out, sizeof(out), err, sizeof(err)), 0);
     assert_non_null(strstr(err, "not using the tuning"));
-    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --mem %llu --tune %s", pk, budget, def);
+    snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --policy early --mem %llu --tune %s", pk,
+             budget, def);
     expect_error(args, "line ");
     snprintf(args, sizeof(args), "prefill -m %s -p hi -t 2 --groups 2 --tune %s", pk, tf);
     expect_error(args, "--tune needs --mem");

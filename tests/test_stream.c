@@ -10,6 +10,7 @@
  * hidden 320, FFN 288) in Q4_0 and F32, written by es_synth and packed by es_pack.
  */
 #include "t.h"
+#include "stream/arena.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -369,15 +370,20 @@ static void test_budget_rule(void **state)
     const size_t b8 = es_stream_bank_bytes(m, 8), b1 = es_stream_bank_bytes(m, 1);
     assert_true(b8 >= 8 * b1 - 8 * 4096 && b8 <= 8 * b1); /* records are whole pages */
     const uint64_t other = 100u << 20;
+    /* an arena is held in whole 2 MiB pages (es_arena_reserved_bytes): the rule counts those */
+    const uint64_t r8 = es_arena_reserved_bytes(2, b8), r1 = es_arena_reserved_bytes(2, b1);
+    assert_true(r8 >= 2 * b8 && r8 % (2u << 20) == 0 && r1 == (2u << 20));
     es_budget_plan plan;
     /* room for 2 banks of 8 plus a bit: G 8, B 2 */
-    assert_int_equal(es_budget_plan_make(m, other + 2 * b8 + 5, other, 0, 0, 1, &plan), ES_OK);
+    assert_int_equal(es_budget_plan_make(m, other + r8 + 5, other, 0, 0, 1, &plan), ES_OK);
     assert_int_equal(plan.groups, 8);
     assert_int_equal(plan.banks, 2);
-    /* just under 2 banks of 8: the largest G with 2 banks of it */
-    assert_int_equal(es_budget_plan_make(m, other + 2 * b8 - 1, other, 0, 0, 1, &plan), ES_OK);
-    assert_int_equal(plan.groups, 7);
-    assert_true(plan.banks >= 2);
+    /* just under 2 banks of 8: the largest G whose 2 banks fit */
+    assert_int_equal(es_budget_plan_make(m, other + r8 - 1, other, 0, 0, 1, &plan), ES_OK);
+    assert_true(plan.groups < 8 && plan.banks >= 2);
+    assert_true(es_arena_reserved_bytes(2, es_stream_bank_bytes(m, plan.groups)) <= r8 - 1);
+    assert_true(es_arena_reserved_bytes(2, es_stream_bank_bytes(m, plan.groups + 1)) > r8 - 1);
+    assert_true(es_arena_reserved_bytes(plan.banks, plan.bank_bytes) <= r8 - 1);
     /* banks capped at the request's groups (2 layers x 1 group of 8) */
     assert_int_equal(es_budget_plan_make(m, other + 40 * b8, other, 0, 0, 1, &plan), ES_OK);
     assert_int_equal(plan.groups, 8);
@@ -385,20 +391,22 @@ static void test_budget_rule(void **state)
     /* everything fits and streaming is not forced: resident */
     assert_int_equal(es_budget_plan_make(m, other + 40 * b8, other, 0, 0, 0, &plan), ES_OK);
     assert_int_equal(plan.resident, 1);
-    /* too small: ES_E_BUDGET, the message gives other + 2 banks of 1 */
-    assert_int_equal(es_budget_plan_make(m, other + 2 * b1 - 1, other, 0, 0, 1, &plan),
+    /* too small: ES_E_BUDGET, the message gives other + 2 banks of 1 (one 2 MiB page) */
+    assert_int_equal(es_budget_plan_make(m, other + r1 - 1, other, 0, 0, 1, &plan),
                      ES_E_BUDGET);
     char want[64];
     snprintf(want, sizeof(want), "is %llu MiB",
-             (unsigned long long)((other + 2 * b1 + (1u << 20) - 1) >> 20));
+             (unsigned long long)((other + r1 + (1u << 20) - 1) >> 20));
     if (!strstr(es_last_error(), want)) fail_msg("%s (want '%s')", es_last_error(), want);
-    assert_int_equal(plan.min_budget, other + 2 * b1);
+    assert_int_equal(plan.min_budget, other + r1);
     /* fixed G: B from the budget; fixed G that does not fit once: refused */
-    assert_int_equal(es_budget_plan_make(m, other + 3 * es_stream_bank_bytes(m, 3), other, 3, 0,
+    const size_t b3 = es_stream_bank_bytes(m, 3);
+    assert_int_equal(es_budget_plan_make(m, other + es_arena_reserved_bytes(3, b3), other, 3, 0,
                                          1, &plan),
                      ES_OK);
     assert_int_equal(plan.groups, 3);
-    assert_int_equal(plan.banks, 3);
+    assert_true(plan.banks >= 3 && es_arena_reserved_bytes(plan.banks, b3) ==
+                                       es_arena_reserved_bytes(3, b3));
     assert_int_equal(es_budget_plan_make(m, other + b8 - 1, other, 8, 0, 1, &plan), ES_E_BUDGET);
     es_model_close(m);
 }
@@ -435,7 +443,8 @@ static void test_session_budget(void **state)
     assert_int_equal(rs.banks, 2);
     assert_int_equal(rs.budget_bytes, p.mem_budget_bytes);
     assert_true(rs.other_bytes + rs.arena_bytes <= p.mem_budget_bytes);
-    assert_true(rs.min_budget_bytes == rs.other_bytes + 2 * es_stream_bank_bytes(m, 1));
+    assert_true(rs.min_budget_bytes ==
+                rs.other_bytes + es_arena_reserved_bytes(2, es_stream_bank_bytes(m, 1)));
     float *y = malloc(sizeof(float) * T_LONG * 320);
     assert_non_null(y);
     assert_int_equal(es_session_prefill(s, fx_q4.ids, T_LONG, 1, y), ES_OK);

@@ -27,13 +27,40 @@ else
     printf '%s\n' "The river runs past the old mill and under the stone bridge, where the children of the village gather in the evening to watch the water." >"$prompt"
 fi
 echo "== estream info"
-build/estream info -m "$model" | head -n 9
+# the first lines only, without a pipe into head: under pipefail, head closing first would kill
+# estream with SIGPIPE and fail the demo
+info=$(build/estream info -m "$model")
+sed -n '1,9p' <<<"$info"
 echo
 echo "== estream prefill -f $prompt (every expert resident)"
-build/estream prefill -m "$model" -f "$prompt" --top 5
+resident=$(build/estream prefill -m "$model" -f "$prompt" --top 5)
+echo "$resident"
 echo
 echo "== estream prefill -f $prompt --mem $budget (experts streamed from the pack)"
-build/estream prefill -m "$pack" -f "$prompt" --top 5 --mem "$budget"
+streamed=$(build/estream prefill -m "$pack" -f "$prompt" --top 5 --mem "$budget")
+echo "$streamed"
+echo
+# The demo checks what it shows: the same next tokens with the same probabilities, and (for a
+# budget in M or G) a peak resident memory under the budget.
+checks=0
+top() { grep -E '^ +[0-9]+\. ' <<<"$1"; }
+if [ "$(top "$resident")" != "$(top "$streamed")" ]; then
+    echo "demo: the streamed run's top 5 differ from the resident run's" >&2
+    exit 1
+fi
+echo "check: the streamed run's top 5 next tokens equal the resident run's"
+checks=$((checks + 1))
+if [[ $budget =~ ^([0-9]+)([MG])$ ]]; then
+    limit=${BASH_REMATCH[1]} # MiB
+    [ "${BASH_REMATCH[2]}" = G ] && limit=$((limit * 1024))
+    peak=$(sed -n 's/^peak RSS: *\([0-9.]*\) MiB.*/\1/p' <<<"$streamed")
+    if ! awk -v p="$peak" -v l="$limit" 'BEGIN { exit !(p > 0 && p <= l) }'; then
+        echo "demo: the streamed run's peak RSS ($peak MiB) is not under the budget ($budget)" >&2
+        exit 1
+    fi
+    echo "check: the streamed run's peak RSS, $peak MiB, is under the budget of $budget"
+    checks=$((checks + 1))
+fi
 echo
 echo "== estream bench -p 128,512,1024 --mem $budget --policy early,on-demand (with the bounds)"
 build/estream bench -m "$pack" -p 128,512,1024 -r 3 --mem "$budget" --policy early,on-demand --tune none
@@ -41,3 +68,5 @@ echo
 echo "== estream tune --mem $budget (writes $pack.tune), then prefill --mem $budget with it"
 build/estream tune -m "$pack" --mem "$budget"
 build/estream prefill -m "$pack" -f "$prompt" --top 5 --mem "$budget"
+echo
+echo "demo: $checks checks passed"

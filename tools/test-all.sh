@@ -81,6 +81,12 @@ check_stage() { # stage name, label, command...
     else echo "$out" | tail -n 30; f0=$total_f; add_counts "$counts"; [ "$total_f" -gt "$f0" ] || { total_f=$((total_f + 1)); status=1; }; fi
     stage_end
 }
+# The README's first command, as a newcomer runs it: a fresh TMPDIR, so the model is synthesized
+# and packed anew; it checks that the streamed prefill gives the resident run's next tokens under
+# its budget.
+demo_tmp=$(mktemp -d)
+check_stage demo demo env TMPDIR="$demo_tmp" bash tools/demo.sh
+rm -rf "$demo_tmp"
 # The official OpenAI Python client against estream serve (a cached virtualenv from PyPI, every
 # number equal to estream score / estream embed).
 check_stage "openai client" "openai client" bash tools/openai-check.sh build

@@ -96,6 +96,7 @@ class SessionParams(Structure):
         ("direct_io", c_int),
         ("verify_checksums", c_int),
         ("max_logits_rows", c_int),
+        ("head_outputs", c_int),
         ("reserve_bytes", c_uint64),
         ("trace_path", c_char_p),
         ("tune", c_void_p),  # const es_tune *

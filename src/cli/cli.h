@@ -85,6 +85,8 @@ int cli_split_list(const char *cmd, const char *flag, const char *list, char **c
 /* "600M", "1.5G", "25%" (of the file at model_path), plain bytes; dies on anything else. */
 uint64_t cli_budget_bytes(const char *cmd, const char *v, const char *model_path);
 int cli_policy(const char *v, es_policy *out); /* 0, or -1 for an unknown name */
+/* What the run used besides the arena: its peak resident memory less the arena. */
+uint64_t cli_other_measured(const es_run_stats *st);
 /* The run's streaming summary: text lines, or JSON fields (no braces) after a comma. */
 void cli_stream_print(FILE *f, const es_run_stats *st, bool json);
 
@@ -138,6 +140,7 @@ struct cli_job {
     bool shard_range;        /* --shard-range I/N */
     bool json;               /* --json summary */
     bool no_resume;          /* the output is written at the end by the command (.npy) */
+    bool no_head;            /* the records ask nothing of the head (embeddings) */
     int n_threads;
     cli_stream so;
     json_t *options;         /* the options that change the output (fingerprint); the job owns it */

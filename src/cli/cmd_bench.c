@@ -239,6 +239,7 @@ int cmd_bench(int argc, char **argv)
     base.n_threads = b.n_threads;
     base.reference = b.reference;
     base.max_tokens = max_len;
+    base.head_outputs = 0; /* prefills only */
     cli_stream_apply("bench", &b.so, b.model, &base);
     /* the tuning, if any, serves every budget of the list (each row re-selects) */
     es_tune *tune = cli_stream_tune("bench", &b.so, m0, b.model,
@@ -260,6 +261,7 @@ int cmd_bench(int argc, char **argv)
         es_session_params rp = es_session_default_params();
         rp.n_threads = b.n_threads;
         rp.max_tokens = max_len;
+        rp.head_outputs = 0;
         run_config(&b, &rp, ids, rows);
         for (int i = 0; i < b.n_lens; i++) res_tps[i] = rows[i].tps;
     }

@@ -118,6 +118,7 @@ int cmd_embed(int argc, char **argv)
     if (c.npy && j.skip_errors)
         cli_die("embed: --on-error skip needs JSONL output (an .npy has no place for errors)");
     j.no_resume = c.npy;
+    j.no_head = true; /* embeddings only: no chunk of logits is counted in the budget */
     j.options = json_pack("{s:s,s:b}", "pooling", es_pooling_name(c.o.pooling), "normalize",
                           c.o.normalize);
     cli_job_run(&j);

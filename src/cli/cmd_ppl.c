@@ -69,6 +69,7 @@ int cmd_ppl(int argc, char **argv)
     sp.reference = o.reference;
     sp.max_tokens = ctx <= es_model_n_ctx(m) ? ctx : 0; /* a longer ctx is refused below */
     sp.max_logits_rows = ctx;
+    sp.head_outputs = 0; /* es_session_perplexity: the logits above are all it holds */
     cli_stream_apply("ppl", &so, model, &sp);
     es_tune *tune = cli_stream_tune("ppl", &so, m, model, sp.mem_budget_bytes > 0, &sp);
     es_session *ses = NULL;

@@ -139,6 +139,7 @@ int cmd_prefill(int argc, char **argv)
     sp.reference = o.reference;
     sp.max_tokens = (int)n;
     sp.max_logits_rows = (int)n_out;
+    sp.head_outputs = 0; /* es_session_prefill: the logits above are all it holds */
     cli_stream_apply("prefill", &so, model, &sp);
     es_tune *tune = cli_stream_tune("prefill", &so, m, model, sp.mem_budget_bytes > 0, &sp);
     es_session *ses = NULL;

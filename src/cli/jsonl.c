@@ -410,6 +410,7 @@ static es_session *make_session(cli_job *j, int64_t longest, int most_seqs, int 
 {
     es_session_params sp = es_session_default_params();
     sp.n_threads = j->n_threads ? j->n_threads : cli_default_threads();
+    sp.head_outputs = !j->no_head;
     sp.progress_cb = on_batch_progress; /* a signal stops the job after the batch, so no abort_cb */
     sp.cb_user = pg;
     cli_stream_apply(j->cmd, &j->so, j->model_path, &sp);
@@ -585,6 +586,8 @@ int cli_job_run(cli_job *j)
     if (out != stdout && fclose(out) != 0) cli_die("cannot write %s: %s", out_name, strerror(errno));
     free(batch);
     free(seqs);
+    es_run_stats rs = {0};
+    if (ses) es_session_stats(ses, &rs);
     es_session_destroy(ses);
     free(in.buf);
     free(in.start);
@@ -599,6 +602,14 @@ int cli_job_run(cli_job *j)
                             "tokens_per_second", secs > 0 ? (double)tokens_run / secs : 0.0,
                             "batch_tokens", budget);
     if (j->ops->summary) j->ops->summary(j, sum);
+    json_object_set_new(sum, "peak_rss_bytes", json_integer((json_int_t)es_peak_rss_bytes()));
+    if (rs.streaming) {
+        json_object_set_new(sum, "budget_bytes", json_integer((json_int_t)rs.budget_bytes));
+        json_object_set_new(sum, "other_bytes", json_integer((json_int_t)rs.other_bytes));
+        json_object_set_new(sum, "other_measured_bytes",
+                            json_integer((json_int_t)cli_other_measured(&rs)));
+        json_object_set_new(sum, "arena_bytes", json_integer((json_int_t)rs.arena_bytes));
+    }
     if (stop_signal) json_object_set_new(sum, "interrupted", json_true());
     if (j->json) {
         char *s = json_dumps(sum, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
@@ -618,6 +629,12 @@ int cli_job_run(cli_job *j)
                 fprintf(stderr, ", %s %.4f", key, json_real_value(v));
         }
         fputc('\n', stderr);
+        if (rs.streaming)
+            fprintf(stderr, "%s: memory: budget %.0f MiB = %.1f MiB other (estimated; %.1f MiB "
+                    "measured) + arena %.1f MiB; peak RSS %.1f MiB\n", j->cmd,
+                    (double)rs.budget_bytes / (1 << 20), (double)rs.other_bytes / (1 << 20),
+                    (double)cli_other_measured(&rs) / (1 << 20),
+                    (double)rs.arena_bytes / (1 << 20), (double)es_peak_rss_bytes() / (1 << 20));
     }
     json_decref(sum);
     if (stop_signal) {

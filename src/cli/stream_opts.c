@@ -186,25 +186,32 @@ es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m
     return t;
 }
 
+uint64_t cli_other_measured(const es_run_stats *st)
+{
+    return st->peak_rss_bytes > st->arena_bytes ? st->peak_rss_bytes - st->arena_bytes : 0;
+}
+
 void cli_stream_print(FILE *f, const es_run_stats *st, bool json)
 {
     if (json) {
-        fprintf(f, "\"budget_bytes\": %llu, \"streaming\": %s", (unsigned long long)st->budget_bytes,
-                st->streaming ? "true" : "false");
+        fprintf(f, "\"budget_bytes\": %llu, \"streaming\": %s",
+                (unsigned long long)st->budget_bytes, st->streaming ? "true" : "false");
         if (!st->streaming) return;
-        fprintf(f, ", \"other_bytes\": %llu, \"arena_bytes\": %llu, \"min_budget_bytes\": %llu, "
-                   "\"groups\": %d, \"banks\": %d, \"qd\": %d, \"policy\": \"%s\", "
-                   "\"io_backend\": \"%s\", \"direct\": %s, \"bytes_read\": %llu, "
-                   "\"read_seconds\": %.6f, \"read_bytes_per_second\": %.0f, "
-                   "\"wait_seconds\": %.6f, \"bubble_rate\": %.4f, \"groups_read\": %lld, "
-                   "\"groups_skipped\": %lld, \"tuned\": %s, \"predicted_seconds\": %.6f",
-                (unsigned long long)st->other_bytes, (unsigned long long)st->arena_bytes,
-                (unsigned long long)st->min_budget_bytes, st->groups, st->banks, st->queue_depth,
-                st->policy, st->io_backend, st->direct ? "true" : "false",
-                (unsigned long long)st->bytes_read, st->read_seconds, st->read_bytes_per_second,
-                st->wait_seconds, st->bubble_rate, (long long)st->groups_read,
-                (long long)st->groups_skipped, st->tuned ? "true" : "false",
-                st->predicted_seconds);
+        fprintf(f,
+                ", \"other_bytes\": %llu, \"other_measured_bytes\": %llu, "
+                "\"arena_bytes\": %llu, \"min_budget_bytes\": %llu, "
+                "\"groups\": %d, \"banks\": %d, \"qd\": %d, \"policy\": \"%s\", "
+                "\"io_backend\": \"%s\", \"direct\": %s, \"bytes_read\": %llu, "
+                "\"read_seconds\": %.6f, \"read_bytes_per_second\": %.0f, "
+                "\"wait_seconds\": %.6f, \"bubble_rate\": %.4f, \"groups_read\": %lld, "
+                "\"groups_skipped\": %lld, \"tuned\": %s, \"predicted_seconds\": %.6f",
+                (unsigned long long)st->other_bytes, (unsigned long long)cli_other_measured(st),
+                (unsigned long long)st->arena_bytes, (unsigned long long)st->min_budget_bytes,
+                st->groups, st->banks, st->queue_depth, st->policy, st->io_backend,
+                st->direct ? "true" : "false", (unsigned long long)st->bytes_read, st->read_seconds,
+                st->read_bytes_per_second, st->wait_seconds, st->bubble_rate,
+                (long long)st->groups_read, (long long)st->groups_skipped,
+                st->tuned ? "true" : "false", st->predicted_seconds);
         return;
     }
     const double mib = 1 << 20;
@@ -217,6 +224,8 @@ void cli_stream_print(FILE *f, const es_run_stats *st, bool json)
                    "budget %.0f MiB)\n",
                 (double)st->budget_bytes / mib, (double)st->other_bytes / mib,
                 (double)st->arena_bytes / mib, (double)st->min_budget_bytes / mib);
+    fprintf(f, "other:      %.1f MiB estimated, %.1f MiB measured (peak RSS less the arena)\n",
+            (double)st->other_bytes / mib, (double)cli_other_measured(st) / mib);
     fprintf(f, "arena:      %d banks x %d experts (%.1f MiB), %d reads in flight, policy %s\n",
             st->banks, st->groups, (double)st->arena_bytes / mib, st->queue_depth, st->policy);
     if (st->tuned)

@@ -118,8 +118,9 @@ uint64_t es_now_ns(void)
 /* Bytes held by es_alloc_big, as reserved (a huge-page allocation may become resident whole). */
 static _Atomic size_t big_live;
 
-static size_t reserved_bytes(size_t bytes)
+size_t es_big_reserved_bytes(size_t bytes)
 {
+    if (bytes == 0) bytes = 1;
     return bytes < HUGE_BYTES ? es_align_up(bytes, 64) : es_align_up(bytes, HUGE_BYTES);
 }
 
@@ -138,7 +139,7 @@ void *es_alloc_big(size_t bytes)
         madvise(p, len, MADV_HUGEPAGE);
     }
     /* relaxed: a statistic read by the thread that sets a session up, not a synchronisation */
-    atomic_fetch_add_explicit(&big_live, reserved_bytes(bytes), memory_order_relaxed);
+    atomic_fetch_add_explicit(&big_live, es_big_reserved_bytes(bytes), memory_order_relaxed);
     return p;
 }
 
@@ -150,7 +151,7 @@ void es_free_big(void *p, size_t bytes)
         free(p);
     else
         munmap(p, es_align_up(bytes, HUGE_BYTES));
-    atomic_fetch_sub_explicit(&big_live, reserved_bytes(bytes), memory_order_relaxed);
+    atomic_fetch_sub_explicit(&big_live, es_big_reserved_bytes(bytes), memory_order_relaxed);
 }
 
 size_t es_big_bytes_live(void) { return atomic_load_explicit(&big_live, memory_order_relaxed); }

@@ -58,6 +58,8 @@ void es_free_big(void *p, size_t bytes);
 /* Bytes currently held by es_alloc_big in the whole process, as reserved (rounded up to 64 B,
  * or to 2 MiB for huge-page allocations, which may become resident whole). */
 size_t es_big_bytes_live(void);
+/* What es_alloc_big(bytes) reserves: bytes rounded up as above (what a budget must count). */
+size_t es_big_reserved_bytes(size_t bytes);
 
 /* es_peak_rss_bytes() and es_peak_rss_reset() (log.c) are public: include/estream.h. */
 

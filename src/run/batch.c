@@ -78,9 +78,11 @@ int64_t es_batch_head_rows(const es_model *m, int64_t T)
 
 uint64_t es_batch_head_bytes(const es_model *m, int64_t T)
 {
-    /* the chunk of logits, and the row lists (two int32 per row) */
-    return (uint64_t)es_batch_head_rows(m, T) * (uint64_t)m->hp.n_vocab * sizeof(float) +
-           (uint64_t)T * 2 * sizeof(int32_t);
+    /* the chunk of logits as es_alloc_big reserves it (a huge-page allocation becomes resident
+     * whole), and the batch's ids and row lists (three int32 per row) */
+    return es_big_reserved_bytes((size_t)es_batch_head_rows(m, T) * (size_t)m->hp.n_vocab *
+                                 sizeof(float)) +
+           (uint64_t)T * 3 * sizeof(int32_t);
 }
 
 /* One chunk of the head: row i of logits [n][n_vocab] is row `rows[i]` of the batch, of

@@ -50,6 +50,8 @@ es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_session
     ES_TRY(es_check_ids(m, ids, n));
     es_session_params p = params ? *params : es_session_default_params();
     p.max_tokens = (int)n;
+    p.max_logits_rows = all_logits ? (int)n : 1; /* out is all the logits it holds */
+    p.head_outputs = 0;
     es_session *s = NULL;
     ES_TRY(es_session_create(m, &p, &s));
     es_status st = es_session_prefill(s, ids, n, all_logits, out);
@@ -88,6 +90,8 @@ es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, in
     ES_TRY(check_ppl(m, n, n_ctx)); /* before a session is sized for n_ctx */
     es_session_params p = params ? *params : es_session_default_params();
     p.max_tokens = n_ctx;
+    p.max_logits_rows = n_ctx; /* es_session_perplexity holds a chunk's logits */
+    p.head_outputs = 0;
     es_session *s = NULL;
     ES_TRY(es_session_create(m, &p, &s));
     es_status st = es_session_perplexity(s, ids, n, n_ctx, max_chunks, progress, user, out);

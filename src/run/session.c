@@ -16,9 +16,11 @@
 
 #include "core/trace.h"
 #include "core/util.h"
+#include "stream/arena.h"
 #include "stream/budget.h"
 #include "run/batch.h"
 #include "run/forward.h"
+#include "run/head.h"
 #include "quant/kern.h"
 #include "stream/pipeline.h"
 #include "tune/tune.h"
@@ -58,6 +60,7 @@ es_session_params es_session_default_params(void)
         .direct_io = 1,
         .verify_checksums = 1,
         .max_logits_rows = 1,
+        .head_outputs = 1,
         .max_seqs = 64,
     };
 }
@@ -86,6 +89,8 @@ static es_status check_params(const es_model *m, const es_session_params *p)
         return es_fail(ES_E_INVAL, "direct_io must be 0 or 1, not %d", p->direct_io);
     if (p->verify_checksums != 0 && p->verify_checksums != 1)
         return es_fail(ES_E_INVAL, "verify_checksums must be 0 or 1, not %d", p->verify_checksums);
+    if (p->head_outputs != 0 && p->head_outputs != 1)
+        return es_fail(ES_E_INVAL, "head_outputs must be 0 or 1, not %d", p->head_outputs);
     if (p->policy < ES_POLICY_EARLY || p->policy > ES_POLICY_ON_DEMAND)
         return es_fail(ES_E_INVAL, "unknown streaming policy %d", (int)p->policy);
     if (p->reference && streams(p))
@@ -118,12 +123,13 @@ static es_status tuned_plan(es_session *s, uint64_t other, es_budget_plan *plan,
         return ES_OK;
     }
     /* what the profile run measured beyond the estimate, for its prompt length */
-    const uint64_t extra = t->other_bytes > t->other_estimate ? t->other_bytes - t->other_estimate
-                                                             : 0;
+    const uint64_t extra =
+        t->other_bytes > t->other_estimate ? t->other_bytes - t->other_estimate : 0;
     es_tune_choice c;
     const uint64_t t0 = es_now_ns();
-    const es_status st = es_tune_select(t, p->mem_budget_bytes, other + extra,
-                                        p->io_limit_bytes_per_s, p->policy, p->verify_checksums, &c);
+    const es_status st =
+        es_tune_select(t, p->mem_budget_bytes, other + extra + ES_ARENA_SLACK_BYTES,
+                       p->io_limit_bytes_per_s, p->policy, p->verify_checksums, &c);
     plan->min_budget = c.min_budget;
     if (st) return st;
     plan->groups = c.groups;
@@ -147,8 +153,8 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
     const uint64_t fast_bytes = es_big_bytes_live() - big_before;
     const uint64_t other = rss_before + fast_bytes + es_budget_embedding_bytes(m, T) +
                            (uint64_t)rows * (uint64_t)m->hp.n_vocab * sizeof(float) +
-                           es_batch_head_bytes(m, T) + p->reserve_bytes +
-                           ES_BUDGET_MARGIN_BYTES;
+                           (p->head_outputs ? es_batch_head_bytes(m, T) : 0) +
+                           p->reserve_bytes + es_budget_margin_bytes(p->n_threads);
     s->stats.budget_bytes = p->mem_budget_bytes;
     s->stats.other_bytes = other;
     const int force = p->stream || p->groups || p->banks || p->queue_depth;
@@ -328,6 +334,11 @@ es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs)
     const int limit = s->p.max_tokens ? s->p.max_tokens : s->stream ? s->m->hp.n_ctx : 0;
     int64_t T;
     ES_TRY(es_batch_check(s->m, seqs, n_seqs, limit, s->p.max_seqs, &T));
+    for (int i = 0; i < n_seqs && !s->p.head_outputs; i++)
+        for (int64_t r = 0; r < (int64_t)seqs[i].n_ids; r++)
+            if (es_head_row_wanted(&seqs[i], r))
+                return es_fail(ES_E_INVAL, "sequence %d asks for outputs of the head, and the "
+                                           "session was made with head_outputs = 0", i);
     const uint64_t t0 = es_now_ns();
     if (s->fast) es_fast_prof_begin(s->fast);
     const es_batch_cb cb = {s->p.abort_cb, s->p.progress_cb, s->p.cb_user};

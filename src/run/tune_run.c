@@ -204,6 +204,7 @@ static es_status profile_one(const es_model *m, const es_tune_run_params *rp, es
     sp.n_threads = rp->n_threads;
     sp.kernels = rp->kernels;
     sp.max_tokens = (int)rp->n_ids;
+    sp.head_outputs = 0; /* profiles are prefills */
     sp.stream = 1;
     sp.groups = p->G;
     sp.banks = profile_banks(p, t->q0);
@@ -319,6 +320,7 @@ es_status es_tune_explain(const es_model *m, const es_tune *t, const es_tune_cho
     es_session_params sp = es_session_default_params();
     sp.n_threads = n_threads;
     sp.max_tokens = (int)n;
+    sp.head_outputs = 0;
     sp.groups = c->groups;
     sp.banks = c->banks;
     sp.queue_depth = c->qd;

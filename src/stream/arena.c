@@ -8,9 +8,20 @@
 struct es_arena {
     uint8_t *base;
     size_t bank_bytes;
-    size_t bytes;
+    size_t bytes;       /* the banks: n_banks * bank_bytes */
+    size_t alloc_bytes; /* what es_alloc_big was asked for */
     int n_banks;
 };
+
+#define MIN_ALLOC ((size_t)2 << 20) /* es_alloc_big is 4096-aligned only from 2 MiB on */
+
+size_t es_arena_reserved_bytes(int n_banks, size_t bank_bytes)
+{
+    const size_t bb = es_align_up(bank_bytes, ARENA_ALIGN);
+    if (n_banks < 1 || bb < bank_bytes || bb > SIZE_MAX / 2 / (size_t)n_banks) return 0;
+    const size_t bytes = bb * (size_t)n_banks;
+    return es_big_reserved_bytes(bytes < MIN_ALLOC ? MIN_ALLOC : bytes);
+}
 
 es_status es_arena_create(int n_banks, size_t bank_bytes, es_arena **out)
 {
@@ -18,7 +29,7 @@ es_status es_arena_create(int n_banks, size_t bank_bytes, es_arena **out)
     if (n_banks < 1 || bank_bytes == 0)
         return es_fail(ES_E_INVAL, "arena: %d banks of %zu bytes", n_banks, bank_bytes);
     const size_t bb = es_align_up(bank_bytes, ARENA_ALIGN);
-    if (bb < bank_bytes || bb > SIZE_MAX / (size_t)n_banks)
+    if (!es_arena_reserved_bytes(n_banks, bank_bytes))
         return es_fail(ES_E_INVAL, "arena: %d banks of %zu bytes overflow", n_banks, bank_bytes);
     es_arena *a = calloc(1, sizeof(*a));
     if (!a) return es_fail(ES_E_NOMEM, "out of memory for the arena");
@@ -26,7 +37,8 @@ es_status es_arena_create(int n_banks, size_t bank_bytes, es_arena **out)
     a->bank_bytes = bb;
     a->bytes = bb * (size_t)n_banks;
     /* es_alloc_big: 64-byte aligned when small, 2 MiB aligned when big; we need 4096. */
-    a->base = es_alloc_big(a->bytes < ((size_t)2 << 20) ? ((size_t)2 << 20) : a->bytes);
+    a->alloc_bytes = a->bytes < MIN_ALLOC ? MIN_ALLOC : a->bytes;
+    a->base = es_alloc_big(a->alloc_bytes);
     if (!a->base) {
         free(a);
         return es_fail(ES_E_NOMEM, "out of memory for an expert arena of %d banks x %.1f MiB",
@@ -36,7 +48,8 @@ es_status es_arena_create(int n_banks, size_t bank_bytes, es_arena **out)
     /* Pre-fault: one write per page, so reads land in resident memory and the cost is counted
      * before the run (es_alloc_big memory is zeroed already, rewriting a zero keeps it so). */
     volatile uint8_t *p = a->base;
-    for (size_t off = 0; off < a->bytes; off += ARENA_ALIGN) p[off] = 0;
+    for (size_t off = 0; off < a->bytes; off += ARENA_ALIGN)
+        p[off] = 0;
     *out = a;
     return ES_OK;
 }
@@ -44,13 +57,22 @@ es_status es_arena_create(int n_banks, size_t bank_bytes, es_arena **out)
 void es_arena_destroy(es_arena *a)
 {
     if (!a) return;
-    es_free_big(a->base, a->bytes < ((size_t)2 << 20) ? ((size_t)2 << 20) : a->bytes);
+    es_free_big(a->base, a->alloc_bytes);
     free(a);
 }
 
-int es_arena_n_banks(const es_arena *a) { return a->n_banks; }
-size_t es_arena_bank_bytes(const es_arena *a) { return a->bank_bytes; }
-size_t es_arena_bytes(const es_arena *a) { return a->bytes; }
+int es_arena_n_banks(const es_arena *a)
+{
+    return a->n_banks;
+}
+size_t es_arena_bank_bytes(const es_arena *a)
+{
+    return a->bank_bytes;
+}
+size_t es_arena_bytes(const es_arena *a)
+{
+    return es_arena_reserved_bytes(a->n_banks, a->bank_bytes);
+}
 
 uint8_t *es_arena_bank(const es_arena *a, int bank)
 {

@@ -21,7 +21,14 @@ void es_arena_destroy(es_arena *a); /* NULL is a no-op */
 
 int es_arena_n_banks(const es_arena *a);
 size_t es_arena_bank_bytes(const es_arena *a); /* the rounded size */
-size_t es_arena_bytes(const es_arena *a);      /* n_banks * bank_bytes */
+size_t es_arena_bytes(const es_arena *a);      /* what it holds: es_arena_reserved_bytes */
+/* The memory an arena of n_banks x bank_bytes holds: the banks (each rounded up to 4096),
+ * rounded up as es_alloc_big reserves them, at least one 2 MiB page (huge pages become
+ * resident whole). What a budget must count; 0 if the product overflows. */
+size_t es_arena_reserved_bytes(int n_banks, size_t bank_bytes);
+/* The most es_arena_reserved_bytes(B, b) exceeds B x b (b a multiple of 4096) by: the model of
+ * the configurator counts banks in bytes and adds this to M_other. */
+#define ES_ARENA_SLACK_BYTES ((uint64_t)2 << 20)
 uint8_t *es_arena_bank(const es_arena *a, int bank);
 
 #endif

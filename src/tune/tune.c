@@ -4,6 +4,7 @@
 
 #include "core/util.h"
 #include "pack/pack.h"
+#include "stream/arena.h"
 
 #include <errno.h>
 #include <math.h>
@@ -244,10 +245,12 @@ es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, doub
 /* ---- the public view (include/estream.h): estream tune's choices and what a tuning holds ---- */
 
 /* M_other for estream tune's own choices: the larger of the measured and the estimated (the
- * session adds what the profile run measured beyond its estimate instead, tuned_plan()). */
+ * session adds what the profile run measured beyond its estimate instead, tuned_plan()), and
+ * room for the arena's rounding to huge pages (the model counts banks in bytes). */
 static uint64_t choice_other(const es_tune *t)
 {
-    return t->other_bytes > t->other_estimate ? t->other_bytes : t->other_estimate;
+    return (t->other_bytes > t->other_estimate ? t->other_bytes : t->other_estimate) +
+           ES_ARENA_SLACK_BYTES;
 }
 
 es_status es_tune_choose(es_tune *t, uint64_t budget, double io_limit, es_tune_choice *out)

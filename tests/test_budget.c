@@ -1,0 +1,263 @@
+/*
+ * The budget rule against the memory the run then uses: for prefill, score and embed under
+ * forced streaming (the arena's size does not matter here, only what the run needs besides it),
+ * the estimate of M_other that the session reports must be at least what the process measured
+ * (its peak resident memory less the arena: an estimate below it would let a run pass its
+ * budget) and at most 15 % or 8 MiB above it (a larger one refuses budgets that would work: the
+ * README's demo was refused under 100M for a run that used 79 MiB). Several presets (a large
+ * vocabulary, dense leading layers, shared experts), 1 and 2 threads, and on 2 threads three L2
+ * sizes (ESTREAM_L2_KIB: the per-thread scratch and tiles are sized from it).
+ *
+ * Under a sanitizer the process's memory is the sanitizer's (shadow memory, quarantine): the
+ * runs still happen and report an estimate, but the comparison is made only in the plain build.
+ */
+#include "t.h"
+
+#include "estream.h"
+#include "core/util.h"
+#include "run/batch.h"
+#include "stream/arena.h"
+#include "stream/budget.h"
+
+#include <sys/stat.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
+#define MIB (1024.0 * 1024.0)
+#define SMALL ((size_t)64 << 10) /* small allocations beside the one measured (the struct) */
+
+typedef struct model_case {
+    const char *preset;
+    const char *path; /* the pack, made once per run of this program */
+    int bytes;        /* prompt length in bytes of WikiText-2, within the preset's context */
+} model_case;
+
+static model_case models[] = {
+    {"mini", NULL, 3000},                /* the demo's model and prompt (olmoe): 1,806 tokens */
+    {"tiny-qwen3moe-vocab", NULL, 5000}, /* 151,936 tokens, tied output: 3,093 tokens */
+    {"tiny-deepseek", NULL, 650},        /* a dense first layer, shared experts: ~470 tokens */
+};
+
+static char *dir;
+
+/* The unsigned integer after "key": in a JSON text (0 when absent). */
+static uint64_t json_u64(const char *text, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    const char *p = strstr(text, pat);
+    if (!p) return 0;
+    return strtoull(p + strlen(pat), NULL, 10);
+}
+
+/* The first n bytes of WikiText-2's test text (a prompt with a real vocabulary's spread of
+ * tokens: the embedding rows it touches are part of the estimate), cut at a space. */
+static const char *prompt_file(int n)
+{
+    char src[600];
+    snprintf(src, sizeof(src), "%s/text/wikitext-2-test.txt", t_data_dir());
+    size_t len = 0;
+    char *text = t_read_file(src, &len);
+    if (!text) fail_msg("cannot read %s (set ESTREAM_DATA)", src);
+    size_t k = (size_t)n < len ? (size_t)n : len;
+    while (k > 0 && text[k - 1] != ' ')
+        k--;
+    const char *path = t_tmp_path("prompt.txt");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, k, f), k);
+    assert_int_equal(fclose(f), 0);
+    free(text);
+    return path;
+}
+
+/* Records for score and embed: texts of different lengths and a multiple-choice record. */
+static const char *records_file(void)
+{
+    const char *path = t_tmp_path("records.jsonl");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 24; i++) {
+        fputs("{\"text\": \"", f);
+        for (int w = 0; w < 8 + 2 * i; w++) /* within tiny-deepseek's 512 tokens */
+            fputs(w ? " stones by the mill" : "Stones", f);
+        fputs("\"}\n", f);
+    }
+    assert_int_equal(fclose(f), 0);
+    return path;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    dir = t_mkdtemp("budget");
+    if (!dir) return -1;
+    for (size_t i = 0; i < T_LEN(models); i++) {
+        char gguf[600], pack[600], cmd[2048], err[4096];
+        snprintf(gguf, sizeof(gguf), "%s/%s.gguf", dir, models[i].preset);
+        snprintf(pack, sizeof(pack), "%s/%s.pack", dir, models[i].preset);
+        snprintf(cmd, sizeof(cmd),
+                 "%s synth --preset %s --type q4_0 --seed 1 -o %s && %s pack %s -o %s", t_bin(),
+                 models[i].preset, gguf, t_bin(), gguf, pack);
+        if (t_run_cmd(cmd, NULL, 0, err, sizeof(err)) != 0) {
+            fprintf(stderr, "%s: %s\n", cmd, err);
+            return -1;
+        }
+        models[i].path = strdup(pack);
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < T_LEN(models); i++)
+        free((void *)models[i].path);
+    if (dir) t_rm_rf(dir);
+    free(dir);
+    return 0;
+}
+
+/* The estimate and the measured memory besides the arena of one run's JSON, compared. */
+static void check(const char *what, const char *json)
+{
+    const uint64_t est = json_u64(json, "other_bytes");
+    const uint64_t meas = json_u64(json, "other_measured_bytes");
+    if (!est || !meas) fail_msg("%s: no other_bytes / other_measured_bytes in '%s'", what, json);
+    const double slack = meas * 0.15 > 8 * MIB ? meas * 0.15 : 8 * MIB;
+    printf("%-60s estimated %6.1f MiB, measured %6.1f MiB (%+5.1f MiB)\n", what, est / MIB,
+           meas / MIB, ((double)est - (double)meas) / MIB);
+    if (SANITIZED) return; /* the sanitizer's memory, not the run's */
+    if (est < meas)
+        fail_msg("%s: estimate %.1f MiB below the measured %.1f MiB", what, est / MIB, meas / MIB);
+    if ((double)est > (double)meas + slack)
+        fail_msg("%s: estimate %.1f MiB more than %.1f MiB above the measured %.1f MiB", what,
+                 est / MIB, slack / MIB, meas / MIB);
+}
+
+static void run_json(const char *env, const char *args, char *out, size_t cap)
+{
+    char cmd[4096], err[4096];
+    snprintf(cmd, sizeof(cmd), "%s %s %s", env, t_bin(), args);
+    const int rc = t_run_cmd(cmd, out, cap, err, sizeof(err));
+    if (rc != 0) fail_msg("'%s': exit %d: %s", cmd, rc, err);
+}
+
+static void test_prefill_estimate(void **state)
+{
+    (void)state;
+    static const char *l2s[] = {"", "ESTREAM_L2_KIB=256", "ESTREAM_L2_KIB=2048"};
+    for (size_t i = 0; i < T_LEN(models); i++) {
+        char prompt[600]; /* t_tmp_path's buffers rotate */
+        snprintf(prompt, sizeof(prompt), "%s", prompt_file(models[i].bytes));
+        for (int th = 1; th <= 2; th++)
+            for (size_t c = 0; c < (th == 2 ? T_LEN(l2s) : 1); c++) {
+                char args[2048], out[8192], what[256];
+                snprintf(args, sizeof(args),
+                         "prefill -m %s -f %s -t %d --groups 1 --banks 2 --json", models[i].path,
+                         prompt, th);
+                run_json(l2s[c], args, out, sizeof(out));
+                snprintf(what, sizeof(what), "prefill %s, %d thread%s %s", models[i].preset, th,
+                         th > 1 ? "s" : "", l2s[c]);
+                check(what, out);
+            }
+    }
+}
+
+/* score keeps a head chunk, embed none; both under their own estimate. */
+static void test_jobs_estimate(void **state)
+{
+    (void)state;
+    char recs[600];
+    snprintf(recs, sizeof(recs), "%s", records_file());
+    static const char *cmds[] = {"score", "embed"};
+    for (size_t i = 0; i < T_LEN(models); i++)
+        for (size_t c = 0; c < T_LEN(cmds); c++)
+            for (int th = 1; th <= 2; th++) {
+                char args[2048], out[8192], what[256], o[600];
+                snprintf(o, sizeof(o), "%s", t_tmp_path("out.jsonl")); /* its buffer rotates */
+                unlink(o);
+                snprintf(args, sizeof(args),
+                         "%s -m %s -f %s -o %s -t %d --groups 1 --banks 2 --json", cmds[c],
+                         models[i].path, recs, o, th);
+                run_json("", args, out, sizeof(out));
+                snprintf(what, sizeof(what), "%s %s, %d thread%s", cmds[c], models[i].preset, th,
+                         th > 1 ? "s" : "");
+                check(what, out);
+                char meta[700];
+                snprintf(meta, sizeof(meta), "%s.meta", o);
+                unlink(o);
+                unlink(meta);
+            }
+}
+
+/* The process's anonymous resident memory (RssAnon): code pages faulted in by a first call
+ * do not count. */
+static uint64_t rss_anon(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    assert_non_null(f);
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "RssAnon: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib << 10;
+}
+
+/* What an allocation made resident: RssAnon before and after touching every page of it. */
+static uint64_t rss_growth_of(void *p, size_t bytes, uint64_t before)
+{
+    volatile uint8_t *b = p;
+    for (size_t off = 0; off < bytes; off += 4096)
+        b[off] = 1;
+    const uint64_t after = rss_anon();
+    return after > before ? after - before : 0;
+}
+
+/* The sizes the budget counts cover what the allocations make resident: a small arena and a
+ * head chunk just over a huge page become resident in whole 2 MiB pages where transparent huge
+ * pages are on (madvise mode), and the budget must count those pages, not the bytes asked for. */
+static void test_reservations_cover_rss(void **state)
+{
+    (void)state;
+    es_arena *a;
+    uint64_t before = rss_anon();
+    assert_int_equal(es_arena_create(2, 8192, &a), ES_OK);
+    const uint64_t grown = rss_growth_of(es_arena_bank(a, 0), 2 * 8192, before);
+    printf("arena of 2 x 8 KiB: counted %zu bytes, resident %llu\n", es_arena_bytes(a),
+           (unsigned long long)grown);
+    assert_true(es_arena_bytes(a) + SMALL >= grown);
+    assert_true(es_arena_bytes(a) >= 2 * 8192);
+    es_arena_destroy(a);
+
+    es_model *m;
+    char path[700];
+    snprintf(path, sizeof(path), "%s/tiny-deepseek.gguf", dir);
+    assert_int_equal(es_model_open(path, 0, &m), ES_OK);
+    const int64_t T = 2048; /* 2,048 rows of 320 logits: 2.5 MiB */
+    const size_t chunk = (size_t)es_batch_head_rows(m, T) * (size_t)es_model_n_vocab(m) * 4;
+    before = rss_anon();
+    void *p = es_alloc_big(chunk);
+    assert_non_null(p);
+    const uint64_t g2 = rss_growth_of(p, chunk, before);
+    printf("head chunk of %zu bytes: counted %llu, resident %llu\n", chunk,
+           (unsigned long long)es_batch_head_bytes(m, T), (unsigned long long)g2);
+    assert_true(es_batch_head_bytes(m, T) + SMALL >= g2);
+    es_free_big(p, chunk);
+    es_model_close(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reservations_cover_rss),
+        cmocka_unit_test(test_prefill_estimate),
+        cmocka_unit_test(test_jobs_estimate),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
