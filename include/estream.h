@@ -22,7 +22,7 @@ extern "C" {
  * soname (libestream.so.MAJOR); additions bump MINOR. es_version() is the version the library
  * running was built as ("1.1.0"), which may differ from the header a caller was compiled with. */
 #define ES_VERSION_MAJOR 1
-#define ES_VERSION_MINOR 1
+#define ES_VERSION_MINOR 2
 #define ES_VERSION_PATCH 0
 
 /* What the shared library exports: only the functions declared with ES_API (the objects are
@@ -44,6 +44,7 @@ typedef enum es_status {
     ES_E_FORMAT = -5,      /* not a valid GGUF file, or a corrupt one                    */
     ES_E_UNSUPPORTED = -6, /* valid input, but a feature estream does not have           */
     ES_E_CANCELLED = -7,   /* the abort callback asked to stop; the session stays usable  */
+    ES_E_SHORT_BUFFER = -8, /* the caller's buffer is too small: the size needed is returned */
 } es_status;
 
 /* Short English name of a status ("format error"). Never NULL. */
@@ -83,7 +84,8 @@ ES_API int es_model_n_ctx(const es_model *m);
 /* Tokenizes text[0..len) into ids. add_special: add BOS/EOS as the model's tokenizer asks
  * (tokenizer.ggml.add_bos_token), as llama.cpp does. parse_special: recognise special-token
  * text such as "<|endoftext|>". On success *n_out is the number of ids; if it exceeds cap,
- * only cap ids are written and ES_E_INVAL is returned with *n_out set to the number needed. */
+ * only cap ids are written and ES_E_SHORT_BUFFER is returned with *n_out set to the number
+ * needed. */
 ES_API es_status es_tokenize(const es_model *m, const char *text, size_t len, int add_special,
                       int parse_special, int32_t *ids, size_t cap, size_t *n_out);
 /* Whether the tokenizer adds a BOS token at the start of a sequence; the BOS and EOS tokens
@@ -301,6 +303,150 @@ ES_API es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs);
 
 /* Width of the embeddings (n_embd). */
 ES_API int es_model_n_embd(const es_model *m);
+
+/* ---- records, batches and a session sized for a job -------------------------------------------
+ * The job layer that estream score and estream embed, estream serve and the Python package share:
+ * what a record means (its sequences and the numbers derived from their outputs), how records
+ * form batches, and how a session is sized for a job under a memory budget. JSON stays with the
+ * clients: a record is given here as plain data.
+ *
+ * Tokenization rules (one place for every client):
+ * - ES_RECORD_TEXT, the context of PAIR/CHOICES, the text of LABELS: plain text (no BOS or EOS
+ *   from the tokenizer, special-token text such as "<|endoftext|>" not parsed), with BOS put
+ *   first when the model adds one (es_model_add_bos).
+ * - A context/continuation pair is split as lm-evaluation-harness's _encode_pair: trailing ASCII
+ *   whitespace of the context moves to the continuation; whole = tok(context + continuation),
+ *   the continuation is whole past len(tok(context)); an empty context is the prefix token alone
+ *   (BOS, or EOS for a model without BOS).
+ * - ES_RECORD_EMBED text: as llama-embedding tokenizes (BOS/EOS as the tokenizer asks,
+ *   special-token text recognised). ids (IDS, EMBED) are used as given. */
+typedef enum es_record_kind {
+    ES_RECORD_TEXT = 0,    /* per-token log-probs of a text, scored from its second token */
+    ES_RECORD_IDS = 1,     /* the same of ids as given */
+    ES_RECORD_PAIR = 2,    /* log P(continuation | context), and whether it is all greedy */
+    ES_RECORD_CHOICES = 3, /* a context and choices, each a pair; the choice of each rule */
+    ES_RECORD_LABELS = 4,  /* which label continues a text: log-probs renormalised over them */
+    ES_RECORD_EMBED = 5,   /* a pooled embedding of a text or of ids */
+} es_record_kind;
+ES_API const char *es_record_kind_name(es_record_kind k); /* "text", "ids", ...; NULL if none */
+
+/* A string of len UTF-8 bytes (not NUL-terminated; ptr may be NULL when len is 0). */
+typedef struct es_str {
+    const char *ptr;
+    size_t len;
+} es_str;
+
+/* What a record asks. Zero-initialise, set kind and the fields it uses. */
+typedef struct es_record_spec {
+    es_record_kind kind;
+    es_str text;            /* TEXT, LABELS; EMBED when ids is NULL */
+    es_str context;         /* PAIR, CHOICES */
+    es_str continuation;    /* PAIR */
+    const es_str *items;    /* CHOICES: the choices; LABELS: the labels ([n_items]) */
+    int n_items;            /* 1..ES_MAX_BATCH_SEQS */
+    int gold;               /* CHOICES: the right choice's index, or -1 for none */
+    const int32_t *ids;     /* IDS, and EMBED instead of text ([n_ids]) */
+    size_t n_ids;
+    int top;                /* TEXT, IDS: alternatives per scored position, 0..ES_MAX_TOP */
+    int next_top;           /* TEXT, IDS: the best next tokens after the last, 0..ES_MAX_TOP */
+    es_pooling pooling;     /* EMBED */
+    int normalize;          /* EMBED: 1 L2-normalised */
+} es_record_spec;
+
+/* A record made from a spec: its sequences with their output arrays, owned by it. */
+typedef struct es_record es_record;
+
+/* Makes the record of spec for model m (the strings and ids are copied or tokenized: spec's
+ * memory may go at once). Errors: ES_E_INVAL for a record that cannot run (the message says
+ * why, in the words of estream score's record errors: "the text has 5000 tokens, more than the
+ * model's context of 4096", "choice 2: the continuation has no tokens", ...), ES_E_NOMEM. */
+ES_API es_status es_record_create(const es_model *m, const es_record_spec *spec, es_record **out);
+ES_API void es_record_destroy(es_record *r); /* NULL is a no-op */
+/* Its sequences (1..ES_MAX_BATCH_SEQS) and their tokens: a batch holds a record whole. */
+ES_API int es_record_n_seqs(const es_record *r);
+ES_API int64_t es_record_n_tokens(const es_record *r);
+/* Its sequences themselves, read-only (ids, score_from, the outputs asked and, once it has run,
+ * their values): valid until es_record_destroy(). es_record_result_get is the usual way in. */
+ES_API const es_seq *es_record_seqs(const es_record *r);
+
+/* Runs records[0..n) as one batch of s (es_session_run on their sequences together: they must
+ * fit its max_tokens and max_seqs). The outputs of each record do not depend on the others. On
+ * an error no record has run. */
+ES_API es_status es_session_run_records(es_session *s, es_record *const *records, int n);
+
+#define ES_RECORD_RULES 3 /* CHOICES: by log-prob, by log-prob per token, per byte */
+
+/* A record's results once it has run. Pointers are borrowed from the record: valid until
+ * es_record_destroy(). Sums are in double over the float32 log-probs, in order; argmax rules
+ * take the first maximum (ties go to the lowest index). */
+typedef struct es_record_result {
+    es_record_kind kind;
+    /* TEXT, IDS: every position's score (position 0 has none: NaN and rank 0) */
+    const int32_t *ids;          /* [n_ids] the tokens scored (BOS first for a text) */
+    size_t n_ids;
+    const float *logprobs;       /* [n_ids] log P(ids[i] | ids[<i]) */
+    const int32_t *ranks;        /* [n_ids] 1 + tokens ranked before ids[i] (1: greedy) */
+    int top;                     /* alternatives per position */
+    const int32_t *top_ids;      /* [n_ids][top], best first (row 0 untouched) */
+    const float *top_logprobs;   /* [n_ids][top] */
+    int next_top;
+    const int32_t *next_ids;     /* [next_top] the best next tokens after the last */
+    const float *next_logprobs;  /* [next_top] */
+    /* TEXT, IDS: the sum of logprobs[1..]; PAIR: the continuation's */
+    double sum;
+    int greedy;                  /* PAIR: every continuation token greedy */
+    int64_t n_tokens;            /* PAIR: the continuation's tokens; EMBED: the sequence's */
+    /* CHOICES, LABELS */
+    int n_items;
+    const double *item_logprobs; /* [n_items] CHOICES: each continuation's sum; LABELS: each
+                                  * label's log-prob (one-token labels: the next token's) */
+    const int64_t *item_tokens;  /* CHOICES: [n_items] each continuation's tokens */
+    const int64_t *item_bytes;   /* CHOICES: [n_items] each choice's UTF-8 bytes */
+    int chosen[ES_RECORD_RULES]; /* CHOICES: argmax of logprob, logprob/tokens, logprob/bytes
+                                  * (a choice of 0 bytes: logprob) */
+    int gold;                    /* CHOICES: as given (-1: none) */
+    const double *probs;         /* LABELS: [n_items] item_logprobs renormalised (softmax) */
+    int label;                   /* LABELS: argmax of item_logprobs */
+    /* EMBED */
+    const float *embedding;      /* [n_embd], or [n_tokens][n_embd] with ES_POOLING_NONE */
+    int n_embd;
+} es_record_result;
+/* Fills *out from r. ES_E_INVAL when r has not run (es_session_run_records). */
+ES_API es_status es_record_result_get(const es_record *r, es_record_result *out);
+
+/* The next batch from units waiting in order: n_tokens[i] and n_seqs[i] of units 0..n_units-1.
+ * The first unit is always taken (so nothing waits forever, and a unit larger than the budget
+ * runs alone); after it each unit that still fits the tokens and sequences left is taken in
+ * order, and a unit too large for the room left stays, shorter ones behind it filling the batch
+ * (under a budget a fuller batch reads each expert for more tokens). Writes the indexes taken
+ * to pick[] in increasing order and returns their count (0 when n_units is 0). */
+ES_API int es_batch_pick(const int64_t *n_tokens, const int *n_seqs, int n_units,
+                         int64_t batch_tokens, int max_seqs, int *pick);
+
+/* A job's shape, for sizing its session. */
+typedef struct es_job_shape {
+    int64_t longest;      /* tokens of its longest unit (0: the model's context) */
+    int most_seqs;        /* most sequences of one unit (0: 1) */
+    int64_t total_tokens; /* all its tokens (0: not known, a service) */
+    int batch_tokens;     /* a batch budget to use (0: chosen) */
+    int head_outputs;     /* 1: the units ask for log-probs or labels; 0: embeddings only */
+} es_job_shape;
+/* What the sizing chose. */
+typedef struct es_job_size {
+    int batch_tokens;     /* tokens per batch (a longer unit runs alone) */
+    int max_seqs;         /* sequences per batch */
+    int max_tokens;       /* the session's capacity: the larger of batch_tokens and longest */
+} es_job_size;
+/* Creates a session for a job from p (threads, budget, streaming, callbacks; its max_tokens,
+ * max_seqs and head_outputs are chosen here). The batch budget is job->batch_tokens when given;
+ * otherwise 2048 without a memory budget, and under one the largest of 4096, 2048, 1024, 512,
+ * then halving down to the longest unit, whose session fits; never more than the job's total
+ * tokens. Sequences per batch: one per 32 tokens of the budget, at least 64 from 512 tokens on
+ * (each costs attention a padded block of values), and at least most_seqs. A budget that not
+ * even one unit alone fits is ES_E_BUDGET with the smallest budget that works. */
+ES_API es_status es_session_create_for_job(const es_model *m, const es_session_params *p,
+                                           const es_job_shape *job, es_session **out,
+                                           es_job_size *size);
 
 /* Runs the prefill over ids[0..n) on a session made from p (NULL: the defaults) for this one
  * call, with max_tokens n (use a session to run several prompts without rebuilding the pool

@@ -195,6 +195,53 @@ static void test_jobs_estimate(void **state)
             }
 }
 
+/* The smallest budget a refusal names runs (streaming, with the one-record batch the sizing
+ * steps down to) and gives the resident run's records; 3 MiB less is refused again (the named
+ * budget has 1 MiB for M_other's moves between runs, ES_BUDGET_RERUN_BYTES, and is rounded up
+ * to a MiB). */
+static void test_smallest_budget_runs(void **state)
+{
+    (void)state;
+    char recs[600], want_path[700], got_path[700], args[2048], out[8192], err[4096];
+    snprintf(recs, sizeof(recs), "%s", records_file());
+    snprintf(want_path, sizeof(want_path), "%s/resident.jsonl", dir);
+    snprintf(got_path, sizeof(got_path), "%s/smallest.jsonl", dir);
+    const char *pack = models[0].path; /* mini: 432 KiB experts, 54 MiB of them */
+    snprintf(args, sizeof(args), "%s score -m %s -f %s -o %s", t_bin(), pack, recs, want_path);
+    if (t_run_cmd(args, out, sizeof(out), err, sizeof(err)) != 0) fail_msg("%s: %s", args, err);
+    snprintf(args, sizeof(args), "%s score -m %s -f %s --mem 1M", t_bin(), pack, recs);
+    assert_int_not_equal(t_run_cmd(args, out, sizeof(out), err, sizeof(err)), 0);
+    const char *at = strstr(err, "the smallest budget that works is ");
+    if (!at) fail_msg("'%s': %s", args, err);
+    const int mib = atoi(at + strlen("the smallest budget that works is "));
+    assert_true(mib > 0);
+    snprintf(args, sizeof(args), "%s score -m %s -f %s -o %s --mem %dM --json", t_bin(), pack,
+             recs, got_path, mib);
+    if (t_run_cmd(args, out, sizeof(out), err, sizeof(err)) != 0)
+        fail_msg("'%s' (the budget the refusal named): %s", args, err);
+    printf("smallest budget %d MiB: %s", mib, out);
+    assert_true(json_u64(out, "arena_bytes") > 0); /* it streamed */
+    assert_true(SANITIZED || json_u64(out, "peak_rss_bytes") <= (uint64_t)mib << 20);
+    size_t la = 0, lb = 0;
+    char *a = t_read_file(want_path, &la), *b = t_read_file(got_path, &lb);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(la == lb && memcmp(a, b, la) == 0);
+    /* the smallest batch that works: the longest record alone (its ids, BOS included) */
+    uint64_t longest = 0;
+    for (const char *p = strstr(a, "\"ids\":["); p; p = strstr(p + 1, "\"ids\":[")) {
+        uint64_t n = 1;
+        for (const char *q = p + 7; *q && *q != ']'; q++) n += *q == ',';
+        longest = n > longest ? n : longest;
+    }
+    assert_int_equal(json_u64(out, "batch_tokens"), longest);
+    free(a);
+    free(b);
+    snprintf(args, sizeof(args), "%s score -m %s -f %s --mem %dM", t_bin(), pack, recs, mib - 3);
+    assert_int_not_equal(t_run_cmd(args, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "the smallest budget that works is"));
+}
+
 /* The process's anonymous resident memory (RssAnon): code pages faulted in by a first call
  * do not count. */
 static uint64_t rss_anon(void)
@@ -257,6 +304,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reservations_cover_rss),
         cmocka_unit_test(test_prefill_estimate),
+        cmocka_unit_test(test_smallest_budget_runs),
         cmocka_unit_test(test_jobs_estimate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

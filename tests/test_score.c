@@ -10,7 +10,9 @@
  *   stops after a batch with exit 143;
  * - bad records: the documented message with the line number, or error records with skip;
  * - shards in both modes merge to the unsharded output;
- * - embed: JSONL equals .npy, and mean/last pooling equals llama-embedding's on six models.
+ * - embed: JSONL equals .npy, and mean/last pooling equals llama-embedding's on six models;
+ * - the input is streamed: an endless line (/dev/zero) stops with its line number in bounded
+ *   memory; a full disk (a file size limit) leaves only complete records, and the job resumes.
  * Outputs are parsed with jansson (as the CLI writes them).
  */
 #include "t.h"
@@ -18,6 +20,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #define DATA "tests/data/"
@@ -995,6 +998,125 @@ static void test_help(void **state)
         if (!strstr(out, embed_words[i])) fail_msg("embed --help lacks %s", embed_words[i]);
 }
 
+/* Runs argv with stdin from in (NULL: /dev/null), stdout and stderr to files, an optional file
+ * size limit (bytes, 0: none; SIGXFSZ ignored so a write past it fails with EFBIG, as on a full
+ * disk); returns the exit status, the child's peak RSS (KiB) and its stderr. */
+static int run_rusage(char *const argv[], const char *in, uint64_t fsize, long *maxrss_kib,
+                      char *err, size_t ecap)
+{
+    const char *errf = t_tmp_path("rusage-err.txt");
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        const int i = open(in ? in : "/dev/null", O_RDONLY), e = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int o = open("/dev/null", O_WRONLY);
+        if (i < 0 || e < 0 || o < 0) _exit(126);
+        dup2(i, 0);
+        dup2(o, 1);
+        dup2(e, 2);
+        if (fsize) {
+            signal(SIGXFSZ, SIG_IGN);
+            const struct rlimit rl = {fsize, fsize};
+            setrlimit(RLIMIT_FSIZE, &rl);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &st, 0, &ru), pid);
+    *maxrss_kib = ru.ru_maxrss;
+    size_t n = 0;
+    char *e = t_read_file(errf, &n);
+    snprintf(err, ecap, "%s", e ? e : "");
+    free(e);
+    unlink(errf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* An endless input (/dev/zero: one line that never ends) stops at the line bound with its line
+ * number, in bounded memory, before the model is even used; so does a long line given on stdin
+ * or after good lines; --max-line-bytes moves the bound. */
+static void test_endless_input(void **state)
+{
+    (void)state;
+    char err[4096];
+    long kib = 0;
+    char *zero[] = {(char *)t_bin(), "score", "-m", DATA "tiny-q4_0.gguf", "-f", "/dev/zero", NULL};
+    const int rc = run_rusage(zero, NULL, 0, &kib, err, sizeof(err));
+    printf("score -f /dev/zero: exit %d, peak RSS %ld KiB: %s", rc, kib, err);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err, "/dev/zero:1: the line is longer than 16777216 bytes"));
+    const char *nl = strchr(err, '\n');
+    assert_true(nl && nl[1] == 0); /* one line */
+    assert_true(kib < 64 * 1024);
+    /* line 3 of stdin, bound 100 bytes */
+    const char *in = t_tmp_path("long-line.jsonl");
+    buf b = {0};
+    add(&b, "{\"text\": \"a\"}\n\n{\"text\": \"");
+    for (int i = 0; i < 200; i++) add(&b, "x");
+    add(&b, "\"}\n");
+    write_text(in, b.s);
+    free(b.s);
+    char *dash[] = {(char *)t_bin(), "score", "-m", DATA "tiny-q4_0.gguf", "-f", "-",
+                    "--max-line-bytes", "100", NULL};
+    assert_int_equal(run_rusage(dash, in, 0, &kib, err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "stdin:3: the line is longer than 100 bytes (--max-line-bytes)"));
+    char *ok[] = {(char *)t_bin(), "score", "-m", DATA "tiny-q4_0.gguf", "-f", "-",
+                  "--max-line-bytes", "1K", NULL};
+    assert_int_equal(run_rusage(ok, in, 0, &kib, err, sizeof(err)), 0);
+    est(1, "score -m " DATA "tiny-q4_0.gguf -f - --max-line-bytes 10 </dev/null", err,
+        sizeof(err));
+    assert_non_null(strstr(err, "--max-line-bytes: expected 64 to 4G bytes"));
+    unlink(in);
+}
+
+/* A write that fails (a file size limit, as a full disk) stops the job with the error and
+ * leaves only complete records; run again, the job resumes and ends equal to a clean run. */
+static void test_full_disk(void **state)
+{
+    (void)state;
+    const char *in = t_tmp_path("disk.jsonl"), *want = t_tmp_path("disk-want.jsonl");
+    const char *out = t_tmp_path("disk-out.jsonl");
+    char meta[600], args[4096], err[4096];
+    snprintf(meta, sizeof(meta), "%s.meta", out);
+    mixed_input(in, 60);
+    snprintf(args, sizeof(args), "score -m " DATA "tiny-q4_0.gguf -f %s -o %s --batch-tokens 64",
+             in, want);
+    est(0, args, NULL, 0);
+    size_t full = 0;
+    char *w = t_read_file(want, &full);
+    assert_non_null(w);
+    free(w);
+    unlink(out);
+    unlink(meta);
+    char *argv[] = {(char *)t_bin(), "score", "-m", DATA "tiny-q4_0.gguf", "-f", (char *)in,
+                    "-o", (char *)out, "--batch-tokens", "64", NULL};
+    long kib;
+    /* the limit falls inside a batch of several records */
+    const int rc = run_rusage(argv, NULL, full / 2 + 7, &kib, err, sizeof(err));
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(err, "cannot write"));
+    assert_non_null(strstr(err, "File too large"));
+    size_t len = 0;
+    char *t = t_read_file(out, &len);
+    assert_non_null(t);
+    assert_true(len > 0 && len < full && t[len - 1] == '\n'); /* complete records only */
+    json_t *recs = load_jsonl(out); /* fails on a torn line */
+    assert_true(json_array_size(recs) > 0);
+    json_decref(recs);
+    free(t);
+    snprintf(args, sizeof(args), "score -m " DATA "tiny-q4_0.gguf -f %s -o %s --batch-tokens 64",
+             in, out);
+    est(0, args, err, sizeof(err));
+    assert_null(strstr(err, "removed")); /* nothing torn to trim */
+    assert_true(files_equal(out, want));
+    unlink(in);
+    unlink(want);
+    unlink(out);
+    unlink(meta);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1007,6 +1129,8 @@ int main(void)
         cmocka_unit_test(test_bad_records),
         cmocka_unit_test(test_shards),
         cmocka_unit_test(test_embed_vs_llama),
+        cmocka_unit_test(test_endless_input),
+        cmocka_unit_test(test_full_disk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,7 +27,7 @@ from ._capi import (
     ES_E_NOMEM as E_NOMEM,
     ES_E_UNSUPPORTED as E_UNSUPPORTED,
 )
-from ._records import RecordError
+from ._job import RecordError
 from .errors import Cancelled, Error
 from .model import Model
 from .results import Choice, Classification, Perplexity, TextScore

@@ -92,7 +92,7 @@ class Model:
             n = ctypes.c_size_t()
             st = self._lib.es_tokenize(self.handle, data, len(data), int(add_special),
                                        int(parse_special), ids.ctypes.data, cap, ctypes.byref(n))
-            if st == _capi.ES_E_INVAL and n.value > cap:
+            if st == _capi.ES_E_SHORT_BUFFER:
                 cap = n.value  # the buffer was too small: the size needed is in n
                 continue
             check(st)

@@ -1,18 +1,19 @@
-"""estream.Session: runs scoring, embeddings and perplexity on a model through es_session_run,
-forming the batches as ``estream score`` and ``estream embed`` do.
+"""estream.Session: runs scoring, embeddings and perplexity on a model through the library's job
+layer, as ``estream score`` and ``estream embed`` do.
 
 DESIGN
-- Batches (src/cli/jsonl.c): records in the caller's order, a record never split, together at
-  most batch_tokens tokens (default 2048; with a memory budget the largest of 4096, 2048, 1024,
-  512 whose session fits) and max_seqs sequences (one per 32 tokens of the budget, at least 64,
-  and at least the largest record's); a record longer than the budget runs alone. The outputs
-  do not depend on the batches (es_session_run's batch invariance), so they equal the CLI's
-  for any batching; forming the same batches keeps the throughput comparable too.
-- The es_session is sized as the CLI sizes its one: max_tokens the larger of batch_tokens and
-  the longest record, max_seqs as above. A call that needs more (a longer record, a record with
-  more sequences, a perplexity context, which under a budget also counts its ctx rows of
-  logits) makes a larger es_session in place of the old one (destroyed first, so a budget is
-  never held twice); sizes only grow.
+- Records, batches and sizing are the library's (include/estream.h "records, batches and a
+  session sized for a job"; _job.py binds them): es_record_create makes each record (what it
+  means, its tokenization and its numbers are the C code the CLI and the server run),
+  es_batch_pick forms the batches from the pending records in the caller's order, and
+  es_session_create_for_job sizes the es_session: the given batch_tokens, or under a memory
+  budget the largest batch that fits, stepping down to the smallest that works. The outputs do
+  not depend on the batches (es_session_run's batch invariance), so they equal the CLI's for any
+  batching.
+- The es_session is made when the Session is (so an impossible budget fails at once) and made
+  again, larger, when a call needs more (a longer record, a record with more sequences, a
+  perplexity context, which under a budget also counts its ctx rows of logits); the old one is
+  destroyed first, so a budget is never held twice; sizes only grow.
 - Ctrl-C: a call made from the main thread installs, for its duration, a SIGINT handler that
   only sets a flag; the abort callback (es_session_params.abort_cb, called before each layer
   and each chunk of the head, on the calling thread) returns 1 once it is set, es_session_run
@@ -37,14 +38,12 @@ from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _capi
-from ._records import Builder, Record, TextLike, TextOrIds
+from . import _capi, _job
+from ._job import Job, RecordError, TextLike, TextOrIds
 from .errors import Cancelled, Error, check
 from .model import Model, PathLike
 from .results import Choice, Classification, Perplexity, TextScore
 
-DEFAULT_BATCH_TOKENS = 2048
-BUDGET_BATCH_TOKENS = (4096, 2048, 1024, 512)  # tried in turn under a memory budget
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KiB": 1024, "k": 1024, "M": 1024**2, "MiB": 1024**2,
           "G": 1024**3, "GiB": 1024**3, "T": 1024**4, "TiB": 1024**4}
@@ -78,14 +77,6 @@ def parse_size(v: Union[str, int], model_path: Optional[str] = None) -> int:
     if size < 1 or size > 1e18:
         raise ValueError(f"mem: {v!r} is out of range")
     return int(size)  # truncated, as the CLI's (uint64_t) cast
-
-
-def seqs_for(batch_tokens: int, most_seqs: int = 1) -> int:
-    """Sequences per batch for a token budget (jsonl.c seqs_for): one per 32 tokens, at least
-    64, at most ES_MAX_BATCH_SEQS, and at least most_seqs."""
-    n = max(batch_tokens // 32, 64)
-    n = min(n, _capi.ES_MAX_BATCH_SEQS)
-    return max(most_seqs, n)
 
 
 class _Stop(Exception):
@@ -142,11 +133,10 @@ class Session:
                  io_limit: Optional[float] = None, io_backend: str = "auto",
                  direct_io: bool = True, verify_checksums: bool = True,
                  trace: Optional[str] = None, reserve_bytes: int = 0) -> None:
-        self._lib = _capi.load()
+        self._lib = _job.declare(_capi.load())
         self._handle: Optional[int] = None
         self._owns_model = not isinstance(model, Model)
         self.model: Model = Model(model) if self._owns_model else model  # type: ignore[arg-type]
-        self._records = Builder(self.model)
         self._lock = threading.Lock()
         self._closed = False
         self._flag = _Flag()
@@ -173,8 +163,11 @@ class Session:
             io_limit=io_limit, io_backend=io_backend, direct_io=direct_io,
             verify_checksums=verify_checksums, trace=trace, reserve_bytes=reserve_bytes)
         self._cap = (0, 0, 0)  # (max_tokens, max_seqs, max_logits_rows) of the live es_session
+        self._fixed_batch = batch_tokens or 0
+        self.batch_tokens = 0
+        self._max_seqs = 0
         try:
-            self._create_first(batch_tokens)
+            self._create_for_job(1, 1)
         except BaseException:
             self.close()
             raise
@@ -236,9 +229,11 @@ class Session:
         return h.value
 
     def _create(self, max_tokens: int, max_seqs: int, rows: int) -> None:
-        """(Re)creates the es_session with these sizes; the old one is destroyed first."""
+        """(Re)creates the es_session with these sizes for a perplexity (as estream ppl's: no
+        head outputs); the old one is destroyed first."""
         self._destroy()
         sp = self._params(max_tokens, max_seqs, rows)
+        sp.head_outputs = 0
         tune = self._load_tune(sp)
         sp.tune = tune
         out = ctypes.c_void_p()
@@ -251,37 +246,53 @@ class Session:
         self._handle = out.value
         self._cap = (max_tokens, max_seqs, rows)
 
-    def _create_first(self, batch_tokens: Optional[int]) -> None:
-        """The CLI's session: the given batch budget, or under mem the largest that fits."""
-        search = batch_tokens is None and self.mem_bytes is not None
-        tries = BUDGET_BATCH_TOKENS if search else (batch_tokens or DEFAULT_BATCH_TOKENS,)
-        for k, bt in enumerate(tries):
-            try:
-                self._create(bt, seqs_for(bt), 1)
-            except Error as e:
-                if e.status == _capi.ES_E_BUDGET and k + 1 < len(tries):
-                    continue
-                raise
-            self.batch_tokens: int = bt
-            return
+    def _create_for_job(self, longest: int, most_seqs: int) -> None:
+        """The es_session for records of up to longest tokens and most_seqs sequences
+        (es_session_create_for_job: the batch budget given, or the largest that fits); the old
+        one is destroyed first."""
+        self._destroy()
+        sp = self._params(0, 0, 1)
+        tune = self._load_tune(sp)
+        sp.tune = tune
+        shape = _job.JobShape(longest=longest, most_seqs=most_seqs,
+                              batch_tokens=self._fixed_batch, head_outputs=1)
+        size = _job.JobSize()
+        out = ctypes.c_void_p()
+        try:
+            check(self._lib.es_session_create_for_job(self.model.handle, ctypes.byref(sp),
+                                                      ctypes.byref(shape), ctypes.byref(out),
+                                                      ctypes.byref(size)))
+        finally:
+            if tune:
+                self._lib.es_tune_free(tune)  # only the choice needed it
+        self._handle = out.value
+        self._cap = (size.max_tokens, size.max_seqs, 1)
+        self.batch_tokens, self._max_seqs = size.batch_tokens, size.max_seqs
 
-    def _ensure(self, tokens: int, seqs: int, rows: int = 1, exact: bool = False) -> None:
-        """Makes the es_session hold a batch of tokens/seqs and rows of logits: a new one of the
-        larger sizes (exactly these with exact) unless the live one holds them already."""
+    def _ensure_for_job(self, longest: int, most_seqs: int) -> None:
+        """A session that holds records this long and this many sequences in one: the live one,
+        or a new one sized for them (sizes only grow)."""
         t0, s0, r0 = self._cap
-        if self._handle is not None and (
-                (tokens, seqs, rows) == self._cap if exact else
-                tokens <= t0 and seqs <= s0 and rows <= r0):
+        if self._handle is not None and longest <= t0 and most_seqs <= s0 and r0 == 1:
+            return
+        old = (max(t0, 1), max(s0, 1))
+        try:
+            self._create_for_job(max(longest, t0), max(most_seqs, s0))
+        except Error:
+            with contextlib.suppress(Error):
+                self._create_for_job(*old)  # keep the session usable at its old size
+            raise
+
+    def _ensure(self, tokens: int, seqs: int, rows: int) -> None:
+        """Exactly these sizes (a perplexity's session), unless the live one has them."""
+        if self._handle is not None and (tokens, seqs, rows) == self._cap:
             return
         old = self._cap
         try:
-            if exact:
-                self._create(tokens, seqs, rows)
-            else:  # rows are not carried over: each call says what it holds
-                self._create(max(tokens, t0), max(seqs, s0), rows)
+            self._create(tokens, seqs, rows)
         except Error:
             with contextlib.suppress(Error):
-                self._create(*old)  # keep the session usable at its old size
+                self._create_for_job(max(old[0], 1), max(old[1], 1))
             raise
 
     def _destroy(self) -> None:
@@ -324,7 +335,7 @@ class Session:
             if self._closed:
                 raise ValueError("estream.Session: the session is closed")
             if self._handle is None:  # a failed resize left none: make it again
-                self._create(*self._cap)
+                self._create_for_job(max(self._cap[0], 1), max(self._cap[1], 1))
             flag = self._flag
             flag.abort = flag.sigint = False
             prev: Any = None
@@ -350,6 +361,11 @@ class Session:
             if stopped:
                 raise Cancelled(_capi.ES_E_CANCELLED, "cancelled by Session.cancel()")
 
+    def _job(self) -> Job:
+        if self._closed:
+            raise ValueError("estream.Session: the session is closed")
+        return Job(self._lib, self.model)
+
     def _run_status(self, st: int) -> None:
         """es_session_run's status: _Stop for a cancel we asked for, else an Error."""
         if st == _capi.ES_E_CANCELLED and self._flag.abort:
@@ -357,41 +373,26 @@ class Session:
         check(st)
 
     # ---- batches -------------------------------------------------------------------------------
-    def _run(self, records: list[Record]) -> list[Any]:
-        """Runs the records in batches (jsonl.c) and returns their results in order."""
-        if not records:
-            return []
-        bt = self.batch_tokens
-        longest = max(1, max(r.n_tokens for r in records))
-        most_seqs = max(1, max(len(r.seqs) for r in records))
-        max_seqs = seqs_for(bt, most_seqs)
-        with self._call():
-            self._ensure(max(longest, bt), max_seqs)
-            i = 0
-            while i < len(records):
-                if self._flag.abort:
-                    raise _Stop()
-                tok = ns = 0
-                j = i
-                while j < len(records):
-                    r = records[j]
-                    if j > i and (tok + r.n_tokens > bt or ns + len(r.seqs) > max_seqs):
-                        break  # record j starts the next batch
-                    tok += r.n_tokens
-                    ns += len(r.seqs)
-                    j += 1
-                self._run_batch(records[i:j], ns)
-                i = j
-        return [r.result(r) for r in records]
+    def _run(self, job: Job) -> list[Any]:
+        """Runs the job's records in batches and returns their results in order."""
+        try:
+            if not job.handles:
+                return []
+            longest, most_seqs, _ = job.shape()
+            with self._call():
+                self._ensure_for_job(longest, most_seqs)
+                job.run(self._run_batch, self.batch_tokens, self._max_seqs, self._check_stop)
+            return job.results()
+        finally:
+            job.close()
 
-    def _run_batch(self, batch: list[Record], ns: int) -> None:
-        seqs = (_capi.Seq * ns)()
-        k = 0
-        for r in batch:
-            for q in r.seqs:
-                q.fill(seqs[k])
-                k += 1
-        self._run_status(self._lib.es_session_run(self._handle, seqs, ns))
+    def _check_stop(self) -> None:
+        if self._flag.abort:
+            raise _Stop()
+
+    def _run_batch(self, handles: list[int]) -> None:
+        arr = (ctypes.c_void_p * len(handles))(*handles)
+        self._run_status(self._lib.es_session_run_records(self._handle, arr, len(handles)))
 
     # ---- what a caller asks --------------------------------------------------------------------
     def score(self, texts: Sequence[TextOrIds], *, top: int = 0) -> list[TextScore]:
@@ -403,17 +404,20 @@ class Session:
             raise TypeError("score() takes a list of texts; wrap one text in a list")
         if not 0 <= top <= _capi.ES_MAX_TOP:
             raise ValueError(f"top must be 0..{_capi.ES_MAX_TOP}, not {top}")
-        recs = [_at(lambda: self._records.text(t, top), "texts", i) for i, t in enumerate(texts)]
-        return self._run(recs)
+        job = self._job()
+        for i, t in enumerate(texts):
+            _at(lambda: job.text(t, top), "texts", i)
+        return self._run(job)
 
     def loglikelihood(self, requests: Sequence[tuple[TextLike, TextLike]]
                       ) -> list[tuple[float, bool]]:
         """lm-evaluation-harness's loglikelihood: per (context, continuation), the
         continuation's log-prob sum and whether every one of its tokens is the model's greedy
         choice (``{"context", "continuation"}`` records: "logprob" and "greedy")."""
-        recs = [_at(lambda: self._records.pair(c, x), "requests", i)
-                for i, (c, x) in enumerate(requests)]
-        return self._run(recs)
+        job = self._job()
+        for i, (c, x) in enumerate(requests):
+            _at(lambda: job.pair(c, x), "requests", i)
+        return self._run(job)
 
     def choose(self, context: TextLike, choices: Sequence[TextLike],
                gold: Optional[int] = None) -> Choice:
@@ -425,11 +429,11 @@ class Session:
                                                 tuple[TextLike, Sequence[TextLike],
                                                       Optional[int]]]]) -> list[Choice]:
         """choose() of many (context, choices[, gold]) items, batched together."""
-        recs = []
+        job = self._job()
         for i, it in enumerate(items):
             ctx, ch, gold = (it[0], it[1], it[2] if len(it) > 2 else None)  # type: ignore[misc]
-            recs.append(_at(lambda: self._records.choices(ctx, ch, gold), "items", i))
-        return self._run(recs)
+            _at(lambda: job.choices(ctx, ch, gold), "items", i)
+        return self._run(job)
 
     def classify(self, text: TextLike, labels: Sequence[TextLike]) -> Classification:
         """Which label continues text (a ``{"text", "labels"}`` record): each label's log-prob
@@ -439,9 +443,10 @@ class Session:
     def classify_many(self, items: Sequence[tuple[TextLike, Sequence[TextLike]]]
                       ) -> list[Classification]:
         """classify() of many (text, labels) items, batched together."""
-        recs = [_at(lambda: self._records.labels(t, ls), "items", i)
-                for i, (t, ls) in enumerate(items)]
-        return self._run(recs)
+        job = self._job()
+        for i, (t, ls) in enumerate(items):
+            _at(lambda: job.labels(t, ls), "items", i)
+        return self._run(job)
 
     def embed(self, texts: Sequence[TextOrIds], pooling: str = "mean",
               normalize: bool = True) -> Union[np.ndarray, list[np.ndarray]]:
@@ -455,9 +460,10 @@ class Session:
         if pooling not in _capi.POOLING:
             raise ValueError(f"pooling: expected mean, last, first or none, got {pooling!r}")
         p = _capi.POOLING[pooling]
-        recs = [_at(lambda: self._records.embedding(t, p, normalize), "texts", i)
-                for i, t in enumerate(texts)]
-        rows = self._run(recs)
+        job = self._job()
+        for i, t in enumerate(texts):
+            _at(lambda: job.embedding(t, p, normalize), "texts", i)
+        rows = self._run(job)
         if pooling == "none":
             return rows
         if not rows:
@@ -476,7 +482,7 @@ class Session:
             data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
             ids = self.model.tokenize_bytes(data, add_special=True, parse_special=False)
         else:
-            ids = self._records.given_ids(text)
+            ids = _job.given_ids(text, self.model.n_vocab)
         ids = np.ascontiguousarray(ids, dtype=np.int32)
         if chunks is not None and chunks < 1:
             raise ValueError(f"chunks must be >= 1, not {chunks}")
@@ -484,9 +490,9 @@ class Session:
         with self._call():
             if 4 <= ctx <= self.model.n_ctx:  # else the library refuses it with its message
                 if self.mem_bytes is not None:  # the CLI's ppl session: ctx tokens and rows
-                    self._ensure(ctx, seqs_for(0), ctx, exact=True)
+                    self._ensure(ctx, 64, ctx)
                 else:
-                    self._ensure(ctx, 1)
+                    self._ensure_for_job(ctx, 1)
             st = self._lib.es_session_perplexity(self._handle, ids.ctypes.data, len(ids), ctx,
                                                  chunks or 0, None, None, ctypes.byref(res))
             self._run_status(st)
@@ -511,11 +517,9 @@ class Session:
         return f"estream.Session({self.model.path!r}, {mem}, batch_tokens {self.batch_tokens})"
 
 
-def _at(make: Any, name: str, i: int) -> Record:
+def _at(make: Any, name: str, i: int) -> None:
     """make() with a record error prefixed by where the record is ("texts[3]: ...")."""
-    from ._records import RecordError
-
     try:
-        return make()
+        make()
     except RecordError as e:
         raise RecordError(f"{name}[{i}]: {e}") from None

@@ -100,20 +100,22 @@ int cmd_pack(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
-/* ---- JSONL jobs (jsonl.c): estream score and estream embed --------------------------------
- * A job reads one JSON record a line, packs the records in input order into batches of at most
- * batch_tokens tokens (a record's sequences never split), runs each batch with es_session_run()
- * and writes one JSON line per record, in input order, flushed and fsync'ed after each batch.
- * The command supplies the record kinds through cli_job_ops (what a record means is
- * records/records.h's, shared with the HTTP service); the driver does input, shards, resume (a
- * sidecar OUT.meta fingerprints model, input and options), errors, progress, signals and the
- * summary. JSON values are jansson's (json_t). */
+/* ---- JSONL jobs: estream score and estream embed ---------------------------------------------
+ * A job reads one JSON record a line (job_input.c: streamed, each line bounded), makes each
+ * record with the library's job layer (es_record_create through records/: what a record means
+ * is the library's), forms batches with es_batch_pick from a window of pending records (a
+ * record never split, shorter records filling the room a long one leaves), runs them with
+ * es_session_run_records on a session sized by es_session_create_for_job, and writes one JSON
+ * line per record, in input order, each batch's lines whole and fsync'ed (job_output.c: resume
+ * through a sidecar OUT.meta fingerprint of model, input and options). jsonl.c drives it:
+ * flags, passes, progress, signals, the summary. JSON values are jansson's (json_t). */
 
-/* One record of a batch. */
+/* One record of the job. */
 typedef struct cli_rec {
     int64_t line;          /* 1-based line number in the input */
     json_t *id;            /* the record's "id" (a reference the record holds), or NULL */
-    rec rec;               /* its sequences or its error: the kind's parse() fills it */
+    rec rec;               /* its es_record or its error: the kind's parse() fills it */
+    bool done;             /* it has run (or is an error): ready to be written */
 } cli_rec;
 
 typedef struct cli_job cli_job;
@@ -134,7 +136,8 @@ typedef struct cli_job_ops {
 struct cli_job {
     /* set by the command before cli_job_run */
     const char *cmd, *model_path, *in_path, *out_path;
-    int batch_tokens;        /* 0: chosen (2048 resident, under a budget the largest that fits) */
+    int batch_tokens;        /* 0: chosen (es_session_create_for_job) */
+    size_t max_line;         /* --max-line-bytes (0: CLI_JOB_MAX_LINE) */
     bool skip_errors;        /* --on-error skip */
     int shard_i, shard_n;    /* --shard I/N (shard_n 0: no shard) */
     bool shard_range;        /* --shard-range I/N */
@@ -152,13 +155,66 @@ struct cli_job {
     int64_t n_errors;
 };
 
+#define CLI_JOB_MAX_LINE ((size_t)16 << 20) /* --max-line-bytes' default */
+
 /* Parses a job flag shared by score and embed (--batch-tokens, --on-error, --shard,
- * --shard-range, --json, -t, streaming flags); false if s is not one. */
+ * --shard-range, --max-line-bytes, --json, -t, streaming flags); false if s is not one. */
 bool cli_job_flag(cli_args *a, const char *s, cli_job *j);
 extern const char cli_job_help[];
 /* Runs the job (opens the model into j->m, which stays open for the caller); exits 1 on a bad
  * record (stop mode) or any failure, 128+signal after SIGINT/SIGTERM. Returns 0. */
 int cli_job_run(cli_job *j);
+
+/* The input (job_input.c): lines of at most max_line bytes, read in passes. */
+typedef struct cli_input {
+    const char *name;        /* the path, or "stdin" */
+    FILE *f;                 /* the file, or the temporary copy of a stream */
+    size_t max_line;
+    uint64_t bytes, hash;    /* the scan: every byte, and their XXH3-64 */
+    int64_t n_lines;         /* the scan: lines (a last one without a newline counts) */
+    int64_t line_no;         /* lines returned since the last rewind */
+    uint64_t offset;         /* bytes consumed through the last line returned */
+    bool newline;            /* the last line returned ended with a newline */
+    char *chunk;             /* read buffer */
+    size_t pos, len;
+    char *buf;               /* the current line, NUL-terminated */
+    size_t cap;
+} cli_input;
+/* Opens path ("-": stdin) and scans it (count, hash, bound; a stream is copied to a temporary
+ * file); dies with "NAME:LINE: the line is longer than N bytes" past the bound. */
+void cli_input_open(cli_input *in, const char *path, size_t max_line);
+/* Opens a regular file to read its lines, without a scan; false when it cannot be opened. */
+bool cli_input_open_plain(cli_input *in, const char *path, size_t max_line);
+/* The next line (without its newline, and a CR before it), valid until the next call; false at
+ * the end. */
+bool cli_input_line(cli_input *in, const char **line, size_t *len);
+void cli_input_rewind(cli_input *in);
+void cli_input_close(cli_input *in);
+
+/* The output (job_output.c). */
+/* OUT.meta's fingerprint of the job (a new JSON object). */
+json_t *cli_job_fingerprint(const cli_job *j, const cli_input *in);
+/* Writes the fingerprint to OUT.meta atomically. */
+void cli_job_write_meta(const char *out, const json_t *f);
+/* An existing output: keeps its complete records (counting them in j, restat for each),
+ * truncates the rest; the line of the last one kept (0: none), or -1 for a fresh start (no
+ * output, an empty one, or one written in place). Dies on an output without a matching
+ * OUT.meta. */
+int64_t cli_job_resume(cli_job *j, const json_t *f);
+/* Whole batches: lines are added to a buffer and committed with one write loop (and fsync for
+ * a regular file); a failed write truncates a regular file back to the records before it. */
+typedef struct cli_output {
+    int fd;
+    const char *name;
+    bool regular, sync;
+    off_t at_rest;           /* where the pending batch starts */
+    char *buf;
+    size_t len, cap;
+} cli_output;
+void cli_output_begin(cli_output *o, int fd, const char *name, bool sync);
+void cli_output_add(cli_output *o, const char *s, size_t n);
+void cli_output_commit(cli_output *o);
+void cli_output_end(cli_output *o); /* commits and frees the buffer; the fd stays open */
 
 int cmd_score(int argc, char **argv);
 int cmd_embed(int argc, char **argv);

@@ -1,7 +1,8 @@
 /* estream embed: pooled embeddings (the final hidden state after the output norm) of texts or
  * token ids from a JSONL file, as JSONL records or one float32 .npy matrix (job driver: jsonl.c).
  *
- * What a record means (tokenization, pooling) is src/records/embed_rec.c's.
+ * What a record means (tokenization, pooling) is the library's (src/job/record.c), read from
+ * JSON by src/records/embed_rec.c.
  *
  * DESIGN
  * - The .npy output holds one row per record in input order (blank lines have none), kept in

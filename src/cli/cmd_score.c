@@ -1,6 +1,7 @@
 /* estream score: log-probabilities of texts, continuations, multiple choices and labels from a
  * JSONL file, one output line per record. What a record means (kinds, tokenization, sums and
- * rules) is src/records/score_rec.c's; the job driver is jsonl.c.
+ * rules) is the library's (src/job/record.c), read from JSON by src/records/score_rec.c; the job
+ * driver is jsonl.c.
  */
 #include "cli/cli.h"
 

@@ -134,7 +134,7 @@ int32_t *cli_tokenize(const es_model *m, const char *text, size_t len, bool add_
     int32_t *ids = malloc(cap * sizeof(int32_t));
     if (!ids) cli_die("out of memory");
     es_status st = es_tokenize(m, text, len, add_special, parse_special, ids, cap, n);
-    if (st == ES_E_INVAL && *n > cap) {
+    if (st == ES_E_SHORT_BUFFER) {
         cap = *n;
         if (!(ids = realloc(ids, cap * sizeof(int32_t)))) cli_die("out of memory");
         st = es_tokenize(m, text, len, add_special, parse_special, ids, cap, n);

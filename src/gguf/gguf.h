@@ -40,10 +40,7 @@ typedef enum es_gguf_type {
     ES_GGUF_TYPE_COUNT
 } es_gguf_type;
 
-typedef struct es_str {
-    const char *ptr; /* not NUL-terminated */
-    size_t len;
-} es_str;
+/* Strings are es_str views (include/estream.h): ptr is not NUL-terminated. */
 
 #define ES_GGUF_MAX_DIMS 4
 

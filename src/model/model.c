@@ -673,6 +673,6 @@ es_status es_tokenize(const es_model *m, const char *text, size_t len, int add_s
     *n_out = n;
     memcpy(ids, all, es_min_size(n, cap) * sizeof(int32_t));
     free(all);
-    if (n > cap) return es_fail(ES_E_INVAL, "token buffer too small (%zu < %zu)", cap, n);
+    if (n > cap) return es_fail(ES_E_SHORT_BUFFER, "token buffer too small (%zu < %zu)", cap, n);
     return ES_OK;
 }

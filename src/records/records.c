@@ -1,5 +1,5 @@
 /* What every record kind shares (records.h): errors, the record's memory, tokenization, "ids",
- * the checks of a sequence, JSON numbers. */
+ * JSON numbers. */
 #include "records/records.h"
 
 #include <math.h>
@@ -28,32 +28,23 @@ bool rec_oom(const rec *r)
 
 void rec_free(rec *r)
 {
-    for (int i = 0; r->seqs && i < r->n_seqs; i++) {
-        es_seq *q = &r->seqs[i];
-        free((void *)q->ids);
-        free((void *)q->labels);
-        free(q->token_logprob);
-        free(q->token_rank);
-        free(q->top_ids);
-        free(q->top_logprobs);
-        free(q->next_ids);
-        free(q->next_logprobs);
-        free(q->label_logprobs);
-        free(q->embedding);
-        free(q->logits);
-    }
-    free(r->seqs);
+    es_record_destroy(r->r);
     free(r->priv);
     if (r->error != oom_static) free(r->error);
     memset(r, 0, sizeof(*r));
 }
 
-void rec_finish(rec *r)
+void rec_make(const es_model *m, const es_record_spec *spec, rec *r)
 {
-    if (!r->error && r->n_seqs > ES_MAX_BATCH_SEQS)
-        rec_fail(r, "%d sequences, more than %d", r->n_seqs, ES_MAX_BATCH_SEQS);
-    r->n_tokens = 0;
-    for (int k = 0; r->seqs && k < r->n_seqs; k++) r->n_tokens += (int64_t)r->seqs[k].n_ids;
+    if (r->error) return;
+    const es_status st = es_record_create(m, spec, &r->r);
+    if (st) {
+        rec_fail(r, "%s", st == ES_E_NOMEM ? REC_OOM : es_last_error());
+        return;
+    }
+    r->seqs = es_record_seqs(r->r);
+    r->n_seqs = es_record_n_seqs(r->r);
+    r->n_tokens = es_record_n_tokens(r->r);
 }
 
 json_t *rec_json_float(double v)
@@ -71,7 +62,7 @@ int32_t *rec_tokenize(const es_model *m, rec *r, const char *text, size_t len, i
         return NULL;
     }
     es_status st = es_tokenize(m, text, len, add_special, parse_special, ids, cap, n);
-    if (st == ES_E_INVAL && *n > cap) {
+    if (st == ES_E_SHORT_BUFFER) {
         cap = *n;
         int32_t *more = realloc(ids, cap * sizeof(int32_t));
         if (!more) {
@@ -119,26 +110,6 @@ int32_t *rec_ids(const es_model *m, rec *r, const json_t *ids, size_t *n_out)
     }
     *n_out = n;
     return v;
-}
-
-bool rec_check_ids(const es_model *m, rec *r, const int32_t *ids, size_t n, const char *what)
-{
-    const int nv = es_model_n_vocab(m), nc = es_model_n_ctx(m);
-    if (n == 0) {
-        rec_fail(r, "%s has no tokens", what);
-        return false;
-    }
-    if (n > (size_t)nc) {
-        rec_fail(r, "%s has %zu tokens, more than the model's context of %d", what, n, nc);
-        return false;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= nv) {
-            rec_fail(r, "%s: id %d at %zu is outside the vocabulary (0..%d)", what, ids[i], i,
-                     nv - 1);
-            return false;
-        }
-    return true;
 }
 
 size_t rec_utf8_char(const unsigned char *s, size_t n)

@@ -1,7 +1,8 @@
-/* JSON records of estream score and estream embed: what a record (one JSON object) asks for, as
- * the es_seq sequences es_session_run() needs, and its output fields once they have run. The
- * CLI's JSONL jobs (src/cli/jsonl.c) and the HTTP service (src/serve/) share them, so a record
- * means the same everywhere. A client of include/estream.h and Jansson only.
+/* JSON records of estream score and estream embed: a record (one JSON object) as the library's
+ * es_record_spec (what a record means is the library's: src/job/record.c), and its output fields
+ * once it has run. The CLI's JSONL jobs (src/cli/jsonl.c) and the HTTP service (src/serve/)
+ * share them, so a record reads the same everywhere. A client of include/estream.h and Jansson
+ * only.
  *
  * Nothing here exits or prints: a bad record is a record error (rec.error), and so is running
  * out of memory ("out of memory", rec_oom()); an emit that runs out of memory returns false.
@@ -15,14 +16,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One record's sequences: what es_session_run needs, plus the record's first error. */
+/* One record: the library's es_record (its sequences and outputs) made from a JSON object, or
+ * the record's first error. */
 typedef struct rec {
-    char *error;      /* malloc'd one-line message (the first failure wins), NULL when fine;
-                       * release it with rec_free (out of memory may leave a static string) */
-    es_seq *seqs;     /* [n_seqs], every array in them malloc'd and owned by the record */
-    int n_seqs;       /* at most ES_MAX_BATCH_SEQS in a record without error */
-    int64_t n_tokens; /* the tokens of all its sequences (sum of n_ids) */
-    void *priv;       /* the kind's state (one allocation: rec_free frees it) */
+    char *error;        /* malloc'd one-line message (the first failure wins), NULL when fine;
+                         * release it with rec_free (out of memory may leave a static string) */
+    es_record *r;       /* the record (NULL with an error) */
+    const es_seq *seqs; /* its sequences (es_record_seqs), NULL with an error */
+    int n_seqs;         /* es_record_n_seqs */
+    int64_t n_tokens;   /* es_record_n_tokens */
+    void *priv;         /* the kind's state (one allocation: rec_free frees it) */
 } rec;
 
 /* The message of a record that ran out of memory. */
@@ -32,14 +35,11 @@ typedef struct rec {
 void rec_fail(rec *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* r failed for want of memory (its error is REC_OOM), not for what it says. */
 bool rec_oom(const rec *r);
-/* Frees every array of every es_seq (ids, labels, token_logprob, token_rank, top_ids,
- * top_logprobs, next_ids, next_logprobs, label_logprobs, embedding, logits: free() on each, so a
- * caller may add output arrays of its own, e.g. next_ids, and rec_free releases them), seqs,
- * priv and error; leaves *r zeroed. */
+/* Destroys the record, priv and error; leaves *r zeroed. */
 void rec_free(rec *r);
-/* Ends a kind's parse: n_tokens, and r failed when it has more than ES_MAX_BATCH_SEQS
- * sequences. Each *_rec_parse calls it. */
-void rec_finish(rec *r);
+/* Makes r's es_record from spec (es_record_create): its sequences and counts, or r failed with
+ * the library's message. */
+void rec_make(const es_model *m, const es_record_spec *spec, rec *r);
 
 /* Tokenizes text[0..len) as es_tokenize does (add_special: BOS/EOS as the tokenizer asks); a
  * malloc'd array of *n ids (*n may be 0), or NULL with r failed. */
@@ -48,9 +48,6 @@ int32_t *rec_tokenize(const es_model *m, rec *r, const char *text, size_t len, i
 /* The ids of a record's "ids" member: a non-empty array of vocabulary ids (malloc'd), or NULL
  * with r failed. */
 int32_t *rec_ids(const es_model *m, rec *r, const json_t *ids, size_t *n);
-/* Checks a sequence: 1..n_ctx tokens, ids in the vocabulary; false with r failed ("<what> has
- * no tokens", ...). */
-bool rec_check_ids(const es_model *m, rec *r, const int32_t *ids, size_t n, const char *what);
 /* JSON numbers of a float32 result: a real, or null when it is not finite (NULL: no memory). */
 json_t *rec_json_float(double v);
 
@@ -58,11 +55,12 @@ json_t *rec_json_float(double v);
  * surrogates, at most U+10FFFF); n >= 1. The CLI and the server check their inputs with it. */
 size_t rec_utf8_char(const unsigned char *s, size_t n);
 
-/* ---- estream score's records (score_rec.c; the kinds are described there and in the help of
- * estream score) ------------------------------------------------------------------------------ */
+/* ---- estream score's records (score_rec.c; the kinds are the library's: include/estream.h and
+ * estream score --help) ----------------------------------------------------------------------- */
 #define SCORE_MAX_TOP 20
 typedef struct score_opts {
-    int top; /* --top: alternatives per position of a text record, 0..SCORE_MAX_TOP */
+    int top;      /* --top: alternatives per position of a text record, 0..SCORE_MAX_TOP */
+    int next_top; /* the best next tokens after a text record (the server's completions) */
 } score_opts;
 /* The records with "gold" and how many of them each rule (chosen, chosen_norm_tokens,
  * chosen_norm_bytes) got right. Zero it to start. */

@@ -218,7 +218,7 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     if (p.n_threads == 0) p.n_threads = online_cpus();
     if (p.max_seqs == 0) p.max_seqs = 64;
     if (streams(&p)) es_budget_touch_weights(m); /* counted as mapped, in rss_before */
-    const uint64_t rss_before = streams(&p) ? es_rss_bytes() : 0;
+    const uint64_t rss_before = streams(&p) ? es_budget_live_rss_bytes() : 0;
     const size_t big_before = es_big_bytes_live();
     es_session *s = calloc(1, sizeof(*s));
     if (!s) return es_fail(ES_E_NOMEM, "out of memory for a session");

@@ -158,9 +158,9 @@ bool sv_check_units(const sv_api_env *env, sv_req *q, const char *field, sv_err 
             sv_fail(e, rec_oom(r) ? 503 : 400, field, "%s: %s", p, r->error);
             return false;
         }
-        if (r->n_tokens > env->batch_tokens) {
-            sv_fail(e, 400, field, "%s has %lld tokens; one batch of this server holds at most %d "
-                    "(estream serve --batch-tokens)", p, (long long)r->n_tokens, env->batch_tokens);
+        if (r->n_tokens > env->max_prompt_tokens) {
+            sv_fail(e, 400, field, "%s has %lld tokens; this server takes at most %d in one "
+                    "prompt (max_model_len)", p, (long long)r->n_tokens, env->max_prompt_tokens);
             return false;
         }
         if (r->n_seqs > env->max_seqs) {

@@ -18,7 +18,9 @@ typedef struct sv_api_env {
     es_pooling pooling;        /* /v1/embeddings */
     int normalize;
     int64_t max_request_tokens;
-    int batch_tokens;          /* the most tokens of one unit (a batch holds it whole) */
+    int max_prompt_tokens;     /* the most tokens of one unit: the session's capacity, what
+                                * /v1/models and /tokenize advertise as max_model_len (a unit
+                                * longer than a batch runs alone) */
     int max_seqs;              /* the most sequences of one unit */
     int64_t created;           /* the server's start, Unix seconds (/v1/models) */
 } sv_api_env;

@@ -2,7 +2,7 @@
  * object with logprobs; the embeddings list with float or base64 vectors).
  *
  * DESIGN
- * - A prompt is a score text record (records/score_rec.c): a string is BOS (when the model adds
+ * - A prompt is a score text record (src/job/record.c, through records/score_rec.c): a string is BOS (when the model adds
  *   one) + its tokens as plain text, token ids are used exactly as sent, so `echo` returns the
  *   tokens it was sent and the numbers equal `estream score`'s on the same record.
  * - estream is prefill-only: max_tokens 1 is the greedy next token (the prefill's last row
@@ -14,7 +14,7 @@
  *   Distinct tokens can share a text (a vocabulary's unused tokens all render as ""): such a
  *   key keeps the best log-prob among them, so the greedy check never takes a worse token that
  *   overwrote the best one's entry for the best.
- * - An input to embed is an embed record (records/embed_rec.c): tokenized as llama-embedding
+ * - An input to embed is an embed record (src/job/record.c, through records/embed_rec.c): tokenized as llama-embedding
  *   (and `estream embed`) do, pooled and normalised as the server's --pooling says.
  */
 #include "serve/api.h"
@@ -107,17 +107,11 @@ sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e)
     *cp = c;
     q->api = cp;
     q->free_api = free_cmpl;
-    const score_opts so = {.top = c.logprobs > 0 ? c.logprobs : 0};
-    for (int i = 0; i < k; i++) {
-        rec *r = &q->units[i].r;
-        score_rec_parse(env->m, &so, json_array_get(prompts, (size_t)i), r);
-        if (r->error || !c.max_tokens) continue;
-        es_seq *s = &r->seqs[0];
-        s->next_top_k = c.logprobs > 1 ? c.logprobs : 1;
-        s->next_ids = malloc((size_t)s->next_top_k * sizeof(int32_t));
-        s->next_logprobs = malloc((size_t)s->next_top_k * sizeof(float));
-        if (!s->next_ids || !s->next_logprobs) rec_fail(r, "out of memory");
-    }
+    /* max_tokens 1: the best next tokens after the prompt too */
+    const score_opts so = {.top = c.logprobs > 0 ? c.logprobs : 0,
+                           .next_top = c.max_tokens ? (c.logprobs > 1 ? c.logprobs : 1) : 0};
+    for (int i = 0; i < k; i++)
+        score_rec_parse(env->m, &so, json_array_get(prompts, (size_t)i), &q->units[i].r);
     if (!sv_check_units(env, q, "prompt", e)) {
         sv_req_free(q);
         return NULL;

@@ -1,5 +1,5 @@
 /* estream's own POST /v1/score and POST /v1/classify: the score records of `estream score`
- * (records/score_rec.c) over HTTP, for clients that want choices and labels in one call.
+ * (the library's records, read from JSON by records/score_rec.c) over HTTP, for clients that want choices and labels in one call.
  *
  *   /v1/score     {"records": [record, ..], "top": N (0..20, default 0)}
  *                 -> {"object": "score", "model", "results": [{"index": i, <what estream score

@@ -20,6 +20,10 @@ struct sv_exec {
     uint64_t mem_used;
     bool stopping;
     uint64_t last_arrival_ns; /* when the last request was queued */
+    /* take_batch's scratch: the queued units in order, their sizes, es_batch_pick's choice */
+    sv_unit **cand;
+    int64_t *cand_tokens;
+    int *cand_seqs, *pick;
     atomic_int batch_live; /* requests of the running batch whose waiter is still there */
 };
 
@@ -94,41 +98,46 @@ int sv_exec_abort_cb(void *user)
     return x && atomic_load(&x->batch_live) == 0;
 }
 
-/* Takes a batch into units[] (at most cap); returns the count. Under the lock. The head unit
- * always goes first (so nothing waits behind a unit forever), then the queue is scanned in
- * order for units that still fit the token and sequence budgets: a unit too long for the room
- * left stays queued, in its place, and shorter ones behind it fill the batch (under --mem a
- * fuller batch reads each expert for more tokens). */
+/* Takes a batch into units[] (at most cap); returns the count. Under the lock. The batch is
+ * es_batch_pick's choice from the queue in order (the head always, then the units that still
+ * fit the token and sequence budgets: a unit too long for the room left stays queued, in its
+ * place, and shorter ones behind it fill the batch). */
 static int take_batch(sv_exec *x, sv_unit **units, int cap, int64_t *tokens, int *seqs)
 {
-    int n = 0;
+    int n_queued = 0;
+    for (sv_unit *u = x->head; u && n_queued < cap; u = u->next) {
+        x->cand[n_queued] = u;
+        x->cand_tokens[n_queued] = u->r.n_tokens;
+        x->cand_seqs[n_queued++] = u->r.n_seqs;
+    }
+    const int n = es_batch_pick(x->cand_tokens, x->cand_seqs, n_queued, x->o.batch_tokens,
+                                x->o.max_seqs, x->pick);
     *tokens = 0;
     *seqs = 0;
-    sv_unit *prev = NULL;
-    for (sv_unit *u = x->head; u && n < cap && *tokens < x->o.batch_tokens &&
-                               *seqs < x->o.max_seqs;) {
-        sv_unit *next = u->next;
-        if (n > 0 && (*tokens + u->r.n_tokens > x->o.batch_tokens ||
-                      *seqs + u->r.n_seqs > x->o.max_seqs)) {
-            prev = u;
-            u = next;
-            continue;
-        }
-        if (prev) prev->next = next;
-        else x->head = next;
-        if (x->tail == u) x->tail = prev;
-        u->queued = false;
-        u->next = NULL;
-        units[n++] = u;
+    for (int i = 0; i < n; i++) {
+        sv_unit *u = units[i] = x->cand[x->pick[i]];
         *tokens += u->r.n_tokens;
         *seqs += u->r.n_seqs;
+        u->queued = false;
         sv_req *q = u->req;
         if (q->n_in_batch++ == 0) {
             q->refs++;
             atomic_fetch_add(&x->batch_live, 1);
         }
-        u = next;
     }
+    /* out of the queue, which keeps the others in their order */
+    sv_unit **pp = &x->head, *prev = NULL;
+    while (*pp) {
+        if (!(*pp)->queued) {
+            sv_unit *u = *pp;
+            *pp = u->next;
+            u->next = NULL;
+        } else {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+    }
+    x->tail = prev;
     return n;
 }
 
@@ -177,8 +186,8 @@ static void *run(void *arg)
     sv_exec *x = arg;
     const int cap = x->o.max_seqs;
     sv_unit **units = malloc((size_t)cap * sizeof(*units));
-    es_seq *seqs = malloc((size_t)cap * sizeof(*seqs));
-    if (!units || !seqs) {
+    es_record **recs = malloc((size_t)cap * sizeof(*recs));
+    if (!units || !recs) {
         fprintf(stderr, "estream serve: out of memory in the executor\n");
         abort();
     }
@@ -192,10 +201,8 @@ static void *run(void *arg)
         const int n = take_batch(x, units, cap, &tokens, &n_seqs);
         pthread_mutex_unlock(&x->mu);
 
-        int k = 0;
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < units[i]->r.n_seqs; j++) seqs[k++] = units[i]->r.seqs[j];
-        const es_status st = es_session_run(x->s, seqs, n_seqs);
+        for (int i = 0; i < n; i++) recs[i] = units[i]->r.r;
+        const es_status st = es_session_run_records(x->s, recs, n);
         es_run_stats rs;
         es_session_stats(x->s, &rs);
         sv_metrics_batch(x->mx, tokens, n_seqs, st, &rs);
@@ -203,7 +210,6 @@ static void *run(void *arg)
 
         pthread_mutex_lock(&x->mu);
         if (st == ES_E_CANCELLED) requeue(x, units, n);
-        k = 0;
         for (int i = 0; i < n; i++) {
             sv_unit *u = units[i];
             sv_req *q = u->req;
@@ -222,7 +228,6 @@ static void *run(void *arg)
                 snprintf(q->fail_msg, sizeof(q->fail_msg), "%s", why ? why : es_status_str(st));
                 finish(x, q);
             }
-            k += u->r.n_seqs;
         }
         for (int i = 0; i < n; i++) {
             sv_req *q = units[i]->req;
@@ -236,8 +241,16 @@ static void *run(void *arg)
     }
     pthread_mutex_unlock(&x->mu);
     free(units);
-    free(seqs);
+    free(recs);
     return NULL;
+}
+
+static void free_scratch(sv_exec *x)
+{
+    free(x->cand);
+    free(x->cand_tokens);
+    free(x->cand_seqs);
+    free(x->pick);
 }
 
 sv_exec *sv_exec_start(es_session *s, const sv_exec_opts *o, sv_metrics *mx)
@@ -247,6 +260,17 @@ sv_exec *sv_exec_start(es_session *s, const sv_exec_opts *o, sv_metrics *mx)
     x->s = s;
     x->o = *o;
     x->mx = mx;
+    /* a batch holds at most max_seqs units (each has a sequence): the queue is scanned that far */
+    const size_t c = (size_t)o->max_seqs;
+    x->cand = malloc(c * sizeof(*x->cand));
+    x->cand_tokens = malloc(c * sizeof(*x->cand_tokens));
+    x->cand_seqs = malloc(c * sizeof(*x->cand_seqs));
+    x->pick = malloc(c * sizeof(*x->pick));
+    if (!x->cand || !x->cand_tokens || !x->cand_seqs || !x->pick) {
+        free_scratch(x);
+        free(x);
+        return NULL;
+    }
     pthread_mutex_init(&x->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -258,6 +282,7 @@ sv_exec *sv_exec_start(es_session *s, const sv_exec_opts *o, sv_metrics *mx)
         pthread_cond_destroy(&x->work);
         pthread_cond_destroy(&x->done);
         pthread_mutex_destroy(&x->mu);
+        free_scratch(x);
         free(x);
         return NULL;
     }
@@ -357,5 +382,6 @@ void sv_exec_stop(sv_exec *x)
     pthread_cond_destroy(&x->work);
     pthread_cond_destroy(&x->done);
     pthread_mutex_destroy(&x->mu);
+    free_scratch(x);
     free(x);
 }

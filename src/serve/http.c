@@ -508,22 +508,19 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
     /* what requests and replies (request_mem), bodies being received (request_mem again) and
      * connection threads may hold, counted against the budget */
     sp.reserve_bytes = 2 * sv->o.request_mem_bytes + (uint64_t)sv->o.max_connections * (256u << 10);
-    static const int tries[] = {4096, 2048, 1024, 512};
-    const bool search = !batch_tokens && sp.mem_budget_bytes > 0;
+    /* the session holds the longest prompt the server takes (what max_model_len advertises:
+     * a prompt longer than a batch runs alone), batches sized for the budget by the job layer */
+    const int64_t ctx = es_model_n_ctx(m);
+    const es_job_shape shape = {
+        .longest = sv->o.max_request_tokens < ctx ? sv->o.max_request_tokens : ctx,
+        .most_seqs = 1,
+        .batch_tokens = batch_tokens,
+        .head_outputs = 1};
     es_session *s = NULL;
-    es_status st = ES_OK;
-    int bt = 0, seqs = 0;
-    for (size_t i = 0; i < (search ? sizeof(tries) / sizeof(tries[0]) : 1); i++) {
-        bt = batch_tokens ? batch_tokens : search ? tries[i] : 2048;
-        /* one sequence per 32 tokens, at least 64: each costs attention a padded block */
-        seqs = bt / 32 > 64 ? bt / 32 : 64;
-        if (seqs > ES_MAX_BATCH_SEQS) seqs = ES_MAX_BATCH_SEQS;
-        sp.max_tokens = bt;
-        sp.max_seqs = seqs;
-        st = es_session_create(m, &sp, &s);
-        if (st != ES_E_BUDGET) break;
-    }
+    es_job_size size;
+    const es_status st = es_session_create_for_job(m, &sp, &shape, &s, &size);
     if (st) return st;
+    const int bt = size.batch_tokens, seqs = size.max_seqs;
     es_run_stats rs;
     es_session_stats(s, &rs);
     pthread_mutex_lock(&sv->mx.mu);
@@ -538,7 +535,7 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         .pooling = sv->o.pooling,
         .normalize = sv->o.normalize,
         .max_request_tokens = sv->o.max_request_tokens,
-        .batch_tokens = bt,
+        .max_prompt_tokens = size.max_tokens,
         .max_seqs = seqs,
         .created = (int64_t)time(NULL),
     };

@@ -5,6 +5,9 @@
 #include "stream/pipeline.h"
 
 #include <stdio.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 #include <unistd.h>
 
@@ -16,6 +19,14 @@ uint64_t es_rss_bytes(void)
     const int n = fscanf(f, "%llu %llu", &size, &resident);
     fclose(f);
     return n == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+uint64_t es_budget_live_rss_bytes(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    return es_rss_bytes();
 }
 
 /* Reads one byte per page of t's data (and its last byte). */
@@ -110,11 +121,14 @@ es_status es_budget_plan_make(const es_model *m, uint64_t budget, uint64_t other
             other + es_arena_reserved_bytes(need_banks, es_stream_bank_bytes(m, g_lo));
         return ES_OK;
     }
+    /* a model whose experts are fewer bytes than an arena's huge page runs resident first */
+    if (!force_stream && groups == 0 && banks == 0 && other + all_experts < out->min_budget)
+        out->min_budget = other + all_experts;
     return es_fail(ES_E_BUDGET,
                    "a memory budget of %.1f MiB is too small: this run needs %llu MiB besides "
                    "the experts, and at least %d bank%s of %d expert%s; the smallest budget that "
                    "works is %llu MiB",
                    (double)budget / (1 << 20), (unsigned long long)mib_up(other),
                    need_banks, need_banks > 1 ? "s" : "", g_lo, g_lo > 1 ? "s" : "",
-                   (unsigned long long)mib_up(out->min_budget));
+                   (unsigned long long)mib_up(out->min_budget + ES_BUDGET_RERUN_BYTES));
 }

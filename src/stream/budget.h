@@ -21,6 +21,11 @@
 #include "model/model.h"
 
 #define ES_BUDGET_MAX_GROUP 8 /* the default rule's largest G */
+/* A refusal names the smallest budget that works rounded up to a MiB after adding this: the
+ * process's memory when a session is made moves by a few hundred KiB from one run to the next
+ * (page-cache folios mapped, the allocator's heap), and running again with the budget named
+ * must work. */
+#define ES_BUDGET_RERUN_BYTES ((uint64_t)1 << 20)
 
 /* What the estimate adds for memory it does not size term by term: thread stacks, the I/O
  * ring, small allocations (measured: see budget.c). */
@@ -28,6 +33,10 @@ uint64_t es_budget_margin_bytes(int n_threads);
 
 /* The process's resident memory now (VmRSS), 0 if unknown. */
 uint64_t es_rss_bytes(void);
+/* The same after the allocator has given back the memory it holds free (malloc_trim): what the
+ * process holds live. Freed heap that glibc keeps (its thresholds rise after a large free) would
+ * otherwise count as M_other, more after each session made and destroyed. */
+uint64_t es_budget_live_rss_bytes(void);
 
 /* Reads one byte per page of every non-expert tensor but the token embedding (through the
  * model's mapping), so that they are resident and counted in es_rss_bytes(). */

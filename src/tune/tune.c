@@ -5,6 +5,7 @@
 #include "core/util.h"
 #include "pack/pack.h"
 #include "stream/arena.h"
+#include "stream/budget.h"
 
 #include <errno.h>
 #include <math.h>
@@ -230,14 +231,14 @@ es_status es_tune_select(const es_tune *t, uint64_t budget, uint64_t other, doub
         }
     }
     if (out->groups == 0) {
-        if (min_budget == UINT64_MAX)
-            return es_fail(ES_E_INVAL, "the tuning holds no profile");
-        return es_fail(ES_E_BUDGET,
-                       "a memory budget of %.1f MiB is too small: this run needs %llu MiB "
-                       "besides the experts and one bank of the smallest group; the smallest "
-                       "budget that works is %llu MiB",
-                       (double)budget / (1 << 20), (unsigned long long)((other + (1 << 20) - 1) >> 20),
-                       (unsigned long long)((min_budget + (1 << 20) - 1) >> 20));
+        if (min_budget == UINT64_MAX) return es_fail(ES_E_INVAL, "the tuning holds no profile");
+        return es_fail(
+            ES_E_BUDGET,
+            "a memory budget of %.1f MiB is too small: this run needs %llu MiB "
+            "besides the experts and one bank of the smallest group; the smallest "
+            "budget that works is %llu MiB",
+            (double)budget / (1 << 20), (unsigned long long)((other + (1 << 20) - 1) >> 20),
+            (unsigned long long)((min_budget + ES_BUDGET_RERUN_BYTES + (1 << 20) - 1) >> 20));
     }
     return ES_OK;
 }

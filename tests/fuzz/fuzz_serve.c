@@ -9,6 +9,7 @@
  * The model (estream's tiny synthetic OLMoE, its built-in byte-level BPE vocabulary) is written
  * once to TMPDIR in LLVMFuzzerInitialize and opened for the run.
  */
+#include "job/record.h"
 #include "serve/api.h"
 
 #include <math.h>
@@ -40,7 +41,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         .pooling = ES_POOLING_MEAN,
         .normalize = 1,
         .max_request_tokens = 1 << 14,
-        .batch_tokens = 2048,
+        .max_prompt_tokens = 2048,
         .max_seqs = 64,
         .created = 1,
     };
@@ -103,8 +104,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (r->error || r->n_seqs < 1) abort(); /* sv_check_units lets none through */
                 for (int j = 0; j < r->n_seqs; j++) {
                     if (r->seqs[j].n_ids < 1) abort();
-                    fill(&r->seqs[j], es_model_n_vocab(g_model), es_model_n_embd(g_model), &seed);
+                    /* the record's own arrays, as es_session_run would write them */
+                    fill((es_seq *)&r->seqs[j], es_model_n_vocab(g_model),
+                         es_model_n_embd(g_model), &seed);
                 }
+                es_record_finish(r->r); /* as es_session_run_records does after a run */
                 tokens += r->n_tokens;
             }
             if (tokens != q->n_tokens || tokens > g_env.max_request_tokens || !q->mem_bytes) abort();

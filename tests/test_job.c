@@ -1,0 +1,256 @@
+/*
+ * The job layer of include/estream.h directly (the CLI, the server and Python reach it through
+ * their own tests): the batch former's choices, records against sequences built here by the
+ * rules written out again (lm-evaluation-harness's pair split, BOS, the choice and label rules),
+ * records' errors, and the sizing of a session for a job.
+ */
+#include "t.h"
+
+#include "estream.h"
+
+#include <math.h>
+
+#define DATA "tests/data/"
+
+static es_model *model;
+
+static int setup(void **state)
+{
+    (void)state;
+    return es_model_open(DATA "tiny-q4_0.gguf", 0, &model) == ES_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    es_model_close(model);
+    return 0;
+}
+
+static void test_batch_pick(void **state)
+{
+    (void)state;
+    int pick[8];
+    /* 900 does not fit after 300; 100 and 50 behind it do; 700 does not fit after 450 */
+    const int64_t t1[] = {300, 900, 100, 50, 700};
+    const int s1[] = {1, 1, 1, 1, 1};
+    assert_int_equal(es_batch_pick(t1, s1, 5, 1000, 8, pick), 3);
+    assert_int_equal(pick[0], 0);
+    assert_int_equal(pick[1], 2);
+    assert_int_equal(pick[2], 3);
+    /* the first unit always goes, even past the budget; then the batch is full */
+    const int64_t t2[] = {2000, 10};
+    const int s2[] = {1, 1};
+    assert_int_equal(es_batch_pick(t2, s2, 2, 1000, 8, pick), 1);
+    assert_int_equal(pick[0], 0);
+    /* sequences bound it too: 3 + 3, then 3 more would be 9 > 7; the one-sequence unit fits */
+    const int64_t t3[] = {10, 10, 10, 10};
+    const int s3[] = {3, 3, 3, 1};
+    assert_int_equal(es_batch_pick(t3, s3, 4, 1000, 7, pick), 3);
+    assert_int_equal(pick[2], 3);
+    /* empty units (a bad record has no tokens) ride along */
+    const int64_t t4[] = {1000, 0, 5};
+    const int s4[] = {1, 0, 1};
+    assert_int_equal(es_batch_pick(t4, s4, 3, 1000, 8, pick), 1);
+    const int64_t t5[] = {999, 0, 5};
+    assert_int_equal(es_batch_pick(t5, s4, 3, 1000, 8, pick), 2);
+    assert_int_equal(es_batch_pick(t1, s1, 0, 1000, 8, pick), 0);
+}
+
+static int32_t *tok(const char *s, size_t *n)
+{
+    int32_t *ids = malloc((strlen(s) + 16) * sizeof(int32_t));
+    assert_non_null(ids);
+    assert_int_equal(es_tokenize(model, s, strlen(s), 0, 0, ids, strlen(s) + 16, n), ES_OK);
+    return ids;
+}
+
+/* Runs one sequence alone: per-token log-probs into lp (NAN before score_from). */
+static void run_alone(es_session *s, const int32_t *ids, size_t n, size_t from, float *lp,
+                      int32_t *rank)
+{
+    es_seq q = {.ids = ids, .n_ids = n, .score_from = from, .token_logprob = lp,
+                .token_rank = rank};
+    assert_int_equal(es_session_run(s, &q, 1), ES_OK);
+}
+
+static es_record *make(const es_record_spec *sp)
+{
+    es_record *r = NULL;
+    if (es_record_create(model, sp, &r) != ES_OK) fail_msg("es_record_create: %s", es_last_error());
+    return r;
+}
+
+/* A pair, a multiple choice and labels against sequences built here by the rules: BOS +
+ * tok(context + continuation), trailing whitespace of the context moved to the continuation,
+ * scored from len(tok(context)) + 1; sums in double in order; argmax ties to the lowest. */
+static void test_records_follow_the_rules(void **state)
+{
+    (void)state;
+    assert_true(es_model_add_bos(model));
+    es_session *s;
+    assert_int_equal(es_session_create(model, NULL, &s), ES_OK);
+    /* "The cat " + "sat down": the space moves to the continuation, so it is the pair below */
+    const es_str ch[] = {{"sat down", 8}, {"ran", 3}, {"", 0}};
+    es_record_spec sp = {.kind = ES_RECORD_CHOICES, .context = {"The cat ", 8}, .items = ch,
+                         .n_items = 2, .gold = 1};
+    es_record *c = make(&sp);
+    const es_record_spec pp = {.kind = ES_RECORD_PAIR, .context = {"The cat", 7},
+                               .continuation = {" sat down", 9}, .gold = -1};
+    es_record *p = make(&pp);
+    const es_str lab[] = {{" the", 4}, {" a", 2}};
+    const es_record_spec lp = {.kind = ES_RECORD_LABELS, .text = {"Once upon", 9}, .items = lab,
+                               .n_items = 2, .gold = -1};
+    es_record *l = make(&lp);
+    es_record_result x;
+    assert_int_equal(es_record_result_get(p, &x), ES_E_INVAL); /* not run yet */
+    es_record *all[] = {c, p, l};
+    assert_int_equal(es_session_run_records(s, all, 3), ES_OK);
+
+    /* the pair, by hand: "The cat" + " sat down" */
+    size_t nw, nc;
+    int32_t *w = tok("The cat sat down", &nw), *cx = tok("The cat", &nc);
+    int32_t *ids = malloc((nw + 1) * sizeof(int32_t));
+    ids[0] = es_model_bos(model);
+    memcpy(ids + 1, w, nw * sizeof(int32_t));
+    float *lpv = malloc((nw + 1) * sizeof(float));
+    int32_t *rk = malloc((nw + 1) * sizeof(int32_t));
+    run_alone(s, ids, nw + 1, nc + 1, lpv, rk);
+    double want = 0;
+    int greedy = 1;
+    for (size_t i = nc + 1; i < nw + 1; i++) want += lpv[i], greedy &= rk[i] == 1;
+    assert_int_equal(es_record_result_get(p, &x), ES_OK);
+    assert_true(x.sum == want);
+    assert_int_equal(x.greedy, greedy);
+    assert_int_equal(x.n_tokens, (int64_t)(nw - nc));
+    /* choice 0 is the same pair: its trailing spaces went to the continuation */
+    es_record_result y;
+    assert_int_equal(es_record_result_get(c, &y), ES_OK);
+    assert_int_equal(y.n_items, 2);
+    assert_true(y.item_logprobs[0] == want);
+    assert_int_equal(y.item_tokens[0], (int64_t)(nw - nc));
+    assert_int_equal(y.item_bytes[0], 8);
+    assert_int_equal(y.item_bytes[1], 3);
+    const double v0[3] = {y.item_logprobs[0], y.item_logprobs[0] / (double)y.item_tokens[0],
+                          y.item_logprobs[0] / 8.0};
+    const double v1[3] = {y.item_logprobs[1], y.item_logprobs[1] / (double)y.item_tokens[1],
+                          y.item_logprobs[1] / 3.0};
+    for (int k = 0; k < ES_RECORD_RULES; k++) assert_int_equal(y.chosen[k], v1[k] > v0[k]);
+    assert_int_equal(y.gold, 1);
+    /* labels: " the" and " a" are one token each: the next-token log-probs, renormalised */
+    assert_int_equal(es_record_n_seqs(l), 1);
+    assert_int_equal(es_record_result_get(l, &x), ES_OK);
+    const double z = exp(x.item_logprobs[0]) + exp(x.item_logprobs[1]);
+    assert_true(fabs(x.probs[0] - exp(x.item_logprobs[0]) / z) < 1e-12);
+    assert_true(fabs(x.probs[0] + x.probs[1] - 1) < 1e-12);
+    assert_int_equal(x.label, x.item_logprobs[1] > x.item_logprobs[0]);
+    /* an empty choice after a context without trailing whitespace has no tokens: a record
+     * error naming it */
+    sp.n_items = 3;
+    sp.context = (es_str){"The cat", 7};
+    es_record *bad = NULL;
+    assert_int_equal(es_record_create(model, &sp, &bad), ES_E_INVAL);
+    assert_null(bad);
+    assert_string_equal(es_last_error(), "choice 2: the continuation has no tokens");
+    free(w);
+    free(cx);
+    free(ids);
+    free(lpv);
+    free(rk);
+    es_record_destroy(c);
+    es_record_destroy(p);
+    es_record_destroy(l);
+    es_session_destroy(s);
+}
+
+static void expect_error(const es_record_spec *sp, const char *msg)
+{
+    es_record *r = NULL;
+    assert_int_equal(es_record_create(model, sp, &r), ES_E_INVAL);
+    assert_null(r);
+    if (strcmp(es_last_error(), msg)) fail_msg("'%s', want '%s'", es_last_error(), msg);
+}
+
+static void test_record_errors(void **state)
+{
+    (void)state;
+    const es_record_spec empty = {.kind = ES_RECORD_TEXT, .gold = -1};
+    expect_error(&empty, "\"text\" is empty");
+    const int32_t out[] = {1, 1 << 30};
+    const es_record_spec ids = {.kind = ES_RECORD_IDS, .ids = out, .n_ids = 2, .gold = -1};
+    char msg[128];
+    snprintf(msg, sizeof(msg), "\"ids\"[1] is not an id of the vocabulary (0..%d)",
+             es_model_n_vocab(model) - 1);
+    expect_error(&ids, msg);
+    const es_str one[] = {{"x", 1}};
+    const es_record_spec gold = {.kind = ES_RECORD_CHOICES, .context = {"a", 1}, .items = one,
+                                 .n_items = 1, .gold = 1};
+    expect_error(&gold, "\"gold\" must be an index into \"choices\" (0..0)");
+    const es_record_spec top = {.kind = ES_RECORD_TEXT, .text = {"a", 1}, .top = ES_MAX_TOP + 1,
+                                .gold = -1};
+    snprintf(msg, sizeof(msg), "top must be 0..%d, not %d", ES_MAX_TOP, ES_MAX_TOP + 1);
+    expect_error(&top, msg);
+    char *longtext = malloc(20000);
+    memset(longtext, 'x', 19999);
+    longtext[19999] = 0;
+    const es_record_spec lng = {.kind = ES_RECORD_TEXT, .text = {longtext, 19999}, .gold = -1};
+    es_record *r = NULL;
+    assert_int_equal(es_record_create(model, &lng, &r), ES_E_INVAL);
+    assert_non_null(strstr(es_last_error(), "more than the model's context"));
+    free(longtext);
+    const es_record_spec kind = {.kind = (es_record_kind)42};
+    expect_error(&kind, "unknown record kind 42");
+    assert_string_equal(es_record_kind_name(ES_RECORD_CHOICES), "choices");
+    assert_null(es_record_kind_name((es_record_kind)42));
+}
+
+/* Sizing: 2048 without a budget (fewer for a smaller job), the budget given, capacity the
+ * longest unit; sequences one per 32 tokens, at least 64 from 512 tokens on. */
+static void test_sizing(void **state)
+{
+    (void)state;
+    es_session *s;
+    es_job_size z;
+    es_job_shape j = {.longest = 100, .most_seqs = 3, .head_outputs = 1};
+    assert_int_equal(es_session_create_for_job(model, NULL, &j, &s, &z), ES_OK);
+    assert_int_equal(z.batch_tokens, 2048);
+    assert_int_equal(z.max_seqs, 64);
+    assert_int_equal(z.max_tokens, 2048);
+    es_session_destroy(s);
+    j.total_tokens = 300; /* the whole job: no batch larger than it */
+    assert_int_equal(es_session_create_for_job(model, NULL, &j, &s, &z), ES_OK);
+    assert_int_equal(z.batch_tokens, 300);
+    assert_int_equal(z.max_seqs, 9);
+    es_session_destroy(s);
+    j.total_tokens = 0;
+    j.batch_tokens = 64; /* given, smaller than the longest: capacity the longest */
+    assert_int_equal(es_session_create_for_job(model, NULL, &j, &s, &z), ES_OK);
+    assert_int_equal(z.batch_tokens, 64);
+    assert_int_equal(z.max_tokens, 100);
+    assert_int_equal(z.max_seqs, 3);
+    /* the session refuses a batch past its capacity */
+    int32_t ids[101] = {0};
+    es_seq q = {.ids = ids, .n_ids = 101};
+    assert_int_equal(es_session_run(s, &q, 1), ES_E_INVAL);
+    es_session_destroy(s);
+    /* a budget too small for one unit alone: ES_E_BUDGET naming the smallest that works */
+    es_session_params p = es_session_default_params();
+    p.mem_budget_bytes = 1 << 20;
+    j.batch_tokens = 0;
+    assert_int_equal(es_session_create_for_job(model, &p, &j, &s, &z), ES_E_BUDGET);
+    assert_null(s);
+    assert_non_null(strstr(es_last_error(), "the smallest budget that works is"));
+    const es_job_shape bad = {.longest = (int64_t)ES_MAX_BATCH_TOKENS + 1};
+    assert_int_equal(es_session_create_for_job(model, NULL, &bad, &s, &z), ES_E_INVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_pick),
+        cmocka_unit_test(test_records_follow_the_rules),
+        cmocka_unit_test(test_record_errors),
+        cmocka_unit_test(test_sizing),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
