@@ -12,6 +12,7 @@
  * usage: build/bench/bench_head_mem [MODEL] [TOKENS] [THREADS]
  */
 #include "estream.h"
+#include "estream_tools.h" /* the tree's own helpers (not installed, not in the ABI) */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -143,7 +143,7 @@ int main(int argc, char **argv)
             if (pread(fd, want + (size_t)c * block, n, (off_t)off[c]) != (ssize_t)n ||
                 memcmp(want + (size_t)c * block, got + (size_t)c * block, n)) {
                 fprintf(stderr, "bench_io: %s: chunk at %llu differs from pread\n",
-                        es_io_backend_name(io), (unsigned long long)off[c]);
+                        es_io_used_backend(io), (unsigned long long)off[c]);
                 times[0] = -1;
             }
         }
@@ -160,7 +160,7 @@ int main(int argc, char **argv)
         qsort(mbs, (size_t)runs, sizeof(double), cmp_double);
         printf("bench_io %s: direct=%d block=%zu depth=%d file=%.1f MB runs=%d  MB/s=%.1f "
                "(min %.1f, max %.1f)\n",
-               es_io_backend_name(io), es_io_direct(io), block, depth, (double)size / 1e6, runs,
+               es_io_used_backend(io), es_io_direct(io), block, depth, (double)size / 1e6, runs,
                mbs[runs / 2], mbs[0], mbs[runs - 1]);
         es_io_close(io);
     }

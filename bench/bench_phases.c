@@ -17,6 +17,7 @@
  * prefills; the profile shown is the median repetition's (by wall time).
  */
 #include "estream.h"
+#include "estream_tools.h" /* the tree's own helpers (not installed, not in the ABI) */
 #include "peak.h"
 
 #include <spawn.h>

@@ -31,11 +31,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 if [ -n "${ESTREAM:-}" ]; then
     estream=$ESTREAM
-    lib=$(dirname "$estream")/libestream.so.1
+    lib=$(dirname "$estream")/libestream.so.2
 else
     make -j"$(nproc)" build/estream build/libestream.so >/dev/null
     estream=build/estream
-    lib=$root/build/libestream.so.1
+    lib=$root/build/libestream.so.2
 fi
 [ -f "$lib" ] || { echo "python_vs_cli: no $lib (make build/libestream.so)" >&2; exit 1; }
 if [ -n "${PYTHON:-}" ]; then

@@ -82,7 +82,7 @@ int main(int argc, char **argv)
     es_session_stats(s, &st);
     fprintf(stderr, "logprobs: %zu tokens, %s, peak RSS %.1f MiB\n", n,
             st.streaming ? "experts streamed from the file" : "resident",
-            (double)es_peak_rss_bytes() / 1048576.0);
+            (double)st.peak_rss_bytes / 1048576.0);
 
     free(lp);
     free(ids);

@@ -1,11 +1,45 @@
 /*
- * estream: fast, memory-bounded prefill of Mixture-of-Experts language models.
+ * estream: fast, memory-bounded prefill of Mixture-of-Experts language models (libestream).
  *
- * The only public header. Handles are opaque; every function that can fail returns es_status
- * and leaves a one-line description in es_last_error() (thread-local).
+ *     es_model *m;
+ *     es_session *s;
+ *     if (es_model_open("model.gguf", 0, &m)) return fprintf(stderr, "%s\n", es_last_error()), 1;
+ *     es_session_params p = es_session_default_params();
+ *     p.mem_budget_bytes = (uint64_t)1 << 30;               // stream the experts under 1 GiB
+ *     if (es_session_create(m, &p, &s)) return fprintf(stderr, "%s\n", es_last_error()), 1;
+ *     int32_t ids[64];
+ *     float lp[64];                                         // lp[i] = log P(ids[i] | ids[<i])
+ *     size_t n;
+ *     es_tokenize(m, "The cat sat on the mat.", 23, 1, 0, ids, 64, &n); // BOS as the model asks
+ *     es_seq q = {.ids = ids, .n_ids = n, .token_logprob = lp};
+ *     es_session_run(s, &q, 1);
+ *     es_session_destroy(s), es_model_close(m);
  *
- * Thread-safety: an es_model is read-only after es_model_open() and may be shared by threads;
- * everything a prefill changes lives in an es_session, used by one thread at a time.
+ * Conventions, true of every declaration below:
+ * - Errors: a function that can fail returns es_status (ES_OK is 0); on failure es_last_error()
+ *   holds a one-line message (thread-local, valid until the next failure on the thread) and the
+ *   out-parameters are NULL or zero.
+ * - Ownership: a handle from an _open or a _create is the caller's until it is passed to the
+ *   matching _close or _destroy (which accept NULL). Pointers a function returns into a handle
+ *   (names, token pieces, results) are borrowed: valid until that handle is closed or destroyed,
+ *   or as the function says. Buffers the caller passes stay the caller's; the library keeps no
+ *   pointer after a call returns, except es_seq's output arrays, written during es_session_run.
+ *   Static strings (names, versions) live as long as the process.
+ * - Names: es_<object>_<verb>. _open/_close for a handle that reads its file for its whole life
+ *   (a model maps its file); _create/_destroy for every other handle, whatever makes it;
+ *   es_<enum>_name() is an enum value's static name.
+ * - Threads: an es_model is read-only after es_model_open and may be shared by threads;
+ *   everything a run changes lives in an es_session, used by one thread at a time.
+ * - Versions: ES_VERSION_MAJOR changes when this header breaks a caller: a function removed,
+ *   renamed or changed, or a struct below changing size or layout. No struct carries a size
+ *   field, so a field added to one is a MAJOR change too; with MAJOR the shared library's soname
+ *   (libestream.so.MAJOR). New functions and enum values bump MINOR.
+ * - estream_tools.h, the helpers of estream's own command line, server, tests and benchmarks,
+ *   is not part of this promise and is not installed.
+ *
+ * Contents: status and errors; models; tokens; kernel tables; sessions; batches and outputs;
+ * records, batches and sizing for jobs; statistics; packs and output files.
+ * Design: docs/notes.md and the README beside this header's source.
  */
 #ifndef ESTREAM_H
 #define ESTREAM_H
@@ -17,12 +51,10 @@
 extern "C" {
 #endif
 
-/* The library's version. MAJOR follows this header: a change that breaks a caller (a function
- * or field removed or changed, a struct reordered) bumps it, and with it the shared library's
- * soname (libestream.so.MAJOR); additions bump MINOR. es_version() is the version the library
- * running was built as ("1.1.0"), which may differ from the header a caller was compiled with. */
-#define ES_VERSION_MAJOR 1
-#define ES_VERSION_MINOR 2
+/* The library's version (see "Versions" above). es_version() is the version of the library
+ * running ("2.0.0"), which may differ from the header a caller was compiled with. */
+#define ES_VERSION_MAJOR 2
+#define ES_VERSION_MINOR 0
 #define ES_VERSION_PATCH 0
 
 /* What the shared library exports: only the functions declared with ES_API (the objects are
@@ -35,6 +67,7 @@ extern "C" {
 
 ES_API const char *es_version(void);
 
+/* ---- status and errors ------------------------------------------------------------------------ */
 typedef enum es_status {
     ES_OK = 0,
     ES_E_INVAL = -1,       /* bad argument: a bug in the caller, or a bad flag          */
@@ -48,16 +81,9 @@ typedef enum es_status {
 } es_status;
 
 /* Short English name of a status ("format error"). Never NULL. */
-ES_API const char *es_status_str(es_status st);
+ES_API const char *es_status_name(es_status st);
 /* The message of the last failure on this thread ("" if none). Valid until the next failure. */
 ES_API const char *es_last_error(void);
-
-typedef struct es_model es_model; /* opaque: a GGUF model (or vocabulary-only file) */
-
-/* Flags for es_model_open(). */
-enum {
-    ES_OPEN_VOCAB_ONLY = 1 << 0, /* read only the tokenizer; the file may have no weights */
-};
 
 /* Where the library's log lines go (warnings, and with ESTREAM_LOG=2 or 3 information and
  * debugging). Default (cb NULL): stderr, each line prefixed "estream: ". Otherwise cb gets each
@@ -67,6 +93,15 @@ enum {
 enum { ES_LOG_LEVEL_WARN = 1, ES_LOG_LEVEL_INFO = 2, ES_LOG_LEVEL_DEBUG = 3 };
 typedef void (*es_log_fn)(void *user, int level, const char *line);
 ES_API void es_log_set(es_log_fn cb, void *user);
+
+
+/* ---- models ----------------------------------------------------------------------------------- */
+typedef struct es_model es_model; /* opaque: a GGUF model (or vocabulary-only file) */
+
+/* Flags for es_model_open(). */
+enum {
+    ES_OPEN_VOCAB_ONLY = 1 << 0, /* read only the tokenizer; the file may have no weights */
+};
 
 /* Opens the GGUF at path: validates the file, reads hyperparameters, tensors and tokenizer.
  * On success *out owns the mapping; release it with es_model_close(). On failure *out is NULL.
@@ -81,6 +116,43 @@ ES_API const char *es_model_arch(const es_model *m);
 ES_API int es_model_n_vocab(const es_model *m);
 ES_API int es_model_n_ctx(const es_model *m);
 
+/* Layers and experts per layer (0 for a vocabulary-only model). */
+ES_API int es_model_n_layer(const es_model *m);
+ES_API int es_model_n_expert(const es_model *m);
+
+/* Width of the embeddings (n_embd). */
+ES_API int es_model_n_embd(const es_model *m);
+
+/* A model's architecture and hyperparameters, as the loader read them. */
+typedef struct es_model_desc {
+    const char *arch;         /* es_model_arch() */
+    const char *family_names; /* the models the family is known by ("OLMoE"); NULL for a
+                               * vocabulary-only open */
+    int n_vocab;
+    int vocab_only;           /* opened with ES_OPEN_VOCAB_ONLY: the fields below are 0 */
+    int n_ctx, n_embd, n_layer, n_head, n_head_kv;
+    int n_embd_head;          /* key (and query) head size */
+    int n_embd_head_v;        /* value head size */
+    int n_rot;                /* rotary dimensions per head */
+    int n_expert, n_expert_used, n_ff_exp;
+    int gating_sigmoid;       /* 1: the router ranks a sigmoid of each logit, 0: a softmax */
+    int topk_renorm;          /* 1: the chosen experts' weights are renormalised */
+    int n_expert_shared, n_ff_shexp; /* shared experts of every MoE layer and their FFN */
+    int n_layer_dense_lead, n_ff;    /* leading layers with a dense FFN, and its size */
+    int n_conv_layers, n_conv_taps;  /* short-convolution layers instead of attention */
+    int n_lora_kv;            /* MLA's compressed KV row (0: not MLA) */
+    int mla_split;            /* MLA: attn_k_b/attn_v_b (1) or one joined attn_kv_b (0) */
+    float rope_freq_base, rope_freq_scale, rope_ext_factor; /* scale 1: none; ext 0: not YaRN */
+    float attn_scale, rms_eps;
+    int expert_layer;         /* the first MoE layer */
+    uint64_t expert_bytes;    /* bytes of one expert (gate, up and down) in it */
+    const char *expert_types[3]; /* gate, up, down weight type names there */
+} es_model_desc;
+/* Static strings, or valid until es_model_close(). */
+ES_API void es_model_describe(const es_model *m, es_model_desc *out);
+
+
+/* ---- tokens ----------------------------------------------------------------------------------- */
 /* Tokenizes text[0..len) into ids. add_special: add BOS/EOS as the model's tokenizer asks
  * (tokenizer.ggml.add_bos_token), as llama.cpp does. parse_special: recognise special-token
  * text such as "<|endoftext|>". On success *n_out is the number of ids; if it exceeds cap,
@@ -97,12 +169,8 @@ ES_API int32_t es_model_eos(const es_model *m);
  * range. Valid until es_model_close(). */
 ES_API const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
 
-/* The most compute threads a prefill can use. */
-#define ES_MAX_THREADS 256
-#define ES_MAX_BATCH_TOKENS (1 << 22) /* max_tokens: most tokens in one batch */
-#define ES_MAX_BATCH_SEQS 4096        /* max_seqs: most sequences in one batch */
 
-
+/* ---- kernel tables ---------------------------------------------------------------------------- */
 /* The kernel table the fast path uses: "scalar", "avx2", "avxvnni" or "avx512" on x86-64,
  * "scalar", "asimd", "neon" or "i8mm" on AArch64 (the best this CPU and OS support, or the one
  * ESTREAM_ISA names). */
@@ -115,16 +183,24 @@ ES_API int es_kernels_available(const char *isa);
 ES_API es_status es_kernels_select(const char *isa);
 
 
-/* Layers and experts per layer (0 for a vocabulary-only model). */
-ES_API int es_model_n_layer(const es_model *m);
-ES_API int es_model_n_expert(const es_model *m);
+/* The names of every kernel table (es_kernels_select()), NULL-terminated, static; those this
+ * CPU runs pass es_kernels_available(). */
+ES_API const char *const *es_kernels_list(void);
 
-/* ---- sessions -------------------------------------------------------------------------------
+
+/* ---- sessions ---------------------------------------------------------------------------------
  * A session is one user's run state on a model (llama.cpp's context): the thread pool, the
  * kernel table, activation buffers, expert plans and, when experts are streamed, the arena and
  * the loader. The model stays immutable; several sessions may share one model (each from its own
  * thread). A session is used by one thread at a time. */
 typedef struct es_session es_session;
+
+/* The most compute threads a prefill can use. */
+#define ES_MAX_THREADS 256
+#define ES_MAX_BATCH_TOKENS (1 << 22) /* max_tokens: most tokens in one batch */
+#define ES_MAX_BATCH_SEQS 4096        /* max_seqs: most sequences in one batch */
+
+
 
 /* When the expert loader may start reading a group (DESIGN §6). */
 typedef enum es_policy {
@@ -142,10 +218,7 @@ typedef struct es_tune es_tune;
  * header). Errors: ES_E_IO (cannot read), ES_E_FORMAT (not a tune file, damaged, or made for
  * another model: the message says which). */
 ES_API es_status es_tune_load(const es_model *m, const char *path, es_tune **out);
-ES_API void es_tune_free(es_tune *t); /* NULL is a no-op */
-/* The default calibration text of `estream tune`: English prose written for estream, to be
- * repeated until the prompt is long enough. Never NULL; static. */
-ES_API const char *es_tune_calib_text(void);
+ES_API void es_tune_destroy(es_tune *t); /* NULL is a no-op */
 /* Whether t's profiles apply to runs with n_threads threads on the kernel table isa (NULL: the
  * default) on this CPU: ES_OK, or ES_E_INVAL with the reason in es_last_error(). */
 ES_API es_status es_tune_applies(const es_tune *t, int n_threads, const char *isa);
@@ -156,7 +229,7 @@ typedef enum es_io_backend {
     ES_IO_URING = 1, /* io_uring only (ES_E_UNSUPPORTED where no ring can be made) */
     ES_IO_PREAD = 2, /* one pread worker thread per queue slot */
 } es_io_backend;
-ES_API const char *es_io_backend_str(es_io_backend b); /* "auto", "io_uring", "pread" */
+ES_API const char *es_io_backend_name(es_io_backend b); /* "auto", "io_uring", "pread" */
 
 /* A session's parameters. Start from es_session_default_params() and change what you need;
  * a field documented "0 = chosen" is chosen at creation from the model and the machine. */
@@ -240,6 +313,40 @@ ES_API void es_session_destroy(es_session *s); /* NULL is a no-op */
 ES_API es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,
                              float *out);
 
+/* "<model path>.tune" in a malloc'd string the caller frees (NULL when out of memory). */
+ES_API char *es_tune_default_path(const char *model_path);
+/* Runs the prefill over ids[0..n) on a session made from p (NULL: the defaults) for this one
+ * call, with max_tokens n (use a session to run several prompts without rebuilding the pool
+ * and buffers). Writes logits to out: [n][n_vocab] if all_logits, else [n_vocab] for the last
+ * position. The caller owns out. Ids out of range, n == 0 or n > n_ctx give ES_E_INVAL. */
+ES_API es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_session_params *p,
+                     int all_logits, float *out);
+
+/* Perplexity as es_perplexity(), on this session. */
+typedef struct es_ppl_result es_ppl_result;
+typedef void (*es_ppl_progress_fn)(void *user, int done, int total, double ppl);
+ES_API es_status es_session_perplexity(es_session *s, const int32_t *ids, size_t n, int n_ctx,
+                                int max_chunks, es_ppl_progress_fn progress, void *user,
+                                es_ppl_result *out);
+
+/* Perplexity with llama.cpp's llama-perplexity convention: the ids (tokenized with BOS when the
+ * tokenizer adds one) are cut into non-overlapping chunks of n_ctx; when the model adds BOS, the
+ * first id of each chunk is replaced by BOS; only the second half of each chunk is scored
+ * (positions n_ctx/2 .. n_ctx-2 predict the next id). Needs n >= 2*n_ctx ids. */
+struct es_ppl_result {
+    double ppl;       /* exp(mean negative log-likelihood) */
+    double nll;       /* mean negative log-likelihood, nats */
+    int64_t n_scored; /* predictions scored */
+    int chunks;       /* chunks evaluated */
+};
+/* The progress callback (es_ppl_progress_fn above) is called after each chunk: chunks done,
+ * total, perplexity so far. es_perplexity() runs on a session made from p (NULL: the
+ * defaults) for the call. */
+ES_API es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
+                        const es_session_params *p, es_ppl_progress_fn progress, void *user,
+                        es_ppl_result *out);
+
+
 /* ---- batches and their outputs --------------------------------------------------------------
  * es_session_run prefills a batch of independent sequences at once: attention is causal within
  * each sequence, positions restart at 0 in each, and the router and the expert operator run on
@@ -301,8 +408,6 @@ typedef struct es_seq {
  * output is valid. */
 ES_API es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs);
 
-/* Width of the embeddings (n_embd). */
-ES_API int es_model_n_embd(const es_model *m);
 
 /* ---- records, batches and a session sized for a job -------------------------------------------
  * The job layer that estream score and estream embed, estream serve and the Python package share:
@@ -448,24 +553,8 @@ ES_API es_status es_session_create_for_job(const es_model *m, const es_session_p
                                            const es_job_shape *job, es_session **out,
                                            es_job_size *size);
 
-/* Runs the prefill over ids[0..n) on a session made from p (NULL: the defaults) for this one
- * call, with max_tokens n (use a session to run several prompts without rebuilding the pool
- * and buffers). Writes logits to out: [n][n_vocab] if all_logits, else [n_vocab] for the last
- * position. The caller owns out. Ids out of range, n == 0 or n > n_ctx give ES_E_INVAL. */
-ES_API es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_session_params *p,
-                     int all_logits, float *out);
 
-/* Perplexity as es_perplexity(), on this session. */
-typedef struct es_ppl_result es_ppl_result;
-typedef void (*es_ppl_progress_fn)(void *user, int done, int total, double ppl);
-ES_API es_status es_session_perplexity(es_session *s, const int32_t *ids, size_t n, int n_ctx,
-                                int max_chunks, es_ppl_progress_fn progress, void *user,
-                                es_ppl_result *out);
-
-/* Routes each expert of layer il received in the session's last fast-path prefill:
- * counts[0..n_expert). ES_E_INVAL if none has run, il is out of range or cap < n_expert. */
-ES_API es_status es_session_route_counts(const es_session *s, int il, int64_t *counts, int cap);
-
+/* ---- statistics ------------------------------------------------------------------------------- */
 /* What the last request did. */
 typedef struct es_run_stats {
     double seconds;          /* wall time of the last request */
@@ -494,79 +583,9 @@ typedef struct es_run_stats {
 } es_run_stats;
 ES_API void es_session_stats(const es_session *s, es_run_stats *out);
 
-/* Where the last request's time went, phase by phase (fast path; since 1.1). The calling
- * thread's clock is split at each step of the forward pass; the expert operator's share is
- * split by what its threads did in it (the mean over threads of each sub-phase's time), so
- * seconds[] sums to the request's wall time. Work counts are what the phase computed and read:
- * int_ops (2 per integer multiply-add: quantized weights), float_ops (2 per float multiply-add:
- * float weights, attention scores and values) and weight_bytes (bytes of weights the matrix
- * products read, once per product; an expert is read once per block of its rows). */
-typedef enum es_phase {
-    ES_PHASE_NORM = 0,         /* embedding rows, norms, RoPE, residual adds */
-    ES_PHASE_ACT_QUANT,        /* activations quantized for the kernels (dense and expert) */
-    ES_PHASE_ATTN_PROJ,        /* attention (or convolution) block projections: Q, K, V, O */
-    ES_PHASE_ATTN,             /* attention scores, softmax and values (short convolutions) */
-    ES_PHASE_ROUTER,           /* router logits, top-k and the sort by expert */
-    ES_PHASE_EXPERT_GATE_UP,   /* the experts' gate and up products */
-    ES_PHASE_SWIGLU,           /* silu(gate) * up */
-    ES_PHASE_EXPERT_DOWN,      /* the experts' down products */
-    ES_PHASE_SCATTER_ADD,      /* the weighted sum of the experts' rows into the tokens' */
-    ES_PHASE_BARRIER,          /* threads waiting for each other inside the expert operator */
-    ES_PHASE_EXPERT_WAIT,      /* waiting for streamed experts to arrive */
-    ES_PHASE_DENSE_FFN,        /* dense FFNs and shared experts */
-    ES_PHASE_HEAD,             /* the output head and the outputs computed from its logits */
-    ES_PHASE_OTHER,            /* the rest: buffers, setup */
-    ES_PHASE_COUNT
-} es_phase;
-ES_API const char *es_phase_name(es_phase p); /* "norm", "act_quant", ..., NULL out of range */
-typedef struct es_phase_profile {
-    double seconds;                     /* the request's wall time */
-    double phase_seconds[ES_PHASE_COUNT];
-    double int_ops[ES_PHASE_COUNT];
-    double float_ops[ES_PHASE_COUNT];
-    double weight_bytes[ES_PHASE_COUNT];
-    int64_t tokens;                     /* rows of the request */
-} es_phase_profile;
-/* The profile of the session's last request. ES_E_INVAL: no request has run, or the session
- * runs the reference path. */
-ES_API es_status es_session_profile(const es_session *s, es_phase_profile *out);
 
-/* Perplexity with llama.cpp's llama-perplexity convention: the ids (tokenized with BOS when the
- * tokenizer adds one) are cut into non-overlapping chunks of n_ctx; when the model adds BOS, the
- * first id of each chunk is replaced by BOS; only the second half of each chunk is scored
- * (positions n_ctx/2 .. n_ctx-2 predict the next id). Needs n >= 2*n_ctx ids. */
-struct es_ppl_result {
-    double ppl;       /* exp(mean negative log-likelihood) */
-    double nll;       /* mean negative log-likelihood, nats */
-    int64_t n_scored; /* predictions scored */
-    int chunks;       /* chunks evaluated */
-};
-/* The progress callback (es_ppl_progress_fn above) is called after each chunk: chunks done,
- * total, perplexity so far. es_perplexity() runs on a session made from p (NULL: the
- * defaults) for the call. */
-ES_API es_status es_perplexity(es_model *m, const int32_t *ids, size_t n, int n_ctx, int max_chunks,
-                        const es_session_params *p, es_ppl_progress_fn progress, void *user,
-                        es_ppl_result *out);
-
-/* Synthetic models: random weights with the tensor names, shapes and metadata of llama.cpp's
- * architecture, so llama.cpp loads the same file. */
-typedef struct es_synth_opts {
-    const char *arch;       /* NULL, or the preset's architecture (checked) */
-    const char *preset;     /* "tiny", "mini", "olmoe-1b-7b", "tiny-qwen3moe", ... (es_synth_presets) */
-    const char *type;       /* weight type: "f32", "f16", "q8_0", "q4_0" */
-    uint64_t seed;
-    const char *vocab_path; /* NULL: estream's built-in byte-level BPE; else copy its tokenizer */
-    /* progress: bytes written, total (may be NULL) */
-    void (*progress)(void *user, uint64_t done, uint64_t total);
-    void *user;
-} es_synth_opts;
-/* Writes the model to path as described under "Output files" below: a regular file appears only
- * when complete, a FIFO or character device is written in place. */
-ES_API es_status es_synth(const es_synth_opts *opts, const char *path);
-/* Names of the presets, NULL-terminated. */
-ES_API const char *const *es_synth_presets(void);
-
-/* Output files. Every file the library writes (es_synth, the GGUF writer) is made this way:
+/* ---- packs and output files ------------------------------------------------------------------- */
+/* Output files. Every file the library writes (es_pack, es_tune_save, es_synth) is made this way:
  * - A regular file, new or replacing an old one, is written to a new temporary file beside it,
  *   "<path>.tmp.XXXXXXXXXXXX" (random, created exclusively: no existing file is ever touched;
  *   mode 0666 less the umask), fsync'ed and renamed over path only when complete. Any failure
@@ -617,251 +636,6 @@ typedef struct es_pack_result {
 ES_API es_status es_pack(const char *src, const char *dst, const es_pack_opts *opts,
                   es_pack_result *result);
 
-/* ---- making and reading a tuning (estream tune) ---------------------------------------------
- * es_tune_run() measures the storage and profiles one request per candidate group size G;
- * es_tune_choose() picks (G, B, Q) for a budget from the profiles in milliseconds and keeps the
- * choice; es_tune_save() writes the lot to "<model>.tune", which es_tune_load() reads back. The
- * model behind it: src/tune/tune.h (DESIGN §7). */
-#define ES_TUNE_MAX_G 8    /* candidate group sizes in one tuning */
-#define ES_TUNE_N_DEPTHS 4 /* queue depths the storage is characterized at (es_tune_desc.depths) */
-
-typedef struct es_tune_run_params {
-    const int32_t *ids;    /* the calibration prompt (es_tune_calib_text() tokenized, say) */
-    size_t n_ids;          /* >= 1 */
-    const int *groups;     /* candidate G, each 1..n_expert, no repeats */
-    int n_groups;          /* 1..ES_TUNE_MAX_G */
-    int n_threads;         /* > 0: the tuning applies to runs with this many threads */
-    const char *kernels;   /* NULL: the default table */
-    es_io_backend io_backend; /* as es_session_params (ES_IO_AUTO: io_uring, else pread) */
-    int direct_io;         /* 1: O_DIRECT reads, as runs under a budget make them; 0 (what a
-                            * zeroed struct has): buffered */
-    int no_cache;          /* 1: measure the storage even if ~/.cache/estream has it */
-    /* progress (may be NULL): phase "storage" or "profile", steps done of total; done ==
-     * total when the phase ends. Called from the calling thread. */
-    void (*progress)(void *user, const char *phase, int done, int total);
-    void *user;
-} es_tune_run_params;
-
-/* Characterizes the storage (cached per device and file system in ~/.cache/estream) and runs
- * one profiling request per candidate G on m; *out is a new tuning with no choices yet (free it
- * with es_tune_free()). Errors: ES_E_INVAL (bad params), ES_E_IO, ES_E_NOMEM, and those of
- * es_session_create(). */
-ES_API es_status es_tune_run(const es_model *m, const es_tune_run_params *p, es_tune **out);
-
-/* The arena and depth chosen for one budget. */
-typedef struct es_tune_choice {
-    uint64_t budget;     /* the memory budget, bytes */
-    double io_limit;     /* the storage regime, bytes/s (0 = the device as it is) */
-    int groups, banks, qd; /* G experts per bank, B banks, Q reads in flight (0 if none fits) */
-    double predicted;    /* the model's seconds for the calibration request */
-    uint64_t min_budget; /* the smallest budget with one bank of some G, bytes */
-} es_tune_choice;
-
-/* Chooses (G, B, Q) for budget and io_limit (bytes/s, 0 = none) as estream tune does: M_other
- * the larger of the measured and the estimated (es_tune_desc.select_other_bytes), reads as
- * early as possible, records checksummed. On success *out is the choice, and t keeps it (up to
- * 63 choices; es_tune_save() writes them). Errors: ES_E_BUDGET when not one bank of any G fits
- * (*out then has budget, io_limit and min_budget; nothing is kept; es_last_error() says the
- * smallest budget that works), ES_E_INVAL for a tuning without profiles. */
-ES_API es_status es_tune_choose(es_tune *t, uint64_t budget, double io_limit, es_tune_choice *out);
-
-/* B_max: the most banks of `groups` experts worth having under budget (bytes) with the M_other
- * es_tune_choose() assumes: at most one per routed group of the profile request and the
- * streamer's limit; 0 when not one bank fits or t has no profile of that G. */
-ES_API int64_t es_tune_bank_limit(const es_tune *t, int groups, uint64_t budget);
-
-/* One candidate G of a tuning. */
-typedef struct es_tune_profile_desc {
-    int groups;                  /* G */
-    uint64_t bank_bytes;         /* bytes of one bank of G experts */
-    double seconds;              /* the profiling request, measured */
-    double bytes_per_second[ES_TUNE_N_DEPTHS]; /* grouped reads at each of desc.depths */
-} es_tune_profile_desc;
-
-/* What a tuning holds. Pointers are borrowed from t: valid until es_tune_free(), and choices
- * until the next es_tune_choose(). */
-typedef struct es_tune_desc {
-    const char *cpu;             /* the CPU it was made on */
-    const char *kernels;         /* the kernel table of its profiles */
-    int n_threads;               /* the thread count of its profiles */
-    int calib_tokens;            /* the calibration prompt's length */
-    int q0;                      /* the storage's depth: the smallest within 5 % of the best */
-    int depths[ES_TUNE_N_DEPTHS]; /* the depths characterized: 1, 2, 4, 8 */
-    uint64_t other_bytes;        /* M_other measured on the smallest G's profile run */
-    uint64_t other_estimate_bytes; /* the session's estimate of M_other for that run */
-    uint64_t select_other_bytes; /* the M_other es_tune_choose() assumes: the larger, plus
-                                  * 2 MiB for the arena's rounding to huge pages */
-    double profile_seconds;      /* storage characterization and profiles, wall time */
-    int n_profiles;              /* in the order the candidates were given */
-    es_tune_profile_desc profiles[ES_TUNE_MAX_G];
-    int n_choices;
-    const es_tune_choice *choices; /* [n_choices] */
-} es_tune_desc;
-/* Fills *out from t; allocates nothing. Safe alongside other readers of t. */
-ES_API void es_tune_describe(const es_tune *t, es_tune_desc *out);
-
-/* One sparse layer in es_tune_explain(). */
-typedef struct es_tune_layer_times {
-    double predicted_seconds; /* the layer's last group done, from the request's start */
-    double measured_seconds;  /* the same, measured (0 if the layer had no routed group) */
-    double model_read_seconds;   /* its routed groups' bytes at the modelled bandwidth */
-    double profile_read_seconds; /* their read times in the profiling run */
-} es_tune_layer_times;
-typedef struct es_tune_explain_result {
-    double predicted_seconds; /* c->predicted */
-    double measured_seconds;  /* the request's wall time */
-    double bubble_rate;       /* es_run_stats.bubble_rate of the run */
-} es_tune_explain_result;
-/* estream tune --explain: runs the calibration prompt ids[0..n) once with c's arena and depth
- * (c->groups, c->banks, c->qd, c->io_limit; no budget check: the choice applied it) on
- * n_threads threads, and sets, per sparse layer (at most cap of them: layers[0..*n_layers),
- * cap >= es_model_n_layer(m) holds them all), the completion time the model predicts against
- * the one measured, and the layer's read times. result (may be NULL) gets the request's totals.
- * Errors: ES_E_INVAL (t has no profile of c->groups), ES_E_NOMEM, and those of
- * es_session_create() and es_session_prefill(). */
-ES_API es_status es_tune_explain(const es_model *m, const es_tune *t, const es_tune_choice *c,
-                          const int32_t *ids, size_t n, int n_threads, es_tune_layer_times *layers,
-                          int cap, int *n_layers, es_tune_explain_result *result);
-
-/* "<model path>.tune" in a malloc'd string the caller frees (NULL when out of memory). */
-ES_API char *es_tune_default_path(const char *model_path);
-/* Writes t (profiles and choices) to path as described under "Output files". ES_E_IO,
- * ES_E_NOMEM. */
-ES_API es_status es_tune_save(const es_tune *t, const char *path);
-
-/* ---- file inspection (estream info) ---------------------------------------------------------
- * What a GGUF file holds, model or pack or vocabulary, as plain data: the header, a few
- * metadata strings, the tensor index and, for a pack, its layout per layer. Nothing is
- * computed and no weight is read. */
-
-/* One tensor of the index. */
-typedef struct es_file_tensor {
-    const char *name;  /* NUL-terminated copy */
-    const char *type;  /* "f32", "q4_K", ...; "?" for a type estream does not know */
-    int n_dims;        /* at most 4 */
-    int64_t ne[4];     /* ne[0] is the row length; unused dimensions are 1 */
-    uint64_t bytes;
-} es_file_tensor;
-
-/* One sparse layer of a pack: its expert records. */
-typedef struct es_file_pack_layer {
-    int layer;             /* the layer's index in the model */
-    const char *error;     /* NULL, or why its records do not validate (then only layer is set) */
-    int64_t n_records;     /* one per expert */
-    uint64_t record_bytes; /* a multiple of 4 KiB */
-    uint64_t file_offset;  /* of record 0 */
-    const char *types[3];  /* gate, up, down: weight type names */
-    uint64_t offsets[3];   /* each matrix's byte offset inside a record (gate: 0) */
-    int tiles[3];          /* 1: the matrix is in the kernels' tile order, 0: in rows */
-} es_file_pack_layer;
-
-typedef struct es_file_desc {
-    uint32_t gguf_version;
-    int64_t n_kv, n_tensors;
-    uint64_t file_bytes;
-    const char *name;          /* general.name, NULL when absent */
-    const char *arch;          /* general.architecture, NULL when absent */
-    const char *tok_model;     /* tokenizer.ggml.model, NULL when absent */
-    const char *tok_pre;       /* tokenizer.ggml.pre, NULL when absent */
-    es_file_tensor *tensors;   /* [n_tensors], in file order */
-    int is_pack;               /* an estream pack: it has the key estream.pack.version */
-    /* a pack only: */
-    const char *pack_error;    /* NULL, or why the pack-wide keys do not validate (then the
-                                * fields below are zero) */
-    uint32_t pack_version;
-    const char *pack_layout;   /* the version's layout name ("gguf-rows", "tiles-v2") */
-    const char *pack_source;   /* the source model's file name */
-    uint64_t pack_source_bytes;
-    int n_pack_layers;         /* sparse layers, in increasing order */
-    es_file_pack_layer *pack_layers;
-} es_file_desc;
-
-/* Reads the GGUF at path (header, metadata and tensor index; validated as es_model_open() does)
- * into a new *out, which the caller releases with es_file_desc_free(); every string in it is
- * owned by it. Errors: ES_E_IO (cannot open), ES_E_FORMAT (not a valid GGUF; the message names
- * the file), ES_E_NOMEM. A pack that does not validate is not an error: see pack_error and the
- * layers' error. */
-ES_API es_status es_file_describe(const char *path, es_file_desc **out);
-/* The same for the file m was opened from, without reading it again. ES_E_NOMEM. */
-ES_API es_status es_model_describe_file(const es_model *m, es_file_desc **out);
-ES_API void es_file_desc_free(es_file_desc *d); /* NULL is a no-op */
-
-/* A model's architecture and hyperparameters, as the loader read them. */
-typedef struct es_model_desc {
-    const char *arch;         /* es_model_arch() */
-    const char *family_names; /* the models the family is known by ("OLMoE"); NULL for a
-                               * vocabulary-only open */
-    int n_vocab;
-    int vocab_only;           /* opened with ES_OPEN_VOCAB_ONLY: the fields below are 0 */
-    int n_ctx, n_embd, n_layer, n_head, n_head_kv;
-    int n_embd_head;          /* key (and query) head size */
-    int n_embd_head_v;        /* value head size */
-    int n_rot;                /* rotary dimensions per head */
-    int n_expert, n_expert_used, n_ff_exp;
-    int gating_sigmoid;       /* 1: the router ranks a sigmoid of each logit, 0: a softmax */
-    int topk_renorm;          /* 1: the chosen experts' weights are renormalised */
-    int n_expert_shared, n_ff_shexp; /* shared experts of every MoE layer and their FFN */
-    int n_layer_dense_lead, n_ff;    /* leading layers with a dense FFN, and its size */
-    int n_conv_layers, n_conv_taps;  /* short-convolution layers instead of attention */
-    int n_lora_kv;            /* MLA's compressed KV row (0: not MLA) */
-    int mla_split;            /* MLA: attn_k_b/attn_v_b (1) or one joined attn_kv_b (0) */
-    float rope_freq_base, rope_freq_scale, rope_ext_factor; /* scale 1: none; ext 0: not YaRN */
-    float attn_scale, rms_eps;
-    int expert_layer;         /* the first MoE layer */
-    uint64_t expert_bytes;    /* bytes of one expert (gate, up and down) in it */
-    const char *expert_types[3]; /* gate, up, down weight type names there */
-} es_model_desc;
-/* Static strings, or valid until es_model_close(). */
-ES_API void es_model_describe(const es_model *m, es_model_desc *out);
-
-/* ---- this machine and this process ----------------------------------------------------------- */
-typedef struct es_cpu_desc {
-    char brand[64];          /* "Intel(R) Xeon(R) ..."; AArch64: the part, or "aarch64" */
-    char features[512];      /* the detected features, space-separated ("avx2 fma ...") */
-    size_t l1d_bytes, l2_bytes, l3_bytes; /* per core (L3: 0 if none) */
-    int cache_from_cpuid;    /* 0: the cache sizes are defaults */
-} es_cpu_desc;
-/* This CPU as estream detected it (a feature counts only if the OS enabled it too). */
-ES_API void es_cpu_describe(es_cpu_desc *out);
-/* The names of every kernel table (es_kernels_select()), NULL-terminated, static; those this
- * CPU runs pass es_kernels_available(). */
-ES_API const char *const *es_kernels_list(void);
-
-/* The process's peak resident memory (VmHWM) in bytes, 0 if unknown. */
-ES_API size_t es_peak_rss_bytes(void);
-/* Resets the peak to the current resident size (/proc/self/clear_refs), so that a later
- * es_peak_rss_bytes() is the peak since now. ES_E_UNSUPPORTED where the kernel refuses. */
-ES_API es_status es_peak_rss_reset(void);
-
-/* ---- measurements (estream bench) ------------------------------------------------------------ */
-/* The raw read bandwidth of m's experts in bytes/s: the streamer's reads of `groups` experts
- * each (the same extents in the same order), queue_depth in flight (0 = 4), with p's
- * io_backend, direct_io and io_limit_bytes_per_s (NULL: the defaults), no compute and no
- * checksums, over at most max_bytes (0 = one whole request). The disk bound of a streaming
- * run. Errors: ES_E_INVAL (no experts, bad groups), ES_E_IO, ES_E_UNSUPPORTED, ES_E_NOMEM. */
-ES_API es_status es_stream_measure_bandwidth(const es_model *m, const es_session_params *p,
-                                      int groups, int queue_depth, uint64_t max_bytes,
-                                      double *bytes_per_s);
-
-/* Writes data[0..bytes) to path as described under "Output files". ES_E_IO, ES_E_NOMEM. */
-ES_API es_status es_outfile_save(const char *path, const void *data, size_t bytes);
-
-/* One line of a chart: n points (x[i], y[i]); the arrays are borrowed for the call. */
-typedef struct es_plot_series {
-    const char *name; /* legend text; NULL is "" */
-    int n;
-    const double *x, *y;
-} es_plot_series;
-/* Writes a line chart of s[0..n_series) to path as a standalone SVG file (as described under
- * "Output files"). Points with a coordinate that is NaN, infinite or larger than 1e300 in
- * magnitude are skipped; each series' remaining points are joined in increasing x (a polyline
- * when it has 2 or more, markers always), and every series has a legend entry, even with no
- * point left. The x axis spans the data; the y axis spans the data and 0. A single value (all x
- * or all y equal) gets a range around it. Text (title, labels, names; NULL is "") is
- * XML-escaped. Errors: ES_E_INVAL (n_series < 0, s NULL with n_series > 0, a series with n < 0
- * or NULL arrays with n > 0, path NULL), ES_E_IO, ES_E_NOMEM. */
-ES_API es_status es_plot_svg_write(const char *path, const char *title, const char *x_label,
-                            const char *y_label, const es_plot_series *s, int n_series);
 
 #ifdef __cplusplus
 }

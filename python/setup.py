@@ -1,14 +1,14 @@
 """Build of the estream Python package (metadata: pyproject.toml).
 
 The package is pure Python (ctypes) plus one file it bundles: the shared library
-libestream.so.1, built by the estream source tree's own Makefile. Where the tree is:
+libestream.so.2, built by the estream source tree's own Makefile. Where the tree is:
 
 - ESTREAM_SOURCE_DIR, when set (a build in an isolated copy of python/);
 - else the folder above this one, when it holds the Makefile and include/estream.h (pip 21.3
   and newer build a local folder in place, so ``pip install ./python`` from the tree finds it).
 
 The build runs ``make -C TREE BUILD_DIR/libestream.so`` (BUILD_DIR: ESTREAM_BUILD_DIR, default
-build) and copies libestream.so.1 into the package (estream/_lib/). Without a tree, or with
+build) and copies libestream.so.2 into the package (estream/_lib/). Without a tree, or with
 ESTREAM_NO_BUNDLE=1, nothing is built or bundled and the package loads the system's library (or
 ESTREAM_LIBRARY's) at run time. The version is the library's (include/estream.h), 0.1.0
 without a tree.
@@ -28,7 +28,7 @@ from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
 HERE = Path(__file__).resolve().parent
-SONAME = "libestream.so.1"
+SONAME = "libestream.so.2"
 
 
 def source_tree() -> Path | None:
@@ -58,7 +58,7 @@ def library_version(root: Path | None) -> str:
 
 
 def build_library(root: Path) -> Path:
-    """Runs the tree's make for the shared library; returns the path of libestream.so.1."""
+    """Runs the tree's make for the shared library; returns the path of libestream.so.2."""
     build = os.environ.get("ESTREAM_BUILD_DIR", "build")
     target = f"{build}/libestream.so"
     jobs = str(os.cpu_count() or 1)
@@ -76,14 +76,14 @@ def build_library(root: Path) -> Path:
 
 
 class BuildPy(build_py):
-    """build_py that also builds libestream and bundles it as estream/_lib/libestream.so.1."""
+    """build_py that also builds libestream and bundles it as estream/_lib/libestream.so.2."""
 
     def run(self) -> None:
         super().run()
         root = source_tree()
         if root is None or os.environ.get("ESTREAM_NO_BUNDLE") == "1":
             print("estream: no estream source tree (or ESTREAM_NO_BUNDLE=1): the library is "
-                  "not bundled; the package will load the system's libestream.so.1 or "
+                  "not bundled; the package will load the system's libestream.so.2 or "
                   "$ESTREAM_LIBRARY", file=sys.stderr)
             return
         lib = build_library(root)

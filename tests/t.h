@@ -26,6 +26,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "estream.h"
+#include "estream_tools.h" /* the tree's own helpers: tests are its clients */
+
 #define T_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ESTREAM_TEST_FILTER=PATTERN runs only the test cases whose names match it (cmocka's wildcards

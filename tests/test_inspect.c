@@ -81,10 +81,10 @@ static void test_model_file(void **state)
     /* one expert: gate, up [n_embd x n_ff_exp] and down [n_ff_exp x n_embd], f32 */
     assert_int_equal(md.expert_bytes, (uint64_t)3 * md.n_embd * md.n_ff_exp * 4);
     for (int i = 0; i < 3; i++) assert_string_equal(md.expert_types[i], "f32");
-    es_file_desc_free(d);
-    es_file_desc_free(e);
+    es_file_desc_destroy(d);
+    es_file_desc_destroy(e);
     es_model_close(m);
-    es_file_desc_free(NULL);
+    es_file_desc_destroy(NULL);
 }
 
 static void test_pack_file(void **state)
@@ -118,7 +118,7 @@ static void test_pack_file(void **state)
     }
     assert_int_equal(records, r.n_records);
     assert_int_equal(d->pack_layers[0].record_bytes, r.record_bytes);
-    es_file_desc_free(d);
+    es_file_desc_destroy(d);
     unlink(pk);
 }
 

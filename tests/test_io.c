@@ -74,7 +74,7 @@ static es_io *open_cfg(const cfg *c, es_io_params p)
         skip();
     }
     if (st != ES_OK) fail_msg("%s: open: %s", c->name, es_last_error());
-    assert_string_equal(es_io_backend_name(io), c->backend == ES_IO_URING ? "io_uring" : "pread");
+    assert_string_equal(es_io_used_backend(io), c->backend == ES_IO_URING ? "io_uring" : "pread");
     assert_int_equal(es_io_file_bytes(io), FILE_BYTES);
     if (c->direct && !es_io_direct(io)) {
         es_io_close(io);
@@ -726,7 +726,7 @@ static void test_auto(void **state)
     es_io *io = NULL;
     es_io_params p = {.queue_depth = 3};
     assert_int_equal(es_io_open(g_path, &p, &io), ES_OK);
-    const char *name = es_io_backend_name(io);
+    const char *name = es_io_used_backend(io);
     assert_true(strcmp(name, "io_uring") == 0 || strcmp(name, "pread") == 0);
     print_message("auto backend: %s, O_DIRECT %s\n", name, es_io_direct(io) ? "on" : "off");
     random_reads(io, 3, 50, 900, "auto");

@@ -272,9 +272,9 @@ static void test_session_default_params(void **state)
     assert_int_equal(d.policy, ES_POLICY_EARLY);
     assert_int_equal(d.mem_budget_bytes, 0);
     assert_null(d.kernels);
-    assert_string_equal(es_io_backend_str(ES_IO_URING), "io_uring");
-    assert_string_equal(es_io_backend_str(ES_IO_PREAD), "pread");
-    assert_string_equal(es_io_backend_str(ES_IO_AUTO), "auto");
+    assert_string_equal(es_io_backend_name(ES_IO_URING), "io_uring");
+    assert_string_equal(es_io_backend_name(ES_IO_PREAD), "pread");
+    assert_string_equal(es_io_backend_name(ES_IO_AUTO), "auto");
     es_model *m = open_ok(DATA "tiny-f32.gguf");
     es_session *s = NULL;
     es_session_params p = d;

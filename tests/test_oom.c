@@ -116,7 +116,7 @@ static void test_every_allocation_fails_cleanly(void **state)
         failures++;
         const char *msg = es_last_error();
         if (st != ES_E_NOMEM)
-            fail_msg("allocation %ld: status %s, want out of memory (%s)", k, es_status_str(st),
+            fail_msg("allocation %ld: status %s, want out of memory (%s)", k, es_status_name(st),
                      msg);
         if (!*msg || strstr(msg, "stale-marker") || !strstr(msg, "memory"))
             fail_msg("allocation %ld: stale or vague message '%s'", k, msg);

@@ -307,7 +307,7 @@ static void test_profile_from_run(void **state)
             for (int q = 0; q < ES_TUNE_N_DEPTHS; q++) assert_true(p->bw[q] > 0);
             assert_true(sum > 0 && sum <= p->seconds + 1e-6); /* the rest is waiting for experts */
         }
-        es_tune_free(t);
+        es_tune_destroy(t);
         es_model_close(m);
     }
 }
@@ -369,7 +369,7 @@ static void test_session_uses_tuning(void **state)
     assert_non_null(strstr(es_last_error(), "made for 1 thread, this run uses 2"));
     free(res);
     free(got);
-    es_tune_free(t);
+    es_tune_destroy(t);
     es_model_close(m);
 }
 
@@ -455,7 +455,7 @@ static void test_public_view(void **state)
     bad.groups = 3;
     assert_int_equal(es_tune_explain(m, t, &bad, ids, T_LEN(ids), 1, layers, 8, &n_layers, NULL),
                      ES_E_INVAL);
-    es_tune_free(t);
+    es_tune_destroy(t);
     es_model_close(m);
 }
 
@@ -501,7 +501,7 @@ static void test_file_round_trip_and_damage(void **state)
     }
     assert_int_equal(es_tune_applies(u, 1, NULL), ES_OK);
     assert_int_equal(es_tune_applies(u, 3, NULL), ES_E_INVAL);
-    es_tune_free(u);
+    es_tune_destroy(u);
 
     size_t len = 0;
     char *good = t_read_file(path, &len);
@@ -541,7 +541,7 @@ static void test_file_round_trip_and_damage(void **state)
     unlink(path);
     assert_int_equal(es_tune_load(m, path, &u), ES_E_IO);
     free(good);
-    es_tune_free(t);
+    es_tune_destroy(t);
     es_model_close(m);
 }
 
@@ -554,7 +554,7 @@ static void test_storage_cache(void **state)
     snprintf(dir, sizeof(dir), "%s/estream", cache);
     es_model *m = open_model(pack);
     es_tune *t = make_tune(m, 1); /* the fixtures' setup tuned once already: cached */
-    es_tune_free(t);
+    es_tune_destroy(t);
     DIR *d = opendir(dir);
     assert_non_null(d);
     struct dirent *e;
@@ -572,7 +572,7 @@ static void test_storage_cache(void **state)
     assert_true(rows >= 1 + 4 * 4); /* header + 4 group sizes x 4 depths (+ the GGUF's sizes) */
     write_text(file, "estream-storage 1\n12 x\n");
     t = make_tune(m, 1);
-    es_tune_free(t);
+    es_tune_destroy(t);
     char *again = t_read_file(file, &len);
     assert_non_null(again);
     rows = 0;

@@ -1,7 +1,9 @@
 #!/bin/bash
 # The folders of src/ are floors (STYLE §1): a file includes headers of its own floor or the
 # floors below, never one above; the clients of the library (records/, serve/, cli/) include only
-# the public header and their own floors'.
+# the public header (include/estream.h), the tree's tools header (include/estream_tools.h:
+# helpers outside the ABI promise) and their own floors'; the examples and the Python package
+# use estream.h alone.
 # Prints each include that breaks the order and exits 1 if there is one.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,5 +26,15 @@ for f in $(find src -name '*.[ch]' | sort); do
         fi
     done < <(grep -n '^#include "' "$f" | sed -E 's/^([0-9]+):#include "([^"]+)".*/\1:\2/')
 done
+# Programs outside the tree's own clients use the public header only: the examples (built
+# against an installed libestream) and the Python package (the shared library's exports).
+for f in examples/*.c; do
+    if grep -n '#include' "$f" | grep -v '<[a-z/]*\.h>\|"estream\.h"\|<estream\.h>' | grep -q .; then
+        echo "$f: includes more than estream.h and system headers"; bad=1
+    fi
+done
+if grep -rn 'estream_tools' python/estream >/dev/null 2>&1; then
+    echo "python/estream: refers to estream_tools.h (the package may use estream.h's API only)"; bad=1
+fi
 [ $bad = 0 ] && echo "layers: every include goes down (${floors[*]})"
 exit $bad

@@ -6,7 +6,8 @@
 #   3. they are exactly tests/data/abi/libestream.so.MAJOR.symbols, the list this soname
 #      promises: a function removed or renamed (a break) needs ES_VERSION_MAJOR bumped and a new
 #      list; one added needs its name in the list (and ES_VERSION_MINOR bumped).
-# And the soname is libestream.so.MAJOR of estream.h's ES_VERSION_MAJOR.
+# And the soname is libestream.so.MAJOR of estream.h's ES_VERSION_MAJOR, and include/
+# estream_tools.h (the command line's helpers, outside the promise) declares nothing ES_API.
 # usage: tools/check-symbols.sh [BUILD_DIR]    (default build; BUILD_DIR/libestream.so)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,12 @@ elif ! diff "$list" "$tmp/exported" >"$tmp/d2"; then
     bad "exports differ from $list (< promised only: a break, bump ES_VERSION_MAJOR; > new:" \
         "add them to the list and bump ES_VERSION_MINOR):"
     cat "$tmp/d2" >&2
+fi
+# estream_tools.h (the tree's own helpers) is outside the promise: nothing in it is ES_API, so
+# none of its functions is exported (the diff against estream.h's declarations above)
+if grep -n 'ES_API' include/estream_tools.h >"$tmp/tools_api"; then
+    bad "include/estream_tools.h declares ES_API functions (they belong in estream.h):"
+    cat "$tmp/tools_api" >&2
 fi
 [ "$status" -eq 0 ] && echo "symbols: $(wc -l <"$tmp/exported") exported, all es_* and declared in estream.h, soname $soname"
 exit "$status"

@@ -60,25 +60,26 @@ ldd "$tmp/ex/logprobs" | grep -q "libestream.so.$major => $prefix/lib/" ||
     die "examples/logprobs does not load $prefix/lib/libestream.so.$major"
 ok
 est=$prefix/bin/estream
-"$est" synth --preset small --type q4_0 --seed 4 -o "$tmp/small.gguf" >/dev/null 2>&1
-"$est" pack -m "$tmp/small.gguf" -o "$tmp/small.pack" >/dev/null 2>&1
+"$est" synth --preset mini --type q4_0 --seed 4 -o "$tmp/mini.gguf" >/dev/null 2>&1
+"$est" pack -m "$tmp/mini.gguf" -o "$tmp/mini.pack" >/dev/null 2>&1
 text="The tower is 324 metres tall, about the same height as an 81-storey building."
 printf '{"text": "%s"}\n' "$text" >"$tmp/rec.jsonl"
 printf '%s\n' "$text" "" "Its base is square, measuring 125 metres on each side." \
     "During its construction, the tower surpassed the Washington Monument." >"$tmp/lines.txt"
 awk 'NF { gsub(/"/, "\\\""); printf "{\"text\": \"%s\"}\n", $0 }' "$tmp/lines.txt" >"$tmp/lines.jsonl"
 # an impossible budget is estream's one-line error (naming the smallest budget that works)
-if "$tmp/ex/logprobs" "$tmp/small.gguf" "$text" 1K >"$tmp/out" 2>"$tmp/err"; then die "logprobs under 1K succeeded"; fi
+if "$tmp/ex/logprobs" "$tmp/mini.gguf" "$text" 1K >"$tmp/out" 2>"$tmp/err"; then die "logprobs under 1K succeeded"; fi
 grep -q "^logprobs: cannot make the session: .*budget" "$tmp/err" || die "logprobs under 1K said: $(cat "$tmp/err")"
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || die "more than one line of error: $(cat "$tmp/err")"
 least=$(sed -n 's/.*the smallest budget that works is \([0-9][0-9]*\) MiB.*/\1/p' "$tmp/err")
 [ -n "$least" ] || die "no smallest budget in: $(cat "$tmp/err")"
 ok
-# resident, and under that smallest budget (the experts streamed: 2 banks of 1), against the CLI
+# resident, and under that smallest budget (the experts streamed: 2 banks of 1; the mini
+# preset's 54 MiB of experts never fit beside M_other there), against the CLI
 # resident (every output is the same under any budget)
-"$est" score -m "$tmp/small.gguf" -f "$tmp/rec.jsonl" >"$tmp/score.jsonl" 2>/dev/null || die "estream score failed"
-"$est" embed -m "$tmp/small.gguf" -f "$tmp/lines.jsonl" >"$tmp/embed.jsonl" 2>/dev/null || die "estream embed failed"
-for model in small.gguf small.pack; do
+"$est" score -m "$tmp/mini.gguf" -f "$tmp/rec.jsonl" >"$tmp/score.jsonl" 2>/dev/null || die "estream score failed"
+"$est" embed -m "$tmp/mini.gguf" -f "$tmp/lines.jsonl" >"$tmp/embed.jsonl" 2>/dev/null || die "estream embed failed"
+for model in mini.gguf mini.pack; do
     for mem in "" "${least}M"; do
         what="$model${mem:+ under $mem}"
         "$tmp/ex/logprobs" "$tmp/$model" "$text" $mem >"$tmp/lp.txt" 2>"$tmp/lp.err" ||

@@ -6,7 +6,7 @@
 # usage: bash tools/python-check.sh [BUILD_DIR]     (default build; BUILD_DIR/estream is the CLI
 #                                                    the tests compare with, made first with
 #                                                    make BUILD=BUILD_DIR; the package bundles
-#                                                    BUILD_DIR/libestream.so.1)
+#                                                    BUILD_DIR/libestream.so.2)
 # environment:
 #   ESTREAM_PY_VENV_DIR  the virtualenv with the pinned numpy and pytest (default
 #                        $HOME/.cache/estream/venv-python); made once from PyPI and reused

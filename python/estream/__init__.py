@@ -42,7 +42,7 @@ except PackageNotFoundError:  # run from the source tree, not installed
 
 
 def library_version() -> str:
-    """es_version(): the version of the libestream in use ("1.1.0")."""
+    """es_version(): the version of the libestream in use ("2.0.0")."""
     return _capi.load().es_version().decode()
 
 

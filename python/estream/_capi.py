@@ -10,9 +10,9 @@ DESIGN
 - Only the functions the package calls are declared, each with its argtypes and restype, so a
   wrong call fails in Python instead of corrupting memory.
 - The library is loaded once, on first use (not at import), from the first of: $ESTREAM_LIBRARY
-  (a path), the copy bundled in the package (estream/_lib/libestream.so.1, put there when the
+  (a path), the copy bundled in the package (estream/_lib/libestream.so.2, put there when the
   package was built from the estream source tree), and the system's (an installed
-  libestream.so.1: `make install`). Its major version must be this module's (1).
+  libestream.so.2: `make install`). Its major version must be this module's (2).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Optional
 
 #: The library major version (soname libestream.so.MAJOR) these declarations follow.
-ABI_MAJOR = 1
+ABI_MAJOR = 2
 SONAME = f"libestream.so.{ABI_MAJOR}"
 
 # ---- status codes (es_status) -------------------------------------------------------------------
@@ -182,7 +182,7 @@ class RunStats(Structure):
 _p = c_void_p  # opaque handles (es_model *, es_session *, es_tune *)
 _FUNCTIONS = [
     ("es_version", c_char_p, []),
-    ("es_status_str", c_char_p, [c_int]),
+    ("es_status_name", c_char_p, [c_int]),
     ("es_last_error", c_char_p, []),
     ("es_model_open", c_int, [c_char_p, c_uint, POINTER(c_void_p)]),
     ("es_model_close", None, [_p]),
@@ -208,7 +208,7 @@ _FUNCTIONS = [
     ("es_session_stats", None, [_p, POINTER(RunStats)]),
     ("es_tune_default_path", c_void_p, []),  # argtypes set below (returns malloc'd char *)
     ("es_tune_load", c_int, [_p, c_char_p, POINTER(c_void_p)]),
-    ("es_tune_free", None, [_p]),
+    ("es_tune_destroy", None, [_p]),
     ("es_tune_applies", c_int, [_p, c_int, c_char_p]),
 ]
 
@@ -288,8 +288,8 @@ def last_error() -> str:
 
 
 def status_str(status: int) -> str:
-    """es_status_str(): the status' short English name."""
-    return load().es_status_str(status).decode()
+    """es_status_name(): the status' short English name."""
+    return load().es_status_name(status).decode()
 
 
 def free(ptr: int) -> None:

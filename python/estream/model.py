@@ -11,7 +11,8 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Iterable, Optional, Union
+import weakref
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
@@ -34,6 +35,8 @@ class Model:
         self._lib = _capi.load()
         self._handle: Optional[int] = None
         self._lock = threading.Lock()
+        #: the open Sessions made from it (close() refuses while one is open)
+        self._sessions: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.path: str = os.fspath(path)
         self.vocab_only = vocab_only
         out = ctypes.c_void_p()
@@ -61,8 +64,15 @@ class Model:
         return self._handle
 
     def close(self) -> None:
-        """Releases the model (sessions made from it must be closed first)."""
+        """Releases the model. Sessions made from it use its memory: while one is open this
+        raises RuntimeError (close the sessions first, or use them in with blocks)."""
         with self._lock:
+            live = [s for s in list(self._sessions) if not s.closed]
+            if live:
+                raise RuntimeError(
+                    f"estream.Model.close(): {len(live)} session{'s' if len(live) > 1 else ''} "
+                    "made from this model still open; close them first (Session.close(), or a "
+                    "with block), since they use the model's memory")
             if self._handle is not None:
                 self._lib.es_model_close(self._handle)
                 self._handle = None
@@ -74,8 +84,10 @@ class Model:
         self.close()
 
     def __del__(self) -> None:
+        # collected: no Session refers to it any more (a Session holds its model)
         if getattr(self, "_handle", None) is not None:
-            self.close()
+            self._lib.es_model_close(self._handle)
+            self._handle = None
 
     def __repr__(self) -> str:
         state = "closed" if self._handle is None else f"{self.arch}, {self.n_vocab} tokens"

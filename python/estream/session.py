@@ -139,6 +139,8 @@ class Session:
         self.model: Model = Model(model) if self._owns_model else model  # type: ignore[arg-type]
         self._lock = threading.Lock()
         self._closed = False
+        self.model.handle  # a closed model raises ValueError here
+        self.model._sessions.add(self)
         self._flag = _Flag()
         self._abort_fn = _abort_callback(self._flag)  # kept: the library holds its address
         if threads is not None and not 1 <= threads <= _capi.ES_MAX_THREADS:
@@ -221,7 +223,7 @@ class Session:
         if st == _capi.ES_OK:
             st = lib.es_tune_applies(h, sp.n_threads, sp.kernels)
             if st != _capi.ES_OK:
-                lib.es_tune_free(h)
+                lib.es_tune_destroy(h)
         if st != _capi.ES_OK:
             if t != "auto":
                 check(st)
@@ -242,7 +244,7 @@ class Session:
                                               ctypes.byref(out)))
         finally:
             if tune:
-                self._lib.es_tune_free(tune)  # only the choice needed it
+                self._lib.es_tune_destroy(tune)  # only the choice needed it
         self._handle = out.value
         self._cap = (max_tokens, max_seqs, rows)
 
@@ -264,7 +266,7 @@ class Session:
                                                       ctypes.byref(size)))
         finally:
             if tune:
-                self._lib.es_tune_free(tune)  # only the choice needed it
+                self._lib.es_tune_destroy(tune)  # only the choice needed it
         self._handle = out.value
         self._cap = (size.max_tokens, size.max_seqs, 1)
         self.batch_tokens, self._max_seqs = size.batch_tokens, size.max_seqs
@@ -300,13 +302,20 @@ class Session:
             self._lib.es_session_destroy(self._handle)
             self._handle = None
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() has been called."""
+        return self._closed
+
     def close(self) -> None:
         """Destroys the session (and closes the model if the session opened it)."""
         with self._lock:
             self._closed = True
             self._destroy()
-            if self._owns_model and getattr(self, "model", None) is not None:
-                self.model.close()
+            if getattr(self, "model", None) is not None:
+                self.model._sessions.discard(self)
+                if self._owns_model:
+                    self.model.close()
 
     def __enter__(self) -> "Session":
         return self

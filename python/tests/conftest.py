@@ -26,7 +26,7 @@ if "ESTREAM_LIBRARY" not in os.environ:
 
     _here = Path(_estream.__file__).resolve().parent
     if _here == REPO / "python" / "estream" and not (_here / "_lib").is_dir():
-        os.environ["ESTREAM_LIBRARY"] = str(REPO / "build" / "libestream.so.1")
+        os.environ["ESTREAM_LIBRARY"] = str(REPO / "build" / "libestream.so.2")
 TEXT = Path(os.environ.get("ESTREAM_TEXT", REPO.parent / "shared" / "data" / "text" /
                            "wikitext-2-test.txt"))
 

@@ -151,9 +151,9 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 def test_library_from_environment() -> None:
     p = _python("import estream; estream.library_version()",
-                ESTREAM_LIBRARY="/nonexistent/libestream.so.1")
+                ESTREAM_LIBRARY="/nonexistent/libestream.so.2")
     assert p.returncode != 0 and "OSError" in p.stderr and "ESTREAM_LIBRARY" in p.stderr
-    lib = REPO / "build" / "libestream.so.1"
+    lib = REPO / "build" / "libestream.so.2"
     if not lib.exists():
         pytest.skip(f"no {lib}")
     p = _python("import estream; print(estream.library_path(), estream.library_version())",
@@ -170,4 +170,25 @@ def test_library_found_without_environment() -> None:
     src = REPO / "python" / "estream"
     if Path(estream.__file__).resolve().parent == src:
         pytest.skip("the tests run on the sources, not an installed package")
-    assert where.endswith("estream/_lib/libestream.so.1"), where
+    assert where.endswith("estream/_lib/libestream.so.2"), where
+
+
+def test_model_close_while_a_session_is_open(tiny: Path) -> None:
+    """A session uses its model's memory: closing the model under it is refused."""
+    m = estream.Model(tiny)
+    s = estream.Session(m)
+    with pytest.raises(RuntimeError) as e:
+        m.close()
+    assert "1 session made from this model still open" in str(e.value)
+    assert s.score(["still usable"])[0].ids.size > 0  # the model was not released
+    s.close()
+    m.close()  # now it may
+    with pytest.raises(ValueError):
+        estream.Session(m)  # a closed model makes no session
+    with estream.Model(tiny) as m2:
+        with estream.Session(m2) as s2:
+            assert s2.score(["x y"])[0].ids.size > 0
+    # a session that opened its own model closes it too
+    s3 = estream.Session(tiny)
+    s3.close()
+    assert s3.model._handle is None

@@ -6,6 +6,7 @@
 #define ES_CLI_H
 
 #include "estream.h"
+#include "estream_tools.h" /* the tree's own helpers (not installed, not in the ABI) */
 #include "records/records.h"
 #include <stdbool.h>
 #include <stddef.h>
@@ -75,7 +76,7 @@ void cli_stream_apply(const char *cmd, const cli_stream *o, const char *model_pa
  * --groups/--banks/--qd uses: --tune
  * FILE, or MODEL.tune when it exists. Says on stderr which file it uses, or why a tuning that
  * exists does not apply (then NULL: the default rule); dies if an explicit --tune FILE cannot
- * be used. Sets sp->tune; free the result with es_tune_free() after the session is made. */
+ * be used. Sets sp->tune; free the result with es_tune_destroy() after the session is made. */
 es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m,
                          const char *model_path, bool budget, es_session_params *sp);
 /* Splits a comma-separated value of flag into at most cap items pointing into *copy (a

@@ -333,6 +333,6 @@ int cmd_bench(int argc, char **argv)
     free(plot_x);
     free(plot_y);
     free(ids);
-    es_tune_free(tune);
+    es_tune_destroy(tune);
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -160,7 +160,7 @@ static int info_model(const char *model, es_model *m)
            d->tok_model ? d->tok_model : "", d->tok_pre && *d->tok_pre ? d->tok_pre : "default",
            md.n_vocab, es_model_bos(m), es_model_add_bos(m) ? " (added)" : " (not added)");
     if (md.vocab_only) {
-        es_file_desc_free(d);
+        es_file_desc_destroy(d);
         es_model_close(m);
         return 0;
     }
@@ -200,7 +200,7 @@ static int info_model(const char *model, es_model *m)
     print_bytes((double)md.expert_bytes);
     printf(" (gate %s, up %s, down %s in layer %d)\n", md.expert_types[0], md.expert_types[1],
            md.expert_types[2], md.expert_layer);
-    es_file_desc_free(d);
+    es_file_desc_destroy(d);
     es_model_close(m);
     return 0;
 }
@@ -235,11 +235,11 @@ int cmd_info(int argc, char **argv)
     if (described && d->is_pack) {
         free(err);
         const int rc = info_pack_only(model, d);
-        es_file_desc_free(d);
+        es_file_desc_destroy(d);
         return rc;
     }
     const bool has_arch = described && d->arch && *d->arch;
-    es_file_desc_free(d);
+    es_file_desc_destroy(d);
     /* Not a pack: a file without an architecture that opens for its vocabulary is shown as
      * one; anything else fails with the message of the first open. */
     if (es_model_open(model, ES_OPEN_VOCAB_ONLY, &m) != ES_OK) cli_die("%s", es_last_error());

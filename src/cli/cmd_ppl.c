@@ -74,7 +74,7 @@ int cmd_ppl(int argc, char **argv)
     es_tune *tune = cli_stream_tune("ppl", &so, m, model, sp.mem_budget_bytes > 0, &sp);
     es_session *ses = NULL;
     es_status st = es_session_create(m, &sp, &ses);
-    es_tune_free(tune); /* only the choice needed it */
+    es_tune_destroy(tune); /* only the choice needed it */
     if (st) cli_die_status(st, "ppl");
     progress_state ps = {cli_now_ns()};
     es_ppl_result r;

@@ -144,7 +144,7 @@ int cmd_prefill(int argc, char **argv)
     es_tune *tune = cli_stream_tune("prefill", &so, m, model, sp.mem_budget_bytes > 0, &sp);
     es_session *ses = NULL;
     es_status st = es_session_create(m, &sp, &ses);
-    es_tune_free(tune); /* only the choice needed it */
+    es_tune_destroy(tune); /* only the choice needed it */
     if (st) cli_die_status(st, "prefill");
     const uint64_t t0 = cli_now_ns();
     st = es_session_prefill(ses, ids, n, o.all_logits, logits);

@@ -192,7 +192,7 @@ int cmd_serve(int argc, char **argv)
     es_model *m = cli_open_model(model, 0);
     es_tune *tune = cli_stream_tune("serve", &so, m, model, sp.mem_budget_bytes > 0, &sp);
     const es_status rc = serve_attach(g_sv, m, &sp, batch_tokens);
-    es_tune_free(tune);
+    es_tune_destroy(tune);
     if (rc) cli_die_status(rc, "serve");
     atomic_store(&g_attached, 1);
     fprintf(stderr, "estream serve: ready: model \"%s\", %d threads%s%s\n", o.model_name,

@@ -534,7 +534,7 @@ int cmd_tune(int argc, char **argv)
         printf("]}\n");
     }
     free(rows);
-    es_tune_free(t);
+    es_tune_destroy(t);
     free(out);
     free(ids);
     es_model_close(m);

@@ -225,7 +225,7 @@ static es_session *make_session(cli_job *j, const es_job_shape *shape, es_job_si
                                     sp.mem_budget_bytes > 0, &sp);
     es_session *s = NULL;
     const es_status st = es_session_create_for_job(j->m, &sp, shape, &s, size);
-    es_tune_free(tune);
+    es_tune_destroy(tune);
     if (st) cli_die_status(st, j->cmd);
     return s;
 }

@@ -43,7 +43,7 @@ void cli_die(const char *fmt, ...)
 void cli_die_status(es_status st, const char *what)
 {
     const char *msg = es_last_error();
-    if (!msg || !*msg) msg = es_status_str(st);
+    if (!msg || !*msg) msg = es_status_name(st);
     size_t n = strlen(what);
     if (strncmp(msg, what, n) == 0 && msg[n] == ':') cli_die("%s", msg); /* says "what:" already */
     cli_die("%s: %s", what, msg);
@@ -150,7 +150,7 @@ es_model *cli_open_model(const char *path, unsigned flags)
     es_status st = es_model_open(path, flags, &m);
     if (st) {
         const char *msg = es_last_error();
-        cli_die("%s", msg && *msg ? msg : es_status_str(st));
+        cli_die("%s", msg && *msg ? msg : es_status_name(st));
     }
     return m;
 }

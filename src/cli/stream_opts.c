@@ -168,7 +168,7 @@ es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m
     if (st == ES_OK) {
         const int threads = sp->n_threads ? sp->n_threads : cli_default_threads();
         if ((st = es_tune_applies(t, threads, sp->kernels)) != ES_OK) {
-            es_tune_free(t);
+            es_tune_destroy(t);
             t = NULL;
         }
     }

@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 
 #include "estream.h"
+#include "estream_tools.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -5,6 +5,7 @@
 #define ES_OUTFILE_H
 
 #include "estream.h"
+#include "estream_tools.h"
 #include <stdbool.h>
 #include <stddef.h>
 

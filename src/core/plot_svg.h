@@ -6,6 +6,7 @@
 #define ES_PLOT_SVG_H
 
 #include "estream.h"
+#include "estream_tools.h"
 
 /* es_plot_series and es_plot_svg_write() are public (include/estream.h, "measurements"). */
 

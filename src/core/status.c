@@ -7,7 +7,7 @@
 
 static _Thread_local char last_error[512];
 
-const char *es_status_str(es_status st)
+const char *es_status_name(es_status st)
 {
     switch (st) {
     case ES_OK: return "ok";

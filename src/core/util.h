@@ -3,6 +3,7 @@
 #define ES_UTIL_H
 
 #include "estream.h"
+#include "estream_tools.h" /* the tree's own helpers (not installed, not in the ABI) */
 #include <stddef.h>
 #include <stdint.h>
 

@@ -34,12 +34,12 @@
 
 size_t es_io_alignment(void) { return ES_IO_ALIGN; }
 
-const char *es_io_backend_str(es_io_backend b)
+const char *es_io_backend_name(es_io_backend b)
 {
     return b == ES_IO_URING ? "io_uring" : b == ES_IO_PREAD ? "pread" : "auto";
 }
 
-const char *es_io_backend_name(const es_io *io)
+const char *es_io_used_backend(const es_io *io)
 {
     return io->kind == ES_IO_URING ? "io_uring" : "pread";
 }

@@ -32,7 +32,7 @@
  * with io_uring the first thread that submits becomes the ring's only submitter
  * (IORING_SETUP_SINGLE_ISSUER, enabled at the first submit), so later submits, waits and the
  * final close belong on that thread (a wait may re-arm the wake read, which is a submit).
- * es_io_backend_name, es_io_file_bytes and es_io_alignment read values fixed at open and may be
+ * es_io_used_backend, es_io_file_bytes and es_io_alignment read values fixed at open and may be
  * called from any thread.
  */
 #ifndef ES_IO_H
@@ -85,7 +85,7 @@ es_status es_io_open(const char *path, const es_io_params *p, es_io **out);
  * can still call es_io_wake() on io. */
 void es_io_close(es_io *io);
 
-const char *es_io_backend_name(const es_io *io); /* "io_uring" or "pread" */
+const char *es_io_used_backend(const es_io *io); /* "io_uring" or "pread" */
 int es_io_direct(const es_io *io); /* 1 if reads bypass the page cache (O_DIRECT); may turn 0
                                       after the first read (the EINVAL fallback) */
 uint64_t es_io_file_bytes(const es_io *io); /* size at open (fstat) */

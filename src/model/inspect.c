@@ -129,7 +129,7 @@ static es_status describe(const es_gguf *g, es_file_desc **out)
     d->is_pack = es_pack_is_pack(g);
     if (ok && d->is_pack) describe_pack(g, d, &ok);
     if (!ok) {
-        es_file_desc_free(d);
+        es_file_desc_destroy(d);
         return es_fail(ES_E_NOMEM, "out of memory describing %s", es_gguf_path(g));
     }
     *out = d;
@@ -151,7 +151,7 @@ es_status es_model_describe_file(const es_model *m, es_file_desc **out)
     return describe(m->gguf, out);
 }
 
-void es_file_desc_free(es_file_desc *d)
+void es_file_desc_destroy(es_file_desc *d)
 {
     if (!d) return;
     /* the strings are this description's copies (type names excepted: static) */

@@ -11,6 +11,7 @@
  * experts take several times the mean share of routes and some take few, as in trained models.
  */
 #include "estream.h"
+#include "estream_tools.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "quant/qtypes.h"

@@ -298,7 +298,7 @@ es_status es_tune_run(const es_model *m, const es_tune_run_params *rp, es_tune *
     if (st == ES_OK && rp->progress) rp->progress(rp->user, "profile", 1, 1);
     t->profile_seconds = (double)(es_now_ns() - t_begin) * 1e-9;
     if (st) {
-        es_tune_free(t);
+        es_tune_destroy(t);
         return st;
     }
     *out = t;

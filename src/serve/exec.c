@@ -225,7 +225,7 @@ static void *run(void *arg)
                 q->state = SV_FAILED;
                 drop_queued(x, q); /* its other units would run for nobody */
                 q->fail_status = fail_status(st);
-                snprintf(q->fail_msg, sizeof(q->fail_msg), "%s", why ? why : es_status_str(st));
+                snprintf(q->fail_msg, sizeof(q->fail_msg), "%s", why ? why : es_status_name(st));
                 finish(x, q);
             }
         }

@@ -745,7 +745,7 @@ es_status es_stream_create(const es_model *m, const es_stream_params *params, es
     if ((st = es_arena_create(s->B, bank_bytes, &s->arena))) goto fail;
     es_io_params io = params->io;
     if ((st = es_io_open(es_gguf_path(m->gguf), &io, &s->io))) goto fail;
-    s->st.io_backend = es_io_backend_name(s->io);
+    s->st.io_backend = es_io_used_backend(s->io);
     s->st.direct = es_io_direct(s->io);
     s->st.queue_depth = es_io_queue_depth(s->io);
     s->st.arena_bytes = es_arena_bytes(s->arena);

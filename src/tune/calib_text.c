@@ -3,6 +3,7 @@
  * profile is ordinary language, so that the router spreads tokens over experts as real prompts
  * do; the content is arbitrary. */
 #include "estream.h"
+#include "estream_tools.h"
 
 static const char calib_text[] =
     "The river that runs through the old market town is not wide, but it has shaped almost "

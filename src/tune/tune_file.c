@@ -305,14 +305,14 @@ es_status es_tune_load(const es_model *m, const char *path, es_tune **out)
                          path, p->G);
     }
     if (st) {
-        es_tune_free(t);
+        es_tune_destroy(t);
         return st;
     }
     *out = t;
     return ES_OK;
 }
 
-void es_tune_free(es_tune *t)
+void es_tune_destroy(es_tune *t)
 {
     if (!t) return;
     for (int i = 0; i < t->n_profiles; i++) es_tune_profile_free(&t->prof[i]);
