@@ -415,23 +415,35 @@ ES_API es_status es_session_run(es_session *s, es_seq *seqs, int n_seqs);
  * form batches, and how a session is sized for a job under a memory budget. JSON stays with the
  * clients: a record is given here as plain data.
  *
- * Tokenization rules (one place for every client):
- * - ES_RECORD_TEXT, the context of PAIR/CHOICES, the text of LABELS: plain text (no BOS or EOS
- *   from the tokenizer, special-token text such as "<|endoftext|>" not parsed), with BOS put
- *   first when the model adds one (es_model_add_bos).
+ * Tokens: the one rule for every client (the CLI, the server, Python; docs/prompts.md):
+ * - Text is tokenized with special-token text recognised ("<|endoftext|>" is that token), as
+ *   vLLM's OpenAI server and /tokenize do, and without the tokenizer's BOS or EOS: the record
+ *   puts BOS where it belongs.
+ * - BOS, for a model whose tokenizer adds one (es_model_add_bos): a text (TEXT, the context of
+ *   PAIR/CHOICES, the text of LABELS) gets BOS first unless its tokens start with it already
+ *   (text that writes the BOS token itself keeps that one). Under ES_BOS_IMPLICIT (the default)
+ *   a prompt (PROMPT) or ids (IDS) not starting with BOS are conditioned on one that is not
+ *   theirs: the result covers exactly the tokens given, the first scored given BOS; ids that
+ *   start with BOS are scored as given (the first has nothing before it).
  * - A context/continuation pair is split as lm-evaluation-harness's _encode_pair: trailing ASCII
  *   whitespace of the context moves to the continuation; whole = tok(context + continuation),
  *   the continuation is whole past len(tok(context)); an empty context is the prefix token alone
  *   (BOS, or EOS for a model without BOS).
  * - ES_RECORD_EMBED text: as llama-embedding tokenizes (BOS/EOS as the tokenizer asks,
- *   special-token text recognised). ids (IDS, EMBED) are used as given. */
+ *   special-token text recognised); its ids are used as given. */
+typedef enum es_bos_rule {
+    ES_BOS_IMPLICIT = 0, /* prompts and ids are conditioned on BOS, which is not theirs */
+    ES_BOS_AS_SENT = 1,  /* ids as given; a prompt tokenized with the tokenizer's own BOS and
+                          * EOS, which are then its tokens (as before 2.0) */
+} es_bos_rule;
 typedef enum es_record_kind {
     ES_RECORD_TEXT = 0,    /* per-token log-probs of a text, scored from its second token */
-    ES_RECORD_IDS = 1,     /* the same of ids as given */
+    ES_RECORD_IDS = 1,     /* the same of ids (under the BOS rule) */
     ES_RECORD_PAIR = 2,    /* log P(continuation | context), and whether it is all greedy */
     ES_RECORD_CHOICES = 3, /* a context and choices, each a pair; the choice of each rule */
     ES_RECORD_LABELS = 4,  /* which label continues a text: log-probs renormalised over them */
     ES_RECORD_EMBED = 5,   /* a pooled embedding of a text or of ids */
+    ES_RECORD_PROMPT = 6,  /* per-token log-probs of a prompt's text: a completion's prompt */
 } es_record_kind;
 ES_API const char *es_record_kind_name(es_record_kind k); /* "text", "ids", ...; NULL if none */
 
@@ -444,7 +456,7 @@ typedef struct es_str {
 /* What a record asks. Zero-initialise, set kind and the fields it uses. */
 typedef struct es_record_spec {
     es_record_kind kind;
-    es_str text;            /* TEXT, LABELS; EMBED when ids is NULL */
+    es_str text;            /* TEXT, PROMPT, LABELS; EMBED when ids is NULL */
     es_str context;         /* PAIR, CHOICES */
     es_str continuation;    /* PAIR */
     const es_str *items;    /* CHOICES: the choices; LABELS: the labels ([n_items]) */
@@ -452,8 +464,9 @@ typedef struct es_record_spec {
     int gold;               /* CHOICES: the right choice's index, or -1 for none */
     const int32_t *ids;     /* IDS, and EMBED instead of text ([n_ids]) */
     size_t n_ids;
-    int top;                /* TEXT, IDS: alternatives per scored position, 0..ES_MAX_TOP */
-    int next_top;           /* TEXT, IDS: the best next tokens after the last, 0..ES_MAX_TOP */
+    int top;                /* TEXT, IDS, PROMPT: alternatives per scored position, 0..ES_MAX_TOP */
+    int next_top;           /* TEXT, IDS, PROMPT: the best next tokens after the last, 0..100 */
+    es_bos_rule bos;        /* IDS, PROMPT (default ES_BOS_IMPLICIT) */
     es_pooling pooling;     /* EMBED */
     int normalize;          /* EMBED: 1 L2-normalised */
 } es_record_spec;
@@ -486,18 +499,23 @@ ES_API es_status es_session_run_records(es_session *s, es_record *const *records
  * take the first maximum (ties go to the lowest index). */
 typedef struct es_record_result {
     es_record_kind kind;
-    /* TEXT, IDS: every position's score (position 0 has none: NaN and rank 0) */
-    const int32_t *ids;          /* [n_ids] the tokens scored (BOS first for a text) */
+    /* TEXT, IDS, PROMPT: every position's score from first_scored on (a position before it
+     * has nothing before it: NaN and rank 0) */
+    const int32_t *ids;          /* [n_ids] the tokens scored: a text's with its BOS first, the
+                                  * ids or the prompt's tokens as given (an implicit BOS is not
+                                  * among them) */
     size_t n_ids;
+    size_t first_scored;         /* 1, or 0 when an implicit BOS conditions ids[0] */
     const float *logprobs;       /* [n_ids] log P(ids[i] | ids[<i]) */
     const int32_t *ranks;        /* [n_ids] 1 + tokens ranked before ids[i] (1: greedy) */
     int top;                     /* alternatives per position */
-    const int32_t *top_ids;      /* [n_ids][top], best first (row 0 untouched) */
+    const int32_t *top_ids;      /* [n_ids][top], best first (rows before first_scored
+                                  * untouched) */
     const float *top_logprobs;   /* [n_ids][top] */
     int next_top;
     const int32_t *next_ids;     /* [next_top] the best next tokens after the last */
     const float *next_logprobs;  /* [next_top] */
-    /* TEXT, IDS: the sum of logprobs[1..]; PAIR: the continuation's */
+    /* TEXT, IDS, PROMPT: the sum of logprobs[first_scored..]; PAIR: the continuation's */
     double sum;
     int greedy;                  /* PAIR: every continuation token greedy */
     int64_t n_tokens;            /* PAIR: the continuation's tokens; EMBED: the sequence's */

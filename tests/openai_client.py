@@ -235,7 +235,17 @@ def check_completion(c, args, vocab, prompt, label):
                                 max_tokens=1, temperature=0)
     single = isinstance(prompt, str) or (isinstance(prompt[0], int))
     items = [prompt] if single else list(prompt)
-    recs = [{"text": p} if isinstance(p, str) else {"ids": list(p)} for p in items]
+    # a string prompt is its tokens (score's text record's, less the BOS the record puts first)
+    # scored as an ids record: both conditioned on a BOS that is not echoed (docs/prompts.md)
+    texts = [p for p in items if isinstance(p, str)]
+    tok = iter(run_cli(args, "score", [{"text": p} for p in texts], []) if texts else [])
+    recs = []
+    for p in items:
+        if isinstance(p, str):
+            ids = next(tok)["ids"]
+            recs.append({"ids": ids[1:] if vocab.bos is not None and ids[0] == vocab.bos else ids})
+        else:
+            recs.append({"ids": list(p)})
     score = run_cli(args, "score", recs, ["--top", str(TOP)])
     ck = args.checks
     ck.ok(resp.object == "text_completion", "%s: object is %r" % (label, resp.object))
@@ -247,7 +257,8 @@ def check_completion(c, args, vocab, prompt, label):
     for i, ch in enumerate(sorted(resp.choices, key=lambda x: x.index)):
         s = score[i]
         ids = s["ids"]
-        n_prompt += len(ids)
+        first = 1 if s["logprobs"][0] is None else 0  # 0: conditioned on an implicit BOS
+        n_prompt += len(ids) + (1 - first)  # the implicit BOS runs too
         lab = "%s[%d]" % (label, i)
         lp = ch.logprobs
         ck.ok(ch.index == i, "%s: index %d" % (lab, ch.index))
@@ -258,9 +269,10 @@ def check_completion(c, args, vocab, prompt, label):
         ck.ok(len(lp.text_offset) == len(lp.tokens) and
               all(a <= b for a, b in zip(lp.text_offset, lp.text_offset[1:])),
               "%s: text_offset %s" % (lab, lp.text_offset))
-        ck.ok(lp.token_logprobs[0] is None and lp.top_logprobs[0] is None,
-              "%s: the first token has a log-prob" % lab)
-        for j in range(1, len(ids)):
+        ck.ok((lp.token_logprobs[0] is None) == (first == 1) and
+              (lp.top_logprobs[0] is None) == (first == 1),
+              "%s: position 0 is %r, score's %r" % (lab, lp.token_logprobs[0], s["logprobs"][0]))
+        for j in range(first, len(ids)):
             ck.ok(same_f32(lp.token_logprobs[j], s["logprobs"][j]),
                   "%s: token %d log-prob %r, score %r" % (lab, j, lp.token_logprobs[j],
                                                           s["logprobs"][j]))

@@ -57,11 +57,12 @@ static void test_batch_pick(void **state)
     assert_int_equal(es_batch_pick(t1, s1, 0, 1000, 8, pick), 0);
 }
 
+/* Plain tokens of s: no BOS or EOS, special-token text recognised (the records' rule). */
 static int32_t *tok(const char *s, size_t *n)
 {
     int32_t *ids = malloc((strlen(s) + 16) * sizeof(int32_t));
     assert_non_null(ids);
-    assert_int_equal(es_tokenize(model, s, strlen(s), 0, 0, ids, strlen(s) + 16, n), ES_OK);
+    assert_int_equal(es_tokenize(model, s, strlen(s), 0, 1, ids, strlen(s) + 16, n), ES_OK);
     return ids;
 }
 
@@ -244,6 +245,73 @@ static void test_sizing(void **state)
     assert_int_equal(es_session_create_for_job(model, NULL, &bad, &s, &z), ES_E_INVAL);
 }
 
+/* The BOS rule of estream.h: text gets BOS first (once: text that writes the BOS token keeps
+ * it); prompts and ids not starting with BOS are conditioned on one that is not theirs; as sent,
+ * ids are scored as given and a prompt keeps the tokenizer's BOS. "<|endoftext|>" is tiny's BOS. */
+static void test_bos_rule(void **state)
+{
+    (void)state;
+    const int32_t bos = es_model_bos(model);
+    assert_true(bos >= 0 && es_model_add_bos(model));
+    es_session *s;
+    assert_int_equal(es_session_create(model, NULL, &s), ES_OK);
+    size_t n;
+    int32_t *t = tok("hello there", &n);
+    int32_t *with = malloc((n + 1) * sizeof(int32_t));
+    with[0] = bos;
+    memcpy(with + 1, t, n * sizeof(int32_t));
+    const es_record_spec specs[] = {
+        {.kind = ES_RECORD_TEXT, .text = {"hello there", 11}},
+        {.kind = ES_RECORD_TEXT, .text = {"<|endoftext|>hello there", 24}},
+        {.kind = ES_RECORD_IDS, .ids = t, .n_ids = n},
+        {.kind = ES_RECORD_IDS, .ids = with, .n_ids = n + 1},
+        {.kind = ES_RECORD_PROMPT, .text = {"hello there", 11}},
+        {.kind = ES_RECORD_PROMPT, .text = {"hello there", 11}, .bos = ES_BOS_AS_SENT},
+        {.kind = ES_RECORD_IDS, .ids = t, .n_ids = n, .bos = ES_BOS_AS_SENT},
+    };
+    es_record *r[7];
+    for (int i = 0; i < 7; i++) r[i] = make(&specs[i]);
+    assert_int_equal(es_session_run_records(s, r, 7), ES_OK);
+    es_record_result x[7];
+    for (int i = 0; i < 7; i++) assert_int_equal(es_record_result_get(r[i], &x[i]), ES_OK);
+    /* BOS + tokens, one BOS either way, position 0 unscored: text, text with BOS, ids with
+     * BOS, the prompt as sent */
+    const int full[] = {0, 1, 3, 5};
+    for (size_t k = 0; k < T_LEN(full); k++) {
+        const es_record_result *y = &x[full[k]];
+        assert_int_equal(y->n_ids, n + 1);
+        assert_memory_equal(y->ids, with, (n + 1) * sizeof(int32_t));
+        assert_int_equal(y->first_scored, 1);
+        assert_memory_equal(y->logprobs + 1, x[0].logprobs + 1, n * sizeof(float));
+        assert_true(y->sum == x[0].sum);
+    }
+    /* the tokens alone, conditioned on a BOS that is not theirs: ids and the prompt */
+    for (int k = 2; k <= 4; k += 2) {
+        assert_int_equal(x[k].n_ids, n);
+        assert_memory_equal(x[k].ids, t, n * sizeof(int32_t));
+        assert_int_equal(x[k].first_scored, 0);
+        assert_memory_equal(x[k].logprobs, x[0].logprobs + 1, n * sizeof(float));
+        assert_memory_equal(x[k].ranks, x[0].ranks + 1, n * sizeof(int32_t));
+        assert_true(x[k].sum == x[0].sum);
+        assert_int_equal(es_record_n_tokens(r[k]), (int64_t)n + 1); /* the BOS runs */
+    }
+    /* ids as sent: the first token has nothing before it */
+    assert_int_equal(x[6].first_scored, 1);
+    assert_int_equal(x[6].n_ids, n);
+    assert_true(x[6].sum != x[0].sum);
+    for (int i = 0; i < 7; i++) es_record_destroy(r[i]);
+    /* the context bound counts the implicit BOS, and the message says so */
+    int32_t *many = malloc(512 * sizeof(int32_t));
+    for (int i = 0; i < 512; i++) many[i] = 10 + i % 200;
+    const es_record_spec lng = {.kind = ES_RECORD_IDS, .ids = many, .n_ids = 512};
+    expect_error(&lng, "\"ids\" has 512 tokens (and the BOS before them 513), more than the "
+                       "model's context of 512");
+    free(many);
+    free(t);
+    free(with);
+    es_session_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_records_follow_the_rules),
         cmocka_unit_test(test_record_errors),
         cmocka_unit_test(test_sizing),
+        cmocka_unit_test(test_bos_rule),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -651,7 +651,11 @@ static void check_choice(const es_model *m, json_t *choice, json_t *scored, cons
     assert_int_equal(json_array_size(tlp), n + 1);
     assert_int_equal(json_array_size(top), n + 1);
     assert_int_equal(json_array_size(off), n + 1);
-    assert_true(json_is_null(json_array_get(tlp, 0)) && json_is_null(json_array_get(top, 0)));
+    /* the first token has nothing before it only when the prompt starts with BOS: else the BOS
+     * the server put before it (not echoed) conditions it, as estream score's ids records */
+    const bool first_null = json_is_null(json_array_get(slp, 0));
+    assert_int_equal(json_is_null(json_array_get(tlp, 0)), first_null);
+    assert_int_equal(json_is_null(json_array_get(top, 0)), first_null);
     size_t chars = 0;
     for (size_t i = 0; i <= n; i++) {
         const int32_t id = i < n ? (int32_t)json_integer_value(json_array_get(ids, i)) : greedy;
@@ -680,7 +684,7 @@ static void check_choice(const es_model *m, json_t *choice, json_t *scored, cons
                 fail_msg("'%s' has a higher log-prob than the greedy token '%s'", k, key);
             free(key);
         }
-        if (i == 0 || i == n) continue;
+        if ((i == 0 && first_null) || i == n) continue;
         /* the prompt's log-probs and top-5 are score's */
         const float v = f32(json_array_get(tlp, i), "token_logprobs");
         if (v != f32(json_array_get(slp, i), "score logprobs"))
@@ -721,14 +725,16 @@ static void check_choice(const es_model *m, json_t *choice, json_t *scored, cons
                         greedy == es_model_eos(m) ? "stop" : "length");
 }
 
-/* The greedy next token of ids, from estream prefill --json (not the server). */
-static int32_t prefill_next(const char *model, json_t *ids)
+/* The greedy next token of ids (after BOS when bos >= 0), from estream prefill --json (not the
+ * server). */
+static int32_t prefill_next(const char *model, json_t *ids, int32_t bos)
 {
     const char *f = fx_path("next-ids.txt");
     FILE *o = fopen(f, "w");
     assert_non_null(o);
     size_t i;
     json_t *v;
+    if (bos >= 0) fprintf(o, "%d ", bos);
     json_array_foreach(ids, i, v) fprintf(o, "%lld ", (long long)json_integer_value(v));
     fclose(o);
     char args[2048], out[8192];
@@ -770,21 +776,40 @@ static void test_completions_match_cli(void **state)
              texts[1], id_list);
     prompts[2] = post(&s, "/v1/completions", body, 200);
 
-    /* estream score on the same records */
+    /* estream score on the same records: a string prompt is its tokens (estream score's text
+     * record's, less the BOS it puts first) as an ids record, conditioned on a BOS the reply does
+     * not echo, as the id list is (it does not start with BOS) */
     const char *in = fx_path("cmpl-in.jsonl"), *out = fx_path("cmpl-out.jsonl");
-    char recs[2048];
-    snprintf(recs, sizeof(recs), "{\"text\": \"%s\"}\n{\"ids\": %s}\n{\"text\": \"%s\"}\n",
-             texts[0], id_list, texts[1]);
+    char recs[4096];
+    snprintf(recs, sizeof(recs), "{\"text\": \"%s\"}\n{\"text\": \"%s\"}\n", texts[0], texts[1]);
     write_text(in, recs);
     char args[2048];
     snprintf(args, sizeof(args), "score -m %s -f %s -o %s --top 5", g_tiny, in, out);
     unlink(out);
     est(args, NULL, 0);
+    json_t *tok = load_jsonl(out);
+    char *prompt_ids[2];
+    for (int k = 0; k < 2; k++) {
+        json_t *ids = json_deep_copy(json_object_get(json_array_get(tok, (size_t)k), "ids"));
+        assert_int_equal(json_integer_value(json_array_get(ids, 0)), es_model_bos(m));
+        json_array_remove(ids, 0);
+        prompt_ids[k] = json_dumps(ids, JSON_COMPACT);
+        json_decref(ids);
+    }
+    json_decref(tok);
+    snprintf(recs, sizeof(recs), "{\"ids\": %s}\n{\"ids\": %s}\n{\"ids\": %s}\n", prompt_ids[0],
+             id_list, prompt_ids[1]);
+    free(prompt_ids[0]);
+    free(prompt_ids[1]);
+    write_text(in, recs);
+    unlink(out);
+    est(args, NULL, 0);
     json_t *scored = load_jsonl(out);
     assert_int_equal(json_array_size(scored), 3);
-    /* ids: no BOS added, exactly as sent */
+    /* ids: exactly as sent, the first scored given the implicit BOS */
     json_t *sent = jparse(id_list);
     assert_true(json_equal(json_object_get(json_array_get(scored, 1), "ids"), sent));
+    assert_false(json_is_null(json_array_get(json_object_get(json_array_get(scored, 1), "logprobs"), 0)));
 
     struct {
         int req, choice, rec;
@@ -798,7 +823,7 @@ static void test_completions_match_cli(void **state)
         assert_int_equal(json_integer_value(json_object_get(ch, "index")), cases[c].choice);
         json_t *rec = json_array_get(scored, (size_t)cases[c].rec);
         json_t *ids = json_object_get(rec, "ids");
-        const int32_t g = prefill_next(g_tiny, ids);
+        const int32_t g = prefill_next(g_tiny, ids, es_model_bos(m)); /* every prompt here */
         check_choice(m, ch, rec, cases[c].text, g);
         /* the generated token's log-prob: score of the prompt + that token (its last
          * position, which score also calls greedy) */
@@ -822,13 +847,14 @@ static void test_completions_match_cli(void **state)
             fail_msg("case %zu: the generated token's logprob %.9g, score says %.9g", c, got, want);
         json_decref(plus);
     }
-    /* usage: every prompt's tokens (BOS counted for strings), one generated token per prompt */
+    /* usage: every prompt's tokens and the BOS that ran before it, one generated token per
+     * prompt */
     const json_int_t n0 =
-        (json_int_t)json_array_size(json_object_get(json_array_get(scored, 0), "ids"));
+        (json_int_t)json_array_size(json_object_get(json_array_get(scored, 0), "ids")) + 1;
     const json_int_t n1 =
-        (json_int_t)json_array_size(json_object_get(json_array_get(scored, 1), "ids"));
+        (json_int_t)json_array_size(json_object_get(json_array_get(scored, 1), "ids")) + 1;
     const json_int_t n2 =
-        (json_int_t)json_array_size(json_object_get(json_array_get(scored, 2), "ids"));
+        (json_int_t)json_array_size(json_object_get(json_array_get(scored, 2), "ids")) + 1;
     const json_int_t want_usage[3][2] = {{n0, 1}, {n1, 1}, {n2 + n1, 2}};
     for (int i = 0; i < 3; i++) {
         json_t *u = json_object_get(prompts[i], "usage");

@@ -30,7 +30,9 @@ TextLike = Union[str, bytes]
 TextOrIds = Union[str, bytes, Sequence[int], np.ndarray]
 
 # es_record_kind
-TEXT, IDS, PAIR, CHOICES, LABELS, EMBED = range(6)
+TEXT, IDS, PAIR, CHOICES, LABELS, EMBED, PROMPT = range(7)
+# es_bos_rule
+BOS_IMPLICIT, BOS_AS_SENT = 0, 1
 RULES = ("chosen", "chosen_norm_tokens", "chosen_norm_bytes")
 
 
@@ -59,6 +61,7 @@ class RecordSpec(Structure):
         ("n_ids", c_size_t),
         ("top", c_int),
         ("next_top", c_int),
+        ("bos", c_int),  # es_bos_rule
         ("pooling", c_int),
         ("normalize", c_int),
     ]
@@ -71,6 +74,7 @@ class RecordResult(Structure):
         ("kind", c_int),
         ("ids", POINTER(c_int32)),
         ("n_ids", c_size_t),
+        ("first_scored", c_size_t),
         ("logprobs", POINTER(c_float)),
         ("ranks", POINTER(c_int32)),
         ("top", c_int),
@@ -161,9 +165,10 @@ def given_ids(ids: Union[Sequence[int], np.ndarray], n_vocab: int) -> np.ndarray
 class Job:
     """The records of one call: made from Python values, run in batches, read back."""
 
-    def __init__(self, lib: ctypes.CDLL, model: Any) -> None:
+    def __init__(self, lib: ctypes.CDLL, model: Any, bos: int = BOS_IMPLICIT) -> None:
         self.lib = lib
         self.model = model
+        self.bos = bos  # the BOS rule of ids records
         self.handles: list[int] = []
         self.makers: list[Any] = []  # per record: a function making its result
 
@@ -190,6 +195,7 @@ class Job:
         else:
             keep = given_ids(item, self.model.n_vocab)
             spec.kind, spec.ids, spec.n_ids = IDS, keep.ctypes.data, len(keep)
+            spec.bos = self.bos
         self._make(spec, keep, _text_result)
 
     def pair(self, ctx: TextLike, cont: TextLike) -> None:
@@ -290,17 +296,18 @@ def _arr(p: Any, n: int, dtype: Any) -> np.ndarray:
 
 
 def _text_result(r: RecordResult) -> TextScore:
-    n = r.n_ids
+    n, first = r.n_ids, r.first_scored
     ids = _arr(r.ids, n, np.int32)
     lp = _arr(r.logprobs, n, np.float32)
     rank = _arr(r.ranks, n, np.int32)
-    rank[0] = 0
+    rank[:first] = 0  # a first token with nothing before it
+    lp[:first] = np.nan
     top_ids = top_lp = None
     if r.top > 0:
         top_ids = _arr(r.top_ids, n * r.top, np.int32).reshape(n, r.top)
         top_lp = _arr(r.top_logprobs, n * r.top, np.float32).reshape(n, r.top)
-        top_ids[0] = -1  # position 0 has nothing before it
-        top_lp[0] = np.nan
+        top_ids[:first] = -1
+        top_lp[:first] = np.nan
     return TextScore(ids=ids, logprobs=lp, ranks=rank, sum=r.sum, top_ids=top_ids,
                      top_logprobs=top_lp)
 

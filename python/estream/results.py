@@ -18,12 +18,15 @@ class TextScore:
     """Per-token scores of one text (``estream score`` on ``{"text": ...}`` or
     ``{"ids": [...]}``).
 
-    ids:      int32 [n], the tokens scored (BOS + the text's tokens; ids as given)
-    logprobs: float32 [n], log P(ids[i] | ids[<i]); NaN at position 0 (nothing before it)
-    ranks:    int32 [n], 1 + the tokens ranked above ids[i] (1: the model's top token); 0 at 0
-    sum:      the sum of logprobs[1:] (double)
+    ids:      int32 [n], the tokens scored (BOS + the text's tokens; the ids as given)
+    logprobs: float32 [n], log P(ids[i] | ids[<i]); NaN for a first token with nothing before
+              it (a text's BOS, ids starting with BOS), a number for ids conditioned on an
+              implicit BOS (docs/prompts.md)
+    ranks:    int32 [n], 1 + the tokens ranked above ids[i] (1: the model's top token); 0 where
+              logprobs is NaN
+    sum:      the sum of the logprobs that are numbers (double)
     top_ids, top_logprobs: [n, top] the best tokens per position and their log-probs, best
-              first (with ``top=``; row 0 is -1 / NaN); None otherwise
+              first (with ``top=``; -1 / NaN where logprobs is NaN); None otherwise
     """
 
     ids: np.ndarray

@@ -120,6 +120,9 @@ class Session:
                   path): as the CLI's streaming options (io_limit, io_backend other than auto,
                   direct_io=False and a policy imply streaming, as there)
     reserve_bytes: memory the caller will allocate during the session, counted under the budget
+    implicit_bos: ids that do not start with BOS are conditioned on one that is not theirs (the
+                  model's tokenizer adding BOS; docs/prompts.md), as ``estream score``; False:
+                  scored exactly as given (``--no-implicit-bos``)
 
     Errors raise estream.Error with the library's message (an impossible budget: ES_E_BUDGET
     with the smallest budget that works). Use as a context manager, or call close().
@@ -132,7 +135,8 @@ class Session:
                  banks: int = 0, queue_depth: int = 0, policy: Optional[str] = None,
                  io_limit: Optional[float] = None, io_backend: str = "auto",
                  direct_io: bool = True, verify_checksums: bool = True,
-                 trace: Optional[str] = None, reserve_bytes: int = 0) -> None:
+                 trace: Optional[str] = None, reserve_bytes: int = 0,
+                 implicit_bos: bool = True) -> None:
         self._lib = _job.declare(_capi.load())
         self._handle: Optional[int] = None
         self._owns_model = not isinstance(model, Model)
@@ -166,6 +170,7 @@ class Session:
             verify_checksums=verify_checksums, trace=trace, reserve_bytes=reserve_bytes)
         self._cap = (0, 0, 0)  # (max_tokens, max_seqs, max_logits_rows) of the live es_session
         self._fixed_batch = batch_tokens or 0
+        self._bos = _job.BOS_IMPLICIT if implicit_bos else _job.BOS_AS_SENT
         self.batch_tokens = 0
         self._max_seqs = 0
         try:
@@ -373,7 +378,7 @@ class Session:
     def _job(self) -> Job:
         if self._closed:
             raise ValueError("estream.Session: the session is closed")
-        return Job(self._lib, self.model)
+        return Job(self._lib, self.model, self._bos)
 
     def _run_status(self, st: int) -> None:
         """es_session_run's status: _Stop for a cancel we asked for, else an Error."""
@@ -406,9 +411,11 @@ class Session:
     # ---- what a caller asks --------------------------------------------------------------------
     def score(self, texts: Sequence[TextOrIds], *, top: int = 0) -> list[TextScore]:
         """Per-token log-probs of each text: ``estream score`` on ``{"text": T}`` records (BOS
-        first when the model adds one; special-token text not parsed), or on ``{"ids": [...]}``
-        for an item that is a sequence of ints (ids used as given, no BOS added). top: the best
-        ``top`` alternatives per position too (0..100)."""
+        first when the model adds one, not twice; special-token text recognised), or on
+        ``{"ids": [...]}`` for an item that is a sequence of ints (the ids as given; ids not
+        starting with BOS are conditioned on one that is not theirs unless the session was
+        made with implicit_bos=False: docs/prompts.md). top: the best ``top`` alternatives per
+        position too (0..100)."""
         if isinstance(texts, (str, bytes)):
             raise TypeError("score() takes a list of texts; wrap one text in a list")
         if not 0 <= top <= _capi.ES_MAX_TOP:

@@ -50,12 +50,15 @@ def test_detokenize_round_trip(any_model: Path) -> None:
 def _same_text_score(got: estream.TextScore, want: dict, top: int) -> None:
     assert got.ids.tolist() == want["ids"]
     assert (f32_bits(got.logprobs.tolist()) == f32_bits(want["logprobs"])).all()
-    assert np.isnan(got.logprobs[0]) and want["logprobs"][0] is None
-    assert got.greedy.tolist()[1:] == want["greedy"][1:]
+    # position 0 has no score when nothing comes before it (a text's BOS, ids starting with
+    # BOS); ids conditioned on an implicit BOS have one (docs/prompts.md)
+    first = 1 if want["logprobs"][0] is None else 0
+    assert bool(np.isnan(got.logprobs[0])) == (first == 1)
+    assert got.greedy.tolist()[first:] == want["greedy"][first:]
     assert got.sum == pytest.approx(want["sum"], rel=1e-8) and g9(got.sum) == want["sum"]
     # the sum is the CLI's float32 log-probs added in order in double
     s = 0.0
-    for v in want["logprobs"][1:]:
+    for v in want["logprobs"][first:]:
         s += float(np.float32(v))
     assert got.sum == s
     if top:
@@ -84,9 +87,11 @@ def test_score_ids_equal_cli(sessions: estream.Session, any_model: Path, tmp_pat
     want = cli_jsonl("score", any_model, [{"ids": v} for v in ids], tmp_path)
     got = sessions.score(ids)
     got_np = sessions.score([np.array(v, dtype=np.int64) for v in ids])
-    for g, gn, w in zip(got, got_np, want):
+    for v, g, gn, w in zip(ids, got, got_np, want):
         _same_text_score(g, w, 0)
-        assert g.ids.tolist() == w["ids"]  # as given: no BOS added
+        assert g.ids.tolist() == w["ids"]  # as given: an implicit BOS is not among them
+        if m.add_bos and v[0] != m.bos:  # conditioned on it: the first id has a score
+            assert w["logprobs"][0] is not None
         assert (g.logprobs.view(np.uint32) == gn.logprobs.view(np.uint32)).all()
 
 
@@ -241,3 +246,16 @@ def test_streaming_session_equals_cli(small: Path, tmp_path: Path) -> None:
         _same_text_score(g, w, 0)
     assert st["streaming"] == 1 and (st["groups"], st["banks"]) == (2, 2)
     assert st["bytes_read"] > 0
+
+
+def test_implicit_bos_off_equals_cli(any_model: Path, tmp_path: Path) -> None:
+    """implicit_bos=False scores ids exactly as given, as ``--no-implicit-bos``."""
+    m = estream.Model(any_model)
+    ids = [m.tokenize(t) for t in TEXTS[:2]]
+    want = cli_jsonl("score", any_model, [{"ids": v} for v in ids], tmp_path,
+                     "--no-implicit-bos")
+    with estream.Session(m, implicit_bos=False) as s:
+        for g, w in zip(s.score(ids), want):
+            _same_text_score(g, w, 0)
+            assert w["logprobs"][0] is None  # nothing before the first id
+    m.close()

@@ -10,21 +10,26 @@
 
 static const char help[] =
     "usage: estream score -m MODEL -f IN.jsonl [-o OUT.jsonl] [--top N] [--batch-tokens N]\n"
-    "                     [--on-error stop|skip] [--shard I/N | --shard-range I/N] [--json]\n"
+    "                     [--no-implicit-bos] [--on-error stop|skip] [--shard I/N |\n"
+    "                     --shard-range I/N] [--json]\n"
     "                     [-t THREADS] [--mem BUDGET] [streaming options]\n"
     "\n"
     "Scores each input record with the model and writes one JSON line per record, in input\n"
     "order: {\"line\": N (1-based input line), \"id\": ... (copied when the record has one), ...}.\n"
-    "Records hold no timings, so two runs give identical files. Text is tokenized as plain text\n"
-    "(special-token text is not parsed); BOS is put first when the model's tokenizer adds one.\n"
+    "Records hold no timings, so two runs give identical files. Text is tokenized with\n"
+    "special-token text recognised (\"<|endoftext|>\" is that token), as vLLM does; BOS is put\n"
+    "first when the model's tokenizer adds one, and not twice (docs/prompts.md).\n"
     "Log-probs are natural logarithms of the model's softmax over the whole vocabulary.\n"
     "\n"
     "record kinds:\n"
     "  {\"text\": S} or {\"ids\": [..]}  every token given the ones before it. Output \"ids\" (the\n"
-    "      tokens scored: BOS + the text's tokens; ids exactly as given, no BOS added),\n"
-    "      \"logprobs\" (one per id, the first null), \"sum\", \"greedy\" (per id: true when it is\n"
-    "      the model's top token; the first null) and with --top N \"top\" (per position the N\n"
-    "      best [id, logprob] pairs, best first; the first null)\n"
+    "      tokens scored: BOS + the text's tokens; the ids as given), \"logprobs\" (one per id;\n"
+    "      null for a first token with nothing before it), \"sum\", \"greedy\" (per id: true\n"
+    "      when it is the model's top token) and with --top N \"top\" (per position the N best\n"
+    "      [id, logprob] pairs, best first). For a model that adds BOS, ids that do not start\n"
+    "      with it are conditioned on one that is not theirs: the output covers the ids given,\n"
+    "      the first scored given BOS (lm-evaluation-harness's token requests); ids starting\n"
+    "      with BOS are scored as given\n"
     "  {\"context\": C, \"continuation\": X}  log P(X | C) with lm-evaluation-harness's\n"
     "      tokenization: trailing whitespace of C moves to the front of X, the sequence is BOS +\n"
     "      tok(C + X) and the continuation its tokens past len(tok(C)); an empty C has BOS (EOS\n"
@@ -47,6 +52,7 @@ static const char help[] =
     "\n"
     "  --top N            alternatives per position for text records, 0.." CLI_XSTR(SCORE_MAX_TOP)
     " (default 0)\n"
+    "  --no-implicit-bos  ids records scored exactly as given, without a BOS before them\n"
     "summary (stderr): records, errors, tokens, seconds, tokens/s, accuracy when records have\n"
     "gold (over every record with \"gold\", resumed ones included: acc, acc_norm_tokens,\n"
     "acc_norm_bytes, and gold_records in --json).\n";
@@ -96,11 +102,13 @@ int cmd_score(int argc, char **argv)
             return 0;
         } else if (cli_job_flag(&a, s, &j)) continue;
         else if (!strcmp(s, "--top")) c.o.top = (int)cli_int(s, cli_value(&a, s), 0, SCORE_MAX_TOP);
+        else if (!strcmp(s, "--no-implicit-bos")) c.o.bos = ES_BOS_AS_SENT;
         else cli_unknown(&a, s);
     }
     /* what changes the records (OUT.meta); --on-error does not: a job stopped on a bad record
      * may go on with skip and keep what it wrote */
-    j.options = json_pack("{s:i}", "top", c.o.top);
+    j.options = json_pack("{s:i,s:b}", "top", c.o.top, "implicit_bos",
+                          c.o.bos == ES_BOS_IMPLICIT);
     cli_job_run(&j);
     json_decref(j.options);
     es_model_close(j.m);

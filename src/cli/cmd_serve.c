@@ -58,6 +58,10 @@ static const char help[] =
     "  --io-timeout S         close a connection idle this long (default 30)\n"
     "  --pooling P            /v1/embeddings: mean (default), last, first, none\n"
     "  --no-normalize         /v1/embeddings: raw vectors (default L2-normalised)\n"
+    "  --no-implicit-bos      prompts as sent: a string with the tokenizer's BOS, echoed as its\n"
+    "                         first token, and ids without one (default, for a model whose\n"
+    "                         tokenizer adds BOS: a prompt not starting with BOS is conditioned\n"
+    "                         on one that is not echoed: docs/prompts.md)\n"
     "  -t THREADS             compute threads (default: online CPUs)\n"
     "  --quiet                no line per failed connection on stderr\n";
 
@@ -150,6 +154,7 @@ int cmd_serve(int argc, char **argv)
             else if (!strcmp(v, "none")) o.pooling = ES_POOLING_NONE;
             else cli_die("serve: --pooling: expected mean, last, first or none, got '%s'", v);
         } else if (!strcmp(s, "--no-normalize")) o.normalize = 0;
+        else if (!strcmp(s, "--no-implicit-bos")) o.bos = ES_BOS_AS_SENT;
         else if (!strcmp(s, "-t")) threads = (int)cli_int(s, cli_value(&a, s), 1, ES_MAX_THREADS);
         else if (!strcmp(s, "--quiet")) o.quiet = 1;
         else if (cli_stream_flag(&a, s, &so)) continue;

@@ -12,8 +12,11 @@
  *   prefix token: BOS, or EOS without one); multiple choices are one pair each; labels of one
  *   token each are one sequence with es_seq.labels on its last position, longer labels one pair
  *   each; an embedding is one sequence pooled.
- * - Score text is tokenized as plain text (no BOS from the tokenizer, special-token text not
- *   parsed), and the BOS above is put by hand; embedding text as llama-embedding tokenizes it.
+ * - Text is tokenized with special-token text recognised and without the tokenizer's BOS/EOS;
+ *   the record puts BOS first by hand (not twice: text that starts with the BOS token keeps
+ *   that one). Prompts and ids follow the BOS rule of estream.h: under ES_BOS_IMPLICIT one
+ *   that does not start with BOS runs as BOS + its tokens (shift 1), and its results skip the
+ *   BOS. Embedding text is tokenized as llama-embedding tokenizes it.
  * - Errors are es_fail(ES_E_INVAL) with the message estream score prints for the record; the
  *   first failure wins, in the order the checks are written here.
  */
@@ -25,7 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[] = {"text", "ids", "pair", "choices", "labels", "embed"};
+static const char *const kind_names[] = {"text",   "ids",   "pair",  "choices",
+                                         "labels", "embed", "prompt"};
 
 const char *es_record_kind_name(es_record_kind k)
 {
@@ -101,7 +105,32 @@ static es_status given_ids(const es_model *m, const int32_t *ids, size_t n, es_s
     memcpy(v, ids, n * sizeof(int32_t));
     q->ids = v;
     q->n_ids = n;
-    return check_ids(m, v, n, "\"ids\"");
+    return ES_OK;
+}
+
+/* The BOS rule (estream.h) on q's tokens: under ES_BOS_IMPLICIT, for a model that adds BOS,
+ * tokens that do not start with it get one before them (*shift 1). Then the sequence's checks;
+ * what names the tokens in a message. */
+static es_status bos_rule(const es_model *m, es_bos_rule rule, es_seq *q, int *shift,
+                          const char *what)
+{
+    const int32_t bos = es_model_bos(m);
+    *shift = rule == ES_BOS_IMPLICIT && es_model_add_bos(m) && bos >= 0 &&
+             (q->n_ids == 0 || q->ids[0] != bos);
+    if (*shift) {
+        int32_t *v = malloc((q->n_ids + 1) * sizeof(int32_t));
+        if (!v) return oom();
+        v[0] = bos;
+        memcpy(v + 1, q->ids, q->n_ids * sizeof(int32_t));
+        free((void *)q->ids);
+        q->ids = v;
+        q->n_ids++;
+        if (q->n_ids > (size_t)es_model_n_ctx(m))
+            return es_fail(ES_E_INVAL, "%s has %zu tokens (and the BOS before them %zu), more "
+                                       "than the model's context of %d", what, q->n_ids - 1,
+                           q->n_ids, es_model_n_ctx(m));
+    }
+    return check_ids(m, q->ids, q->n_ids, what);
 }
 
 /* BOS (when the model adds one) + the text's tokens, into q->ids. */
@@ -110,8 +139,9 @@ static es_status text_seq(const es_model *m, es_str text, es_seq *q)
     if (text.len == 0) return es_fail(ES_E_INVAL, "\"text\" is empty");
     int32_t *t;
     size_t n;
-    ES_TRY(tokenize(m, text, 0, 0, &t, &n));
-    const int bos = es_model_add_bos(m) && es_model_bos(m) >= 0;
+    ES_TRY(tokenize(m, text, 0, 1, &t, &n));
+    /* BOS first, unless the text wrote it itself */
+    const int bos = es_model_add_bos(m) && es_model_bos(m) >= 0 && !(n && t[0] == es_model_bos(m));
     int32_t *ids = malloc((n + 1) * sizeof(int32_t));
     if (!ids) {
         free(t);
@@ -137,10 +167,10 @@ static es_status pair_seq(const es_model *m, es_str ctx, es_str cont, es_seq *q,
     size_t nw = 0, nc = 0;
     int32_t *w = NULL, *ct = NULL;
     es_status st = ES_OK;
-    if (ctx.len + cont.len) st = tokenize(m, (es_str){whole, ctx.len + cont.len}, 0, 0, &w, &nw);
+    if (ctx.len + cont.len) st = tokenize(m, (es_str){whole, ctx.len + cont.len}, 0, 1, &w, &nw);
     free(whole);
     if (st) return st;
-    if (c && (st = tokenize(m, (es_str){ctx.ptr, c}, 0, 0, &ct, &nc))) {
+    if (c && (st = tokenize(m, (es_str){ctx.ptr, c}, 0, 1, &ct, &nc))) {
         free(w);
         return st;
     }
@@ -149,7 +179,8 @@ static es_status pair_seq(const es_model *m, es_str ctx, es_str cont, es_seq *q,
     /* the prefix: BOS when the model adds one; an empty context gets the harness's prefix token
      * (BOS, or EOS for a model without one) */
     const int32_t prefix = nc == 0 ? (bos >= 0 ? bos : eos) : bos;
-    const int add_bos = (es_model_add_bos(m) || nc == 0) && prefix >= 0;
+    /* not twice: a context that wrote the BOS token itself keeps that one */
+    const int add_bos = (es_model_add_bos(m) || nc == 0) && prefix >= 0 && !(nw && w[0] == prefix);
     if (nc == 0 && prefix < 0) {
         free(w);
         return es_fail(ES_E_INVAL, "%s: the context is empty and the model has neither BOS nor "
@@ -215,10 +246,24 @@ static es_status make_text(const es_model *m, const es_record_spec *sp, es_recor
         return es_fail(ES_E_INVAL, "top must be 0..%d, not %d", ES_MAX_TOP, sp->top);
     if (sp->next_top < 0 || sp->next_top > ES_MAX_TOP)
         return es_fail(ES_E_INVAL, "next_top must be 0..%d, not %d", ES_MAX_TOP, sp->next_top);
+    if (sp->bos != ES_BOS_IMPLICIT && sp->bos != ES_BOS_AS_SENT)
+        return es_fail(ES_E_INVAL, "unknown BOS rule %d", (int)sp->bos);
     ES_TRY(start(r, 1, 0));
     es_seq *q = &r->seqs[0];
-    if (sp->kind == ES_RECORD_TEXT) ES_TRY(text_seq(m, sp->text, q));
-    else ES_TRY(given_ids(m, sp->ids, sp->n_ids, q));
+    if (sp->kind == ES_RECORD_TEXT) {
+        ES_TRY(text_seq(m, sp->text, q));
+    } else if (sp->kind == ES_RECORD_IDS) {
+        ES_TRY(given_ids(m, sp->ids, sp->n_ids, q));
+        ES_TRY(bos_rule(m, sp->bos, q, &r->shift, "\"ids\""));
+    } else { /* a prompt: its tokens, with the tokenizer's BOS only as sent */
+        if (sp->text.len == 0) return es_fail(ES_E_INVAL, "\"text\" is empty");
+        int32_t *t;
+        size_t n;
+        ES_TRY(tokenize(m, sp->text, sp->bos == ES_BOS_AS_SENT, 1, &t, &n));
+        q->ids = t;
+        q->n_ids = n;
+        ES_TRY(bos_rule(m, sp->bos, q, &r->shift, "the prompt"));
+    }
     q->score_from = 1;
     r->top = sp->top;
     ES_TRY(score_outputs(q, sp->top));
@@ -270,7 +315,7 @@ static es_status make_labels(const es_model *m, const es_record_spec *sp, es_rec
         int32_t *t = NULL;
         size_t k = 0;
         if (sp->items[i].len) {
-            const es_status st = tokenize(m, sp->items[i], 0, 0, &t, &k);
+            const es_status st = tokenize(m, sp->items[i], 0, 1, &t, &k);
             if (st) {
                 free(one);
                 return st;
@@ -313,6 +358,7 @@ static es_status make_embed(const es_model *m, const es_record_spec *sp, es_reco
     es_seq *q = &r->seqs[0];
     if (sp->ids) {
         ES_TRY(given_ids(m, sp->ids, sp->n_ids, q));
+        ES_TRY(check_ids(m, q->ids, q->n_ids, "\"ids\""));
     } else {
         if (sp->text.len == 0) return es_fail(ES_E_INVAL, "\"text\" is empty");
         int32_t *ids;
@@ -341,7 +387,8 @@ es_status es_record_create(const es_model *m, const es_record_spec *spec, es_rec
     es_status st;
     switch (spec->kind) {
     case ES_RECORD_TEXT:
-    case ES_RECORD_IDS: st = make_text(m, spec, r); break;
+    case ES_RECORD_IDS:
+    case ES_RECORD_PROMPT: st = make_text(m, spec, r); break;
     case ES_RECORD_PAIR: st = make_pair(m, spec, r); break;
     case ES_RECORD_CHOICES: st = make_choices(m, spec, r); break;
     case ES_RECORD_LABELS: st = make_labels(m, spec, r); break;

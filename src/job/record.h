@@ -19,7 +19,8 @@ struct es_record {
     int n_seqs;
     es_seq *seqs;      /* [n_seqs], arrays owned by the record */
     int64_t n_tokens;  /* all its sequences' */
-    int top, next_top; /* TEXT, IDS */
+    int top, next_top; /* TEXT, IDS, PROMPT */
+    int shift;         /* IDS, PROMPT: 1 when an implicit BOS precedes the tokens given */
     int n_embd;
     /* CHOICES, LABELS */
     int n_items;

@@ -41,7 +41,8 @@ void es_record_finish(es_record *r)
     r->ran = true;
     switch (r->kind) {
     case ES_RECORD_TEXT:
-    case ES_RECORD_IDS: r->sum = seq_sum(&r->seqs[0], NULL); break;
+    case ES_RECORD_IDS:
+    case ES_RECORD_PROMPT: r->sum = seq_sum(&r->seqs[0], NULL); break;
     case ES_RECORD_PAIR: r->sum = seq_sum(&r->seqs[0], &r->greedy); break;
     case ES_RECORD_CHOICES: {
         const int n = r->n_items;
@@ -87,21 +88,27 @@ es_status es_record_result_get(const es_record *r, es_record_result *out)
     switch (r->kind) {
     case ES_RECORD_TEXT:
     case ES_RECORD_IDS:
-        out->ids = q->ids;
-        out->n_ids = q->n_ids;
-        out->logprobs = q->token_logprob;
-        out->ranks = q->token_rank;
+    case ES_RECORD_PROMPT: {
+        /* an implicit BOS is not the caller's: the results start past it */
+        const size_t k = (size_t)r->shift, kt = k * (size_t)r->top;
+        out->ids = q->ids + k;
+        out->n_ids = q->n_ids - k;
+        out->first_scored = 1 - k;
+        out->logprobs = q->token_logprob + k;
+        out->ranks = q->token_rank + k;
         out->top = r->top;
-        out->top_ids = q->top_ids;
-        out->top_logprobs = q->top_logprobs;
+        out->top_ids = q->top_ids ? q->top_ids + kt : NULL;
+        out->top_logprobs = q->top_logprobs ? q->top_logprobs + kt : NULL;
         out->next_top = r->next_top;
         out->next_ids = q->next_ids;
         out->next_logprobs = q->next_logprobs;
         out->sum = r->sum;
         break;
+    }
     case ES_RECORD_PAIR:
         out->ids = q->ids;
         out->n_ids = q->n_ids;
+        out->first_scored = q->score_from;
         out->logprobs = q->token_logprob;
         out->ranks = q->token_rank;
         out->sum = r->sum;

@@ -59,8 +59,10 @@ size_t rec_utf8_char(const unsigned char *s, size_t n);
  * estream score --help) ----------------------------------------------------------------------- */
 #define SCORE_MAX_TOP 20
 typedef struct score_opts {
-    int top;      /* --top: alternatives per position of a text record, 0..SCORE_MAX_TOP */
-    int next_top; /* the best next tokens after a text record (the server's completions) */
+    int top;         /* --top: alternatives per position of a text record, 0..SCORE_MAX_TOP */
+    int next_top;    /* the best next tokens after a text record (the server's completions) */
+    es_bos_rule bos; /* ids records (and prompts): include/estream.h's BOS rule */
+    bool prompts;    /* {"text"} is a prompt (ES_RECORD_PROMPT: a completion's), not a text */
 } score_opts;
 /* The records with "gold" and how many of them each rule (chosen, chosen_norm_tokens,
  * chosen_norm_bytes) got right. Zero it to start. */

@@ -158,9 +158,10 @@ static void parse_text(const es_model *m, const score_opts *o, json_t *obj, rec 
     }
     sp.top = o->top;
     sp.next_top = o->next_top;
+    sp.bos = o->bos;
     int32_t *v = NULL;
     if (text) {
-        sp.kind = ES_RECORD_TEXT;
+        sp.kind = o->prompts ? ES_RECORD_PROMPT : ES_RECORD_TEXT;
     } else {
         if (!(v = rec_ids(m, r, ids, &sp.n_ids))) return;
         sp.kind = ES_RECORD_IDS;
@@ -188,11 +189,12 @@ static int emit_text(const es_record_result *x, json_t *out)
     json_t *ids = json_array(), *lp = json_array(), *gr = json_array();
     json_t *tops = top ? json_array() : NULL;
     for (size_t i = 0; i < x->n_ids && !err; i++) {
+        const bool scored = i >= x->first_scored; /* a first token with nothing before it */
         err |= json_array_append_new(ids, json_integer(x->ids[i]));
-        err |= json_array_append_new(lp, i ? rec_json_float(x->logprobs[i]) : json_null());
-        err |= json_array_append_new(gr, i ? json_boolean(x->ranks[i] == 1) : json_null());
+        err |= json_array_append_new(lp, scored ? rec_json_float(x->logprobs[i]) : json_null());
+        err |= json_array_append_new(gr, scored ? json_boolean(x->ranks[i] == 1) : json_null());
         if (!top) continue;
-        if (!i) {
+        if (!scored) {
             err |= json_array_append_new(tops, json_null());
             continue;
         }
@@ -269,7 +271,8 @@ bool score_rec_emit(const es_model *m, const score_opts *o, const rec *r, json_t
     int err;
     switch (x.kind) {
     case ES_RECORD_TEXT:
-    case ES_RECORD_IDS: err = emit_text(&x, out); break;
+    case ES_RECORD_IDS:
+    case ES_RECORD_PROMPT: err = emit_text(&x, out); break;
     case ES_RECORD_PAIR: err = emit_pair(&x, out); break;
     case ES_RECORD_CHOICES: err = emit_choices(&x, out); break;
     default: err = emit_labels(&x, out); break;

@@ -17,6 +17,7 @@ typedef struct sv_api_env {
     const char *model_name;
     es_pooling pooling;        /* /v1/embeddings */
     int normalize;
+    es_bos_rule bos;           /* completions' prompts and score's ids records */
     int64_t max_request_tokens;
     int max_prompt_tokens;     /* the most tokens of one unit: the session's capacity, what
                                 * /v1/models and /tokenize advertise as max_model_len (a unit

@@ -2,9 +2,13 @@
  * object with logprobs; the embeddings list with float or base64 vectors).
  *
  * DESIGN
- * - A prompt is a score text record (src/job/record.c, through records/score_rec.c): a string is BOS (when the model adds
- *   one) + its tokens as plain text, token ids are used exactly as sent, so `echo` returns the
- *   tokens it was sent and the numbers equal `estream score`'s on the same record.
+ * - A prompt is a record of the library (src/job/record.c, through records/score_rec.c): a
+ *   string is ES_RECORD_PROMPT (its tokens, special-token text recognised), ids ES_RECORD_IDS;
+ *   both follow the BOS rule (include/estream.h, docs/prompts.md): for a model that adds BOS a
+ *   prompt not starting with it is conditioned on one that is not echoed, so `echo` returns
+ *   exactly the tokens of the prompt and token_logprobs[0] is the first one's given BOS
+ *   (--no-implicit-bos: strings with the tokenizer's BOS echoed, ids as sent). The numbers equal
+ *   `estream score`'s on the same ids record.
  * - estream is prefill-only: max_tokens 1 is the greedy next token (the prefill's last row
  *   gives it), 0 is none, more is refused. Sampling options are accepted and have no effect
  *   (the token is always the greedy one); n and best_of above 1 and stream are refused.
@@ -107,9 +111,12 @@ sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e)
     *cp = c;
     q->api = cp;
     q->free_api = free_cmpl;
-    /* max_tokens 1: the best next tokens after the prompt too */
+    /* max_tokens 1: the best next tokens after the prompt too; strings are prompts, and both
+     * they and ids follow the server's BOS rule */
     const score_opts so = {.top = c.logprobs > 0 ? c.logprobs : 0,
-                           .next_top = c.max_tokens ? (c.logprobs > 1 ? c.logprobs : 1) : 0};
+                           .next_top = c.max_tokens ? (c.logprobs > 1 ? c.logprobs : 1) : 0,
+                           .bos = env->bos,
+                           .prompts = true};
     for (int i = 0; i < k; i++)
         score_rec_parse(env->m, &so, json_array_get(prompts, (size_t)i), &q->units[i].r);
     if (!sv_check_units(env, q, "prompt", e)) {
@@ -174,41 +181,49 @@ static json_t *one_choice(const sv_api_env *env, const cmpl *c, const rec *r, js
                           int index)
 {
     const es_model *m = env->m;
-    const es_seq *s = &r->seqs[0];
+    es_record_result x;
+    if (es_record_result_get(r->r, &x)) return NULL;
     const bool gen = c->max_tokens == 1;
-    const int32_t g = gen ? s->next_ids[0] : -1;
+    const int32_t g = gen ? x.next_ids[0] : -1;
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     buf text = {0};
     size_t chars = 0; /* code points of the text so far */
     json_t *given = json_object_get(prompt, "text");
     if (c->echo && given) buf_add(&text, json_string_value(given), json_string_length(given));
-    const size_t n_echo = c->echo ? s->n_ids : 0;
+    /* as sent, the tokenizer's BOS of a string prompt has no width in its text (unless the
+     * text wrote it); under the implicit BOS rule the tokens are the prompt's own */
+    size_t bos_len = 0;
+    const char *bos_piece = es_model_bos(m) >= 0 ? es_token_piece(m, es_model_bos(m), &bos_len)
+                                                 : NULL;
+    const bool text_bos = given && bos_piece && json_string_length(given) >= bos_len &&
+                          !memcmp(json_string_value(given), bos_piece, bos_len);
+    const size_t n_echo = c->echo ? x.n_ids : 0;
     for (size_t i = 0; i < n_echo + gen; i++) {
         const bool is_gen = i == n_echo;
-        const int32_t id = is_gen ? g : s->ids[i];
+        const int32_t id = is_gen ? g : x.ids[i];
         size_t len;
         const char *piece = es_token_piece(m, id, &len);
         if (!piece) len = 0;
         if (!(c->echo && given) || is_gen) buf_add(&text, piece ? piece : "", len);
         json_array_append_new(tokens, sv_token_json(m, id));
         json_array_append_new(offs, json_integer((json_int_t)chars));
-        /* a string prompt's text is as sent: the BOS the tokenizer added has no width in it */
-        const bool added_bos = given && i == 0 && es_model_add_bos(m) && id == es_model_bos(m);
+        const bool added_bos = given && i == 0 && env->bos == ES_BOS_AS_SENT &&
+                               es_model_add_bos(m) && id == es_model_bos(m) && !text_bos;
         if (!added_bos) chars += sv_utf8_count(piece ? piece : "", len);
         if (c->logprobs < 0) continue;
         if (is_gen) {
-            json_array_append_new(lps, rec_json_float(s->next_logprobs[0]));
-            json_array_append_new(tops, top_dict(m, s->next_ids, s->next_logprobs, c->logprobs, g,
-                                                 s->next_logprobs[0]));
-        } else if (i < (s->score_from ? s->score_from : 1)) {
+            json_array_append_new(lps, rec_json_float(x.next_logprobs[0]));
+            json_array_append_new(tops, top_dict(m, x.next_ids, x.next_logprobs, c->logprobs, g,
+                                                 x.next_logprobs[0]));
+        } else if (i < x.first_scored) {
             json_array_append_new(lps, json_null());
             json_array_append_new(tops, json_null());
         } else {
-            const float lp = s->token_logprob[i];
+            const float lp = x.logprobs[i];
+            const int top = x.top;
             json_array_append_new(lps, rec_json_float(lp));
-            const int top = s->top_n;
-            json_array_append_new(tops, top_dict(m, top ? s->top_ids + i * (size_t)top : NULL,
-                                                 top ? s->top_logprobs + i * (size_t)top : NULL,
+            json_array_append_new(tops, top_dict(m, top ? x.top_ids + i * (size_t)top : NULL,
+                                                 top ? x.top_logprobs + i * (size_t)top : NULL,
                                                  top, id, lp));
         }
     }

@@ -62,7 +62,7 @@ sv_req *sv_score_parse(const sv_api_env *env, json_t *body, sv_err *e)
     if (!json_is_array(recs) || json_array_size(recs) == 0)
         return sv_fail(e, 400, "records", "\"records\" must be a non-empty array of score "
                                           "records (see estream score --help)");
-    score_opts o = {0};
+    score_opts o = {.bos = env->bos};
     json_t *top = json_object_get(body, "top");
     if (top && !json_is_null(top)) {
         if (!json_is_integer(top) || json_integer_value(top) < 0 || json_integer_value(top) > 20)

@@ -534,6 +534,7 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         .model_name = sv->model_name,
         .pooling = sv->o.pooling,
         .normalize = sv->o.normalize,
+        .bos = sv->o.bos,
         .max_request_tokens = sv->o.max_request_tokens,
         .max_prompt_tokens = size.max_tokens,
         .max_seqs = seqs,

@@ -34,6 +34,7 @@ typedef struct serve_opts {
     uint64_t request_mem_bytes; /* what admitted requests may hold at once (estimated) */
     es_pooling pooling;        /* /v1/embeddings */
     int normalize;
+    es_bos_rule bos;           /* prompts and ids (--no-implicit-bos: ES_BOS_AS_SENT) */
     int quiet;                 /* 1: no line per request on stderr */
 } serve_opts;
 
