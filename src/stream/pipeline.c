@@ -1,7 +1,9 @@
-/* The expert streamer (pipeline.h): sequence, residency protocol, policies, loader thread. */
+/* The expert streamer (pipeline.h): sequence, residency protocol, policies, loader thread. The
+ * groups' geometry is geometry.c's; the bandwidth probe is probe.c's. */
 #include "stream/pipeline.h"
 
 #include "stream/arena.h"
+#include "stream/geometry.h"
 #include "pack/pack.h"
 
 #include <pthread.h>
@@ -9,26 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALIGN ((uint64_t)4096)
-#define MAX_EXT 3
-
 enum bank_state { BANK_AVAILABLE, BANK_FILLING, BANK_READY, BANK_INUSE, BANK_FAILED };
-
-/* One read of a group: file [off, off + len) into bank bytes [bank_off, bank_off + len); the
- * first `need` bytes must exist (the rest is 4 KiB rounding past the data). */
-typedef struct extent {
-    uint64_t off;
-    size_t len, need, bank_off;
-} extent;
-
-/* Where a group's bytes are: its extents, and for each matrix which extent and the byte offset
- * of expert e0's matrix inside the bank. */
-typedef struct group_map {
-    int n_ext;
-    extent ext[MAX_EXT];
-    size_t mat_bank_off[3]; /* expert e0's matrix i at bank + mat_bank_off[i] */
-    size_t stride[3];       /* expert e0 + k's at + k * stride[i] */
-} group_map;
 
 typedef struct bank {
     enum bank_state state;
@@ -36,7 +19,7 @@ typedef struct bank {
     int reads_left;     /* extents submitted or still to submit, not yet arrived */
     int next_ext;       /* next extent to submit */
     int failed;         /* 0 ok, 1 a read failed, 2 a record failed its checksum (msg says) */
-    group_map map;
+    es_group_map map;
     char msg[320];
     uint64_t t_fill_ns; /* Filling began (trace) */
     uint64_t t_use_ns;  /* InUse began (trace) */
@@ -89,91 +72,6 @@ struct es_stream {
 static void rec_at(uint64_t *a, int64_t i, uint64_t t)
 {
     if (a) a[i] = t;
-}
-
-/* ---- geometry ---- */
-
-
-/* Extents of experts [e0, e1) of layer L (pl: its pack layout, or NULL for a GGUF). */
-static void map_group(const es_layer *L, const es_pack_layer *pl, int e0, int e1, group_map *g)
-{
-    memset(g, 0, sizeof(*g));
-    if (pl) { /* G consecutive records: one aligned extent */
-        const uint64_t start = pl->file_offset + (uint64_t)e0 * pl->record_bytes;
-        g->n_ext = 1;
-        g->ext[0] = (extent){start, (size_t)((uint64_t)(e1 - e0) * pl->record_bytes),
-                             (size_t)((uint64_t)(e1 - e0) * pl->record_bytes), 0};
-        for (int i = 0; i < 3; i++) {
-            g->mat_bank_off[i] = (size_t)pl->offsets[i];
-            g->stride[i] = (size_t)pl->record_bytes;
-        }
-        return;
-    }
-    size_t at = 0;
-    g->n_ext = 3;
-    for (int i = 0; i < 3; i++) { /* one tensor slice per matrix kind */
-        const uint64_t start = L->exp_file_off[i] + (uint64_t)e0 * L->exp_stride[i];
-        const uint64_t end = L->exp_file_off[i] + (uint64_t)(e1 - 1) * L->exp_stride[i] +
-                             L->exp_bytes[i];
-        const uint64_t a = start / ALIGN * ALIGN;
-        const uint64_t b = (end + ALIGN - 1) / ALIGN * ALIGN;
-        g->ext[i] = (extent){a, (size_t)(b - a), (size_t)(end - a), at};
-        g->mat_bank_off[i] = at + (size_t)(start - a);
-        g->stride[i] = L->exp_stride[i];
-        at += (size_t)(b - a);
-    }
-}
-
-static size_t map_bytes(const group_map *g)
-{
-    size_t n = 0;
-    for (int x = 0; x < g->n_ext; x++) n += g->ext[x].len;
-    return n;
-}
-
-/* Calls fn for every group of every sparse layer with the pack layout when m is a pack. */
-static es_status walk_groups(const es_model *m, int G,
-                             void (*fn)(void *u, const group_map *g), void *u)
-{
-    const int E = m->hp.n_expert;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const es_layer *L = &m->layers[il];
-        if (!es_layer_is_moe(L)) continue;
-        es_pack_layer pl, *plp = NULL;
-        if (m->is_pack) {
-            ES_TRY(es_pack_layer_info(m->gguf, il, &pl));
-            plp = &pl;
-        }
-        for (int e0 = 0; e0 < E; e0 += G) {
-            group_map g;
-            map_group(L, plp, e0, e0 + G < E ? e0 + G : E, &g);
-            fn(u, &g);
-        }
-    }
-    return ES_OK;
-}
-
-typedef struct size_acc { size_t max; uint64_t sum; } size_acc;
-static void acc_group(void *u, const group_map *g)
-{
-    size_acc *a = u;
-    const size_t n = map_bytes(g);
-    a->max = n > a->max ? n : a->max;
-    a->sum += n;
-}
-
-size_t es_stream_bank_bytes(const es_model *m, int G)
-{
-    size_acc a = {0, 0};
-    if (G < 1 || walk_groups(m, G, acc_group, &a) != ES_OK) return 0;
-    return a.max;
-}
-
-uint64_t es_stream_request_bytes(const es_model *m, int G)
-{
-    size_acc a = {0, 0};
-    if (G < 1 || walk_groups(m, G, acc_group, &a) != ES_OK) return 0;
-    return a.sum;
 }
 
 /* ---- sequence ---- */
@@ -323,9 +221,9 @@ static void issue_one(es_stream *s)
         ES_ASSERT(k->state == BANK_AVAILABLE);
         const int64_t j = s->cursor++;
         const int sw = (int)(j / s->K);
-        map_group(&s->m->layers[entry_layer(s, j)], s->pl ? &s->pl[sw] : NULL, entry_e0(s, j),
+        es_stream_map_group(&s->m->layers[entry_layer(s, j)], s->pl ? &s->pl[sw] : NULL, entry_e0(s, j),
                   entry_e1(s, j), &k->map);
-        ES_ASSERT(map_bytes(&k->map) <= es_arena_bank_bytes(s->arena));
+        ES_ASSERT(es_stream_map_bytes(&k->map) <= es_arena_bank_bytes(s->arena));
         k->state = BANK_FILLING;
         k->entry = j;
         k->reads_left = k->map.n_ext;
@@ -340,10 +238,10 @@ static void issue_one(es_stream *s)
     bank *k = &s->banks[b];
     const int x = k->next_ext++;
     if (k->next_ext == k->map.n_ext) s->filling = -1;
-    const extent *ex = &k->map.ext[x];
+    const es_group_extent *ex = &k->map.ext[x];
     es_status st = es_io_submit(s->io, ex->off, ex->len, ex->need,
                                 es_arena_bank(s->arena, b) + ex->bank_off,
-                                (uint64_t)b * MAX_EXT + (uint64_t)x);
+                                (uint64_t)b * ES_STREAM_MAX_EXT + (uint64_t)x);
     if (st == ES_OK) {
         read_started(s);
         count_ready(s, es_now_ns());
@@ -383,10 +281,10 @@ static int bad_record(const es_stream *s, const bank *k, int b, uint64_t *stored
     return -1;
 }
 
-/* One extent of bank (tag / MAX_EXT) completed with rst. May drop the lock to verify. */
+/* One extent of bank (tag / ES_STREAM_MAX_EXT) completed with rst. May drop the lock to verify. */
 static void complete(es_stream *s, uint64_t tag, es_status rst)
 {
-    const int b = (int)(tag / MAX_EXT), x = (int)(tag % MAX_EXT);
+    const int b = (int)(tag / ES_STREAM_MAX_EXT), x = (int)(tag % ES_STREAM_MAX_EXT);
     ES_ASSERT(b >= 0 && b < s->B);
     bank *k = &s->banks[b];
     ES_ASSERT(k->state == BANK_FILLING && x < k->map.n_ext);
@@ -635,10 +533,10 @@ static int alloc_record(es_stream *s)
     r->t_begin = a + 7 * n;
     r->t_routed = a + 7 * n + w;
     for (int64_t j = 0; j < s->n_seq; j++) {
-        group_map g;
-        map_group(&s->m->layers[entry_layer(s, j)], s->pl ? &s->pl[j / s->K] : NULL,
+        es_group_map g;
+        es_stream_map_group(&s->m->layers[entry_layer(s, j)], s->pl ? &s->pl[j / s->K] : NULL,
                   entry_e0(s, j), entry_e1(s, j), &g);
-        r->bytes[j] = map_bytes(&g);
+        r->bytes[j] = es_stream_map_bytes(&g);
     }
     return 1;
 }
@@ -785,90 +683,3 @@ const char *es_policy_name(es_policy p)
     return "unknown";
 }
 
-/* ---- raw read bandwidth ---- */
-
-typedef struct probe_state {
-    es_io *io;
-    uint8_t *buf;
-    size_t slot_bytes;
-    int Q;
-    uint64_t busy_slots; /* bit set of busy buffers (Q <= 64) */
-    uint64_t bytes, max_bytes;
-    es_status st;
-} probe_state;
-
-static void probe_group(void *u, const group_map *g)
-{
-    probe_state *ps = u;
-    for (int x = 0; x < g->n_ext && ps->st == ES_OK; x++) {
-        if (ps->max_bytes && ps->bytes >= ps->max_bytes) return;
-        int slot = -1;
-        for (int i = 0; i < ps->Q && slot < 0; i++)
-            if (!(ps->busy_slots & ((uint64_t)1 << i))) slot = i;
-        if (slot < 0) { /* every buffer busy: wait for one */
-            uint64_t tag;
-            es_status rst;
-            if ((ps->st = es_io_wait(ps->io, &tag, &rst))) return;
-            if (tag == ES_IO_WAKE_TAG) { x--; continue; }
-            if ((ps->st = rst)) return;
-            ps->busy_slots &= ~((uint64_t)1 << tag);
-            slot = (int)tag;
-        }
-        const extent *e = &g->ext[x];
-        ps->st = es_io_submit(ps->io, e->off, e->len, e->need,
-                              ps->buf + (size_t)slot * ps->slot_bytes, (uint64_t)slot);
-        ps->busy_slots |= (uint64_t)1 << slot;
-        ps->bytes += e->len;
-    }
-}
-
-es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p, double *bps)
-{
-    *bps = 0;
-    const int Q = p->queue_depth ? p->queue_depth : 4;
-    if (p->groups < 1 || Q < 1 || Q > 64)
-        return es_fail(ES_E_INVAL, "probe: %d experts per group, queue depth %d (1..64)",
-                       p->groups, Q);
-    size_t slot = 0; /* the largest single extent */
-    const int G = p->groups < m->hp.n_expert ? p->groups : m->hp.n_expert;
-    slot = es_stream_bank_bytes(m, G);
-    if (slot == 0) return es_fail(ES_E_INVAL, "probe: the model has no experts");
-    probe_state ps = {.Q = Q, .slot_bytes = es_align_up(slot, 4096), .max_bytes = p->max_bytes};
-    /* es_alloc_big aligns to 2 MiB (hence 4096, as O_DIRECT needs) only from 2 MiB up */
-    const size_t buf_bytes = es_max_size(ps.slot_bytes * (size_t)Q, (size_t)2 << 20);
-    ps.buf = es_alloc_big(buf_bytes);
-    if (!ps.buf) return es_fail(ES_E_NOMEM, "probe: out of memory");
-    es_io_params io = {.queue_depth = Q, .limit_bytes_per_s = p->limit_bytes_per_s,
-                       .no_direct = !p->direct_io, .backend = p->io_backend};
-    es_status st = es_io_open(es_gguf_path(m->gguf), &io, &ps.io);
-    if (st == ES_OK) {
-        const uint64_t t0 = es_now_ns();
-        st = walk_groups(m, G, probe_group, &ps);
-        if (st == ES_OK) st = ps.st;
-        while (es_io_in_flight(ps.io) > 0) { /* drain (also after an error) */
-            uint64_t tag;
-            es_status rst;
-            if (es_io_wait(ps.io, &tag, &rst) != ES_OK) break;
-            if (st == ES_OK && tag != ES_IO_WAKE_TAG) st = rst;
-        }
-        const double secs = (double)(es_now_ns() - t0) * 1e-9;
-        if (st == ES_OK && secs > 0) *bps = (double)ps.bytes / secs;
-    }
-    es_io_close(ps.io);
-    es_free_big(ps.buf, buf_bytes);
-    return st;
-}
-
-es_status es_stream_measure_bandwidth(const es_model *m, const es_session_params *p, int groups,
-                                      int queue_depth, uint64_t max_bytes, double *bytes_per_s)
-{
-    /* NULL: the defaults (backend auto, O_DIRECT, no limit), without calling up into run/ */
-    es_stream_probe probe = {.groups = groups, .queue_depth = queue_depth,
-                             .io_backend = ES_IO_AUTO, .direct_io = 1, .max_bytes = max_bytes};
-    if (p) {
-        probe.io_backend = p->io_backend;
-        probe.direct_io = p->direct_io;
-        probe.limit_bytes_per_s = p->io_limit_bytes_per_s;
-    }
-    return es_stream_probe_bandwidth(m, &probe, bytes_per_s);
-}
