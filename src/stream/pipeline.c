@@ -7,11 +7,12 @@
 #include "pack/pack.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum bank_state { BANK_AVAILABLE, BANK_FILLING, BANK_READY, BANK_INUSE, BANK_FAILED };
+enum bank_state { BANK_AVAILABLE, BANK_FILLING, BANK_READY, BANK_INUSE, BANK_FAILED, BANK_N };
 
 typedef struct bank {
     enum bank_state state;
@@ -68,6 +69,23 @@ struct es_stream {
     es_stream_record rec;  /* arrays NULL unless p.record */
 };
 
+/* The residency protocol's diagram (pipeline.h), as the only way a bank changes state: every
+ * transition is checked against it (an arrow missing here is a bug, and aborts). Available ->
+ * Available is the reset of every bank at the end of a request. */
+static const bool allowed[BANK_N][BANK_N] = {
+    [BANK_AVAILABLE] = {[BANK_FILLING] = true, [BANK_AVAILABLE] = true},
+    [BANK_FILLING] = {[BANK_READY] = true, [BANK_FAILED] = true},
+    [BANK_READY] = {[BANK_INUSE] = true, [BANK_AVAILABLE] = true},
+    [BANK_INUSE] = {[BANK_AVAILABLE] = true},
+    [BANK_FAILED] = {[BANK_AVAILABLE] = true},
+};
+
+static void set_state(bank *k, enum bank_state to)
+{
+    ES_ASSERT(allowed[k->state][to]);
+    k->state = to;
+}
+
 /* Stores t in a record array (no-op when not recording). */
 static void rec_at(uint64_t *a, int64_t i, uint64_t t)
 {
@@ -115,8 +133,8 @@ static void count_ready(es_stream *s, uint64_t t)
 static void free_bank(es_stream *s, int b)
 {
     bank *k = &s->banks[b];
-    ES_ASSERT(k->state != BANK_FILLING && k->state != BANK_AVAILABLE);
-    k->state = BANK_AVAILABLE;
+    ES_ASSERT(k->state != BANK_AVAILABLE); /* freed once */
+    set_state(k, BANK_AVAILABLE);
     k->entry = -1;
     s->free_banks[s->n_free++] = b;
 }
@@ -167,11 +185,11 @@ static void finish_fill(es_stream *s, int b)
     const uint64_t t = es_now_ns();
     trace_span(s, s->trace_bank[b], "read", k->entry, k->t_fill_ns, t);
     if (!s->active) { /* the request is over: nobody will acquire it */
-        k->state = BANK_FAILED;
+        set_state(k, BANK_FAILED);
         free_bank(s, b);
         return;
     }
-    k->state = k->failed ? BANK_FAILED : BANK_READY;
+    set_state(k, k->failed ? BANK_FAILED : BANK_READY);
     rec_at(s->rec.t_ready, k->entry, t);
     if (!k->failed) {
         uint8_t *base = es_arena_bank(s->arena, b);
@@ -218,13 +236,12 @@ static void issue_one(es_stream *s)
     if (s->filling < 0) {
         const int b = s->free_banks[--s->n_free];
         bank *k = &s->banks[b];
-        ES_ASSERT(k->state == BANK_AVAILABLE);
         const int64_t j = s->cursor++;
         const int sw = (int)(j / s->K);
         es_stream_map_group(&s->m->layers[entry_layer(s, j)], s->pl ? &s->pl[sw] : NULL, entry_e0(s, j),
                   entry_e1(s, j), &k->map);
         ES_ASSERT(es_stream_map_bytes(&k->map) <= es_arena_bank_bytes(s->arena));
-        k->state = BANK_FILLING;
+        set_state(k, BANK_FILLING);
         k->entry = j;
         k->reads_left = k->map.n_ext;
         k->next_ext = 0;
@@ -453,7 +470,7 @@ static es_status on_acquire(es_expert_provider *p, int il, int e0, const int32_t
         return code;
     }
     bank *k = &s->banks[b];
-    k->state = BANK_INUSE;
+    set_state(k, BANK_INUSE);
     const uint64_t t1 = es_now_ns();
     k->t_use_ns = t1;
     rec_at(s->rec.t_want, j, t0);
@@ -498,8 +515,7 @@ static void on_run_end(es_expert_provider *p)
     while (s->in_flight > 0 || s->filling >= 0) pthread_cond_wait(&s->idle_cv, &s->mu);
     s->n_free = 0;
     for (int b = s->B - 1; b >= 0; b--) {
-        ES_ASSERT(s->banks[b].state != BANK_INUSE && s->banks[b].state != BANK_FILLING);
-        s->banks[b].state = BANK_AVAILABLE;
+        set_state(&s->banks[b], BANK_AVAILABLE);
         s->banks[b].entry = -1;
         s->free_banks[s->n_free++] = b;
     }
