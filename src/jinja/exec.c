@@ -1,0 +1,317 @@
+/*
+ * Statements of the Jinja interpreter, its scopes, and the compile and render entry points.
+ *
+ * DESIGN: scoping follows what jinja2 compiles a template to. The template body has one scope;
+ * {% if %} opens none (a set inside it is seen after it); each iteration of a {% for %} runs in
+ * a fresh scope whose parent is the loop's surroundings, holding the loop target, `loop` and
+ * whatever the body sets -- so a set inside a loop never leaks out and starts each iteration
+ * from the outer value (jinja2 aliases the outer variable afresh every iteration), which is
+ * why templates carry state across iterations in a namespace(). A name is looked up in the
+ * scopes from the innermost out, then in the render's variables, then in the globals.
+ * The loop's items are computed first (the for's `if` filters them, so loop.length and
+ * loop.last count only the kept items, as in jinja2); {% else %} runs when none is kept.
+ * {% break %} / {% continue %} set R->flow, which every statement list stops on and the
+ * innermost loop clears. Output goes to R->out, which a {% set %} block points at a buffer of
+ * its own while its body runs.
+ */
+#include "jinja/jinja_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+es_status ja_vfail(const char *name, int line, const char *fmt, va_list ap)
+{
+    char msg[448];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    return es_fail(ES_E_FORMAT, "%s line %d: %s", name, line, msg);
+}
+
+es_status ja_fail(const char *name, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    es_status st = ja_vfail(name, line, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+es_status jr_fail(jr *R, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    es_status st = ja_vfail(R->t->name, R->line, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* ---- scopes -----------------------------------------------------------------------------------
+ */
+static es_status scope_set(jr *R, jscope *s, const char *name, jv v)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->names[i], name)) {
+            s->vals[i] = v;
+            return ES_OK;
+        }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 8;
+        const char **nn = ja_alloc(&R->a, cap * sizeof(char *));
+        jv *vv = ja_alloc(&R->a, cap * sizeof(jv));
+        if (!nn || !vv) return jr_oom(R);
+        if (s->n)
+            memcpy(nn, s->names, s->n * sizeof(char *)), memcpy(vv, s->vals, s->n * sizeof(jv));
+        s->names = nn, s->vals = vv, s->cap = cap;
+    }
+    s->names[s->n] = name, s->vals[s->n] = v;
+    s->n++;
+    return ES_OK;
+}
+
+jv jr_lookup(jr *R, const char *name)
+{
+    for (const jscope *s = R->scope; s; s = s->parent)
+        for (size_t i = s->n; i-- > 0;)
+            if (!strcmp(s->names[i], name)) return s->vals[i];
+    if (R->vars)
+        for (size_t i = R->vars->n; i-- > 0;)
+            if (!strcmp(R->vars->names[i], name)) return R->vars->vals[i];
+    jv g = ja_global(name);
+    return g.k != JV_UNDEF ? g : jr_undef(R, name, JV_UNDEF);
+}
+
+/* Assigns v to a target: a name, a namespace attribute, or a tuple of them (unpacking). */
+static es_status assign(jr *R, const jnode *t, jv v)
+{
+    R->line = t->line;
+    if (t->k == N_NAME) return scope_set(R, R->scope, t->name, v);
+    if (t->k == N_NSREF) {
+        jv ns = jr_lookup(R, t->name);
+        if (ns.k != JV_NS) return jr_fail(R, "cannot assign attribute on non-namespace object");
+        jv key;
+        ES_TRY(jr_str(R, t->attr, strlen(t->attr), &key));
+        return jr_dict_set(R, ns.d, key, v);
+    }
+    jlist *items;
+    ES_TRY(jr_iter(R, v, &items));
+    if ((int64_t)items->n != t->nv)
+        return jr_fail(R,
+                       (int64_t)items->n > t->nv ? "too many values to unpack (expected %d)"
+                                                 : "not enough values to unpack (expected %d)",
+                       t->nv);
+    for (int i = 0; i < t->nv; i++)
+        ES_TRY(assign(R, t->v[i], items->v[i]));
+    return ES_OK;
+}
+
+/* ---- statements ---------------------------------------------------------------------------------
+ */
+static es_status exec(jr *R, const jnode *s);
+
+es_status jr_exec_body(jr *R, const jnode *body)
+{
+    for (int i = 0; i < body->nv && R->flow == FLOW_NONE; i++)
+        ES_TRY(exec(R, body->v[i]));
+    return ES_OK;
+}
+
+static es_status count_iteration(jr *R)
+{
+    if (++R->iters > R->lim.max_iterations)
+        return jr_fail(R, "more than %lld loop iterations (iteration limit)",
+                       (long long)R->lim.max_iterations);
+    return jr_charge(R, 1);
+}
+
+static es_status for_(jr *R, const jnode *s)
+{
+    jv it;
+    ES_TRY(jr_eval(R, s->b, &it));
+    R->line = s->line;
+    jlist *items;
+    ES_TRY(jr_iter(R, it, &items));
+    jscope *outer = R->scope;
+    jscope *sc = ja_zalloc(&R->a, sizeof(*sc)); /* reused by every iteration */
+    if (!sc) return jr_oom(R);
+    sc->parent = outer;
+    if (s->c) { /* the for's if: keep the items it accepts, before the loop starts */
+        jlist *kept;
+        ES_TRY(jr_list_new(R, 0, &kept));
+        es_status st = ES_OK;
+        R->scope = sc;
+        for (size_t i = 0; i < items->n && st == ES_OK; i++) {
+            jv ok;
+            sc->n = 0;
+            if ((st = count_iteration(R)) == ES_OK &&
+                (st = assign(R, s->a, items->v[i])) == ES_OK &&
+                (st = jr_eval(R, s->c, &ok)) == ES_OK && ja_truthy(ok))
+                st = jr_list_push(R, kept, items->v[i]);
+        }
+        R->scope = outer;
+        ES_TRY(st);
+        items = kept;
+    }
+    if (!items->n) return s->w[1] ? jr_exec_body(R, s->w[1]) : ES_OK;
+    jloop *lp = ja_zalloc(&R->a, sizeof(*lp));
+    if (!lp) return jr_oom(R);
+    lp->length = (int64_t)items->n;
+    lp->items = items;
+    jv loopv = {.k = JV_LOOP, .lp = lp};
+    es_status st = ES_OK;
+    R->scope = sc;
+    for (size_t i = 0; i < items->n && st == ES_OK; i++) {
+        sc->n = 0;
+        lp->index0 = (int64_t)i;
+        if ((st = count_iteration(R)) != ES_OK || (st = scope_set(R, sc, "loop", loopv)) != ES_OK ||
+            (st = assign(R, s->a, items->v[i])) != ES_OK ||
+            (st = jr_exec_body(R, s->w[0])) != ES_OK)
+            break;
+        if (R->flow == FLOW_BREAK) {
+            R->flow = FLOW_NONE;
+            break;
+        }
+        R->flow = FLOW_NONE; /* continue */
+    }
+    R->scope = outer;
+    return st;
+}
+
+static es_status output(jr *R, const jnode *s)
+{
+    for (int i = 0; i < s->nv; i++) {
+        const jnode *p = s->v[i];
+        if (p->k == N_DATA) {
+            ES_TRY(jr_buf_put(R, R->out, p->cv.s->b, p->cv.s->len));
+            continue;
+        }
+        jv v;
+        ES_TRY(jr_eval(R, p, &v));
+        R->line = p->line;
+        ES_TRY(jr_tostr(R, v, R->out));
+    }
+    return ES_OK;
+}
+
+/* {% set x %}body{% endset %}, with optional filters applied to the body's text. */
+static es_status set_block(jr *R, const jnode *s)
+{
+    jbuf buf = {0}, *prev = R->out;
+    R->out = &buf;
+    es_status st = jr_exec_body(R, s->c);
+    R->out = prev;
+    jv v = jv_none();
+    if (st == ES_OK) st = jr_str(R, buf.p ? buf.p : "", buf.n, &v);
+    ja_buf_free(&buf);
+    ES_TRY(st);
+    /* the filter chain's innermost operand (NULL) is the body */
+    const jnode *chain[JA_MAX_DEPTH];
+    int n = 0;
+    for (const jnode *f = s->b; f && n < JA_MAX_DEPTH; f = f->a)
+        chain[n++] = f;
+    while (n--) {
+        const jnode *f = chain[n];
+        jv *argv = f->nv ? ja_alloc(&R->a, (size_t)f->nv * sizeof(jv)) : NULL;
+        jv *kwv = f->nw ? ja_alloc(&R->a, (size_t)f->nw * sizeof(jv)) : NULL;
+        if ((f->nv && !argv) || (f->nw && !kwv)) return jr_oom(R);
+        for (int i = 0; i < f->nv; i++)
+            ES_TRY(jr_eval(R, f->v[i], &argv[i]));
+        for (int i = 0; i < f->nw; i++)
+            ES_TRY(jr_eval(R, f->w[i], &kwv[i]));
+        R->line = f->line;
+        ES_TRY(jr_filter(R, f->fid, v, argv, f->nv, f->names, kwv, f->nw, &v));
+    }
+    return assign(R, s->a, v);
+}
+
+static es_status exec(jr *R, const jnode *s)
+{
+    R->line = s->line;
+    ES_TRY(jr_charge(R, 1));
+    jv v;
+    switch (s->k) {
+    case N_OUTPUT:
+        return output(R, s);
+    case N_BODY:
+        return jr_exec_body(R, s);
+    case N_IF:
+        for (int i = 0; i < s->nv; i++) {
+            ES_TRY(jr_eval(R, s->v[i], &v));
+            if (ja_truthy(v)) return jr_exec_body(R, s->w[i]);
+        }
+        return s->c ? jr_exec_body(R, s->c) : ES_OK;
+    case N_FOR:
+        return for_(R, s);
+    case N_SET:
+        ES_TRY(jr_eval(R, s->b, &v));
+        return assign(R, s->a, v);
+    case N_SETBLOCK:
+        return set_block(R, s);
+    case N_BREAK:
+        R->flow = FLOW_BREAK;
+        return ES_OK;
+    case N_CONTINUE:
+        R->flow = FLOW_CONTINUE;
+        return ES_OK;
+    }
+    return jr_fail(R, "internal error: not a statement");
+}
+
+/* ---- entry points -------------------------------------------------------------------------------
+ */
+es_status es_jinja_compile(const char *src, size_t len, const char *name, es_jinja_tmpl **out)
+{
+    *out = NULL;
+    es_jinja_tmpl *t = calloc(1, sizeof(*t));
+    if (!t) return es_fail(ES_E_NOMEM, "out of memory");
+    snprintf(t->name, sizeof(t->name), "%s", name ? name : "template");
+    es_status st;
+    if (!ja_utf8_valid(src, len)) {
+        st = ja_fail(t->name, 1, "the template is not valid UTF-8");
+        goto fail;
+    }
+    jtok *toks;
+    size_t n;
+    if ((st = ja_lex(&t->arena, t->name, src, len, &toks, &n)) != ES_OK) goto fail;
+    if ((st = ja_parse(&t->arena, t->name, toks, n, &t->root)) != ES_OK) goto fail;
+    *out = t;
+    return ES_OK;
+fail:
+    es_jinja_tmpl_free(t);
+    return st;
+}
+
+void es_jinja_tmpl_free(es_jinja_tmpl *t)
+{
+    if (!t) return;
+    ja_free_all(&t->arena);
+    free(t);
+}
+
+es_jinja_limits es_jinja_default_limits(void)
+{
+    return (es_jinja_limits){.max_output_bytes = (size_t)32 << 20,
+                             .max_memory_bytes = (size_t)512 << 20,
+                             .max_iterations = 1000000,
+                             .max_work = 400000000,
+                             .now = 0};
+}
+
+es_status es_jinja_render(const es_jinja_tmpl *t, const es_jinja_vars *vars,
+                          const es_jinja_limits *lim, char **out, size_t *len)
+{
+    *out = NULL, *len = 0;
+    jr R = {.t = t, .vars = vars, .lim = lim ? *lim : es_jinja_default_limits(), .line = 1};
+    R.a.cap = R.lim.max_memory_bytes;
+    jbuf buf = {0};
+    jscope root = {0};
+    R.out = &buf, R.scope = &root;
+    es_status st = jr_exec_body(&R, t->root);
+    if (st == ES_OK && !buf.p) st = jr_buf_put(&R, &buf, "", 0); /* an empty text */
+    ja_free_all(&R.a);
+    if (st != ES_OK) {
+        ja_buf_free(&buf);
+        return st;
+    }
+    *out = buf.p, *len = buf.n;
+    return ES_OK;
+}
