@@ -44,6 +44,7 @@ typedef enum es_status {
     ES_E_FORMAT = -5,      /* not a valid GGUF file, or a corrupt one                    */
     ES_E_UNSUPPORTED = -6, /* valid input, but a feature estream does not have           */
     ES_E_CANCELLED = -7,   /* the abort callback asked to stop; the session stays usable  */
+    ES_E_SHORT_BUFFER = -8, /* the caller's buffer is too small; the call says what it needs */
 } es_status;
 
 /* Short English name of a status ("format error"). Never NULL. */
@@ -710,6 +711,41 @@ typedef struct es_plot_series {
  * or NULL arrays with n > 0, path NULL), ES_E_IO, ES_E_NOMEM. */
 ES_API es_status es_plot_svg_write(const char *path, const char *title, const char *x_label,
                             const char *y_label, const es_plot_series *s, int n_series);
+
+/* ---- chat templates (issue 37; the lead folds this section into the header's layout) ------
+ * A model's chat template (the GGUF key tokenizer.chat_template, Jinja) rendered as Hugging
+ * Face's apply_chat_template renders it with Python's jinja2, byte for byte, by an interpreter
+ * of the Jinja subset chat templates use (docs/chat.md). Strict: a construct it does not
+ * implement is an error naming it and the template line, never a different prompt. */
+
+/* One message. role and content are UTF-8 and NUL-terminated; content NULL is Python's None. */
+typedef struct es_chat_message {
+    const char *role;    /* "system", "user", "assistant", "tool", ... */
+    const char *content; /* NULL: none */
+} es_chat_message;
+
+/* The model's chat template, borrowed from its metadata: *len_out bytes, NOT NUL-terminated,
+ * valid until es_model_close(). NULL (and *len_out 0) when the model has none. len_out may be
+ * NULL. */
+ES_API const char *es_model_chat_template(const es_model *m, size_t *len_out);
+
+/* Renders a chat template: tmpl (Jinja source, NUL-terminated; NULL: the model's
+ * tokenizer.chat_template) with the variables messages (messages[0..n_messages), each a dict of
+ * role then content), add_generation_prompt (a bool), bos_token and eos_token (the text of the
+ * model's BOS and EOS tokens, "" when it has none), tools and documents (None), in the
+ * environment of Hugging Face's apply_chat_template (trim_blocks, lstrip_blocks, loop controls,
+ * raise_exception, strftime_now, tojson as json.dumps with ensure_ascii off).
+ * On success the text is in buf[0..cap), NUL-terminated, and *n_out is its length without the
+ * NUL. If the text needs more than cap - 1 bytes, returns ES_E_SHORT_BUFFER with *n_out = the
+ * text's length (a buffer of *n_out + 1 bytes holds it) and buf holds only "" (if cap > 0).
+ * Errors: ES_E_INVAL (NULL m or n_out, n_messages < 0, messages NULL with n_messages > 0, buf
+ * NULL with cap > 0, a NULL role, text that is not valid UTF-8), ES_E_UNSUPPORTED (tmpl NULL
+ * and the model has no template), ES_E_FORMAT (the template's error: raise_exception's
+ * message, an unsupported construct, a syntax error, a limit; es_last_error() says which and on
+ * which template line), ES_E_NOMEM. Thread-safe: m is only read. */
+ES_API es_status es_chat_render(const es_model *m, const char *tmpl,
+                                const es_chat_message *messages, int n_messages,
+                                int add_generation_prompt, char *buf, size_t cap, size_t *n_out);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@ const char *es_status_str(es_status st)
     case ES_E_FORMAT: return "format error";
     case ES_E_UNSUPPORTED: return "unsupported";
     case ES_E_CANCELLED: return "cancelled";
+    case ES_E_SHORT_BUFFER: return "buffer too small";
     }
     return "unknown status";
 }
