@@ -51,6 +51,22 @@ es_status jr_getattr(jr *R, jv obj, const char *name, jv *out)
         if (!found) *out = jr_undef(R, name, obj.k);
         return ES_OK;
     }
+    /* numbers: Python's int and float attributes are refused, anything else is undefined */
+    static const char *const num_attrs[] = {"real", "imag", "numerator", "denominator",
+                                            "conjugate", "bit_length", "bit_count", "to_bytes",
+                                            "from_bytes", "as_integer_ratio", "is_integer",
+                                            "hex", "fromhex"};
+    if (jv_is_num(obj)) {
+        for (size_t i = 0; i < sizeof(num_attrs) / sizeof(num_attrs[0]); i++)
+            if (!strcmp(name, num_attrs[i]))
+                return jr_fail(R, "attribute '%s' of a %s value is not supported", name,
+                               ja_type_name(obj));
+        if (name[0] == '_' && name[1] == '_')
+            return jr_fail(R, "access to attribute '%s' of '%s' object is unsafe", name,
+                           ja_type_name(obj));
+        *out = jr_undef(R, name, obj.k);
+        return ES_OK;
+    }
     return jr_fail(R, "attribute '%s' of a %s value is not supported", name, ja_type_name(obj));
 }
 

@@ -9,7 +9,9 @@
  * why templates carry state across iterations in a namespace(). A name is looked up in the
  * scopes from the innermost out, then in the render's variables, then in the globals.
  * The loop's items are computed first (the for's `if` filters them, so loop.length and
- * loop.last count only the kept items, as in jinja2); {% else %} runs when none is kept.
+ * loop.last count only the kept items, as in jinja2); {% else %} runs when no iteration reached
+ * the end of the body -- none kept, or every one left by break or continue, as jinja2's
+ * compiled code has it.
  * {% break %} / {% continue %} set R->flow, which every statement list stops on and the
  * innermost loop clears. Output goes to R->out, which a {% set %} block points at a buffer of
  * its own while its body runs.
@@ -158,6 +160,9 @@ static es_status for_(jr *R, const jnode *s)
     lp->items = items;
     jv loopv = {.k = JV_LOOP, .lp = lp};
     es_status st = ES_OK;
+    /* jinja2 runs the else block unless some iteration reached the end of the body: it clears
+     * its flag after the body, which break and continue skip */
+    bool completed = false;
     R->scope = sc;
     for (size_t i = 0; i < items->n && st == ES_OK; i++) {
         sc->n = 0;
@@ -166,13 +171,13 @@ static es_status for_(jr *R, const jnode *s)
             (st = assign(R, s->a, items->v[i])) != ES_OK ||
             (st = jr_exec_body(R, s->w[0])) != ES_OK)
             break;
-        if (R->flow == FLOW_BREAK) {
-            R->flow = FLOW_NONE;
-            break;
-        }
-        R->flow = FLOW_NONE; /* continue */
+        int flow = R->flow;
+        R->flow = FLOW_NONE;
+        completed |= flow == FLOW_NONE;
+        if (flow == FLOW_BREAK) break;
     }
     R->scope = outer;
+    if (st == ES_OK && !completed && s->w[1]) st = jr_exec_body(R, s->w[1]);
     return st;
 }
 
@@ -199,6 +204,10 @@ static es_status set_block(jr *R, const jnode *s)
     R->out = &buf;
     es_status st = jr_exec_body(R, s->c);
     R->out = prev;
+    if (st == ES_OK && R->flow != FLOW_NONE) { /* a break or continue leaves before assigning */
+        ja_buf_free(&buf);
+        return ES_OK;
+    }
     jv v = jv_none();
     if (st == ES_OK) st = jr_str(R, buf.p ? buf.p : "", buf.n, &v);
     ja_buf_free(&buf);

@@ -429,6 +429,7 @@ es_status jr_filter(jr *R, int id, jv x, const jv *argv, int argc, const char *c
         double f = 0;
         int64_t i = 0;
         bool ok = true;
+        if (x.k == JV_UNDEF) return jr_undef_fail(R, x); /* Undefined's __int__ raises */
         if (x.k == JV_INT || x.k == JV_BOOL)
             i = x.i, f = (double)x.i;
         else if (x.k == JV_FLOAT)
