@@ -348,7 +348,6 @@ static void test_strict_refusals(void **state)
         {"{{ loop }}{% for i in l %}{{ loop }}{% endfor %}", "printing a LoopContext object"},
         {"{{ x.upper }}", "printing a builtin_function_or_method object"},
         {"{% for i in l recursive %}{% endfor %}", "recursive loops are not supported"},
-        {"{% for i in l %}{{ loop.changed(i) }}{% endfor %}", "loop.changed is not supported"},
         {"{{ '10'|int(base=16) }}", "base argument of int"},
         {"{{ '\\N{EM DASH}' }}", "named unicode escapes"},
         {"{{ '\\ud800' }}", "lone surrogate"},

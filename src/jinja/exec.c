@@ -8,10 +8,11 @@
  * from the outer value (jinja2 aliases the outer variable afresh every iteration), which is
  * why templates carry state across iterations in a namespace(). A name is looked up in the
  * scopes from the innermost out, then in the render's variables, then in the globals.
- * The loop's items are computed first (the for's `if` filters them, so loop.length and
- * loop.last count only the kept items, as in jinja2); {% else %} runs when no iteration reached
- * the end of the body -- none kept, or every one left by break or continue, as jinja2's
- * compiled code has it.
+ * The for's `if` filters the items lazily, as jinja2's generator does: each item is tested when
+ * the loop reaches it (or when loop.last, loop.nextitem or loop.length look ahead), so a test
+ * reading state the body changes sees the change; loop.length and loop.last count only the
+ * kept items. {% else %} runs when no iteration reached the end of the body -- none kept, or
+ * every one left by break or continue, as jinja2's compiled code has it.
  * {% break %} / {% continue %} set R->flow, which every statement list stops on and the
  * innermost loop clears. Output goes to R->out, which a {% set %} block points at a buffer of
  * its own while its body runs.
@@ -125,6 +126,69 @@ static es_status count_iteration(jr *R)
     return jr_charge(R, 1);
 }
 
+/* The next item of lp that passes the for's filter, taken from src (*got false when none is
+ * left). The filter runs in lp->scope with the target bound to the candidate. */
+static es_status filter_next(jr *R, jloop *lp, jv *item, bool *got)
+{
+    *got = false;
+    while (lp->pos < lp->src->n) {
+        jv x = lp->src->v[lp->pos++], ok;
+        if (!lp->cond) {
+            *item = x, *got = true;
+            return ES_OK;
+        }
+        jscope *saved = R->scope;
+        int line = R->line;
+        R->scope = lp->scope;
+        lp->scope->n = 0;
+        es_status st = count_iteration(R);
+        if (st == ES_OK) st = assign(R, lp->target, x);
+        if (st == ES_OK) st = jr_eval(R, lp->cond, &ok);
+        R->scope = saved, R->line = line;
+        ES_TRY(st);
+        if (ja_truthy(ok)) {
+            *item = x, *got = true;
+            return ES_OK;
+        }
+    }
+    return ES_OK;
+}
+
+/* The next item to iterate: one peeked already, else the next that passes the filter. */
+static es_status loop_pull(jr *R, jloop *lp, jv *item, bool *got)
+{
+    if (lp->head < lp->ahead->n) {
+        *item = lp->ahead->v[lp->head++], *got = true;
+        return ES_OK;
+    }
+    return filter_next(R, lp, item, got);
+}
+
+es_status jr_loop_peek(jr *R, jloop *lp, jv *item, bool *got)
+{
+    if (lp->head == lp->ahead->n) {
+        ES_TRY(filter_next(R, lp, item, got));
+        if (*got) ES_TRY(jr_list_push(R, lp->ahead, *item));
+        return ES_OK;
+    }
+    *item = lp->ahead->v[lp->head], *got = true;
+    return ES_OK;
+}
+
+es_status jr_loop_length(jr *R, jloop *lp, int64_t *n)
+{
+    if (lp->length < 0) { /* jinja2 filters all the rest now */
+        for (bool got = true; got;) {
+            jv x;
+            ES_TRY(filter_next(R, lp, &x, &got));
+            if (got) ES_TRY(jr_list_push(R, lp->ahead, x));
+        }
+        lp->length = lp->index0 + 1 + (int64_t)(lp->ahead->n - lp->head);
+    }
+    *n = lp->length;
+    return ES_OK;
+}
+
 static es_status for_(jr *R, const jnode *s)
 {
     jv it;
@@ -134,49 +198,39 @@ static es_status for_(jr *R, const jnode *s)
     ES_TRY(jr_iter(R, it, &items));
     jscope *outer = R->scope;
     jscope *sc = ja_zalloc(&R->a, sizeof(*sc)); /* reused by every iteration */
-    if (!sc) return jr_oom(R);
-    sc->parent = outer;
-    if (s->c) { /* the for's if: keep the items it accepts, before the loop starts */
-        jlist *kept;
-        ES_TRY(jr_list_new(R, 0, &kept));
-        es_status st = ES_OK;
-        R->scope = sc;
-        for (size_t i = 0; i < items->n && st == ES_OK; i++) {
-            jv ok;
-            sc->n = 0;
-            if ((st = count_iteration(R)) == ES_OK &&
-                (st = assign(R, s->a, items->v[i])) == ES_OK &&
-                (st = jr_eval(R, s->c, &ok)) == ES_OK && ja_truthy(ok))
-                st = jr_list_push(R, kept, items->v[i]);
-        }
-        R->scope = outer;
-        ES_TRY(st);
-        items = kept;
-    }
-    if (!items->n) return s->w[1] ? jr_exec_body(R, s->w[1]) : ES_OK;
     jloop *lp = ja_zalloc(&R->a, sizeof(*lp));
-    if (!lp) return jr_oom(R);
-    lp->length = (int64_t)items->n;
-    lp->items = items;
+    if (!sc || !lp) return jr_oom(R);
+    sc->parent = outer;
+    lp->src = items, lp->target = s->a, lp->cond = s->c;
+    lp->length = s->c ? -1 : (int64_t)items->n;
+    lp->prev = lp->cur = jv_missing();
+    ES_TRY(jr_list_new(R, 0, &lp->ahead));
+    if (s->c) {
+        if (!(lp->scope = ja_zalloc(&R->a, sizeof(jscope)))) return jr_oom(R);
+        lp->scope->parent = outer;
+    }
     jv loopv = {.k = JV_LOOP, .lp = lp};
     es_status st = ES_OK;
     /* jinja2 runs the else block unless some iteration reached the end of the body: it clears
      * its flag after the body, which break and continue skip */
     bool completed = false;
-    R->scope = sc;
-    for (size_t i = 0; i < items->n && st == ES_OK; i++) {
+    for (int64_t i = 0; st == ES_OK; i++) {
+        jv x;
+        bool got;
+        R->line = s->line;
+        if ((st = loop_pull(R, lp, &x, &got)) != ES_OK || !got) break;
+        lp->index0 = i, lp->prev = lp->cur, lp->cur = x;
+        R->scope = sc;
         sc->n = 0;
-        lp->index0 = (int64_t)i;
-        if ((st = count_iteration(R)) != ES_OK || (st = scope_set(R, sc, "loop", loopv)) != ES_OK ||
-            (st = assign(R, s->a, items->v[i])) != ES_OK ||
-            (st = jr_exec_body(R, s->w[0])) != ES_OK)
-            break;
+        if ((st = count_iteration(R)) == ES_OK && (st = scope_set(R, sc, "loop", loopv)) == ES_OK &&
+            (st = assign(R, s->a, x)) == ES_OK)
+            st = jr_exec_body(R, s->w[0]);
+        R->scope = outer;
         int flow = R->flow;
         R->flow = FLOW_NONE;
         completed |= flow == FLOW_NONE;
         if (flow == FLOW_BREAK) break;
     }
-    R->scope = outer;
     if (st == ES_OK && !completed && s->w[1]) st = jr_exec_body(R, s->w[1]);
     return st;
 }

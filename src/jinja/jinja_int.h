@@ -59,6 +59,8 @@ typedef struct jstr {
 } jstr;
 typedef struct jlist jlist;
 typedef struct jdict jdict;
+typedef struct jnode jnode;
+typedef struct jscope jscope;
 typedef struct jfunc jfunc;
 typedef struct jloop jloop;
 typedef struct jundef {
@@ -95,9 +97,20 @@ struct jfunc {
     int id;  /* JM_* (methods.c) */
     jv self; /* the bound object (JV_MISSING for a global) */
 };
+/* The loop variable, with jinja2's LoopContext semantics: the for's `if` filters the items
+ * lazily, one at a time as the loop reaches them, so a filter that reads state the body changes
+ * sees the change; loop.last and loop.nextitem filter one item ahead, loop.length all of them. */
 struct jloop {
-    int64_t index0, length;
-    const jlist *items; /* the items iterated (after the for's if) */
+    int64_t index0;      /* the current iteration */
+    int64_t length;      /* -1 until known */
+    jv prev, cur;        /* previtem (JV_MISSING before the second iteration), the current item */
+    const jlist *src;    /* the items before filtering */
+    size_t pos;          /* the next item of src to filter */
+    jlist *ahead;        /* items that passed the filter, not yet iterated (queue from head) */
+    size_t head;
+    const jnode *target, *cond; /* the for's target and `if` (NULL: no filter) */
+    jscope *scope;       /* where the filter is evaluated: the target bound, parent the loop's surroundings */
+    jlist *changed;      /* loop.changed's last arguments (NULL: never called) */
 };
 
 static inline jv jv_undef(void)
@@ -159,7 +172,6 @@ enum {
 enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW };
 enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_IN, CMP_NOTIN };
 
-typedef struct jnode jnode;
 struct jnode {
     uint8_t k;      /* N_* */
     uint8_t op;     /* OP_* / CMP_* (N_COMPARE: per operand in ops) */
@@ -231,7 +243,6 @@ enum { JA_MAX_DEPTH = 128 }; /* nesting of expressions and statements */
 es_status ja_parse(ja_arena *a, const char *name, const jtok *toks, size_t n, jnode **root);
 
 /* ---- render state ------------------------------------------------------------------------- */
-typedef struct jscope jscope;
 struct jscope {
     jscope *parent;
     size_t n, cap;
@@ -325,6 +336,10 @@ es_status jr_call(jr *R, jv f, const jv *argv, int argc, const char *const *kwn,
 
 /* ---- exec.c ------------------------------------------------------------------------------- */
 es_status jr_exec_body(jr *R, const jnode *body);
+/* The next item of a loop without consuming it (*got false at the end), and the loop's length;
+ * both may run the for's filter on items ahead (exec.c). */
+es_status jr_loop_peek(jr *R, jloop *lp, jv *item, bool *got);
+es_status jr_loop_length(jr *R, jloop *lp, int64_t *n);
 jv jr_lookup(jr *R, const char *name); /* scopes, then vars, then globals */
 
 /* ---- filters.c ---------------------------------------------------------------------------- */

@@ -24,7 +24,7 @@ enum {
     JM_STARTSWITH, JM_ENDSWITH, JM_STRIP, JM_LSTRIP, JM_RSTRIP, JM_SPLIT, JM_RSPLIT, JM_REPLACE,
     JM_UPPER, JM_LOWER, JM_TITLE, JM_CAPITALIZE, JM_FIND, JM_RFIND, JM_COUNT, JM_JOIN,
     JM_REMOVEPREFIX, JM_REMOVESUFFIX, JM_ISDIGIT, JM_ISSPACE, JM_ISLOWER, JM_ISUPPER,
-    JM_GET, JM_ITEMS, JM_KEYS, JM_VALUES, JM_CYCLE,
+    JM_GET, JM_ITEMS, JM_KEYS, JM_VALUES, JM_CYCLE, JM_CHANGED,
 };
 /* clang-format on */
 
@@ -133,43 +133,34 @@ const char *ja_func_name(const jfunc *f)
         if (str_methods[i].id == f->id) return str_methods[i].name;
     for (size_t i = 0; i < sizeof(dict_methods) / sizeof(dict_methods[0]); i++)
         if (dict_methods[i].id == f->id) return dict_methods[i].name;
-    return f->id == JM_CYCLE ? "cycle" : "function";
+    return f->id == JM_CYCLE ? "cycle" : f->id == JM_CHANGED ? "changed" : "function";
 }
 
 /* ---- the loop object --------------------------------------------------------------------------
  */
 es_status jr_loop_attr(jr *R, jv loop, const char *name, jv *out)
 {
-    const jloop *l = loop.lp;
-    int64_t i = l->index0, n = l->length;
-    if (!strcmp(name, "index"))
-        *out = jv_int(i + 1);
-    else if (!strcmp(name, "index0"))
-        *out = jv_int(i);
-    else if (!strcmp(name, "revindex"))
-        *out = jv_int(n - i);
-    else if (!strcmp(name, "revindex0"))
-        *out = jv_int(n - i - 1);
-    else if (!strcmp(name, "first"))
-        *out = jv_bool(i == 0);
-    else if (!strcmp(name, "last"))
-        *out = jv_bool(i == n - 1);
-    else if (!strcmp(name, "length"))
-        *out = jv_int(n);
-    else if (!strcmp(name, "depth"))
-        *out = jv_int(1);
-    else if (!strcmp(name, "depth0"))
-        *out = jv_int(0);
-    else if (!strcmp(name, "previtem"))
-        *out = i > 0 ? l->items->v[i - 1] : jr_undef_hint(R, "there is no previous item");
-    else if (!strcmp(name, "nextitem"))
-        *out = i + 1 < n ? l->items->v[i + 1] : jr_undef_hint(R, "there is no next item");
-    else if (!strcmp(name, "cycle"))
-        return bound(R, JM_CYCLE, loop, out);
-    else if (!strcmp(name, "changed"))
-        return jr_fail(R, "loop.changed is not supported");
-    else
-        *out = jr_undef(R, name, JV_LOOP);
+    jloop *l = loop.lp;
+    int64_t i = l->index0, n;
+    jv next;
+    bool got;
+    if (!strcmp(name, "index")) *out = jv_int(i + 1);
+    else if (!strcmp(name, "index0")) *out = jv_int(i);
+    else if (!strcmp(name, "first")) *out = jv_bool(i == 0);
+    else if (!strcmp(name, "depth")) *out = jv_int(1);
+    else if (!strcmp(name, "depth0")) *out = jv_int(0);
+    else if (!strcmp(name, "length") || !strcmp(name, "revindex") || !strcmp(name, "revindex0")) {
+        ES_TRY(jr_loop_length(R, l, &n));
+        *out = jv_int(name[0] == 'l' ? n : name[8] ? n - i - 1 : n - i);
+    } else if (!strcmp(name, "last") || !strcmp(name, "nextitem")) {
+        ES_TRY(jr_loop_peek(R, l, &next, &got));
+        if (name[0] == 'l') *out = jv_bool(!got);
+        else *out = got ? next : jr_undef_hint(R, "there is no next item");
+    } else if (!strcmp(name, "previtem"))
+        *out = l->prev.k != JV_MISSING ? l->prev : jr_undef_hint(R, "there is no previous item");
+    else if (!strcmp(name, "cycle")) return bound(R, JM_CYCLE, loop, out);
+    else if (!strcmp(name, "changed")) return bound(R, JM_CHANGED, loop, out);
+    else *out = jr_undef(R, name, JV_LOOP);
     return ES_OK;
 }
 
@@ -623,6 +614,18 @@ es_status jr_call_func(jr *R, const jfunc *f, const jv *argv, int argc, const ch
         if (kwc || !argc) return jr_fail(R, "loop.cycle needs at least one positional argument");
         *out = argv[f->self.lp->index0 % argc];
         return ES_OK;
+    case JM_CHANGED: { /* true unless the arguments equal the previous call's */
+        jloop *l = f->self.lp;
+        if (kwc) return jr_fail(R, "loop.changed takes no keyword arguments");
+        jlist *now;
+        bool same = l->changed != NULL;
+        ES_TRY(jr_list_new(R, (size_t)argc, &now));
+        for (int i = 0; i < argc; i++) now->v[now->n++] = argv[i];
+        if (same) ES_TRY(jr_eq(R, jv_list(l->changed, JL_TUPLE), jv_list(now, JL_TUPLE), &same));
+        l->changed = now;
+        *out = jv_bool(!same);
+        return ES_OK;
+    }
     default:
         return jr_fail(R, "internal error: unknown function");
     }
