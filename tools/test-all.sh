@@ -150,6 +150,7 @@ if make fuzz >/dev/null 2>&1; then
     for spec in "fuzz_gguf tests/fuzz/corpus -dict=tests/fuzz/gguf.dict" \
                 "fuzz_model tests/fuzz/corpus-model -dict=tests/fuzz/model.dict" \
                 "fuzz_tok tests/fuzz/corpus-tok" \
+                "fuzz_chat tests/fuzz/corpus-chat -dict=tests/fuzz/chat.dict" \
                 "fuzz_serve tests/fuzz/corpus-serve -dict=tests/fuzz/serve.dict"; do
         i=$((i + 1))
         # shellcheck disable=SC2086 # the spec is target, seeds and flags
