@@ -363,6 +363,7 @@ es_status jr_call(jr *R, jv f, const jv *argv, int argc, const char *const *kwn,
                   int kwc, jv *out)
 {
     if (f.k == JV_UNDEF) return jr_undef_fail(R, f);
+    if (f.k == JV_MACRO) return jr_call_macro(R, f.mac, argv, argc, kwn, kwv, kwc, out);
     if (f.k != JV_FUNC) return jr_fail(R, "'%s' object is not callable", ja_type_name(f));
     return jr_call_func(R, f.fn, argv, argc, kwn, kwv, kwc, out);
 }
@@ -436,7 +437,27 @@ static es_status seq(jr *R, const jnode *e, int sub, jv *out)
     return ES_OK;
 }
 
+static es_status eval(jr *R, const jnode *e, jv *out);
+
 es_status jr_eval(jr *R, const jnode *e, jv *out)
+{
+    if (R->depth >= JA_MAX_RECURSION)
+        return jr_fail(R, "expressions and macro calls nested too deep (recursion limit)");
+    R->depth++;
+    es_status st = eval(R, e, out);
+    R->depth--;
+    return st;
+}
+
+es_status jr_unknown(jr *R, const jnode *e)
+{
+    R->line = e->line;
+    if (e->k == N_TEST) return jr_fail(R, "No test named '%s' found.", e->name);
+    if (ja_jinja_has_filter(e->name)) return jr_fail(R, "filter '%s' is not supported", e->name);
+    return jr_fail(R, "No filter named '%s' found.", e->name);
+}
+
+static es_status eval(jr *R, const jnode *e, jv *out)
 {
     R->line = e->line;
     ES_TRY(jr_charge(R, 1));
@@ -466,11 +487,13 @@ es_status jr_eval(jr *R, const jnode *e, jv *out)
         ES_TRY(args(R, e, &argv, &kwv));
         return jr_call(R, a, argv, e->nv, e->names, kwv, e->nw, out);
     case N_FILTER:
+        if (e->fid < 0) return jr_unknown(R, e);
         ES_TRY(jr_eval(R, e->a, &a));
         ES_TRY(args(R, e, &argv, &kwv));
         return jr_filter(R, e->fid, a, argv, e->nv, e->names, kwv, e->nw, out);
     case N_TEST: {
         bool t;
+        if (e->fid < 0) return jr_unknown(R, e);
         ES_TRY(jr_eval(R, e->a, &a));
         ES_TRY(args(R, e, &argv, &kwv));
         ES_TRY(jr_test(R, e->fid, a, argv, e->nv, e->names, kwv, e->nw, &t));

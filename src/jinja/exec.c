@@ -15,7 +15,9 @@
  * every one left by break or continue, as jinja2's compiled code has it.
  * {% break %} / {% continue %} set R->flow, which every statement list stops on and the
  * innermost loop clears. Output goes to R->out, which a {% set %} block points at a buffer of
- * its own while its body runs.
+ * its own while its body runs, and so does a macro call: a macro is a value (JV_MACRO) bound
+ * like a set, its body run at each call in a fresh scope whose parent is the scope it was
+ * defined in (so it reads the names there as they are at the call, as jinja2's closures do).
  */
 #include "jinja/jinja_int.h"
 
@@ -273,6 +275,7 @@ static es_status set_block(jr *R, const jnode *s)
         chain[n++] = f;
     while (n--) {
         const jnode *f = chain[n];
+        if (f->fid < 0) return jr_unknown(R, f);
         jv *argv = f->nv ? ja_alloc(&R->a, (size_t)f->nv * sizeof(jv)) : NULL;
         jv *kwv = f->nw ? ja_alloc(&R->a, (size_t)f->nw * sizeof(jv)) : NULL;
         if ((f->nv && !argv) || (f->nw && !kwv)) return jr_oom(R);
@@ -286,7 +289,19 @@ static es_status set_block(jr *R, const jnode *s)
     return assign(R, s->a, v);
 }
 
+static es_status exec_(jr *R, const jnode *s);
+
 static es_status exec(jr *R, const jnode *s)
+{
+    if (R->depth >= JA_MAX_RECURSION)
+        return jr_fail(R, "statements and macro calls nested too deep (recursion limit)");
+    R->depth++;
+    es_status st = exec_(R, s);
+    R->depth--;
+    return st;
+}
+
+static es_status exec_(jr *R, const jnode *s)
 {
     R->line = s->line;
     ES_TRY(jr_charge(R, 1));
@@ -309,6 +324,13 @@ static es_status exec(jr *R, const jnode *s)
         return assign(R, s->a, v);
     case N_SETBLOCK:
         return set_block(R, s);
+    case N_MACRO: {
+        jmacro *m = ja_alloc(&R->a, sizeof(*m));
+        if (!m) return jr_oom(R);
+        m->def = s, m->scope = R->scope;
+        jv mv = {.k = JV_MACRO, .mac = m};
+        return scope_set(R, R->scope, s->name, mv);
+    }
     case N_BREAK:
         R->flow = FLOW_BREAK;
         return ES_OK;
@@ -317,6 +339,71 @@ static es_status exec(jr *R, const jnode *s)
         return ES_OK;
     }
     return jr_fail(R, "internal error: not a statement");
+}
+
+/* ---- macros -------------------------------------------------------------------------------------- */
+es_status jr_call_macro(jr *R, const jmacro *m, const jv *argv, int argc, const char *const *kwn,
+                        const jv *kwv, int kwc, jv *out)
+{
+    const jnode *d = m->def;
+    int np = d->nw;
+    bool catch_varargs = d->op & 1, catch_kwargs = d->op & 2;
+    jscope *ms = ja_zalloc(&R->a, sizeof(*ms)), *saved = R->scope;
+    jv *vals = ja_alloc(&R->a, (size_t)(np ? np : 1) * sizeof(jv));
+    bool *used = ja_zalloc(&R->a, (size_t)(kwc ? kwc : 1));
+    if (!ms || !vals || !used) return jr_oom(R);
+    ms->parent = m->scope;
+    /* positional arguments first; keywords fill only the parameters after them */
+    for (int i = 0; i < np; i++) {
+        vals[i] = i < argc ? argv[i] : jv_missing();
+        for (int k = 0; i >= argc && k < kwc; k++)
+            if (!used[k] && !strcmp(kwn[k], d->names[i])) {
+                vals[i] = kwv[k], used[k] = true;
+                break;
+            }
+    }
+    jdict *extra = NULL;
+    if (catch_kwargs) ES_TRY(jr_dict_new(R, &extra));
+    for (int k = 0; k < kwc; k++) {
+        if (used[k]) continue;
+        if (!catch_kwargs)
+            return jr_fail(R, "macro '%s' takes no keyword argument '%s'", d->name, kwn[k]);
+        jv key;
+        ES_TRY(jr_str(R, kwn[k], strlen(kwn[k]), &key));
+        ES_TRY(jr_dict_set(R, extra, key, kwv[k]));
+    }
+    if (argc > np && !catch_varargs)
+        return jr_fail(R, "macro '%s' takes not more than %d argument(s)", d->name, np);
+    for (int i = 0; i < np; i++)
+        if (vals[i].k != JV_MISSING) ES_TRY(scope_set(R, ms, d->names[i], vals[i]));
+    if (catch_varargs) {
+        jlist *rest;
+        ES_TRY(jr_list_new(R, argc > np ? (size_t)(argc - np) : 0, &rest));
+        for (int i = np; i < argc; i++) rest->v[rest->n++] = argv[i];
+        ES_TRY(scope_set(R, ms, "varargs", jv_list(rest, JL_TUPLE)));
+    }
+    if (catch_kwargs) {
+        jv kv = {.k = JV_DICT, .d = extra};
+        ES_TRY(scope_set(R, ms, "kwargs", kv));
+    }
+    int line = R->line;
+    jbuf buf = {0}, *prev = R->out;
+    es_status st = ES_OK;
+    R->scope = ms;
+    /* missing parameters: their defaults, in order, evaluated inside the macro at call time */
+    for (int i = 0; i < np && st == ES_OK; i++) {
+        if (vals[i].k != JV_MISSING) continue;
+        jv v;
+        if (d->w[i]) st = jr_eval(R, d->w[i], &v);
+        else v = jr_undef_hint(R, "a parameter of the macro was not provided");
+        if (st == ES_OK) st = scope_set(R, ms, d->names[i], v);
+    }
+    R->out = &buf;
+    if (st == ES_OK) st = jr_exec_body(R, d->c);
+    R->out = prev, R->scope = saved, R->line = line;
+    if (st == ES_OK) st = jr_str(R, buf.p ? buf.p : "", buf.n, out);
+    ja_buf_free(&buf);
+    return st;
 }
 
 /* ---- entry points -------------------------------------------------------------------------------

@@ -653,7 +653,7 @@ es_status jr_test(jr *R, int id, jv x, const jv *argv, int argc, const char *con
                (x.k == JV_LIST && x.sub != JL_GEN && x.sub != JL_VIEW);
         return ES_OK;
     case X_CALLABLE:
-        *out = x.k == JV_FUNC || x.k == JV_UNDEF || x.k == JV_LOOP;
+        *out = x.k == JV_FUNC || x.k == JV_UNDEF || x.k == JV_LOOP || x.k == JV_MACRO;
         return ES_OK;
     case X_ESCAPED:
         *out = false;

@@ -49,6 +49,7 @@ enum {
     JV_NS,      /* namespace(): a dict whose keys are attributes; the only assignable object */
     JV_FUNC,    /* a global or a bound method */
     JV_LOOP,    /* the loop variable of a for */
+    JV_MACRO,   /* a {% macro %}: its definition and the scope it was defined in */
     JV_MISSING, /* internal: an argument not given */
 };
 enum { JL_LIST = 0, JL_TUPLE, JL_GEN, JL_VIEW, JL_RANGE };
@@ -63,6 +64,7 @@ typedef struct jnode jnode;
 typedef struct jscope jscope;
 typedef struct jfunc jfunc;
 typedef struct jloop jloop;
+typedef struct jmacro jmacro;
 typedef struct jundef {
     const char *name; /* the variable, attribute or key that was missing (NULL: see hint) */
     const char *hint; /* a full message instead (NULL: built from name and sub) */
@@ -80,6 +82,7 @@ typedef struct jv {
         jdict *d; /* JV_DICT, JV_NS */
         const jfunc *fn;
         jloop *lp;
+        const jmacro *mac;
         const jundef *u;
     };
 } jv;
@@ -92,6 +95,10 @@ struct jlist {
 struct jdict {
     size_t n, cap;
     jv *k, *v;
+};
+struct jmacro {
+    const jnode *def; /* N_MACRO */
+    jscope *scope;    /* where it was defined: its body sees those names (when called) */
 };
 struct jfunc {
     int id;  /* JM_* (methods.c) */
@@ -165,7 +172,7 @@ enum {
     N_CONST, N_NAME, N_GETATTR, N_GETITEM, N_SLICE, N_CALL, N_FILTER, N_TEST, N_NOT, N_NEG,
     N_POS, N_BINOP, N_AND, N_OR, N_COMPARE, N_CONCAT, N_COND, N_LIST, N_TUPLE, N_DICT, N_NSREF,
     /* statements */
-    N_BODY, N_DATA, N_OUTPUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_BREAK, N_CONTINUE,
+    N_BODY, N_DATA, N_OUTPUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_BREAK, N_CONTINUE, N_MACRO,
 };
 /* clang-format on */
 /* N_BINOP ops and N_COMPARE operators */
@@ -263,10 +270,14 @@ typedef struct jr {
     jbuf *out;     /* where output goes now (a {% set %} block redirects it) */
     jscope *scope; /* innermost scope; the root scope's parent is NULL */
     int64_t iters, work;
+    int depth;       /* recursion of evaluation, statements and macro calls */
     int flow; /* FLOW_*: a {% break %} or {% continue %} unwinding */
     int line; /* the line being evaluated, for errors raised deep inside helpers */
 } jr;
 enum { FLOW_NONE, FLOW_BREAK, FLOW_CONTINUE };
+/* Most nested evaluations, statements and macro calls together: what bounds the C stack once
+ * macros can call macros (each level is a few small C frames). */
+enum { JA_MAX_RECURSION = 1500 };
 
 /* Fails the render: "<template> line <R->line>: ...". */
 es_status jr_fail(jr *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -336,6 +347,12 @@ es_status jr_call(jr *R, jv f, const jv *argv, int argc, const char *const *kwn,
 
 /* ---- exec.c ------------------------------------------------------------------------------- */
 es_status jr_exec_body(jr *R, const jnode *body);
+/* Calls a macro with evaluated arguments, as jinja2's Macro.__call__ binds them; *out is the
+ * text its body renders. */
+es_status jr_call_macro(jr *R, const jmacro *m, const jv *argv, int argc, const char *const *kwn,
+                        const jv *kwv, int kwc, jv *out);
+/* The error of a filter or test the template names but this interpreter does not have. */
+es_status jr_unknown(jr *R, const jnode *e);
 /* The next item of a loop without consuming it (*got false at the end), and the loop's length;
  * both may run the for's filter on items ahead (exec.c). */
 es_status jr_loop_peek(jr *R, jloop *lp, jv *item, bool *got);

@@ -6,9 +6,11 @@
  * statement, and a body ends at one of the tags its statement waits for (endfor, else, ...).
  * The statements are for (with its if filter and else), if/elif/else (one node with flat lists,
  * so a long elif chain does not nest), set (a target name, namespace attribute or tuple; or a
- * block with filters), print, break/continue (the loopcontrols extension Hugging Face enables),
- * and generation (Hugging Face's assistant-mask tag, which renders its body). Every other tag
- * of jinja2 is refused by name while compiling. Two bounds keep hostile templates from
+ * block with filters), macro (parameters with defaults; varargs and kwargs), print,
+ * break/continue (the loopcontrols extension Hugging Face enables), and generation (Hugging
+ * Face's assistant-mask tag, which renders its body). Every other tag of jinja2 is refused by
+ * name while compiling. Filters and tests follow jinja2's rule for names it does not know (see
+ * check_names). Two bounds keep hostile templates from
  * exhausting the C stack: the parser's recursion (brackets, unary and not chains, nested
  * statements) and the height of every expression tree are limited to JA_MAX_DEPTH.
  */
@@ -120,6 +122,7 @@ static const char *const end_if[] = {"elif", "else", "endif", NULL};
 static const char *const end_if2[] = {"endif", NULL};
 static const char *const end_set[] = {"endset", NULL};
 static const char *const end_gen[] = {"endgeneration", NULL};
+static const char *const end_macro[] = {"endmacro", NULL};
 static const char *const in_kw[] = {"in", NULL};
 static const char *const rec_kw[] = {"recursive", NULL};
 
@@ -197,13 +200,71 @@ static es_status set_(ps *P, jnode *e)
     return ES_OK;
 }
 
+/* Whether the tree under e loads the name (varargs, kwargs, caller: what a macro catches). */
+static bool loads(const jnode *e, const char *name)
+{
+    if (!e) return false;
+    if (e->k == N_NAME && !strcmp(e->name, name)) return true;
+    if (loads(e->a, name) || loads(e->b, name) || loads(e->c, name)) return true;
+    for (int i = 0; i < e->nv; i++)
+        if (loads(e->v[i], name)) return true;
+    for (int i = 0; i < e->nw; i++)
+        if (loads(e->w[i], name)) return true;
+    return false;
+}
+
+/* {% macro name(a, b=default) %}body{% endmacro %}: the parameters' names in e->names and
+ * their defaults in e->w (NULL: none) [e->nw], the body in e->c, the name in e->name; e->op
+ * says whether the body reads varargs (1) or kwargs (2), which then catch extra arguments. */
+static es_status macro(ps *P, jnode *e)
+{
+    if (cur(P)->t != T_NAME) return ja_p_expect(P, T_NAME);
+    if (!(e->name = ja_p_tokstr(P, cur(P)))) return NOMEM(P);
+    next(P);
+    ES_TRY(ja_p_expect(P, T_LPAREN));
+    nvec defaults = {0};
+    const char *names[JA_MAX_DEPTH];
+    int n = 0;
+    bool any_default = false;
+    while (cur(P)->t != T_RPAREN) {
+        if (n) ES_TRY(ja_p_expect(P, T_COMMA));
+        if (cur(P)->t != T_NAME) return ja_p_expect(P, T_NAME);
+        if (n == JA_MAX_DEPTH) return FAIL(P, "too many macro parameters");
+        if (!(names[n++] = ja_p_tokstr(P, cur(P)))) return NOMEM(P);
+        next(P);
+        jnode *d = NULL;
+        if (cur(P)->t == T_ASSIGN) {
+            next(P);
+            ES_TRY(ja_p_expression(P, true, &d));
+            any_default = true;
+        } else if (any_default) {
+            return FAIL(P, "non-default argument follows default argument");
+        }
+        ES_TRY(ja_p_push(P, &defaults, d));
+    }
+    next(P); /* ) */
+    if (!(e->names = ja_alloc(P->a, (size_t)(n ? n : 1) * sizeof(char *)))) return NOMEM(P);
+    memcpy(e->names, names, (size_t)n * sizeof(char *));
+    e->w = defaults.v, e->nw = n;
+    int loops = P->loops; /* a loop outside the macro is not one break can leave from inside */
+    P->loops = 0;
+    ES_TRY(statements(P, end_macro, &e->c));
+    P->loops = loops;
+    next(P); /* endmacro */
+    if (loads(e->c, "caller"))
+        return ja_p_fail(P, e->line, "macro '%s' uses caller ({%% call %%} is not supported)",
+                         e->name);
+    e->op = (uint8_t)(loads(e->c, "varargs") | loads(e->c, "kwargs") << 1);
+    return ES_OK;
+}
+
 static es_status statement(ps *P, jnode **out)
 {
     const jtok *t = cur(P);
     if (t->t != T_NAME) return FAIL(P, "tag name expected");
-    static const char *const unsupported[] = {"block", "extends", "macro", "include",
-                                              "from",  "import",  "with",  "autoescape",
-                                              "call",  "filter",  "do",    "trans"};
+    static const char *const unsupported[] = {"block", "extends", "include", "from",
+                                              "import", "with", "autoescape", "call",
+                                              "filter", "do", "trans"};
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
         if (is_name(t, unsupported[i])) return FAIL(P, "tag '%s' is not supported", unsupported[i]);
     jnode *e;
@@ -212,6 +273,10 @@ static es_status statement(ps *P, jnode **out)
         e->k = N_FOR;
         next(P);
         ES_TRY(for_(P, e));
+    } else if (is_name(t, "macro")) {
+        e->k = N_MACRO;
+        next(P);
+        ES_TRY(macro(P, e));
     } else if (is_name(t, "if")) {
         e->k = N_IF;
         next(P);
@@ -304,8 +369,35 @@ done:
     return ES_OK;
 }
 
+/* jinja2 refuses a filter or test it does not know when it compiles the template, except in
+ * its "soft" frames -- an if statement (its tests and bodies, not a loop or block nested in
+ * them) and an inline if -- where it fails only if the call is evaluated. The same rule for
+ * what is unknown to jinja2; a jinja2 filter this interpreter does not implement fails only
+ * when evaluated, so a template using one in a branch a chat never takes still renders. */
+static es_status check_names(ps *P, const jnode *e, bool soft)
+{
+    if (!e) return ES_OK;
+    if (e->k == N_FILTER && e->fid < 0 && !soft && !ja_jinja_has_filter(e->name))
+        return ja_p_fail(P, e->line, "no filter named '%s'", e->name);
+    if (e->k == N_TEST && e->fid < 0 && !soft)
+        return ja_p_fail(P, e->line, "no test named '%s'", e->name);
+    bool s_a = soft, s_b = soft, s_c = soft, s_v = soft, s_w = soft;
+    switch (e->k) {
+    case N_IF: case N_COND: s_a = s_b = s_c = s_v = s_w = true; break;
+    case N_FOR: s_c = s_w = false; break;             /* filter, body, else: inner frames */
+    case N_SETBLOCK: case N_MACRO: s_b = s_c = s_w = false; break;
+    }
+    ES_TRY(check_names(P, e->a, s_a));
+    ES_TRY(check_names(P, e->b, s_b));
+    ES_TRY(check_names(P, e->c, s_c));
+    for (int i = 0; i < e->nv; i++) ES_TRY(check_names(P, e->v[i], s_v));
+    for (int i = 0; i < e->nw; i++) ES_TRY(check_names(P, e->w[i], s_w));
+    return ES_OK;
+}
+
 es_status ja_parse(ja_arena *a, const char *name, const jtok *toks, size_t n, jnode **root)
 {
     ps P = {.a = a, .name = name, .t = toks, .n = n};
-    return subparse(&P, NULL, root);
+    ES_TRY(subparse(&P, NULL, root));
+    return check_names(&P, *root, false);
 }

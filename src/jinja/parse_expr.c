@@ -8,9 +8,9 @@
  * DESIGN: recursive descent, from ja_p_expression (inline if) down through or, and, not,
  * comparisons, + -, ~, * / // %, **, unary - +, to primaries with their postfixes (.attr,
  * [item or slice], (call)) and the filters and tests after them. Filters and tests are looked up
- * while parsing: one this interpreter does not implement is refused here, with its line, as
- * jinja2 refuses unknown filters and tests at compile time. Left-deep chains (1+1+...+1,
- * x|f|f|...) are built by loops, and ja_p_fin bounds the height of what they build.
+ * while parsing; one this interpreter does not implement keeps fid -1, and ja_parse's check or
+ * the evaluation refuses it (see parse.c). Left-deep chains (1+1+...+1, x|f|f|...) are built by
+ * loops, and ja_p_fin bounds the height of what they build.
  */
 #include "jinja/parse_int.h"
 
@@ -91,11 +91,7 @@ es_status ja_p_filters(ps *P, jnode **node)
         jnode *f;
         MK(P, f, N_FILTER, line);
         ES_TRY(dotted_name(P, &f->name));
-        if ((f->fid = ja_filter_id(f->name)) < 0)
-            return ja_p_fail(P, line,
-                             ja_jinja_has_filter(f->name) ? "filter '%s' is not supported"
-                                                          : "no filter named '%s'",
-                             f->name);
+        f->fid = ja_filter_id(f->name); /* -1: refused at run time or by ja_parse's check */
         if (cur(P)->t == T_LPAREN) ES_TRY(call_args(P, f));
         f->a = *node;
         ES_TRY(ja_p_fin(P, f));
@@ -113,11 +109,7 @@ static es_status test(ps *P, jnode **node)
     jnode *t;
     MK(P, t, N_TEST, line);
     ES_TRY(dotted_name(P, &t->name));
-    if ((t->fid = ja_test_id(t->name)) < 0)
-        return ja_p_fail(P, line,
-                         ja_jinja_has_test(t->name) ? "test '%s' is not supported"
-                                                    : "no test named '%s'",
-                         t->name);
+    t->fid = ja_test_id(t->name); /* -1: refused at run time or by ja_parse's check */
     const jtok *c = cur(P);
     if (c->t == T_LPAREN) {
         ES_TRY(call_args(P, t));

@@ -241,6 +241,8 @@ const char *ja_type_name(jv x)
         return "builtin_function_or_method";
     case JV_LOOP:
         return "LoopContext";
+    case JV_MACRO:
+        return "Macro";
     }
     return "object";
 }
@@ -285,6 +287,7 @@ bool ja_truthy(jv x)
     case JV_NS:
     case JV_FUNC:
     case JV_LOOP:
+    case JV_MACRO:
         return true;
     }
     return false; /* undefined, None */
@@ -345,6 +348,9 @@ es_status jr_eq(jr *R, jv a, jv b, bool *out)
         return ES_OK;
     case JV_FUNC:
         *out = a.fn == b.fn;
+        return ES_OK;
+    case JV_MACRO:
+        *out = a.mac == b.mac;
         return ES_OK;
     }
     return ES_OK;
@@ -569,6 +575,10 @@ static es_status repr(jr *R, jv x, jbuf *b, int depth)
         return put_s(R, b, "}");
     case JV_UNDEF:
         return put_s(R, b, "Undefined");
+    case JV_MACRO: /* jinja2's Macro.__repr__ */
+        ES_TRY(put_s(R, b, "<Macro '"));
+        ES_TRY(put_s(R, b, x.mac->def->name));
+        return put_s(R, b, "'>");
     case JV_NONE:
     case JV_BOOL:
     case JV_INT:
