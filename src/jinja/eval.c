@@ -52,10 +52,10 @@ es_status jr_getattr(jr *R, jv obj, const char *name, jv *out)
         return ES_OK;
     }
     /* numbers: Python's int and float attributes are refused, anything else is undefined */
-    static const char *const num_attrs[] = {"real", "imag", "numerator", "denominator",
-                                            "conjugate", "bit_length", "bit_count", "to_bytes",
-                                            "from_bytes", "as_integer_ratio", "is_integer",
-                                            "hex", "fromhex"};
+    static const char *const num_attrs[] = {
+        "real",       "imag",      "numerator", "denominator", "conjugate",
+        "bit_length", "bit_count", "to_bytes",  "from_bytes",  "as_integer_ratio",
+        "is_integer", "hex",       "fromhex"};
     if (jv_is_num(obj)) {
         for (size_t i = 0; i < sizeof(num_attrs) / sizeof(num_attrs[0]); i++)
             if (!strcmp(name, num_attrs[i]))
@@ -102,6 +102,8 @@ static es_status slice_idx(jr *R, const jv *p, int64_t len, int64_t *start, int6
     return ES_OK;
 }
 
+/* obj[a:b:c] (s: N_SLICE): substrings by code points, sublists of the same kind (a tuple
+ * stays a tuple); what Python cannot slice is undefined, as jinja2's getitem makes it. */
 static es_status slice(jr *R, jv obj, const jnode *s, jv *out)
 {
     jv p[3] = {jv_none(), jv_none(), jv_none()};
@@ -231,6 +233,7 @@ static es_status repeat(jr *R, jv seq, int64_t n, jv *out)
     return ES_OK;
 }
 
+/* Python's TypeError for an operator it does not define on these operands. */
 static es_status arith_fail(jr *R, int op, jv a, jv b)
 {
     static const char *const sym[] = {"+", "-", "*", "/", "//", "%", "**"};
@@ -382,6 +385,8 @@ static es_status args(jr *R, const jnode *e, jv **argv, jv **kwv)
     return ES_OK;
 }
 
+/* a op1 b op2 c ...: Python's chained comparison, each operand evaluated once, stopping at
+ * the first false. */
 static es_status compare(jr *R, const jnode *e, jv *out)
 {
     jv l;
@@ -427,6 +432,7 @@ static es_status compare(jr *R, const jnode *e, jv *out)
     return ES_OK;
 }
 
+/* A list or tuple literal. */
 static es_status seq(jr *R, const jnode *e, int sub, jv *out)
 {
     jlist *l;
@@ -457,6 +463,7 @@ es_status jr_unknown(jr *R, const jnode *e)
     return jr_fail(R, "No filter named '%s' found.", e->name);
 }
 
+/* The value of e (jr_eval without the recursion accounting). */
 static es_status eval(jr *R, const jnode *e, jv *out)
 {
     R->line = e->line;

@@ -120,6 +120,7 @@ es_status jr_exec_body(jr *R, const jnode *body)
     return ES_OK;
 }
 
+/* One more loop iteration (or filtered item): ES_E_FORMAT past the iteration limit. */
 static es_status count_iteration(jr *R)
 {
     if (++R->iters > R->lim.max_iterations)
@@ -191,6 +192,7 @@ es_status jr_loop_length(jr *R, jloop *lp, int64_t *n)
     return ES_OK;
 }
 
+/* {% for %}: see the DESIGN note on scopes, lazy filtering and else. */
 static es_status for_(jr *R, const jnode *s)
 {
     jv it;
@@ -237,6 +239,7 @@ static es_status for_(jr *R, const jnode *s)
     return st;
 }
 
+/* Text and {{ }}: str() of each expression appended to the current output. */
 static es_status output(jr *R, const jnode *s)
 {
     for (int i = 0; i < s->nv; i++) {
@@ -341,7 +344,8 @@ static es_status exec_(jr *R, const jnode *s)
     return jr_fail(R, "internal error: not a statement");
 }
 
-/* ---- macros -------------------------------------------------------------------------------------- */
+/* ---- macros
+ * -------------------------------------------------------------------------------------- */
 es_status jr_call_macro(jr *R, const jmacro *m, const jv *argv, int argc, const char *const *kwn,
                         const jv *kwv, int kwc, jv *out)
 {
@@ -379,7 +383,8 @@ es_status jr_call_macro(jr *R, const jmacro *m, const jv *argv, int argc, const 
     if (catch_varargs) {
         jlist *rest;
         ES_TRY(jr_list_new(R, argc > np ? (size_t)(argc - np) : 0, &rest));
-        for (int i = np; i < argc; i++) rest->v[rest->n++] = argv[i];
+        for (int i = np; i < argc; i++)
+            rest->v[rest->n++] = argv[i];
         ES_TRY(scope_set(R, ms, "varargs", jv_list(rest, JL_TUPLE)));
     }
     if (catch_kwargs) {
@@ -394,8 +399,10 @@ es_status jr_call_macro(jr *R, const jmacro *m, const jv *argv, int argc, const 
     for (int i = 0; i < np && st == ES_OK; i++) {
         if (vals[i].k != JV_MISSING) continue;
         jv v;
-        if (d->w[i]) st = jr_eval(R, d->w[i], &v);
-        else v = jr_undef_hint(R, "a parameter of the macro was not provided");
+        if (d->w[i])
+            st = jr_eval(R, d->w[i], &v);
+        else
+            v = jr_undef_hint(R, "a parameter of the macro was not provided");
         if (st == ES_OK) st = scope_set(R, ms, d->names[i], v);
     }
     R->out = &buf;

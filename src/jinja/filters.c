@@ -97,6 +97,7 @@ bool ja_jinja_has_test(const char *name)
     return ja_test_id(name) >= 0;
 }
 
+/* The name of filter id (for messages). */
 static const char *filter_name(int id)
 {
     for (size_t i = 0; i < sizeof(filter_names) / sizeof(filter_names[0]); i++)
@@ -165,6 +166,7 @@ static es_status attr_get(jr *R, jv item, const jstr *attr, jv def, jv *out)
     return ES_OK;
 }
 
+/* An empty list to fill and return as a generator (JL_GEN). */
 static es_status gen_of(jr *R, jlist **out)
 {
     return jr_list_new(R, 0, out);
@@ -211,6 +213,7 @@ static es_status select_(jr *R, jv value, const jv *argv, int argc, const char *
     return ES_OK;
 }
 
+/* map(attribute=..., default=...) or map('filter', args...), as jinja2's prepare_map. */
 static es_status map_(jr *R, jv value, const jv *argv, int argc, const char *const *kwn,
                       const jv *kwv, int kwc, jv *out)
 {
@@ -293,6 +296,8 @@ static bool parse_float(const jstr *s, double *out)
     return end == s->b + s->len;
 }
 
+/* Hugging Face's tojson: a[] are ensure_ascii, indent (an int or a string), separators (a
+ * pair) and sort_keys, JV_MISSING when not given. */
 static es_status tojson(jr *R, jv x, const jv *a, jv *out)
 {
     ja_json_opts o = {.ensure_ascii = a[0].k != JV_MISSING && ja_truthy(a[0]),
@@ -322,6 +327,8 @@ static es_status tojson(jr *R, jv x, const jv *a, jv *out)
     return st;
 }
 
+/* first / last: next(iter(x)) / next(reversed(x)); Undefined when empty; a generator has no
+ * last (not reversible). */
 static es_status first_last(jr *R, jv x, bool last, jv *out)
 {
     if (last && x.k == JV_LIST && x.sub == JL_GEN)

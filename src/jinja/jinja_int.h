@@ -108,16 +108,17 @@ struct jfunc {
  * lazily, one at a time as the loop reaches them, so a filter that reads state the body changes
  * sees the change; loop.last and loop.nextitem filter one item ahead, loop.length all of them. */
 struct jloop {
-    int64_t index0;      /* the current iteration */
-    int64_t length;      /* -1 until known */
-    jv prev, cur;        /* previtem (JV_MISSING before the second iteration), the current item */
-    const jlist *src;    /* the items before filtering */
-    size_t pos;          /* the next item of src to filter */
-    jlist *ahead;        /* items that passed the filter, not yet iterated (queue from head) */
+    int64_t index0;   /* the current iteration */
+    int64_t length;   /* -1 until known */
+    jv prev, cur;     /* previtem (JV_MISSING before the second iteration), the current item */
+    const jlist *src; /* the items before filtering */
+    size_t pos;       /* the next item of src to filter */
+    jlist *ahead;     /* items that passed the filter, not yet iterated (queue from head) */
     size_t head;
     const jnode *target, *cond; /* the for's target and `if` (NULL: no filter) */
-    jscope *scope;       /* where the filter is evaluated: the target bound, parent the loop's surroundings */
-    jlist *changed;      /* loop.changed's last arguments (NULL: never called) */
+    jscope *
+        scope; /* where the filter is evaluated: the target bound, parent the loop's surroundings */
+    jlist *changed; /* loop.changed's last arguments (NULL: never called) */
 };
 
 static inline jv jv_undef(void)
@@ -270,9 +271,9 @@ typedef struct jr {
     jbuf *out;     /* where output goes now (a {% set %} block redirects it) */
     jscope *scope; /* innermost scope; the root scope's parent is NULL */
     int64_t iters, work;
-    int depth;       /* recursion of evaluation, statements and macro calls */
-    int flow; /* FLOW_*: a {% break %} or {% continue %} unwinding */
-    int line; /* the line being evaluated, for errors raised deep inside helpers */
+    int depth; /* recursion of evaluation, statements and macro calls */
+    int flow;  /* FLOW_*: a {% break %} or {% continue %} unwinding */
+    int line;  /* the line being evaluated, for errors raised deep inside helpers */
 } jr;
 enum { FLOW_NONE, FLOW_BREAK, FLOW_CONTINUE };
 /* Most nested evaluations, statements and macro calls together: what bounds the C stack once

@@ -101,6 +101,7 @@ static es_status put(jr *R, jbuf *b, const char *s)
     return jr_buf_put(R, b, s, strlen(s));
 }
 
+/* A JSON string: runs of characters needing no escape are copied in one piece. */
 static es_status json_str(jr *R, const char *s, size_t n, bool ascii, jbuf *b)
 {
     ES_TRY(jr_charge(R, (int64_t)n / 16));
@@ -152,6 +153,7 @@ static es_status json_str(jr *R, const char *s, size_t n, bool ascii, jbuf *b)
     return put(R, b, "\"");
 }
 
+/* A JSON number or boolean: ints as they are, floats as repr(), NaN/Infinity as json does. */
 static es_status json_num(jr *R, jv x, jbuf *b)
 {
     if (x.k == JV_FLOAT && (isnan(x.f) || isinf(x.f)))
@@ -160,6 +162,7 @@ static es_status json_num(jr *R, jv x, jbuf *b)
     return jr_tostr(R, x, b);
 }
 
+/* With an indent: a newline and level copies of it. */
 static es_status newline(jr *R, const ja_json_opts *o, int level, jbuf *b)
 {
     ES_TRY(put(R, b, "\n"));
@@ -182,6 +185,7 @@ static es_status key(jr *R, jv k, const ja_json_opts *o, jbuf *b)
     return put(R, b, "\"");
 }
 
+/* A JSON object in insertion order, or sorted by key (Python's <) with sort_keys. */
 static es_status dump_dict(jr *R, const jdict *d, const ja_json_opts *o, int level, jbuf *b)
 {
     if (!d->n) return put(R, b, "{}");
@@ -210,6 +214,7 @@ static es_status dump_dict(jr *R, const jdict *d, const ja_json_opts *o, int lev
     return put(R, b, "}");
 }
 
+/* Any value as JSON at nesting level (for the indent). */
 static es_status dump(jr *R, jv x, const ja_json_opts *o, int level, jbuf *b)
 {
     if (level > JA_MAX_DEPTH) return jr_fail(R, "tojson: value nested too deep");

@@ -70,6 +70,7 @@ static jtok *emit(lx *L, int type)
             return es_fail(ES_E_NOMEM, "%s: out of memory", (L)->name);                            \
     } while (0)
 
+/* Newlines in p[0..n) (for line numbers). */
 static int count_nl(const char *p, size_t n)
 {
     int c = 0;
@@ -85,6 +86,7 @@ static size_t ws_at(const char *s, size_t n, size_t i)
     size_t j = i;
     return ja_py_isspace(ja_utf8_next(s, n, &j)) ? j - i : 0;
 }
+/* The first offset from i that is not Python whitespace. */
 static size_t skip_ws(const char *s, size_t n, size_t i)
 {
     for (size_t w; (w = ws_at(s, n, i)); i += w) {
@@ -316,6 +318,7 @@ static es_status string_value(lx *L, const char *p, size_t n, jtok *t)
     return st;
 }
 
+/* ASCII digits (Python's \d in jinja2's number patterns is ASCII here: refused otherwise). */
 static bool is_digit(char c)
 {
     return c >= '0' && c <= '9';

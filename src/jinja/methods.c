@@ -65,6 +65,7 @@ static bool in_list(const char *const *l, const char *name)
     return false;
 }
 
+/* A function value: method id bound to self. */
 static es_status bound(jr *R, int id, jv self, jv *out)
 {
     jfunc *f = ja_alloc(&R->a, sizeof(*f));
@@ -144,23 +145,33 @@ es_status jr_loop_attr(jr *R, jv loop, const char *name, jv *out)
     int64_t i = l->index0, n;
     jv next;
     bool got;
-    if (!strcmp(name, "index")) *out = jv_int(i + 1);
-    else if (!strcmp(name, "index0")) *out = jv_int(i);
-    else if (!strcmp(name, "first")) *out = jv_bool(i == 0);
-    else if (!strcmp(name, "depth")) *out = jv_int(1);
-    else if (!strcmp(name, "depth0")) *out = jv_int(0);
+    if (!strcmp(name, "index"))
+        *out = jv_int(i + 1);
+    else if (!strcmp(name, "index0"))
+        *out = jv_int(i);
+    else if (!strcmp(name, "first"))
+        *out = jv_bool(i == 0);
+    else if (!strcmp(name, "depth"))
+        *out = jv_int(1);
+    else if (!strcmp(name, "depth0"))
+        *out = jv_int(0);
     else if (!strcmp(name, "length") || !strcmp(name, "revindex") || !strcmp(name, "revindex0")) {
         ES_TRY(jr_loop_length(R, l, &n));
         *out = jv_int(name[0] == 'l' ? n : name[8] ? n - i - 1 : n - i);
     } else if (!strcmp(name, "last") || !strcmp(name, "nextitem")) {
         ES_TRY(jr_loop_peek(R, l, &next, &got));
-        if (name[0] == 'l') *out = jv_bool(!got);
-        else *out = got ? next : jr_undef_hint(R, "there is no next item");
+        if (name[0] == 'l')
+            *out = jv_bool(!got);
+        else
+            *out = got ? next : jr_undef_hint(R, "there is no next item");
     } else if (!strcmp(name, "previtem"))
         *out = l->prev.k != JV_MISSING ? l->prev : jr_undef_hint(R, "there is no previous item");
-    else if (!strcmp(name, "cycle")) return bound(R, JM_CYCLE, loop, out);
-    else if (!strcmp(name, "changed")) return bound(R, JM_CHANGED, loop, out);
-    else *out = jr_undef(R, name, JV_LOOP);
+    else if (!strcmp(name, "cycle"))
+        return bound(R, JM_CYCLE, loop, out);
+    else if (!strcmp(name, "changed"))
+        return bound(R, JM_CHANGED, loop, out);
+    else
+        *out = jr_undef(R, name, JV_LOOP);
     return ES_OK;
 }
 
@@ -173,11 +184,13 @@ static es_status want_str(jr *R, const char *what, jv x)
     return jr_fail(R, "%s: expected a string, not %s", what, ja_type_name(x));
 }
 
+/* The code-point index of byte offset byte (what find returns). */
 static int64_t cp_index(const jstr *s, size_t byte)
 {
     return (int64_t)ja_cp_count(s->b, byte);
 }
 
+/* Appends the string p[0..n) to l. */
 static es_status push_str(jr *R, jlist *l, const char *p, size_t n)
 {
     jv v;
@@ -185,6 +198,7 @@ static es_status push_str(jr *R, jlist *l, const char *p, size_t n)
     return jr_list_push(R, l, v);
 }
 
+/* From i, the first offset whose code point is (want_ws false) or is not (true) whitespace. */
 static size_t ws_fwd(const jstr *s, size_t i, bool want_ws)
 {
     while (i < s->len) {
@@ -316,6 +330,7 @@ es_status jr_replace(jr *R, const jstr *s, const jstr *old, const jstr *new_, in
     return st;
 }
 
+/* startswith / endswith of one string or a tuple of them. */
 static es_status affix(jr *R, const jstr *s, jv arg, bool end, bool *out)
 {
     *out = false;
@@ -332,6 +347,7 @@ static es_status affix(jr *R, const jstr *s, jv arg, bool end, bool *out)
     return ES_OK;
 }
 
+/* Calls string method f with its arguments already bound (a[i]: JV_MISSING when not given). */
 static es_status str_method(jr *R, const jfunc *f, const jv *a, jv *out)
 {
     const jstr *s = f->self.s;
@@ -518,6 +534,7 @@ static es_status mapping(jr *R, int kind, const jv *argv, int argc, const char *
     return ES_OK;
 }
 
+/* datetime.now().strftime(fmt) in the C locale, with the render's clock (lim.now) if set. */
 static es_status strftime_now(jr *R, jv fmt, jv *out)
 {
     ES_TRY(want_str(R, "strftime_now", fmt));
@@ -620,7 +637,8 @@ es_status jr_call_func(jr *R, const jfunc *f, const jv *argv, int argc, const ch
         jlist *now;
         bool same = l->changed != NULL;
         ES_TRY(jr_list_new(R, (size_t)argc, &now));
-        for (int i = 0; i < argc; i++) now->v[now->n++] = argv[i];
+        for (int i = 0; i < argc; i++)
+            now->v[now->n++] = argv[i];
         if (same) ES_TRY(jr_eq(R, jv_list(l->changed, JL_TUPLE), jv_list(now, JL_TUPLE), &same));
         l->changed = now;
         *out = jv_bool(!same);

@@ -104,6 +104,7 @@ es_status ja_p_enter(ps *P)
 /* ---- statements ------------------------------------------------------------------------------ */
 static es_status subparse(ps *P, const char *const *end, jnode **out);
 
+/* An assignment target: a name, a namespace attribute (with_ns) or a tuple of them. */
 static es_status assign_target(ps *P, const char *const *extra_end, bool with_ns, jnode **out)
 {
     ES_TRY(ja_p_tuple(P, true, true, extra_end, false, with_ns, out));
@@ -137,6 +138,8 @@ static es_status statements(ps *P, const char *const *end, jnode **body)
     return ES_OK;
 }
 
+/* {% for target in iter [if cond] %}body[{% else %}...]{% endfor %}: a target, b iter,
+ * c cond, w[0] body, w[1] else. */
 static es_status for_(ps *P, jnode *e)
 {
     ES_TRY(assign_target(P, in_kw, false, &e->a));
@@ -161,6 +164,7 @@ static es_status for_(ps *P, jnode *e)
     return ES_OK;
 }
 
+/* {% if %}...{% elif %}...{% else %}...{% endif %}: tests in v, bodies in w, else in c. */
 static es_status if_(ps *P, jnode *e)
 {
     nvec tests = {0}, bodies = {0};
@@ -185,6 +189,8 @@ static es_status if_(ps *P, jnode *e)
     return ES_OK;
 }
 
+/* {% set target = expr %} (a target, b expr) or {% set target | filters %}body{% endset %}
+ * (N_SETBLOCK: b the filter chain over a NULL operand, c the body). */
 static es_status set_(ps *P, jnode *e)
 {
     ES_TRY(assign_target(P, NULL, true, &e->a));
@@ -258,13 +264,14 @@ static es_status macro(ps *P, jnode *e)
     return ES_OK;
 }
 
+/* One {% %} statement, its tag name current. */
 static es_status statement(ps *P, jnode **out)
 {
     const jtok *t = cur(P);
     if (t->t != T_NAME) return FAIL(P, "tag name expected");
-    static const char *const unsupported[] = {"block", "extends", "include", "from",
-                                              "import", "with", "autoescape", "call",
-                                              "filter", "do", "trans"};
+    static const char *const unsupported[] = {"block",  "extends", "include",    "from",
+                                              "import", "with",    "autoescape", "call",
+                                              "filter", "do",      "trans"};
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
         if (is_name(t, unsupported[i])) return FAIL(P, "tag '%s' is not supported", unsupported[i]);
     jnode *e;
@@ -314,6 +321,7 @@ static es_status statement(ps *P, jnode **out)
     return ES_OK;
 }
 
+/* The text and {{ }} collected so far, as one N_OUTPUT statement. */
 static es_status flush(ps *P, nvec *parts, nvec *body)
 {
     if (!parts->n) return ES_OK;
@@ -383,15 +391,25 @@ static es_status check_names(ps *P, const jnode *e, bool soft)
         return ja_p_fail(P, e->line, "no test named '%s'", e->name);
     bool s_a = soft, s_b = soft, s_c = soft, s_v = soft, s_w = soft;
     switch (e->k) {
-    case N_IF: case N_COND: s_a = s_b = s_c = s_v = s_w = true; break;
-    case N_FOR: s_c = s_w = false; break;             /* filter, body, else: inner frames */
-    case N_SETBLOCK: case N_MACRO: s_b = s_c = s_w = false; break;
+    case N_IF:
+    case N_COND:
+        s_a = s_b = s_c = s_v = s_w = true;
+        break;
+    case N_FOR:
+        s_c = s_w = false;
+        break; /* filter, body, else: inner frames */
+    case N_SETBLOCK:
+    case N_MACRO:
+        s_b = s_c = s_w = false;
+        break;
     }
     ES_TRY(check_names(P, e->a, s_a));
     ES_TRY(check_names(P, e->b, s_b));
     ES_TRY(check_names(P, e->c, s_c));
-    for (int i = 0; i < e->nv; i++) ES_TRY(check_names(P, e->v[i], s_v));
-    for (int i = 0; i < e->nw; i++) ES_TRY(check_names(P, e->w[i], s_w));
+    for (int i = 0; i < e->nv; i++)
+        ES_TRY(check_names(P, e->v[i], s_v));
+    for (int i = 0; i < e->nw; i++)
+        ES_TRY(check_names(P, e->w[i], s_w));
     return ES_OK;
 }
 

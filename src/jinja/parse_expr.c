@@ -17,8 +17,13 @@
 #include <stdio.h>
 #include <string.h>
 
+/* jinja2's parse_unary: - and + bind tighter than filters (`-x|f` is f(-x)), and their
+ * operand takes no filter. */
 static es_status unary(ps *P, bool with_filter, jnode **out);
+/* jinja2's parse_primary: a name (true/false/none are constants; with_ns, name.attr is a
+ * namespace reference), a string (adjacent ones joined), a number, ( ), [ ], { }. */
 static es_status primary(ps *P, bool with_ns, jnode **out);
+/* jinja2's parse_postfix: subscripts and calls after a primary. */
 static es_status postfix(ps *P, jnode **node);
 
 /* ---- calls, filters, tests ------------------------------------------------------------------ */
@@ -100,6 +105,7 @@ es_status ja_p_filters(ps *P, jnode **node)
     return ES_OK;
 }
 
+/* `is [not] name`, with (args), one bare argument (`is divisibleby 3`) or none. */
 static es_status test(ps *P, jnode **node)
 {
     int line = cur(P)->line;
@@ -136,6 +142,7 @@ static es_status test(ps *P, jnode **node)
     return ES_OK;
 }
 
+/* Inside [ ]: an expression, or a slice a:b:c with any part omitted (N_SLICE). */
 static es_status subscribed(ps *P, jnode **out)
 {
     int line = cur(P)->line;
@@ -165,6 +172,7 @@ static es_status subscribed(ps *P, jnode **out)
     return ES_OK;
 }
 
+/* .name (N_GETATTR), .0 (an item), [key] or [a:b:c] (N_GETITEM) after *node. */
 static es_status subscript(ps *P, jnode **node)
 {
     const jtok *t = cur(P);
@@ -198,6 +206,7 @@ static es_status subscript(ps *P, jnode **node)
     return ES_OK;
 }
 
+/* (args) after *node: N_CALL. */
 static es_status call(ps *P, jnode **node)
 {
     jnode *e;
@@ -222,6 +231,7 @@ static es_status postfix(ps *P, jnode **node)
     }
 }
 
+/* jinja2's parse_filter_expr: filters, tests and calls after a postfix expression. */
 static es_status filter_expr(ps *P, jnode **node)
 {
     for (;;) {
@@ -325,6 +335,7 @@ static es_status primary(ps *P, bool with_ns, jnode **out)
     return ES_OK;
 }
 
+/* Whether the current token ends a tuple: }}, %}, ) or one of the extra names. */
 static bool tuple_end(const ps *P, const char *const *extra)
 {
     int t = cur(P)->t;
@@ -406,6 +417,7 @@ static es_status unary(ps *P, bool with_filter, jnode **out)
     return ES_OK;
 }
 
+/* a ** b ** c, left-associative as in jinja2. */
 static es_status pow_(ps *P, jnode **out)
 {
     ES_TRY(unary(P, true, out));
@@ -419,6 +431,7 @@ static es_status pow_(ps *P, jnode **out)
     return ES_OK;
 }
 
+/* * / // %. */
 static es_status math2(ps *P, jnode **out)
 {
     ES_TRY(pow_(P, out));
@@ -437,6 +450,7 @@ static es_status math2(ps *P, jnode **out)
     }
 }
 
+/* a ~ b ~ c: one N_CONCAT over all the operands. */
 static es_status concat(ps *P, jnode **out)
 {
     int line = cur(P)->line;
@@ -461,6 +475,7 @@ static es_status concat(ps *P, jnode **out)
     return ES_OK;
 }
 
+/* + and -, looser than ~ (so `1 + 1 ~ 1` is 1 + (1 ~ 1)). */
 static es_status math1(ps *P, jnode **out)
 {
     ES_TRY(concat(P, out));
@@ -474,6 +489,7 @@ static es_status math1(ps *P, jnode **out)
     return ES_OK;
 }
 
+/* Comparisons, `in` and `not in`, chained into one N_COMPARE. */
 static es_status compare(ps *P, jnode **out)
 {
     int line = cur(P)->line;
@@ -522,6 +538,7 @@ static es_status compare(ps *P, jnode **out)
     return ES_OK;
 }
 
+/* not x (recursion bounded by ja_p_enter). */
 static es_status not_(ps *P, jnode **out)
 {
     if (!is_name(cur(P), "not")) return compare(P, out);
@@ -538,6 +555,7 @@ static es_status not_(ps *P, jnode **out)
     return ES_OK;
 }
 
+/* a and b and c (left-deep). */
 static es_status and_(ps *P, jnode **out)
 {
     ES_TRY(not_(P, out));
@@ -551,6 +569,7 @@ static es_status and_(ps *P, jnode **out)
     return ES_OK;
 }
 
+/* a or b or c (left-deep). */
 static es_status or_(ps *P, jnode **out)
 {
     ES_TRY(and_(P, out));

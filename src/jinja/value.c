@@ -293,6 +293,7 @@ bool ja_truthy(jv x)
     return false; /* undefined, None */
 }
 
+/* A number as a double (ints and bools exactly up to 2^53). */
 static double num(jv x)
 {
     return x.k == JV_FLOAT ? x.f : (double)x.i;
@@ -501,6 +502,7 @@ void ja_buf_free(jbuf *b)
     b->n = b->cap = 0;
 }
 
+/* Appends the C string s. */
 static es_status put_s(jr *R, jbuf *b, const char *s)
 {
     return jr_buf_put(R, b, s, strlen(s));
@@ -534,8 +536,10 @@ static es_status repr_str(jr *R, const jstr *s, jbuf *b)
     return jr_buf_put(R, b, &q, 1);
 }
 
+/* Python's repr() of x appended to b (inside a printed container). */
 static es_status repr(jr *R, jv x, jbuf *b, int depth);
 
+/* The items of a list or tuple, comma-separated. */
 static es_status repr_items(jr *R, const jlist *l, jbuf *b, int depth)
 {
     for (size_t i = 0; i < l->n; i++) {

@@ -39,9 +39,11 @@ static es_jinja_val *str(const char *s)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    static const char *const msgs[][2] = {
-        {"system", "You are helpful."}, {"user", "Héllo 日本 😀 \"q\" \\ {{ x }}"},
-        {"assistant", "<think>\nhm\n</think>\n\nHi!"}, {"tool", "{\"a\": 1}"}, {"user", ""}};
+    static const char *const msgs[][2] = {{"system", "You are helpful."},
+                                          {"user", "Héllo 日本 😀 \"q\" \\ {{ x }}"},
+                                          {"assistant", "<think>\nhm\n</think>\n\nHi!"},
+                                          {"tool", "{\"a\": 1}"},
+                                          {"user", ""}};
     es_jinja_val *list, *v;
     if (es_jinja_vars_create(&g_vars) != ES_OK || es_jinja_new_list(g_vars, &list) != ES_OK)
         die("vars");
@@ -67,7 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     es_jinja_tmpl *t;
     es_status st = es_jinja_compile((const char *)data, size, "chat template", &t);
     if (st != ES_OK) {
-        if (st != ES_E_FORMAT || strncmp(es_last_error(), "chat template line ", 19)) die("compile");
+        if (st != ES_E_FORMAT || strncmp(es_last_error(), "chat template line ", 19))
+            die("compile");
         return 0;
     }
     es_jinja_limits lim = es_jinja_default_limits();
