@@ -449,7 +449,7 @@ es_jinja_limits es_jinja_default_limits(void)
     return (es_jinja_limits){.max_output_bytes = (size_t)32 << 20,
                              .max_memory_bytes = (size_t)512 << 20,
                              .max_iterations = 1000000,
-                             .max_work = 400000000,
+                             .max_work = 100000000,
                              .now = 0};
 }
 
