@@ -140,6 +140,7 @@ static es_status slice(jr *R, jv obj, const jnode *s, jv *out)
     if (obj.k == JV_LIST && (obj.sub == JL_LIST || obj.sub == JL_TUPLE || obj.sub == JL_RANGE)) {
         ES_TRY(slice_idx(R, p, (int64_t)obj.l->n, &start, &step, &count));
         jlist *l;
+        ES_TRY(jr_charge(R, count));
         ES_TRY(jr_list_new(R, (size_t)count, &l));
         for (int64_t k = 0, i = start; k < count; k++, i += step)
             l->v[l->n++] = obj.l->v[i];

@@ -395,6 +395,7 @@ es_status jr_filter(jr *R, int id, jv x, const jv *argv, int argc, const char *c
     case F_JOIN:
         ES_TRY(jr_bind(R, what, p_join, 2, 0, argv, argc, kwn, kwv, kwc, a));
         ES_TRY(jr_iter(R, x, &items));
+        ES_TRY(jr_charge(R, (int64_t)items->n));
         if (a[0].k == JV_MISSING) ES_TRY(jr_str(R, "", 0, &a[0]));
         ES_TRY(str_of(R, a[0], &s));
         if (a[1].k != JV_MISSING && a[1].k != JV_NONE)

@@ -74,8 +74,9 @@ typedef struct es_jinja_limits {
 } es_jinja_limits;
 
 /* The defaults: 32 MiB of output, 512 MiB of memory, 1,000,000 iterations, 100,000,000 work
- * units (a few seconds of CPU at worst: a unit is one node evaluated or 16 bytes scanned, about
- * 40 ns; a real template with a long chat takes a few million). */
+ * units (a few seconds of CPU at worst: a unit is one node evaluated, 16 bytes scanned or one
+ * character case-mapped, about 40 ns; Qwen3's template over a chat of 1,000 messages and 2 MB
+ * takes 0.5 million and 13 ms). */
 es_jinja_limits es_jinja_default_limits(void);
 
 /* Renders t with the variables of vars (NULL: none) under lim (NULL: the defaults). On success

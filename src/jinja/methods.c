@@ -209,6 +209,28 @@ static size_t ws_fwd(const jstr *s, size_t i, bool want_ws)
     return i;
 }
 
+/* The last occurrence of p[0..m) ending at or before s[e] (NULL if none), searching backwards.
+ * Naive, so its cost (bytes compared) is charged: a hostile pair of strings ends in the work
+ * limit, not in a hang. */
+static es_status find_last(jr *R, const char *s, size_t e, const char *p, size_t m,
+                           const char **out)
+{
+    int64_t cost = 0;
+    *out = NULL;
+    for (size_t k = e; k >= m && !*out; k--) {
+        size_t j = 0;
+        while (j < m && s[k - m + j] == p[j]) j++;
+        cost += (int64_t)j + 1;
+        if (j == m) *out = s + k - m;
+        if (cost > 1 << 20) {
+            ES_TRY(jr_charge(R, cost / 16));
+            cost = 0;
+        }
+        if (!k) break;
+    }
+    return jr_charge(R, cost / 16);
+}
+
 /* str.split / str.rsplit (right = rsplit); sep NULL splits on whitespace runs. */
 static es_status split(jr *R, const jstr *s, const jstr *sep, int64_t max, bool right, jv *out)
 {
@@ -279,9 +301,8 @@ static es_status split(jr *R, const jstr *s, const jstr *sep, int64_t max, bool 
             if (k) ES_TRY(push_str(R, l, s->b, k));
         } else {
             for (; max-- > 0;) {
-                const char *p = NULL;
-                for (size_t k = e; k >= sep->len && !p; k--)
-                    if (!memcmp(s->b + k - sep->len, sep->b, sep->len)) p = s->b + k - sep->len;
+                const char *p;
+                ES_TRY(find_last(R, s->b, e, sep->b, sep->len, &p));
                 if (!p) break;
                 size_t at = (size_t)(p - s->b);
                 ES_TRY(push_str(R, l, s->b + at + sep->len, e - at - sep->len));
@@ -308,7 +329,9 @@ es_status jr_replace(jr *R, const jstr *s, const jstr *old, const jstr *new_, in
     size_t i = 0;
     if (!old->len) {
         while (st == ES_OK && count-- > 0) {
-            if ((st = jr_buf_put(R, &b, new_->b, new_->len)) != ES_OK || i == s->len) break;
+            if ((st = jr_charge(R, 2 + (int64_t)new_->len / 16)) != ES_OK ||
+                (st = jr_buf_put(R, &b, new_->b, new_->len)) != ES_OK || i == s->len)
+                break;
             size_t j = i;
             ja_utf8_next(s->b, s->len, &j);
             st = jr_buf_put(R, &b, s->b + i, j - i);
@@ -318,6 +341,8 @@ es_status jr_replace(jr *R, const jstr *s, const jstr *old, const jstr *new_, in
         while (st == ES_OK && count-- > 0) {
             const char *p = memmem(s->b + i, s->len - i, old->b, old->len);
             if (!p) break;
+            /* two appends an occurrence */
+            if ((st = jr_charge(R, 2 + (int64_t)new_->len / 16)) != ES_OK) break;
             size_t at = (size_t)(p - s->b);
             if ((st = jr_buf_put(R, &b, s->b + i, at - i)) == ES_OK)
                 st = jr_buf_put(R, &b, new_->b, new_->len);
@@ -421,11 +446,9 @@ static es_status str_method(jr *R, const jfunc *f, const jv *a, jv *out)
                 const char *q = memmem(s->b, s->len, p->b, p->len);
                 if (q) at = cp_index(s, (size_t)(q - s->b));
             } else {
-                for (size_t k = s->len - p->len + 1; k-- > 0;)
-                    if (!memcmp(s->b + k, p->b, p->len)) {
-                        at = cp_index(s, k);
-                        break;
-                    }
+                const char *q;
+                ES_TRY(find_last(R, s->b, s->len, p->b, p->len, &q));
+                if (q) at = cp_index(s, (size_t)(q - s->b));
             }
         }
         *out = jv_int(at);

@@ -230,53 +230,40 @@ static bool title_sep(uint32_t c)
 
 es_status jr_case(jr *R, const jstr *s, int mode, jv *out)
 {
-    jbuf b = {0};
-    es_status st = ES_OK;
     bool prev_cased = false, first = true;
-    ES_TRY(jr_charge(R, (int64_t)s->len / 16));
-    for (size_t i = 0; i < s->len && st == ES_OK;) {
+    /* one unit a character: this loop is the cost */
+    ES_TRY(jr_charge(R, (int64_t)s->len));
+    /* every supported mapping is one code point to one no longer (ı -> I, ſ -> S shrink) */
+    jstr *r = ja_alloc(&R->a, sizeof(jstr) + s->len + 1);
+    if (!r) return jr_oom(R);
+    size_t n = 0;
+    for (size_t i = 0; i < s->len;) {
         uint32_t c = ja_utf8_next(s->b, s->len, &i), m;
         int up;
         switch (mode) {
-        case 'U':
-            up = 1;
-            break;
-        case 'L':
-            up = 0;
-            break;
-        case 'C':
-            up = first;
-            break; /* str.capitalize */
-        case 'J':
-            up = first || !prev_cased;
-            break; /* jinja's title: after a separator */
-        default:
-            up = !prev_cased;
-            break; /* str.title: after an uncased char */
+        case 'U': up = 1; break;
+        case 'L': up = 0; break;
+        case 'C': up = first; break;                /* str.capitalize */
+        case 'J': up = first || !prev_cased; break; /* jinja's title: after a separator */
+        default: up = !prev_cased; break;           /* str.title: after an uncased char */
         }
-        if (!ja_case_map(c, up, &m)) {
-            ja_buf_free(&b);
+        if (!ja_case_map(c, up, &m))
             return jr_fail(R, "case mapping of U+%04X is not supported", (unsigned)c);
-        }
         if (mode == 'T') {
             int iu, il;
             bool known;
             bool cased = ja_is_cased(c, &iu, &il, &known);
-            if (!known) {
-                ja_buf_free(&b);
-                return jr_fail(R, "case mapping of U+%04X is not supported", (unsigned)c);
-            }
+            if (!known) return jr_fail(R, "case mapping of U+%04X is not supported", (unsigned)c);
             prev_cased = cased;
         } else if (mode == 'J') {
             prev_cased = !title_sep(c); /* the first of each run after separators goes up */
         }
         first = false;
-        char u8[4];
-        st = jr_buf_put(R, &b, u8, ja_utf8_put(m, u8));
+        n += ja_utf8_put(m, r->b + n);
     }
-    if (st == ES_OK) st = jr_str(R, b.p ? b.p : "", b.n, out);
-    ja_buf_free(&b);
-    return st;
+    r->len = n, r->b[n] = 0;
+    *out = jv_str(r);
+    return ES_OK;
 }
 
 static bool in_set(uint32_t c, const jstr *chars)
@@ -290,7 +277,8 @@ static bool in_set(uint32_t c, const jstr *chars)
 es_status jr_strip(jr *R, const jstr *s, const jstr *chars, int ends, jv *out)
 {
     size_t lo = 0, hi = s->len;
-    ES_TRY(jr_charge(R, (int64_t)s->len / 16));
+    /* each character looked at is compared with every one of chars */
+    ES_TRY(jr_charge(R, (int64_t)s->len / 16 * (chars ? (int64_t)chars->len / 16 + 1 : 1)));
     if (ends & 1) {
         while (lo < hi) {
             size_t j = lo;

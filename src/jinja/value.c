@@ -324,6 +324,7 @@ es_status jr_eq(jr *R, jv a, jv b, bool *out)
         if (a.sub == JL_VIEW || b.sub == JL_VIEW)
             return jr_fail(R, "comparing dict views is not supported");
         if (a.sub != b.sub || a.l->n != b.l->n) return ES_OK;
+        ES_TRY(jr_charge(R, (int64_t)a.l->n));
         for (size_t i = 0; i < a.l->n; i++) {
             bool e;
             ES_TRY(jr_eq(R, a.l->v[i], b.l->v[i], &e));
@@ -471,6 +472,7 @@ es_status jr_contains(jr *R, jv c, jv item, bool *out)
         return jr_fail(R, "argument of type '%s' is not iterable", ja_type_name(c));
     jlist *l;
     ES_TRY(jr_iter(R, c, &l));
+    ES_TRY(jr_charge(R, (int64_t)l->n));
     for (size_t i = 0; i < l->n && !*out; i++)
         ES_TRY(jr_eq(R, l->v[i], item, out));
     return ES_OK;
@@ -602,12 +604,15 @@ es_status jr_tostr(jr *R, jv x, jbuf *b)
         return put_s(R, b, "None");
     case JV_BOOL:
         return put_s(R, b, x.i ? "True" : "False");
-    case JV_INT:
+    case JV_INT: /* printing numbers is charged what it costs next to an evaluation step */
+        ES_TRY(jr_charge(R, 3));
         snprintf(t, sizeof(t), "%" PRId64, x.i);
         return put_s(R, b, t);
-    case JV_FLOAT:
+    case JV_FLOAT: /* the shortest repr tries up to 17 precisions */
+        ES_TRY(jr_charge(R, 50));
         return put_s(R, b, ja_float_repr(x.f, t));
     case JV_STR:
+        ES_TRY(jr_charge(R, (int64_t)x.s->len / 16));
         return jr_buf_put(R, b, x.s->b, x.s->len);
     }
     return repr(R, x, b, 0);
