@@ -141,6 +141,8 @@ $(BUILD)/tests/test_serve: TEST_LDLIBS += $(CLI_LDLIBS)
 # test_chat and tools/chat_render read the chat golden data (JSON) with jansson too.
 $(BUILD)/tests/test_chat: CFLAGS += $(CLI_CFLAGS)
 $(BUILD)/tests/test_chat: TEST_LDLIBS += $(CLI_LDLIBS)
+$(BUILD)/tools/chat_render: CFLAGS += $(CLI_CFLAGS)
+$(BUILD)/tools/chat_render: LDLIBS += $(CLI_LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -159,8 +159,7 @@ es_status jr_getitem(jr *R, jv obj, jv key, jv *out)
     if (obj.k == JV_UNDEF) return jr_undef_fail(R, obj);
     bool is_int = key.k == JV_INT || key.k == JV_BOOL;
     if (obj.k == JV_DICT || obj.k == JV_NS) {
-        if (obj.k == JV_DICT && (key.k == JV_LIST || key.k == JV_DICT) && key.sub != JL_TUPLE)
-            return jr_fail(R, "unhashable type: '%s'", ja_type_name(key));
+        if (obj.k == JV_DICT) ES_TRY(jr_key_check(R, key));
         const jv *v = obj.k == JV_DICT ? ja_dict_find(obj.d, key) : NULL;
         if (v) {
             *out = *v;
@@ -322,7 +321,10 @@ es_status jr_binop(jr *R, int op, jv a, jv b, jv *out)
             if (x < 0 && y != floor(y))
                 return jr_fail(
                     R, "a negative number to a fractional power is complex (not supported)");
-            *out = jv_float(pow(x, y));
+            double pw = pow(x, y);
+            if (isinf(pw) && isfinite(x) && isfinite(y)) /* Python's float ** raises on overflow */
+                return jr_fail(R, "(34, 'Numerical result out of range')");
+            *out = jv_float(pw);
             return ES_OK;
         }
     }
@@ -568,9 +570,7 @@ static es_status eval(jr *R, const jnode *e, jv *out)
             ES_TRY(jr_eval(R, e->v[i], &a));
             ES_TRY(jr_eval(R, e->w[i], &b));
             R->line = e->line;
-            if (a.k != JV_STR && a.k != JV_NONE && !jv_is_num(a) &&
-                !(a.k == JV_LIST && a.sub == JL_TUPLE))
-                return jr_fail(R, "unhashable type: '%s'", ja_type_name(a));
+            ES_TRY(jr_key_check(R, a));
             ES_TRY(jr_dict_set(R, d, a, b));
         }
         out->k = JV_DICT, out->sub = 0, out->d = d;

@@ -303,6 +303,9 @@ bool ja_list_push(ja_arena *a, jlist *l, jv x);                   /* false: out 
 bool ja_dict_set(ja_arena *a, jdict *d, jv key, jv val);          /* false: out of memory */
 const jv *ja_dict_get(const jdict *d, const char *key, size_t n); /* NULL: absent */
 const jv *ja_dict_find(const jdict *d, jv key);
+/* Whether key can be a dict key: str, numbers, None and tuples of them; TypeError for what
+ * Python cannot hash (lists, dicts), ES_E_FORMAT for hashable objects not supported as keys. */
+es_status jr_key_check(jr *R, jv key);
 jv jr_undef(jr *R, const char *name,
             int objkind); /* "'name' is undefined" / "... has no attribute" */
 jv jr_undef_hint(jr *R, const char *hint);

@@ -674,8 +674,7 @@ es_status jr_call_func(jr *R, const jfunc *f, const jv *argv, int argc, const ch
     /* dict methods */
     const jdict *d = f->self.d;
     if (f->id == JM_GET) {
-        if (a[0].k == JV_LIST && a[0].sub != JL_TUPLE)
-            return jr_fail(R, "unhashable type: '%s'", ja_type_name(a[0]));
+        ES_TRY(jr_key_check(R, a[0]));
         const jv *v = ja_dict_find(d, a[0]);
         *out = v ? *v : a[1].k == JV_MISSING ? jv_none() : a[1];
         return ES_OK;

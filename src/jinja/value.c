@@ -155,7 +155,25 @@ static bool key_eq(jv a, jv b)
         double x = a.k == JV_FLOAT ? a.f : (double)a.i, y = b.k == JV_FLOAT ? b.f : (double)b.i;
         return (a.k == JV_FLOAT || b.k == JV_FLOAT) ? x == y : a.i == b.i;
     }
+    if (a.k == JV_LIST && b.k == JV_LIST) { /* tuples (jr_key_check admits no other list) */
+        if (a.l->n != b.l->n) return false;
+        for (size_t i = 0; i < a.l->n; i++)
+            if (!key_eq(a.l->v[i], b.l->v[i])) return false;
+        return true;
+    }
     return a.k == b.k && a.k == JV_NONE;
+}
+
+es_status jr_key_check(jr *R, jv key)
+{
+    if (key.k == JV_STR || key.k == JV_NONE || jv_is_num(key)) return ES_OK;
+    if (key.k == JV_LIST && key.sub == JL_TUPLE) {
+        for (size_t i = 0; i < key.l->n; i++) ES_TRY(jr_key_check(R, key.l->v[i]));
+        return ES_OK;
+    }
+    if (key.k == JV_DICT || (key.k == JV_LIST && (key.sub == JL_LIST || key.sub == JL_VIEW)))
+        return jr_fail(R, "unhashable type: '%s'", ja_type_name(key));
+    return jr_fail(R, "a %s value as a dict key is not supported", ja_type_name(key));
 }
 
 const jv *ja_dict_find(const jdict *d, jv key)
@@ -463,8 +481,7 @@ es_status jr_contains(jr *R, jv c, jv item, bool *out)
         return ES_OK;
     }
     if (c.k == JV_DICT) {
-        if ((item.k == JV_LIST && item.sub != JL_TUPLE) || item.k == JV_DICT)
-            return jr_fail(R, "unhashable type: '%s'", ja_type_name(item));
+        ES_TRY(jr_key_check(R, item));
         *out = ja_dict_find(c.d, item) != NULL;
         return ES_OK;
     }
