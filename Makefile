@@ -138,6 +138,11 @@ $(BUILD)/tests/test_score: CFLAGS += $(CLI_CFLAGS)
 $(BUILD)/tests/test_score: TEST_LDLIBS += $(CLI_LDLIBS)
 $(BUILD)/tests/test_serve: CFLAGS += $(CLI_CFLAGS)
 $(BUILD)/tests/test_serve: TEST_LDLIBS += $(CLI_LDLIBS)
+# test_chat and tools/chat_render read the chat golden data (JSON) with jansson too.
+$(BUILD)/tests/test_chat: CFLAGS += $(CLI_CFLAGS)
+$(BUILD)/tests/test_chat: TEST_LDLIBS += $(CLI_LDLIBS)
+$(BUILD)/tools/chat_render: CFLAGS += $(CLI_CFLAGS)
+$(BUILD)/tools/chat_render: LDLIBS += $(CLI_LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -177,13 +182,14 @@ mutants:
 	bash tools/mutants.sh
 
 # libFuzzer harnesses (clang): fuzz_gguf (the GGUF reader), fuzz_model (es_model_open on whole
-# files, with a metadata-level mutator) and fuzz_tok (every pre-tokenizer and SentencePiece on
-# arbitrary text), fuzz_serve (the HTTP service's request bodies, below). Run one with
+# files, with a metadata-level mutator), fuzz_tok (every pre-tokenizer and SentencePiece on
+# arbitrary text), fuzz_chat (arbitrary chat templates rendered with a fixed conversation) and
+# fuzz_serve (the HTTP service's request bodies, below). Run one with
 # (new inputs go to the first folder):
 #   mkdir -p build-fuzz/corpus && build-fuzz/fuzz_gguf -max_total_time=60 \
 #       -dict=tests/fuzz/gguf.dict build-fuzz/corpus tests/fuzz/corpus
 # tools/test-all.sh runs each for ESTREAM_FUZZ_SECONDS (30 s by default).
-FUZZ_TARGETS := fuzz_gguf fuzz_model fuzz_tok
+FUZZ_TARGETS := fuzz_gguf fuzz_model fuzz_tok fuzz_chat
 # fuzz_serve: estream serve's request parsers and replies, and the records they build (no HTTP)
 FUZZ_SERVE_SRC := $(wildcard src/records/*.c) $(wildcard src/serve/api*.c) src/serve/exec.c \
                   src/serve/metrics.c

@@ -37,7 +37,8 @@
  * - estream_tools.h, the helpers of estream's own command line, server, tests and benchmarks,
  *   is not part of this promise and is not installed.
  *
- * Contents: status and errors; models; tokens; kernel tables; sessions; batches and outputs;
+ * Contents: status and errors; models; tokens; chat templates; kernel tables; sessions; batches
+ * and outputs;
  * records, batches and sizing for jobs; statistics; packs and output files.
  * Design: docs/notes.md and the README beside this header's source.
  */
@@ -168,6 +169,42 @@ ES_API int32_t es_model_eos(const es_model *m);
 /* The text of one token, as detokenization produces it; *len_out its length. NULL if id is out of
  * range. Valid until es_model_close(). */
 ES_API const char *es_token_piece(const es_model *m, int32_t id, size_t *len_out);
+
+
+/* ---- chat templates --------------------------------------------------------------------------
+ * A model's chat template (the GGUF key tokenizer.chat_template, Jinja) rendered as Hugging
+ * Face's apply_chat_template renders it with Python's jinja2, byte for byte, by an interpreter
+ * of the Jinja subset chat templates use (docs/chat.md). Strict: a construct it does not
+ * implement is an error naming it and the template line, never a different prompt. */
+
+/* One message. role and content are UTF-8 and NUL-terminated; content NULL is Python's None. */
+typedef struct es_chat_message {
+    const char *role;    /* "system", "user", "assistant", "tool", ... */
+    const char *content; /* NULL: none */
+} es_chat_message;
+
+/* The model's chat template, borrowed from its metadata: *len_out bytes, NOT NUL-terminated,
+ * valid until es_model_close(). NULL (and *len_out 0) when the model has none. len_out may be
+ * NULL. */
+ES_API const char *es_model_chat_template(const es_model *m, size_t *len_out);
+
+/* Renders a chat template: tmpl (Jinja source, NUL-terminated; NULL: the model's
+ * tokenizer.chat_template) with the variables messages (messages[0..n_messages), each a dict of
+ * role then content), add_generation_prompt (a bool), bos_token and eos_token (the text of the
+ * model's BOS and EOS tokens, "" when it has none), tools and documents (None), in the
+ * environment of Hugging Face's apply_chat_template (trim_blocks, lstrip_blocks, loop controls,
+ * raise_exception, strftime_now, tojson as json.dumps with ensure_ascii off).
+ * On success the text is in buf[0..cap), NUL-terminated, and *n_out is its length without the
+ * NUL. If the text needs more than cap - 1 bytes, returns ES_E_SHORT_BUFFER with *n_out = the
+ * text's length (a buffer of *n_out + 1 bytes holds it) and buf holds only "" (if cap > 0).
+ * Errors: ES_E_INVAL (NULL m or n_out, n_messages < 0, messages NULL with n_messages > 0, buf
+ * NULL with cap > 0, a NULL role, text that is not valid UTF-8), ES_E_UNSUPPORTED (tmpl NULL
+ * and the model has no template), ES_E_FORMAT (the template's error: raise_exception's
+ * message, an unsupported construct, a syntax error, a limit; es_last_error() says which and on
+ * which template line), ES_E_NOMEM. Thread-safe: m is only read. */
+ES_API es_status es_chat_render(const es_model *m, const char *tmpl,
+                                const es_chat_message *messages, int n_messages,
+                                int add_generation_prompt, char *buf, size_t cap, size_t *n_out);
 
 
 /* ---- kernel tables ---------------------------------------------------------------------------- */

@@ -7,7 +7,7 @@
 # Prints each include that breaks the order and exits 1 if there is one.
 set -u
 cd "$(dirname "$0")/.."
-floors=(core quant gguf io tok pack model moe stream tune run job records serve cli)
+floors=(core jinja quant gguf io tok pack model moe stream tune run job records serve cli)
 declare -A rank
 for i in "${!floors[@]}"; do rank[${floors[$i]}]=$i; done
 bad=0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: Release, ASan+UBSan, the OpenAI client check (tools/openai-check.sh),
 # the installed library and its examples (tools/install-check.sh), the Python package
-# (tools/python-check.sh), TSan (concurrent parts), the planted-bug check
+# (tools/python-check.sh), the chat templates against Python's jinja2 (tools/chat-check.sh), TSan
+# (concurrent parts), the planted-bug check
 # (tools/mutants.sh), bounded fuzz runs, and the AArch64 kernel tables cross-built and run under
 # qemu-user (tools/cross-aarch64.sh).
 # Prints "N passed, N failed" per stage, a table of the stages' wall times, and a final total.
@@ -96,16 +97,20 @@ check_stage install install bash tools/install-check.sh build
 # The Python package: pip install ./python in a fresh virtualenv, its pytest suite against the
 # CLI's numbers.
 check_stage "python package" "python package" bash tools/python-check.sh build
+# Chat templates against Python's jinja2 in a cached virtualenv (jinja2 pinned): the committed
+# expectations made again and compared, and estream's renderer held to them byte for byte.
+check_stage "chat templates" "chat check" bash tools/chat-check.sh build
 
 # ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;
 # test_trace: three threads recording into one trace; test_stream: the expert loader thread and
 # the residency protocol, with slow, short and failing reads; test_tune: profile runs; test_batch:
 # batches on 1-3 threads, the head's per-row pool jobs, streamed batches and their cancelling;
 # test_serve: the server binary built with TSan, its connection threads, executor and signal
-# thread under concurrent clients, cancels and shutdowns; a report fails the test).
+# thread under concurrent clients, cancels and shutdowns; test_chat: one compiled chat template
+# rendered by four threads at once; a report fails the test).
 stage_begin tsan
 tsan_tests=()
-for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch test_profile test_serve; do
+for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch test_profile test_serve test_chat; do
     [ -f "tests/$t.c" ] && tsan_tests+=("$t")
 done
 if make -j"$jobs" TSAN=1 build-tsan/estream "${tsan_tests[@]/#/build-tsan/tests/}" >/dev/null 2>&1; then
@@ -151,6 +156,7 @@ if make fuzz >/dev/null 2>&1; then
     for spec in "fuzz_gguf tests/fuzz/corpus -dict=tests/fuzz/gguf.dict" \
                 "fuzz_model tests/fuzz/corpus-model -dict=tests/fuzz/model.dict" \
                 "fuzz_tok tests/fuzz/corpus-tok" \
+                "fuzz_chat tests/fuzz/corpus-chat -dict=tests/fuzz/chat.dict" \
                 "fuzz_serve tests/fuzz/corpus-serve -dict=tests/fuzz/serve.dict"; do
         i=$((i + 1))
         # shellcheck disable=SC2086 # the spec is target, seeds and flags
