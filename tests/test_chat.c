@@ -584,7 +584,7 @@ static void test_chat_render_model(void **state)
     assert_int_equal(es_chat_render(m, "{{ messages|length }}", NULL, 0, 0, buf, sizeof(buf), &n),
                      ES_OK);
     assert_string_equal(buf, "0");
-    assert_string_equal(es_status_str(ES_E_SHORT_BUFFER), "buffer too small");
+    assert_string_equal(es_status_name(ES_E_SHORT_BUFFER), "buffer too small");
     es_model_close(m);
 }
 
