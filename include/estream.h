@@ -480,7 +480,11 @@ typedef enum es_record_kind {
     ES_RECORD_CHOICES = 3, /* a context and choices, each a pair; the choice of each rule */
     ES_RECORD_LABELS = 4,  /* which label continues a text: log-probs renormalised over them */
     ES_RECORD_EMBED = 5,   /* a pooled embedding of a text or of ids */
-    ES_RECORD_PROMPT = 6,  /* per-token log-probs of a prompt's text: a completion's prompt */
+    ES_RECORD_PROMPT = 6,  /* per-token log-probs of a prompt (its text, or a chat rendered with
+                            * the chat template): a completion's prompt */
+    ES_RECORD_RERANK = 7,  /* how relevant each document is to a query: P(yes) / (P(yes) +
+                            * P(no)) after a rerank prompt of the pair (Qwen3-Reranker's recipe,
+                            * or a template given) */
 } es_record_kind;
 ES_API const char *es_record_kind_name(es_record_kind k); /* "text", "ids", ...; NULL if none */
 
@@ -504,9 +508,28 @@ typedef struct es_record_spec {
     int top;                /* TEXT, IDS, PROMPT: alternatives per scored position, 0..ES_MAX_TOP */
     int next_top;           /* TEXT, IDS, PROMPT: the best next tokens after the last, 0..100 */
     es_bos_rule bos;        /* IDS, PROMPT (default ES_BOS_IMPLICIT) */
+    /* a chat instead of text (PROMPT, LABELS): rendered with the chat template and the
+     * generation prompt; its BOS as a text's (the template's own bos_token counts) */
+    const es_chat_message *messages; /* [n_messages] */
+    int n_messages;                  /* > 0: use messages */
+    const char *template_text;       /* Jinja source, NUL-terminated: the chat template (NULL:
+                                      * the model's); RERANK: the rerank prompt, with the
+                                      * variables query, document, instruction, bos_token and
+                                      * eos_token (NULL: es_rerank_default_template()) */
+    es_str query;                    /* RERANK; its documents are items */
+    es_str instruction;              /* RERANK (empty: ES_RERANK_INSTRUCTION) */
+    es_str rerank_labels[2];         /* RERANK: the one-token answers for relevant and not
+                                      * (empty: "yes", "no") */
     es_pooling pooling;     /* EMBED */
     int normalize;          /* EMBED: 1 L2-normalised */
 } es_record_spec;
+
+/* The default rerank prompt: Qwen3-Reranker's published recipe (a system message asking for
+ * "yes" or "no", the instruction, query and document as the user's turn, an empty thinking
+ * block as the assistant's start), and its default instruction. */
+ES_API const char *es_rerank_default_template(void);
+#define ES_RERANK_INSTRUCTION \
+    "Given a web search query, retrieve relevant passages that answer the query"
 
 /* A record made from a spec: its sequences with their output arrays, owned by it. */
 typedef struct es_record es_record;
@@ -556,17 +579,19 @@ typedef struct es_record_result {
     double sum;
     int greedy;                  /* PAIR: every continuation token greedy */
     int64_t n_tokens;            /* PAIR: the continuation's tokens; EMBED: the sequence's */
-    /* CHOICES, LABELS */
+    /* CHOICES, LABELS, RERANK */
     int n_items;
     const double *item_logprobs; /* [n_items] CHOICES: each continuation's sum; LABELS: each
-                                  * label's log-prob (one-token labels: the next token's) */
+                                  * label's log-prob (one-token labels: the next token's);
+                                  * RERANK: each document's log P(yes) */
     const int64_t *item_tokens;  /* CHOICES: [n_items] each continuation's tokens */
     const int64_t *item_bytes;   /* CHOICES: [n_items] each choice's UTF-8 bytes */
     int chosen[ES_RECORD_RULES]; /* CHOICES: argmax of logprob, logprob/tokens, logprob/bytes
                                   * (a choice of 0 bytes: logprob) */
     int gold;                    /* CHOICES: as given (-1: none) */
-    const double *probs;         /* LABELS: [n_items] item_logprobs renormalised (softmax) */
-    int label;                   /* LABELS: argmax of item_logprobs */
+    const double *probs;         /* LABELS: [n_items] item_logprobs renormalised (softmax);
+                                  * RERANK: each document's P(yes) / (P(yes) + P(no)) */
+    int label;                   /* LABELS: argmax of item_logprobs; RERANK: of probs */
     /* EMBED */
     const float *embedding;      /* [n_embd], or [n_tokens][n_embd] with ES_POOLING_NONE */
     int n_embd;

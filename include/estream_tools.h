@@ -70,6 +70,8 @@ typedef struct es_synth_opts {
     const char *type;       /* weight type: "f32", "f16", "q8_0", "q4_0" */
     uint64_t seed;
     const char *vocab_path; /* NULL: estream's built-in byte-level BPE; else copy its tokenizer */
+    const char *chat_template; /* NULL: none (or the vocabulary file's); else this Jinja text as
+                                * tokenizer.chat_template */
     /* progress: bytes written, total (may be NULL) */
     void (*progress)(void *user, uint64_t done, uint64_t total);
     void *user;

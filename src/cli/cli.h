@@ -26,6 +26,11 @@ _Noreturn void cli_unknown(const cli_args *a, const char *arg);
 
 /* Reads a whole regular file (at most max_bytes) into a malloc'd NUL-terminated buffer. */
 char *cli_read_file(const char *path, size_t max_bytes, size_t *len);
+/* A text file (a template) of at most 1 MiB, NUL-terminated, without NUL bytes in it; dies with
+ * the flag's name otherwise. */
+char *cli_read_text(const char *path, const char *flag);
+/* The XXH3-64 of s as 16 hex digits (a new JSON string), or JSON null for NULL. */
+json_t *cli_text_hash(const char *s);
 /* Parses whitespace-separated token ids; dies on anything else. */
 int32_t *cli_read_ids(const char *path, size_t *n);
 /* Prompt text from -p or -f (exactly one must be given). */

@@ -10,8 +10,8 @@
 
 static const char help[] =
     "usage: estream score -m MODEL -f IN.jsonl [-o OUT.jsonl] [--top N] [--batch-tokens N]\n"
-    "                     [--no-implicit-bos] [--on-error stop|skip] [--shard I/N |\n"
-    "                     --shard-range I/N] [--json]\n"
+    "                     [--no-implicit-bos] [--chat-template FILE] [--rerank-template FILE]\n"
+    "                     [--on-error stop|skip] [--shard I/N | --shard-range I/N] [--json]\n"
     "                     [-t THREADS] [--mem BUDGET] [streaming options]\n"
     "\n"
     "Scores each input record with the model and writes one JSON line per record, in input\n"
@@ -47,12 +47,27 @@ static const char help[] =
     "      log-probs of the labels after the text; otherwise each label is scored as a\n"
     "      continuation. Output \"label_logprobs\" (log P of each label under the model),\n"
     "      \"probs\" (renormalised over the labels) and \"label\" (index of the best)\n"
+    "  {\"messages\": [{\"role\", \"content\"}, ..]}  a chat (OpenAI's shape; roles system,\n"
+    "      developer, user, assistant, tool) rendered with the model's chat template (or\n"
+    "      --chat-template FILE) and its generation prompt: the next token's distribution, as a\n"
+    "      judge reads it. Output \"n_tokens\" (of the rendered prompt) and \"next\" (the N best\n"
+    "      [id, logprob] pairs, N = --top or 10). With \"labels\": which label follows the\n"
+    "      rendered prompt, as for a text (\"label_logprobs\", \"probs\", \"label\")\n"
+    "  {\"query\": Q, \"documents\": [D, ..], \"instruction\": I (optional)}  how relevant each\n"
+    "      document is: P(yes) / (P(yes) + P(no)) as the next token after a rerank prompt of\n"
+    "      the pair (Qwen3-Reranker's recipe, or --rerank-template FILE: Jinja with query,\n"
+    "      document, instruction). Output \"scores\" (per document) and \"ranking\" (the\n"
+    "      documents by decreasing score)\n"
     "Other members (metadata) are ignored. A bad record is {\"line\", \"id\", \"error\"} with\n"
     "--on-error skip.\n"
     "\n"
     "  --top N            alternatives per position for text records, 0.." CLI_XSTR(SCORE_MAX_TOP)
     " (default 0)\n"
     "  --no-implicit-bos  ids records scored exactly as given, without a BOS before them\n"
+    "  --chat-template FILE    a Jinja chat template for {\"messages\"} records instead of the\n"
+    "                     model's tokenizer.chat_template (docs/chat.md)\n"
+    "  --rerank-template FILE  a Jinja prompt for {\"query\", \"documents\"} records instead of\n"
+    "                     Qwen3-Reranker's (variables query, document, instruction)\n"
     "summary (stderr): records, errors, tokens, seconds, tokens/s, accuracy when records have\n"
     "gold (over every record with \"gold\", resumed ones included: acc, acc_norm_tokens,\n"
     "acc_norm_bytes, and gold_records in --json).\n";
@@ -93,6 +108,7 @@ int cmd_score(int argc, char **argv)
     cli_args a = {argc, 1, argv, "score"};
     score_ctx c = {0};
     cli_job j = {.cmd = "score", .ops = &ops, .ctx = &c};
+    const char *chat_path = NULL, *rerank_path = NULL;
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
@@ -103,14 +119,24 @@ int cmd_score(int argc, char **argv)
         } else if (cli_job_flag(&a, s, &j)) continue;
         else if (!strcmp(s, "--top")) c.o.top = (int)cli_int(s, cli_value(&a, s), 0, SCORE_MAX_TOP);
         else if (!strcmp(s, "--no-implicit-bos")) c.o.bos = ES_BOS_AS_SENT;
+        else if (!strcmp(s, "--chat-template")) chat_path = cli_value(&a, s);
+        else if (!strcmp(s, "--rerank-template")) rerank_path = cli_value(&a, s);
         else cli_unknown(&a, s);
     }
+    char *chat = chat_path ? cli_read_text(chat_path, "--chat-template") : NULL;
+    char *rerank = rerank_path ? cli_read_text(rerank_path, "--rerank-template") : NULL;
+    c.o.chat_template = chat;
+    c.o.rerank_template = rerank;
+    c.o.chat_top = c.o.top;
     /* what changes the records (OUT.meta); --on-error does not: a job stopped on a bad record
-     * may go on with skip and keep what it wrote */
-    j.options = json_pack("{s:i,s:b}", "top", c.o.top, "implicit_bos",
-                          c.o.bos == ES_BOS_IMPLICIT);
+     * may go on with skip and keep what it wrote. Templates by their text's hash. */
+    j.options = json_pack("{s:i,s:b,s:o,s:o}", "top", c.o.top, "implicit_bos",
+                          c.o.bos == ES_BOS_IMPLICIT, "chat_template", cli_text_hash(chat),
+                          "rerank_template", cli_text_hash(rerank));
     cli_job_run(&j);
     json_decref(j.options);
+    free(chat);
+    free(rerank);
     es_model_close(j.m);
     return 0;
 }

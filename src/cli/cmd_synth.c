@@ -2,11 +2,13 @@
 #include "cli/cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static const char help[] =
     "usage: estream synth --preset NAME [--type f32|f16|q8_0|q4_0] [--seed N] [--vocab VOCAB.gguf]\n"
+    "                     [--chat-template FILE]\n"
     "                     [--arch ARCH] -o FILE\n"
     "\n"
     "Writes a model with random weights and llama.cpp's tensor names, shapes and metadata for the\n"
@@ -53,7 +55,8 @@ static const char help[] =
     "  tiny-qwen3moe-yarn  tiny-qwen3moe with YaRN rope scaling x4 of 64 positions\n"
     "--arch, if given, must be the preset's architecture.\n"
     "Type defaults to f32; q4_0 keeps the output head in q6_k as llama-quantize does. The\n"
-    "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file.\n"
+    "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file;\n"
+    "--chat-template FILE puts that Jinja text in tokenizer.chat_template.\n"
     "FILE is written atomically: a temporary file beside it is renamed over it when complete; a\n"
     "failure or an interrupt (Ctrl-C, SIGTERM) leaves neither FILE nor the temporary file. A\n"
     "symbolic link's target is replaced (the link stays). A FIFO or character device is\n"
@@ -78,7 +81,7 @@ int cmd_synth(int argc, char **argv)
 {
     cli_args a = {argc, 1, argv, "synth"};
     es_synth_opts o = {.type = "f32", .seed = 1};
-    const char *out = NULL;
+    const char *out = NULL, *tmpl_path = NULL;
     for (; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) { fputs(help, stdout); return 0; }
@@ -87,6 +90,7 @@ int cmd_synth(int argc, char **argv)
         else if (!strcmp(s, "--type")) o.type = cli_value(&a, s);
         else if (!strcmp(s, "--seed")) o.seed = (uint64_t)cli_int(s, cli_value(&a, s), 0, INT64_MAX);
         else if (!strcmp(s, "--vocab")) o.vocab_path = cli_value(&a, s);
+        else if (!strcmp(s, "--chat-template")) tmpl_path = cli_value(&a, s);
         else if (!strcmp(s, "-o") || !strcmp(s, "--output")) out = cli_value(&a, s);
         else cli_unknown(&a, s);
     }
@@ -97,7 +101,10 @@ int cmd_synth(int argc, char **argv)
     int last_tenth = 0;
     o.progress = progress;
     o.user = &last_tenth;
+    char *tmpl = tmpl_path ? cli_read_text(tmpl_path, "--chat-template") : NULL;
+    o.chat_template = tmpl;
     es_status st = es_synth(&o, out);
+    free(tmpl);
     if (st) cli_die_status(st, "synth");
     fprintf(stderr, "synth: wrote %s (preset %s, %s, seed %llu)\n", shown, o.preset,
             o.type, (unsigned long long)o.seed);

@@ -335,8 +335,11 @@ int cli_job_run(cli_job *j)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
-    /* pass 2: batches from a window of about two batches' worth of pending records */
+    /* pass 2: batches from a window of about two batches' worth of pending records (a job of
+     * bad records alone has no session: they go one by one, as error lines) */
     cli_input_rewind(&in);
+    const int64_t batch_tokens = size.batch_tokens > 0 ? size.batch_tokens : 1;
+    const int max_seqs = size.max_seqs > 0 ? size.max_seqs : 1;
     window w = {0};
     int64_t *cand_tokens = NULL;
     int *cand_seqs = NULL, *cand = NULL, *pick = NULL;
@@ -346,9 +349,8 @@ int cli_job_run(cli_job *j)
     const uint64_t t0 = cli_now_ns();
     int64_t tokens_run = 0;
     while (!stop_signal) {
-        while (!eof && (w.pending_tokens < 2 * (int64_t)size.batch_tokens ||
-                        w.pending_seqs < 2 * size.max_seqs) &&
-               w.n < 4 * (size_t)(size.max_seqs > 0 ? size.max_seqs : 64)) {
+        while (!eof && (w.pending_tokens < 2 * batch_tokens || w.pending_seqs < 2 * max_seqs) &&
+               w.n < 4 * (size_t)max_seqs + 64) {
             if (!next_record(j, &in, after, &r)) eof = true;
             else push(&w, &r);
         }
@@ -369,8 +371,7 @@ int cli_job_run(cli_job *j)
                 cand_tokens[nc] = w.r[k].rec.n_tokens; /* a bad record: 0, it rides along */
                 cand_seqs[nc++] = w.r[k].rec.n_seqs;
             }
-        const int np = es_batch_pick(cand_tokens, cand_seqs, nc, size.batch_tokens,
-                                     size.max_seqs, pick);
+        const int np = es_batch_pick(cand_tokens, cand_seqs, nc, batch_tokens, max_seqs, pick);
         int nb = 0;
         int64_t tok = 0;
         for (int p = 0; p < np; p++) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 static const char usage[] =
     "estream: fast, memory-bounded prefill of Mixture-of-Experts models (GGUF)\n"
@@ -87,6 +88,22 @@ char *cli_read_file(const char *path, size_t max_bytes, size_t *len)
     buf[n] = 0;
     *len = n;
     return buf;
+}
+
+char *cli_read_text(const char *path, const char *flag)
+{
+    size_t len;
+    char *t = cli_read_file(path, (size_t)1 << 20, &len);
+    if (memchr(t, 0, len)) cli_die("%s %s: the file holds a NUL byte: not a template", flag, path);
+    return t;
+}
+
+json_t *cli_text_hash(const char *s)
+{
+    if (!s) return json_null();
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)XXH3_64bits(s, strlen(s)));
+    return json_string(hex);
 }
 
 int32_t *cli_read_ids(const char *path, size_t *n)

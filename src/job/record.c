@@ -23,13 +23,14 @@
 #include "job/record.h"
 
 #include "core/util.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[] = {"text",   "ids",   "pair",  "choices",
-                                         "labels", "embed", "prompt"};
+static const char *const kind_names[] = {"text",  "ids",    "pair",  "choices",
+                                         "labels", "embed", "prompt", "rerank"};
 
 const char *es_record_kind_name(es_record_kind k)
 {
@@ -240,6 +241,22 @@ static es_status start(es_record *r, int n_seqs, int n_items)
  * the first error of a huge record is the one a smaller one gives). */
 static int capped(int n) { return n < ES_MAX_BATCH_SEQS + 1 ? n : ES_MAX_BATCH_SEQS + 1; }
 
+/* A spec's text: its chat rendered with the chat template and the generation prompt when it
+ * has messages (malloc'd into *owned), else its text as given. */
+static es_status spec_text(const es_model *m, const es_record_spec *sp, es_str *text,
+                           char **owned)
+{
+    *owned = NULL;
+    if (sp->n_messages <= 0) {
+        *text = sp->text;
+        return ES_OK;
+    }
+    size_t n;
+    ES_TRY(es_chat_render_alloc(m, sp->template_text, sp->messages, sp->n_messages, 1, owned, &n));
+    *text = (es_str){*owned, n};
+    return ES_OK;
+}
+
 static es_status make_text(const es_model *m, const es_record_spec *sp, es_record *r)
 {
     if (sp->top < 0 || sp->top > ES_MAX_TOP)
@@ -256,10 +273,19 @@ static es_status make_text(const es_model *m, const es_record_spec *sp, es_recor
         ES_TRY(given_ids(m, sp->ids, sp->n_ids, q));
         ES_TRY(bos_rule(m, sp->bos, q, &r->shift, "\"ids\""));
     } else { /* a prompt: its tokens, with the tokenizer's BOS only as sent */
-        if (sp->text.len == 0) return es_fail(ES_E_INVAL, "\"text\" is empty");
+        es_str text;
+        char *owned;
+        ES_TRY(spec_text(m, sp, &text, &owned));
+        if (text.len == 0) {
+            free(owned);
+            return es_fail(ES_E_INVAL, sp->n_messages > 0 ? "the chat renders to no text"
+                                                          : "\"text\" is empty");
+        }
         int32_t *t;
         size_t n;
-        ES_TRY(tokenize(m, sp->text, sp->bos == ES_BOS_AS_SENT, 1, &t, &n));
+        const es_status st = tokenize(m, text, sp->bos == ES_BOS_AS_SENT, 1, &t, &n);
+        free(owned);
+        ES_TRY(st);
         q->ids = t;
         q->n_ids = n;
         ES_TRY(bos_rule(m, sp->bos, q, &r->shift, "the prompt"));
@@ -302,11 +328,28 @@ static es_status make_choices(const es_model *m, const es_record_spec *sp, es_re
     return ES_OK;
 }
 
+static es_status make_labels_of(const es_model *m, const es_record_spec *sp, es_str text,
+                                es_record *r);
+
 static es_status make_labels(const es_model *m, const es_record_spec *sp, es_record *r)
 {
     if (sp->n_items < 1 || !sp->items)
         return es_fail(ES_E_INVAL, "\"labels\" must be a non-empty array of strings");
-    if (sp->text.len == 0) return es_fail(ES_E_INVAL, "\"text\" is empty");
+    es_str text;
+    char *owned;
+    ES_TRY(spec_text(m, sp, &text, &owned));
+    const es_status st = text.len == 0 ? es_fail(ES_E_INVAL, sp->n_messages > 0
+                                                                ? "the chat renders to no text"
+                                                                : "\"text\" is empty")
+                                       : make_labels_of(m, sp, text, r);
+    free(owned);
+    return st;
+}
+
+/* Labels after text (sp's items). */
+static es_status make_labels_of(const es_model *m, const es_record_spec *sp, es_str text,
+                                es_record *r)
+{
     const int n = capped(sp->n_items);
     int32_t *one = malloc((size_t)n * sizeof(int32_t));
     if (!one) return oom();
@@ -338,14 +381,81 @@ static es_status make_labels(const es_model *m, const es_record_spec *sp, es_rec
         q->renormalize = 0; /* raw log P; renormalised with the multi-token case's rule */
         q->label_logprobs = malloc((size_t)n * sizeof(float));
         if (!q->label_logprobs) return oom();
-        return text_seq(m, sp->text, q);
+        return text_seq(m, text, q);
     }
     free(one);
     for (int i = 0; i < n; i++) {
         char what[48];
         snprintf(what, sizeof(what), "label %d", i);
-        ES_TRY(pair_seq(m, sp->text, sp->items[i], &r->seqs[i], what));
+        ES_TRY(pair_seq(m, text, sp->items[i], &r->seqs[i], what));
         ES_TRY(score_outputs(&r->seqs[i], 0));
+    }
+    return ES_OK;
+}
+
+/* Qwen3-Reranker's published prompt (the model's card): the pair is judged by the next token,
+ * "yes" or "no", after an empty thinking block. Special-token text is recognised. */
+static const char rerank_qwen3[] =
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+    "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\"."
+    "<|im_end|>\n<|im_start|>user\n<Instruct>: {{ instruction }}\n<Query>: {{ query }}\n"
+    "<Document>: {{ document }}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+
+const char *es_rerank_default_template(void) { return rerank_qwen3; }
+
+/* The one token of a rerank answer. */
+static es_status answer_token(const es_model *m, es_str s, const char *dflt, int32_t *id)
+{
+    if (s.len == 0) s = (es_str){dflt, strlen(dflt)};
+    int32_t *t;
+    size_t n;
+    ES_TRY(tokenize(m, s, 0, 1, &t, &n));
+    const int32_t first = n ? t[0] : -1;
+    free(t);
+    if (n != 1)
+        return es_fail(ES_E_INVAL, "the rerank answer \"%.*s\" is %zu tokens, not one",
+                       (int)s.len, s.ptr, n);
+    *id = first;
+    return ES_OK;
+}
+
+/* A query and documents: per document one sequence, the rendered prompt with the two answers
+ * as labels of its last position. */
+static es_status make_rerank(const es_model *m, const es_record_spec *sp, es_record *r)
+{
+    if (sp->n_items < 1 || !sp->items)
+        return es_fail(ES_E_INVAL, "\"documents\" must be a non-empty array of strings");
+    if (sp->n_items > ES_MAX_BATCH_SEQS)
+        return es_fail(ES_E_INVAL, "%d documents, more than %d", sp->n_items, ES_MAX_BATCH_SEQS);
+    int32_t ans[2];
+    ES_TRY(answer_token(m, sp->rerank_labels[0], "yes", &ans[0]));
+    ES_TRY(answer_token(m, sp->rerank_labels[1], "no", &ans[1]));
+    const char *tmpl = sp->template_text ? sp->template_text : rerank_qwen3;
+    const es_str instr = sp->instruction.len ? sp->instruction
+                                             : (es_str){ES_RERANK_INSTRUCTION,
+                                                        strlen(ES_RERANK_INSTRUCTION)};
+    ES_TRY(start(r, sp->n_items, sp->n_items));
+    static const char *const names[3] = {"query", "document", "instruction"};
+    for (int i = 0; i < sp->n_items; i++) {
+        const es_str vals[3] = {sp->query, sp->items[i], instr};
+        char *text;
+        size_t n;
+        ES_TRY(es_template_render(m, tmpl, strlen(tmpl), "rerank template", names, vals, 3, &text,
+                                  &n));
+        es_seq *q = &r->seqs[i];
+        const es_status st = n ? text_seq(m, (es_str){text, n}, q)
+                               : es_fail(ES_E_INVAL, "the rerank template renders to no text");
+        free(text);
+        ES_TRY(st);
+        int32_t *labels = malloc(2 * sizeof(int32_t));
+        q->label_logprobs = malloc(2 * sizeof(float));
+        if (!labels || !q->label_logprobs) {
+            free(labels);
+            return oom();
+        }
+        memcpy(labels, ans, sizeof(ans));
+        q->labels = labels;
+        q->n_labels = 2;
     }
     return ES_OK;
 }
@@ -393,6 +503,7 @@ es_status es_record_create(const es_model *m, const es_record_spec *spec, es_rec
     case ES_RECORD_CHOICES: st = make_choices(m, spec, r); break;
     case ES_RECORD_LABELS: st = make_labels(m, spec, r); break;
     case ES_RECORD_EMBED: st = make_embed(m, spec, r); break;
+    case ES_RECORD_RERANK: st = make_rerank(m, spec, r); break;
     default: st = es_fail(ES_E_INVAL, "unknown record kind %d", (int)spec->kind);
     }
     if (st == ES_OK && r->n_seqs > ES_MAX_BATCH_SEQS)

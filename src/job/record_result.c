@@ -75,6 +75,14 @@ void es_record_finish(es_record *r)
         r->label = argmax(r->item_logprobs, n);
         break;
     }
+    case ES_RECORD_RERANK: /* P(yes) / (P(yes) + P(no)), as 1 / (1 + e^(lp_no - lp_yes)) */
+        for (int i = 0; i < r->n_items; i++) {
+            const float *lp = r->seqs[i].label_logprobs;
+            r->item_logprobs[i] = (double)lp[0];
+            r->probs[i] = 1.0 / (1.0 + exp((double)lp[1] - (double)lp[0]));
+        }
+        r->label = argmax(r->probs, r->n_items);
+        break;
     case ES_RECORD_EMBED: break;
     }
 }
@@ -117,6 +125,7 @@ es_status es_record_result_get(const es_record *r, es_record_result *out)
         break;
     case ES_RECORD_CHOICES:
     case ES_RECORD_LABELS:
+    case ES_RECORD_RERANK:
         out->n_items = r->n_items;
         out->item_logprobs = r->item_logprobs;
         if (r->kind == ES_RECORD_CHOICES) {

@@ -70,6 +70,63 @@ static es_status build_vars(const es_model *m, const es_chat_message *msgs, int 
     return es_jinja_vars_set(v, "eos_token", val);
 }
 
+/* Compiles src[0..len) and renders it with v into a malloc'd text. */
+static es_status render(const char *src, size_t len, const char *name, const es_jinja_vars *v,
+                        char **out, size_t *n)
+{
+    es_jinja_tmpl *t = NULL;
+    es_status st = es_jinja_compile(src, len, name, &t);
+    if (st == ES_OK) st = es_jinja_render(t, v, NULL, out, n);
+    es_jinja_tmpl_free(t);
+    return st;
+}
+
+es_status es_chat_render_alloc(const es_model *m, const char *tmpl,
+                               const es_chat_message *messages, int n_messages,
+                               int add_generation_prompt, char **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    if (!m || n_messages < 0 || (n_messages > 0 && !messages))
+        return es_fail(ES_E_INVAL, "es_chat_render: bad arguments");
+    size_t len;
+    const char *src = tmpl;
+    if (tmpl)
+        len = strlen(tmpl);
+    else if (!(src = es_model_chat_template(m, &len)))
+        return es_fail(ES_E_UNSUPPORTED,
+                       "the model has no chat template (tokenizer.chat_template)");
+    es_jinja_vars *v = NULL;
+    es_status st = es_jinja_vars_create(&v);
+    if (st == ES_OK) st = build_vars(m, messages, n_messages, add_generation_prompt != 0, v);
+    if (st == ES_OK) st = render(src, len, "chat template", v, out, n_out);
+    es_jinja_vars_destroy(v);
+    return st;
+}
+
+es_status es_template_render(const es_model *m, const char *tmpl, size_t tmpl_len,
+                             const char *name, const char *const *names, const es_str *values,
+                             int n, char **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    es_jinja_vars *v = NULL;
+    es_jinja_val *val;
+    es_status st = es_jinja_vars_create(&v);
+    for (int i = 0; i < n && st == ES_OK; i++) {
+        st = es_jinja_new_str(v, values[i].ptr ? values[i].ptr : "", values[i].len, &val);
+        if (st == ES_E_INVAL) st = es_fail(ES_E_INVAL, "%s: %s is not valid UTF-8", name, names[i]);
+        if (st == ES_OK) st = es_jinja_vars_set(v, names[i], val);
+    }
+    if (st == ES_OK) st = token_text(m, v, es_model_bos(m), &val);
+    if (st == ES_OK) st = es_jinja_vars_set(v, "bos_token", val);
+    if (st == ES_OK) st = token_text(m, v, es_model_eos(m), &val);
+    if (st == ES_OK) st = es_jinja_vars_set(v, "eos_token", val);
+    if (st == ES_OK) st = render(tmpl, tmpl_len, name, v, out, n_out);
+    es_jinja_vars_destroy(v);
+    return st;
+}
+
 es_status es_chat_render(const es_model *m, const char *tmpl, const es_chat_message *messages,
                          int n_messages, int add_generation_prompt, char *buf, size_t cap,
                          size_t *n_out)
@@ -78,35 +135,17 @@ es_status es_chat_render(const es_model *m, const char *tmpl, const es_chat_mess
         return es_fail(ES_E_INVAL, "es_chat_render: bad arguments");
     *n_out = 0;
     if (cap) buf[0] = 0;
-    size_t len;
-    const char *src = tmpl;
-    if (tmpl)
-        len = strlen(tmpl);
-    else if (!(src = es_model_chat_template(m, &len)))
-        return es_fail(ES_E_UNSUPPORTED,
-                       "the model has no chat template (tokenizer.chat_template)");
-    es_jinja_tmpl *t = NULL;
-    es_jinja_vars *v = NULL;
     char *text = NULL;
     size_t n = 0;
-    es_status st;
-    if ((st = es_jinja_vars_create(&v)) != ES_OK) goto done;
-    if ((st = build_vars(m, messages, n_messages, add_generation_prompt != 0, v)) != ES_OK)
-        goto done;
-    if ((st = es_jinja_compile(src, len, "chat template", &t)) != ES_OK) goto done;
-    if ((st = es_jinja_render(t, v, NULL, &text, &n)) != ES_OK) goto done;
+    ES_TRY(es_chat_render_alloc(m, tmpl, messages, n_messages, add_generation_prompt, &text, &n));
     *n_out = n;
-    if (n >= cap) {
+    es_status st = ES_OK;
+    if (n >= cap)
         st = es_fail(ES_E_SHORT_BUFFER,
-                     "chat template: the text needs %zu bytes and a NUL, the "
-                     "buffer holds %zu",
-                     n, cap);
-        goto done;
-    }
-    memcpy(buf, text, n + 1);
-done:
+                     "chat template: the text needs %zu bytes and a NUL, the buffer holds %zu", n,
+                     cap);
+    else
+        memcpy(buf, text, n + 1);
     free(text);
-    es_jinja_tmpl_free(t);
-    es_jinja_vars_destroy(v);
     return st;
 }

@@ -179,4 +179,16 @@ size_t es_model_expert_bytes(const es_model *m, int il);
 es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
                          float *logits, float *hidden);
 
+/* Templates (model/chat.c). es_chat_render into a malloc'd NUL-terminated text (*out, *n_out:
+ * its length); the caller frees it. */
+es_status es_chat_render_alloc(const es_model *m, const char *tmpl,
+                               const es_chat_message *messages, int n_messages,
+                               int add_generation_prompt, char **out, size_t *n_out);
+/* Renders the Jinja template tmpl[0..tmpl_len) (name prefixes its errors) with the string
+ * variables names[i] = values[i] and the model's bos_token and eos_token, in the environment
+ * of es_chat_render, into a malloc'd text. Errors as es_chat_render's. */
+es_status es_template_render(const es_model *m, const char *tmpl, size_t tmpl_len,
+                             const char *name, const char *const *names, const es_str *values,
+                             int n, char **out, size_t *n_out);
+
 #endif

@@ -522,6 +522,8 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     st = set_hparams(w, p, wtype);
     if (!st) st = o->vocab_path ? set_tokenizer_from(w, o->vocab_path, &n_vocab)
                                 : set_tokenizer_builtin(w, n_vocab, fam->synth_pre);
+    if (!st && o->chat_template)
+        st = es_gguf_writer_set_str(w, "tokenizer.chat_template", o->chat_template);
     if (st) goto done;
 
     c.cap_gens = 3 + 16 * L;

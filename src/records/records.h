@@ -55,6 +55,18 @@ json_t *rec_json_float(double v);
  * surrogates, at most U+10FFFF); n >= 1. The CLI and the server check their inputs with it. */
 size_t rec_utf8_char(const unsigned char *s, size_t n);
 
+/* ---- chats (chat_rec.c) ---------------------------------------------------------------- */
+/* A "messages" list read from JSON: es_chat_message values (roles static, contents owned). */
+typedef struct rec_chat {
+    es_chat_message *msgs;
+    int n;
+} rec_chat;
+/* Reads messages (OpenAI's chat shape: role one of system, developer, user, assistant, tool;
+ * content a string, null or text parts joined with newlines) into c; false with the message
+ * (naming the field, "messages[2].role ...") in err. */
+bool rec_chat_parse(const json_t *messages, rec_chat *c, char *err, size_t ecap);
+void rec_chat_free(rec_chat *c);
+
 /* ---- estream score's records (score_rec.c; the kinds are the library's: include/estream.h and
  * estream score --help) ----------------------------------------------------------------------- */
 #define SCORE_MAX_TOP 20
@@ -63,6 +75,9 @@ typedef struct score_opts {
     int next_top;    /* the best next tokens after a text record (the server's completions) */
     es_bos_rule bos; /* ids records (and prompts): include/estream.h's BOS rule */
     bool prompts;    /* {"text"} is a prompt (ES_RECORD_PROMPT: a completion's), not a text */
+    const char *chat_template;   /* {"messages"} records (NULL: the model's) */
+    const char *rerank_template; /* {"query", "documents"} records (NULL: Qwen3-Reranker's) */
+    int chat_top;    /* {"messages"} without labels: the best next tokens (0: 10) */
 } score_opts;
 /* The records with "gold" and how many of them each rule (chosen, chosen_norm_tokens,
  * chosen_norm_bytes) got right. Zero it to start. */

@@ -171,9 +171,93 @@ static void parse_text(const es_model *m, const score_opts *o, json_t *obj, rec 
     free(v);
 }
 
+/* What emit needs to know beyond the library's result: a chat record's output is its next-token
+ * distribution, not the rendered prompt's per-token scores. */
+typedef struct srec {
+    bool chat;
+} srec;
+
+/* {"messages": [...]} or {"messages": [...], "labels": [...]}: the chat rendered with the chat
+ * template and the generation prompt; the next tokens after it, or which label follows. */
+static void parse_chat(const es_model *m, const score_opts *o, json_t *obj, rec *r)
+{
+    json_t *labels = json_object_get(obj, "labels");
+    if (json_object_get(obj, "text") || json_object_get(obj, "ids") ||
+        json_object_get(obj, "context") || json_object_get(obj, "query")) {
+        rec_fail(r, "\"messages\" goes alone or with \"labels\", not with \"text\", \"ids\", "
+                    "\"context\" or \"query\"");
+        return;
+    }
+    rec_chat c;
+    char err[256];
+    if (!rec_chat_parse(json_object_get(obj, "messages"), &c, err, sizeof(err))) {
+        rec_fail(r, "%s", err);
+        return;
+    }
+    es_record_spec sp = {.gold = -1, .messages = c.msgs, .n_messages = c.n,
+                         .template_text = o->chat_template, .bos = o->bos};
+    es_str *items = NULL;
+    if (labels) {
+        if (!string_list(r, labels, "labels")) {
+            rec_chat_free(&c);
+            return;
+        }
+        if (!(items = str_items(r, labels, &sp.n_items))) {
+            rec_chat_free(&c);
+            return;
+        }
+        sp.kind = ES_RECORD_LABELS;
+        sp.items = items;
+    } else {
+        sp.kind = ES_RECORD_PROMPT;
+        sp.next_top = o->chat_top > 0 ? o->chat_top : 10;
+        srec *p = calloc(1, sizeof(*p));
+        if (!p) {
+            rec_chat_free(&c);
+            rec_fail(r, REC_OOM);
+            return;
+        }
+        p->chat = true;
+        r->priv = p;
+    }
+    rec_make(m, &sp, r);
+    free(items);
+    rec_chat_free(&c);
+}
+
+/* {"query": Q, "documents": [D, ..], "instruction": I (optional)}: each document's relevance. */
+static void parse_rerank(const es_model *m, const score_opts *o, json_t *obj, rec *r)
+{
+    json_t *q = json_object_get(obj, "query"), *docs = json_object_get(obj, "documents");
+    json_t *ins = json_object_get(obj, "instruction");
+    if (!json_is_string(q)) {
+        rec_fail(r, "\"query\" is not a string");
+        return;
+    }
+    if (!docs) {
+        rec_fail(r, "\"query\" needs \"documents\"");
+        return;
+    }
+    if (!string_list(r, docs, "documents")) return;
+    if (ins && !json_is_null(ins) && !json_is_string(ins)) {
+        rec_fail(r, "\"instruction\" is not a string");
+        return;
+    }
+    es_record_spec sp = {.kind = ES_RECORD_RERANK, .gold = -1, .query = str_of(q),
+                         .template_text = o->rerank_template};
+    if (json_is_string(ins)) sp.instruction = str_of(ins);
+    es_str *items = str_items(r, docs, &sp.n_items);
+    if (!items) return;
+    sp.items = items;
+    rec_make(m, &sp, r);
+    free(items);
+}
+
 void score_rec_parse(const es_model *m, const score_opts *o, json_t *obj, rec *r)
 {
-    if (json_object_get(obj, "context")) parse_context(m, obj, r);
+    if (json_object_get(obj, "messages")) parse_chat(m, o, obj, r);
+    else if (json_object_get(obj, "query")) parse_rerank(m, o, obj, r);
+    else if (json_object_get(obj, "context")) parse_context(m, obj, r);
     else parse_text(m, o, obj, r);
 }
 
@@ -247,6 +331,44 @@ static int emit_choices(const es_record_result *x, json_t *out)
     return err;
 }
 
+/* A chat's next-token distribution: "n_tokens" of the rendered prompt, "next": [[id, lp], ..]. */
+static int emit_next(const es_record_result *x, json_t *out)
+{
+    int err = json_object_set_new(out, "n_tokens", json_integer((json_int_t)x->n_ids));
+    json_t *next = json_array();
+    for (int k = 0; k < x->next_top; k++) {
+        json_t *pair = json_array();
+        err |= json_array_append_new(pair, json_integer(x->next_ids[k]));
+        err |= json_array_append_new(pair, rec_json_float(x->next_logprobs[k]));
+        err |= json_array_append_new(next, pair);
+    }
+    return err | json_object_set_new(out, "next", next);
+}
+
+/* A rerank: "scores" per document (P(yes) / (P(yes) + P(no))) and "ranking", the documents'
+ * indexes by decreasing score (ties: the lower index first). */
+static int emit_rerank(const es_record_result *x, json_t *out)
+{
+    int err = 0;
+    json_t *sc = json_array(), *rank = json_array();
+    int *order = malloc((size_t)x->n_items * sizeof(int));
+    if (!order) return -1;
+    for (int i = 0; i < x->n_items; i++) {
+        err |= json_array_append_new(sc, rec_json_float(x->probs[i]));
+        order[i] = i;
+    }
+    for (int i = 1; i < x->n_items; i++) /* insertion sort: stable, ties keep index order */
+        for (int j = i; j > 0 && x->probs[order[j]] > x->probs[order[j - 1]]; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (int i = 0; i < x->n_items; i++) err |= json_array_append_new(rank, json_integer(order[i]));
+    free(order);
+    err |= json_object_set_new(out, "scores", sc);
+    return err | json_object_set_new(out, "ranking", rank);
+}
+
 static int emit_labels(const es_record_result *x, json_t *out)
 {
     int err = 0;
@@ -272,7 +394,10 @@ bool score_rec_emit(const es_model *m, const score_opts *o, const rec *r, json_t
     switch (x.kind) {
     case ES_RECORD_TEXT:
     case ES_RECORD_IDS:
-    case ES_RECORD_PROMPT: err = emit_text(&x, out); break;
+    case ES_RECORD_PROMPT:
+        err = r->priv && ((const srec *)r->priv)->chat ? emit_next(&x, out) : emit_text(&x, out);
+        break;
+    case ES_RECORD_RERANK: err = emit_rerank(&x, out); break;
     case ES_RECORD_PAIR: err = emit_pair(&x, out); break;
     case ES_RECORD_CHOICES: err = emit_choices(&x, out); break;
     default: err = emit_labels(&x, out); break;
