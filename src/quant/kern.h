@@ -20,7 +20,9 @@
  * register block, an int32 sum per block of 32, then one float scale-and-accumulate per block.
  * Decoding once per tile and reusing it across all rows is what makes the unpack cost small
  * (measured on the bench machine: ~4 % of the GEMM at 128 rows, ~30 % at 16). bench/README.md
- * has the numbers and what limits them.
+ * has the numbers and what limits them. The amx table (x86_amx.c) decodes the same AVX-512 way
+ * into AMX tile operands and runs tdpbssd on blocks of 16 token rows, one product per block of
+ * 32 k, then the same float scale-and-accumulate; calls of fewer than 16 rows use avx512's.
  *
  * Determinism: every Y element is reduced over k in one fixed order (block by block, increasing
  * k; within a block the integer sum is exact), with the same float operations whatever the split
@@ -28,7 +30,9 @@
  * size. So results are bit-identical across thread counts and row orders for one kernel table.
  * The SIMD tables do the scalar table's float operations in the same order, so today all tables
  * agree bit for bit; tests still allow a small per-type tolerance between ISAs, so a future
- * kernel may reorder float work (it must stay deterministic within its own table).
+ * kernel may reorder float work (it must stay deterministic within its own table). The amx
+ * table is held to bit identity with scalar and avx512 (its int32 block sums are exact whatever
+ * engine computes them, and its float work is avx512's).
  *
  * Thread-safety: es_kern_init() writes es_kern_active and must run before other threads use the
  * kernels (es_gemm etc. call it with NULL on first use if nobody did). Everything else is
@@ -80,9 +84,10 @@ typedef struct es_kern {
 
 /* The kernel tables, in the order es_kern_init() prefers them (last = best): "scalar", "avx2"
  * (AVX2 + FMA + F16C), "avxvnni" (that + VEX vpdpbusd), "avx512" (AVX-512 F/BW/VL/DQ + VNNI),
- * "asimd" (AArch64 Advanced SIMD: smull + sadalp), "neon" (that + dotprod sdot), "i8mm" (that +
- * smmla). One list for every architecture: another architecture's tables are never available. */
-#define ES_KERN_N_ISA 7
+ * "amx" (that + AMX-TILE/AMX-INT8 tiles for the integer products of 16 rows or more), "asimd"
+ * (AArch64 Advanced SIMD: smull + sadalp), "neon" (that + dotprod sdot), "i8mm" (that + smmla).
+ * One list for every architecture: another architecture's tables are never available. */
+#define ES_KERN_N_ISA 8
 extern const char *const es_kern_isa_names[ES_KERN_N_ISA + 1]; /* NULL-terminated */
 
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
@@ -100,6 +105,18 @@ const char *es_kern_isa_name(void);
 /* True if this CPU and OS can run the named ISA's kernels. */
 bool es_kern_isa_available(const char *isa);
 
+/* NULL if es_kern_isa_available(isa); else why not, as a static sentence ("this CPU reports no
+ * AMX-TILE and AMX-INT8 ..."; an unknown name too). */
+const char *es_kern_isa_why_not(const char *isa);
+
+/* Tests only: the C emulation of the tile instructions (x86_amx.c built with ES_AMX_EMULATE,
+ * linked into test programs alone) registers its fill here before main. The dispatcher then
+ * offers "amx" on a CPU without AMX (with AVX-512) when asked for by name, never as the
+ * default; where the CPU has AMX the real table is used. */
+void es_kern_amx_register_emulation(void (*fill)(es_kern *k));
+/* True if the "amx" table of this process runs on the emulation (for the tests' messages). */
+bool es_kern_amx_emulated(void);
+
 /* Fills *k with the named ISA's table (for tests and benchmarks that compare ISAs). Returns false
  * (and leaves *k untouched) if the name is unknown or the ISA is not available. */
 bool es_kern_get(const char *isa, es_kern *k);
@@ -110,6 +127,7 @@ void es_kern_fill_scalar(es_kern *k);
 void es_kern_fill_avx2(es_kern *k);
 void es_kern_fill_avxvnni(es_kern *k);
 void es_kern_fill_avx512(es_kern *k);
+void es_kern_fill_amx(es_kern *k); /* on top of the avx512 table */
 void es_kern_fill_asimd(es_kern *k);
 void es_kern_fill_neon(es_kern *k);
 void es_kern_fill_i8mm(es_kern *k);
