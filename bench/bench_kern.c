@@ -10,9 +10,9 @@
  * ops each) instructions (12 accumulators, no memory operands; bench/peak.h), or of tdpbssd on
  * full tiles (amx: 32768 ops each, 6 accumulator tiles; the avx512 peak is printed beside it),
  * run on 1 and on 2 threads. The amx table runs only where the CPU has AMX: the tests'
- * emulation of the tiles is not linked here and never timed. The float kernels are compared with a loop of independent vfmadd231ps (zmm for
- * avx512, else ymm). Each GEMM is checked against the
- * scalar table on a subset of columns before it is timed. Then, per repetition: a short peak run
+ * emulation of the tiles is not linked here and never timed. The float kernels are compared
+ * with a loop of independent vfmadd231ps (zmm for avx512, else ymm). Each GEMM is checked
+ * against the scalar table on a subset of columns before it is timed. Then, per repetition: a short peak run
  * on 1 thread, the GEMM on 1 thread, a short peak run on 2 threads, the GEMM on 2 threads
  * (interleaved, DESIGN §9, so a period of shared cores hits both sides); the table gives the
  * median GEMM time, G ops/s from it, and the median ratio of each GEMM run to its adjacent peak
@@ -205,8 +205,8 @@ int main(int argc, char **argv)
             quick = 1;
         else {
             fprintf(stderr,
-                    "usage: %s [--reps N] [--isa scalar|avx2|avxvnni|avx512|amx] [--type q4_0,f16,...] "
-                    "[--quick]\n",
+                    "usage: %s [--reps N] [--isa scalar|avx2|avxvnni|avx512|amx] "
+                    "[--type q4_0,f16,...] [--quick]\n",
                     argv[0]);
             return 2;
         }

@@ -13,9 +13,10 @@
  * for calls of 16 rows or more, vpdpbusd below), the float ones the FMA, and its int8 rate is
  * given as a share of both peaks. A phase's bound is max(int_ops / its engine's int8 peak +
  * float_ops / float peak, weight_bytes / DRAM read): the least time its work could take on this
- * machine; "of bound" is that over the time measured. The request's floor is the same over the whole request. Then the cold start: a new
- * `estream prefill --ids` process (model file in the page cache) of the first length, its own
- * prefill seconds and its process wall time, against the same length's median here.
+ * machine; "of bound" is that over the time measured. The request's floor is the same over the
+ * whole request. Then the cold start: a new `estream prefill --ids` process (model file in the
+ * page cache) of the first length, its own prefill seconds and its process wall time, against
+ * the same length's median here.
  *
  * usage: bench_phases MODEL [LENGTHS=128,512,2048] [THREADS=all] [REPS=5] [ESTREAM=build/estream]
  * The kernel table is the default one, or ESTREAM_ISA's. Each length: one warm-up, REPS timed

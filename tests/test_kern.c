@@ -494,7 +494,8 @@ static void test_amx_vs_scalar(void **state)
                 if (ki == 2 && N != 45) continue; /* one shape past a slice */
                 mat m = make_mat(type, N, K, 500 + ti * 100 + ki * 10 + ni);
                 float *X = make_x(nx, K, ldx, 31 + ki);
-                run ua = {&ka, &m, X, ldx, nx}, us = {&ks, &m, X, ldx, nx}, uv = {&kv, &m, X, ldx, nx};
+                run ua = {&ka, &m, X, ldx, nx}, us = {&ks, &m, X, ldx, nx},
+                    uv = {&kv, &m, X, ldx, nx};
                 void *aa = prep_act(&ua), *as = prep_act(&us), *av = prep_act(&uv);
                 static const int64_t few[][4] = {{0}, {3, 16, 17, 40}, {17, 40, 130, 0}};
                 for (int64_t nr = 1; nr <= 130; nr++) {

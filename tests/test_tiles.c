@@ -112,7 +112,8 @@ static void check_table(const char *isa, const char *ref_isa)
 {
     es_kern k, kr;
     if (!es_kern_get(isa, &k)) {
-        print_message("%s: not available on this CPU (%s), skipped\n", isa, es_kern_isa_why_not(isa));
+        print_message("%s: not available on this CPU (%s), skipped\n", isa,
+                      es_kern_isa_why_not(isa));
         skip();
     }
     if (ref_isa) assert_true(es_kern_get(ref_isa, &kr));

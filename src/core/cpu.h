@@ -33,7 +33,7 @@
 #define ES_CPU_AVX512_BF16 (1ull << 13)
 #define ES_CPU_AVX512_FP16 (1ull << 14)
 #define ES_CPU_AVX512_VBMI (1ull << 15)
-#define ES_CPU_AMX_TILE (1ull << 16) /* Linux also needs arch_prctl to use it: es_cpu_amx_unusable */
+#define ES_CPU_AMX_TILE (1ull << 16) /* Linux also needs arch_prctl: es_cpu_amx_unusable() */
 #define ES_CPU_AMX_INT8 (1ull << 17)
 #define ES_CPU_AMX_BF16 (1ull << 18)
 /* AArch64 (from HWCAP/HWCAP2) */

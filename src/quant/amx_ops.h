@@ -19,8 +19,9 @@
  *   amx_load(t, base, stride)  tileloadd: rows[t] rows of colsb[t] bytes, row r at base + r*stride
  *   amx_store(t, base, stride) tilestored: the same rows written back
  *   amx_zero(t)                tilezero
- *   amx_dp(c, a, b)            tdpbssd: C[m][n] += sum over k < colsb[a] of A[m][k] * B[k/4][4n+k%4],
- *                              A and B signed bytes, C int32 (M = rows[c], N = colsb[c] / 4)
+ *   amx_dp(c, a, b)            tdpbssd: C[m][n] += sum over k < colsb[a] of
+ *                              A[m][k] * B[k/4][4n + k%4], A and B signed bytes, C int32
+ *                              (M = rows[c], N = colsb[c] / 4)
  * A tile row past colsb, and a row past rows, reads as zero after a load (as on the hardware).
  */
 #ifndef ES_AMX_OPS_H
@@ -136,12 +137,14 @@ __attribute__((no_sanitize_address)) static inline void emu_dp(int c, int a, int
     v16 wb[16][4];
     for (int g = 0; g < K; g++)
         for (int i = 0; i < 4; i++)
-            for (int n = 0; n < 16; n++) wb[g][i][n] = (uint32_t)(int8_t)B[64 * g + 4 * n + i];
+            for (int n = 0; n < 16; n++)
+                wb[g][i][n] = (uint32_t)(int8_t)B[64 * g + 4 * n + i];
     for (int m = 0; m < M; m++) {
         v16 acc;
         memcpy(&acc, C[m], sizeof(acc));
         for (int g = 0; g < K; g++)
-            for (int i = 0; i < 4; i++) acc += (uint32_t)(int8_t)A[64 * m + 4 * g + i] * wb[g][i];
+            for (int i = 0; i < 4; i++)
+                acc += (uint32_t)(int8_t)A[64 * m + 4 * g + i] * wb[g][i];
         memcpy(C[m], &acc, sizeof(int32_t) * (size_t)N);
     }
 }

@@ -10,12 +10,13 @@
  * the reason is logged at ESTREAM_LOG=2 and returned by es_kern_isa_why_not() (estream info
  * --system prints it). Test programs may link an emulation of the tiles, which registers itself
  * (es_kern_amx_register_emulation): "amx" is then available by name on an AVX-512 CPU without
- * AMX, but never the default, so nothing but a test that asks for it runs the emulation. The list of names is the same on every architecture; another architecture's tables
- * are never available (their files are not even built), and a request for one gets the best
- * table of this machine. On AArch64, asimd needs only Advanced SIMD (every Linux AArch64 CPU),
- * neon adds dotprod, i8mm adds smmla. After es_kern_init() the
- * table is read-only; the wrappers below read it without locks. A wrapper called before any
- * es_kern_init() initializes once (pthread_once) with the environment's choice.
+ * AMX, but never the default, so nothing but a test that asks for it runs the emulation. The
+ * list of names is the same on every architecture; another architecture's tables are never
+ * available (their files are not even built), and a request for one gets the best table of this
+ * machine. On AArch64, asimd needs only Advanced SIMD (every Linux AArch64 CPU), neon adds
+ * dotprod, i8mm adds smmla. After es_kern_init() the table is read-only; the wrappers below read
+ * it without locks. A wrapper called before any es_kern_init() initializes once (pthread_once)
+ * with the environment's choice.
  */
 #include "quant/kern.h"
 

@@ -63,10 +63,10 @@
 
 #include "quant/amx_ops.h"
 
-#define ROWS_MIN 16    /* calls with fewer token rows run the avx512 kernels */
-#define TT 16          /* token rows per A and C tile (the register block height) */
-#define A_BLOCK 512    /* packed bytes of one A tile: 16 rows x 32 k */
-#define ACT256_Q 416   /* act bytes per 256 k of a row (kern.h's integer act rows) */
+#define ROWS_MIN 16  /* calls with fewer token rows run the avx512 kernels */
+#define TT 16        /* token rows per A and C tile (the register block height) */
+#define A_BLOCK 512  /* packed bytes of one A tile: 16 rows x 32 k */
+#define ACT256_Q 416 /* act bytes per 256 k of a row (kern.h's integer act rows) */
 
 enum { KQ, KM, K6 }; /* kinds as in x86_avx512.c: one scale per block; + mins; Q6_K halves */
 
@@ -264,7 +264,8 @@ static void mk_K6(const es_kern_block *a)
 }
 static void (*const mk_table[3])(const es_kern_block *) = {mk_KQ, mk_KM, mk_K6};
 
-static es_kern_tiling tile_tiling(int kind, int tiled, void (*decode)(const es_kern_tile *, uint8_t *))
+static es_kern_tiling tile_tiling(int kind, int tiled,
+                                  void (*decode)(const es_kern_tile *, uint8_t *))
 {
     return (es_kern_tiling){.tile_rows = NRI,
                             .unit = 256,
@@ -280,7 +281,7 @@ static es_kern_tiling tile_tiling(int kind, int tiled, void (*decode)(const es_k
                             .pack_rows = pack_rows};
 }
 
-/* ---- the table ---------------------------------------------------------------------------------- */
+/* ---- the table ------------------------------------------------------------------------------ */
 
 /* The avx512 table, for the calls of fewer than ROWS_MIN rows (filled once, then read-only). */
 static es_kern vector_kern;
