@@ -119,9 +119,9 @@ __attribute__((target("avx2,fma"), unused)) static void fma256_loop(long n)
 
 /* AMX tdpbssd on full tiles: C (16 x 16 int32) += A (16 x 64 s8) . B (16 x 64 s8), 16 x 16 x 64
  * multiply-adds = 32768 ops per instruction, into 6 independent C tiles (A and B zero: the unit
- * does not look at values). A tdpbssd occupies the TMUL unit for 16 cycles on Sapphire Rapids,
- * so an "iteration" of n here is a 16th of a loop of 6, to keep the run as long as the vector
- * loops' (AMX_LOOP_OPS ops per n). Only where es_kernels_why_not("amx") is NULL (that call also
+ * does not look at values). One tdpbssd issues about every 16 cycles on Sapphire Rapids (Intel's
+ * figure, not measured here), so an "iteration" of n here is a 16th of a loop of 6, to keep the
+ * run about as long as the vector loops' (AMX_LOOP_OPS ops per n). Only where es_kernels_why_not("amx") is NULL (that call also
  * obtains the kernel's permission); each call configures and releases its thread's tiles. */
 #define AMX_LOOP_OPS (6 * 32768.0 / 16)
 __attribute__((target("amx-tile,amx-int8"), unused)) static void amx_loop(long n)

@@ -47,7 +47,8 @@
  * Tile state: the configuration (tile_cfg) is per thread. A thread loads it before its first
  * tile instruction (tiles_ready: a thread-local flag) and a thread-specific destructor releases
  * the tiles when it exits, so every pool worker configures itself and nothing else in the
- * process changes. The dispatcher enables this table only where CPUID reports AMX-TILE and
+ * process changes. (The flag assumes that no other code in the thread loads another tile
+ * configuration between two calls: estream has no other AMX user.) The dispatcher enables this table only where CPUID reports AMX-TILE and
  * AMX-INT8, XCR0 enables the tile state and the kernel granted it (core/cpu.c).
  */
 #include "quant/kern.h"
