@@ -91,8 +91,10 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 # Per-ISA kernel files get their own flags; nothing else is built with them (STYLE §6).
 $(BUILD)/src/quant/x86_avx2.o $(BUILD)/src/quant/vec_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/src/quant/x86_avxvnni.o: CFLAGS += -mavx2 -mfma -mf16c -mavxvnni
-$(BUILD)/src/quant/x86_avx512.o $(BUILD)/src/quant/vec_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl \
-                                           -mavx512dq -mavx512vnni
+AVX512_FLAGS := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+$(BUILD)/src/quant/x86_avx512.o $(BUILD)/src/quant/vec_avx512.o: CFLAGS += $(AVX512_FLAGS)
+# The amx table: AVX-512 for decoding and scaling, the AMX tile instructions for the products.
+$(BUILD)/src/quant/x86_amx.o: CFLAGS += $(AVX512_FLAGS) -mamx-tile -mamx-int8
 # AArch64: the rest of the build (arm_asimd.c and vec_neon.c too) stays baseline armv8-a, NEON
 # only; dotprod and i8mm only here, and the table is chosen at run time from HWCAP.
 $(BUILD)/src/quant/arm_neon.o: CFLAGS += -march=armv8.2-a+dotprod
@@ -150,7 +152,25 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/tests/%: tests/%.c tests/t.h $(BUILD)/libestream.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libestream.a $(LDFLAGS) $(LDLIBS) $(TEST_LDLIBS)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_OBJ) $(BUILD)/libestream.a $(LDFLAGS) $(LDLIBS) \
+	    $(TEST_LDLIBS)
+
+# The amx table a second time, on a C emulation of the tile instructions (quant/amx_ops.h), with
+# no AMX flags so that it cannot contain one: an object only these test programs link. It
+# registers itself before main, so that they run the amx table by name (es_kern_get("amx"),
+# kernels = "amx") on any AVX-512 CPU, bit for bit against the other tables; where the CPU has
+# AMX they run the real one. The library, the CLI and the benchmarks never contain it.
+ifneq (,$(findstring x86_64,$(TARGET)))
+AMX_EMU_OBJ   := $(BUILD)/tests/x86_amx_emu.o
+AMX_EMU_TESTS := $(BUILD)/tests/test_kern $(BUILD)/tests/test_tiles $(BUILD)/tests/test_forward \
+                 $(BUILD)/tests/test_batch
+$(AMX_EMU_OBJ): src/quant/x86_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -DES_AMX_EMULATE -c -o $@ $<
+$(AMX_EMU_TESTS): $(AMX_EMU_OBJ)
+$(AMX_EMU_TESTS): TEST_OBJ += $(AMX_EMU_OBJ)
+-include $(AMX_EMU_OBJ:.o=.d)
+endif
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libestream.a
 	@mkdir -p $(dir $@)

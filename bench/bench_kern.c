@@ -2,14 +2,17 @@
  * bench_kern: throughput of the prefill matrix kernels (es_gemm) against the machine's measured
  * int8 peak. See bench/README.md for what each number means.
  *
- *   build-x/bench/bench_kern [--reps N] [--isa scalar|avx2|avxvnni|avx512] [--type q4_0,...] [--quick]
+ *   build-x/bench/bench_kern [--reps N] [--isa scalar|avx2|avxvnni|avx512|amx] [--type q4_0,...]
+ *                            [--quick]
  *
  * Method: each kernel table is compared with the peak of the instruction it is built on: a loop
  * of independent vpdpbusd zmm (avx512), vpdpbusd ymm (avxvnni) or vpmaddubsw ymm (avx2; 64 int8
- * ops each) instructions (12 accumulators, no memory operands; bench/peak.h), run on 1 and on
- * 2 threads. The float kernels are compared with a loop of independent vfmadd231ps (zmm for
- * avx512, else ymm). Each GEMM is checked against the
- * scalar table on a subset of columns before it is timed. Then, per repetition: a short peak run
+ * ops each) instructions (12 accumulators, no memory operands; bench/peak.h), or of tdpbssd on
+ * full tiles (amx: 32768 ops each, 6 accumulator tiles; the avx512 peak is printed beside it),
+ * run on 1 and on 2 threads. The amx table runs only where the CPU has AMX: the tests'
+ * emulation of the tiles is not linked here and never timed. The float kernels are compared
+ * with a loop of independent vfmadd231ps (zmm for avx512, else ymm). Each GEMM is checked
+ * against the scalar table on a subset of columns before it is timed. Then, per repetition: a short peak run
  * on 1 thread, the GEMM on 1 thread, a short peak run on 2 threads, the GEMM on 2 threads
  * (interleaved, DESIGN §9, so a period of shared cores hits both sides); the table gives the
  * median GEMM time, G ops/s from it, and the median ratio of each GEMM run to its adjacent peak
@@ -202,8 +205,8 @@ int main(int argc, char **argv)
             quick = 1;
         else {
             fprintf(stderr,
-                    "usage: %s [--reps N] [--isa scalar|avx2|avxvnni|avx512] [--type q4_0,f16,...] "
-                    "[--quick]\n",
+                    "usage: %s [--reps N] [--isa scalar|avx2|avxvnni|avx512|amx] "
+                    "[--type q4_0,f16,...] [--quick]\n",
                     argv[0]);
             return 2;
         }
@@ -250,7 +253,9 @@ int main(int argc, char **argv)
         es_kern k;
         if (only_isa ? strcmp(only_isa, isas[ii]) != 0 : !strcmp(isas[ii], "scalar")) continue;
         if (!es_kern_get(isas[ii], &k)) {
-            printf("%s: not available on this CPU\n", isas[ii]);
+            printf("%s: not available here: %s%s\n", isas[ii], es_kern_isa_why_not(isas[ii]),
+                   strcmp(isas[ii], "amx") ? ""
+                                           : " (the tests' emulation of the tiles is not timed)");
             continue;
         }
         /* the peak of the instruction this table is built on (scalar: the AVX2 one) */
@@ -263,6 +268,14 @@ int main(int argc, char **argv)
         printf("%s peak (%s, vfmadd231ps): int8 %.1f / %.1f Gops/s, fma %.1f / %.1f GFLOP/s "
                "(1 / 2 threads)\n",
                isas[ii], pk.name, pk_int[0], pk_int[1], pk_flt[0], pk_flt[1]);
+        if (!strcmp(isas[ii], "amx")) { /* the vector peak its calls below 16 rows run at */
+            const peak_kind pv = peak_for_isa("avx512");
+            double pv_int[2];
+            measure_peak(pv.int_loop, pv.int_ops, p1, p2, pv_int);
+            printf("amx: its calls of fewer than 16 rows run the avx512 kernels: %s peak %.1f / "
+                   "%.1f Gops/s (1 / 2 threads)\n",
+                   pv.name, pv_int[0], pv_int[1]);
+        }
         if (!strcmp(isas[ii], "avx2")) {
             double mix[2];
             measure_peak(q8_sign_mix_loop, 12 * 64.0, p1, p2, mix);

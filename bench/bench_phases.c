@@ -2,15 +2,21 @@
  * Where a prefill's time goes: the phase profile (estream.h es_session_profile) of prefills of
  * pseudo-random ids at several lengths, each phase against its own bound, measured on the spot:
  *
- *   int8 peak     the kernel table's product instruction in a register-only loop (bench/peak.h)
+ *   int8 peak     the vector int8 product instruction of the kernel table in a register-only
+ *                 loop (bench/peak.h; for the amx table, avx512's vpdpbusd)
+ *   AMX peak      tdpbssd on full tiles, the same way, where AMX runs (else the output says why
+ *                 there is no number)
  *   float peak    the FMA of the table's register width, the same way
  *   DRAM read     the best of 5 passes of all threads summing a 1 GiB buffer (far past the L3)
  *
- * A phase's bound is max(int_ops / int8 peak + float_ops / float peak, weight_bytes / DRAM
- * read): the least time its work could take on this machine; "of bound" is that over the time
- * measured. The request's floor is the same over the whole request. Then the cold start: a new
- * `estream prefill --ids` process (model file in the page cache) of the first length, its own
- * prefill seconds and its process wall time, against the same length's median here.
+ * Each phase names its engine: the int8 phases the table's product instruction (amx: the tiles
+ * for calls of 16 rows or more, vpdpbusd below), the float ones the FMA, and its int8 rate is
+ * given as a share of both peaks. A phase's bound is max(int_ops / its engine's int8 peak +
+ * float_ops / float peak, weight_bytes / DRAM read): the least time its work could take on this
+ * machine; "of bound" is that over the time measured. The request's floor is the same over the
+ * whole request. Then the cold start: a new `estream prefill --ids` process (model file in the
+ * page cache) of the first length, its own prefill seconds and its process wall time, against
+ * the same length's median here.
  *
  * usage: bench_phases MODEL [LENGTHS=128,512,2048] [THREADS=all] [REPS=5] [ESTREAM=build/estream]
  * The kernel table is the default one, or ESTREAM_ISA's. Each length: one warm-up, REPS timed
@@ -172,12 +178,18 @@ int main(int argc, char **argv)
     int32_t one = 0;
     es_session_prefill(s, &one, 1, 0, logits);
     es_session_stats(s, &st);
-    const peak_kind pkind = peak_for_isa(st.kernels);
-    double ipk[2], fpk[2];
+    /* the vector int8 peak (amx: avx512's, which its small calls run at), the AMX one where AMX
+     * runs here, and the bound of int8 work at the table's own engine */
+    const bool amx = !strcmp(st.kernels, "amx");
+    const peak_kind pkind = peak_for_isa(amx ? "avx512" : st.kernels);
+    double ipk[2], fpk[2], apk[2] = {0, 0};
     measure_peak(pkind.int_loop, pkind.int_ops, p1, pn, ipk);
     measure_peak(pkind.flt_loop, pkind.flt_ops, p1, pn, fpk);
+    const char *no_amx = es_kernels_why_not("amx");
+    if (!no_amx) measure_peak(amx_loop, AMX_LOOP_OPS, p1, pn, apk);
     const double bw = dram_read_bw(pn);
-    const double pk[3] = {ipk[1] * 1e9, fpk[1] * 1e9, bw};
+    const double pk[3] = {(amx ? apk[1] : ipk[1]) * 1e9, fpk[1] * 1e9, bw};
+    const char *int_engine = amx ? "amx tdpbssd (vpdpbusd < 16 rows)" : pkind.name;
     char cpu[512] = "?";
     FILE *ci = fopen("/proc/cpuinfo", "r");
     for (char line[512]; ci && fgets(line, sizeof(line), ci);)
@@ -191,8 +203,13 @@ int main(int argc, char **argv)
     printf("machine: %s, %d CPUs; kernels %s; %d threads; model %s\n", cpu, n_cpu, st.kernels,
            threads, model_path);
     printf("bounds measured now: int8 peak %.1f G ops/s (%s, %d threads), float peak %.1f G "
-           "ops/s, DRAM read %.1f GB/s\n\n",
+           "ops/s, DRAM read %.1f GB/s\n",
            ipk[1], pkind.name, threads, fpk[1], bw / 1e9);
+    if (no_amx)
+        printf("AMX peak: no number, no usable AMX on this machine: %s\n\n", no_amx);
+    else
+        printf("AMX peak: %.1f G ops/s (tdpbssd, %d threads)%s\n\n", apk[1], threads,
+               amx ? "" : "; ESTREAM_ISA=amx runs the amx table");
 
     double med_s[MAX_LENGTHS] = {0};
     for (int li = 0; li < n_lens; li++) {
@@ -225,21 +242,28 @@ int main(int argc, char **argv)
         double ti = 0, tf = 0, tb = 0;
         printf("%d tokens: %.3f s, %.1f tok/s (median of %d)\n", n, p->seconds,
                n / p->seconds, reps);
-        printf("| phase | ms | share | G int8 ops/s | %% int8 peak | GB/s weights | "
-               "%% DRAM | bound ms | of bound |\n|---|---|---|---|---|---|---|---|---|\n");
+        printf("| phase | engine | ms | share | G int8 ops/s | %% vector int8 peak | %% AMX peak | "
+               "GB/s weights | %% DRAM | bound ms | of bound |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int ph = 0; ph < ES_PHASE_COUNT; ph++) {
             const double t = p->phase_seconds[ph];
             const double io = p->int_ops[ph], fo = p->float_ops[ph], wb = p->weight_bytes[ph];
             ti += io, tf += fo, tb += wb;
             if (t < 0.0005 * p->seconds && io == 0 && fo == 0) continue;
-            printf("| %s | %.1f | %.1f %% |", es_phase_name((es_phase)ph), t * 1e3,
+            const char *engine = io > 0 ? int_engine : fo > 0 ? pkind.flt_name : "";
+            printf("| %s | %s | %.1f | %.1f %% |", es_phase_name((es_phase)ph), engine, t * 1e3,
                    100 * t / p->seconds);
-            if (io > 0 && t > 0)
-                printf(" %.1f | %.1f %% |", io / t / 1e9, 100 * io / t / pk[0]);
-            else if (fo > 0 && t > 0)
-                printf(" (float %.1f) | (%.1f %%) |", fo / t / 1e9, 100 * fo / t / pk[1]);
-            else
-                printf(" | |");
+            if (io > 0 && t > 0) {
+                printf(" %.1f | %.1f %% |", io / t / 1e9, 100 * io / t / (ipk[1] * 1e9));
+                if (no_amx)
+                    printf(" no AMX here |");
+                else
+                    printf(" %.1f %% |", 100 * io / t / (apk[1] * 1e9));
+            } else if (fo > 0 && t > 0) {
+                printf(" (float %.1f) | (%.1f %%) | |", fo / t / 1e9, 100 * fo / t / pk[1]);
+            } else {
+                printf(" | | |");
+            }
             if (wb > 0 && t > 0)
                 printf(" %.1f | %.1f %% |", wb / t / 1e9, 100 * wb / t / pk[2]);
             else
@@ -251,10 +275,14 @@ int main(int argc, char **argv)
                 printf(" | |\n");
         }
         const double floor_s = bound_s(ti, tf, tb, pk);
-        printf("| **request** | %.1f | 100 %% | %.1f | %.1f %% | %.1f | %.1f %% | %.1f "
+        char amx_share[32] = "no AMX here";
+        if (!no_amx)
+            snprintf(amx_share, sizeof(amx_share), "%.1f %%",
+                     100 * ti / p->seconds / (apk[1] * 1e9));
+        printf("| **request** | | %.1f | 100 %% | %.1f | %.1f %% | %s | %.1f | %.1f %% | %.1f "
                "(floor) | %.0f %% |\n\n",
-               p->seconds * 1e3, ti / p->seconds / 1e9, 100 * ti / p->seconds / pk[0],
-               tb / p->seconds / 1e9, 100 * tb / p->seconds / pk[2], floor_s * 1e3,
+               p->seconds * 1e3, ti / p->seconds / 1e9, 100 * ti / p->seconds / (ipk[1] * 1e9),
+               amx_share, tb / p->seconds / 1e9, 100 * tb / p->seconds / pk[2], floor_s * 1e3,
                100 * floor_s / p->seconds);
         printf("%d tokens: %.2fx the floor (%.1f ms: %.2f G int8 ops at peak %.1f ms, %.2f GB of "
                "weights at DRAM read %.1f ms)\n\n",

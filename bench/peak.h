@@ -1,14 +1,16 @@
 /*
  * Machine peaks for the benchmarks: loops of independent vpdpbusd (int8: zmm for AVX-512 VNNI,
- * ymm for AVX-VNNI), vpmaddubsw (int8, AVX2) and vfmadd (float) instructions with 12 accumulators, timed on one
- * thread and on every thread of a pool. Header-only (static functions) so each benchmark
- * program is one file.
+ * ymm for AVX-VNNI), vpmaddubsw (int8, AVX2) and vfmadd (float) instructions with 12 accumulators,
+ * and of AMX tdpbssd (int8 tiles, 6 accumulator tiles) where AMX runs, timed on one thread and
+ * on every thread of a pool. Header-only (static functions) so each benchmark program is one
+ * file.
  */
 #ifndef ES_BENCH_PEAK_H
 #define ES_BENCH_PEAK_H
 
 #include "core/pool.h"
 
+#include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -115,6 +117,40 @@ __attribute__((target("avx2,fma"), unused)) static void fma256_loop(long n)
                   "xmm10", "xmm11");
 }
 
+/* AMX tdpbssd on full tiles: C (16 x 16 int32) += A (16 x 64 s8) . B (16 x 64 s8), 16 x 16 x 64
+ * multiply-adds = 32768 ops per instruction, into 6 independent C tiles (A and B zero: the unit
+ * does not look at values). One tdpbssd issues about every 16 cycles on Sapphire Rapids (Intel's
+ * figure, not measured here), so an "iteration" of n here is a 16th of a loop of 6, to keep the
+ * run about as long as the vector loops' (AMX_LOOP_OPS ops per n). Only where es_kernels_why_not("amx") is NULL (that call also
+ * obtains the kernel's permission); each call configures and releases its thread's tiles. */
+#define AMX_LOOP_OPS (6 * 32768.0 / 16)
+__attribute__((target("amx-tile,amx-int8"), unused)) static void amx_loop(long n)
+{
+    _Alignas(64) unsigned char cfg[64] = {1}; /* palette 1 */
+    for (int t = 0; t < 8; t++) {
+        cfg[16 + 2 * t] = 64; /* colsb: 64 bytes */
+        cfg[48 + t] = 16;     /* rows */
+    }
+    _tile_loadconfig(cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (long i = 0; i < n / 16; i++) {
+        _tile_dpbssd(0, 6, 7);
+        _tile_dpbssd(1, 6, 7);
+        _tile_dpbssd(2, 6, 7);
+        _tile_dpbssd(3, 6, 7);
+        _tile_dpbssd(4, 6, 7);
+        _tile_dpbssd(5, 6, 7);
+    }
+    _tile_release();
+}
+
 typedef struct peak_job {
     void (*loop)(long);
     long iters;
@@ -167,23 +203,30 @@ __attribute__((unused)) static void measure_peak(void (*loop)(long), double ops_
 }
 
 /* The peak loops that go with a kernel table: the int8 product instruction it is built on and
- * the float FMA of its register width. ops = operations per loop iteration (12 instructions). */
+ * the float FMA of its register width. ops = operations per loop iteration (12 instructions;
+ * AMX_LOOP_OPS for the tiles). */
 typedef struct peak_kind {
     const char *name;
     void (*int_loop)(long);
     double int_ops;
     void (*flt_loop)(long);
     double flt_ops;
+    const char *flt_name;
 } peak_kind;
 
 __attribute__((unused)) static peak_kind peak_for_isa(const char *isa)
 {
+    if (!strcmp(isa, "amx"))
+        return (peak_kind){"amx tdpbssd", amx_loop, AMX_LOOP_OPS, fma512_loop, 12 * 32.0,
+                           "vfmadd zmm"};
     if (!strcmp(isa, "avx512"))
-        return (peak_kind){"avx512 vpdpbusd zmm", vnni_loop, 12 * 128.0, fma512_loop, 12 * 32.0};
+        return (peak_kind){"avx512 vpdpbusd zmm", vnni_loop, 12 * 128.0, fma512_loop, 12 * 32.0,
+                           "vfmadd zmm"};
     if (!strcmp(isa, "avxvnni"))
         return (peak_kind){"avx-vnni vpdpbusd ymm", vnni_vex_loop, 12 * 64.0, fma256_loop,
-                           12 * 16.0};
-    return (peak_kind){"avx2 vpmaddubsw ymm", maddubs_loop, 12 * 64.0, fma256_loop, 12 * 16.0};
+                           12 * 16.0, "vfmadd ymm"};
+    return (peak_kind){"avx2 vpmaddubsw ymm", maddubs_loop, 12 * 64.0, fma256_loop, 12 * 16.0,
+                       "vfmadd ymm"};
 }
 
 /* The int8 peak of the named kernel table's instruction, 1 thread and all of p2's threads

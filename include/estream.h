@@ -208,13 +208,17 @@ ES_API es_status es_chat_render(const es_model *m, const char *tmpl,
 
 
 /* ---- kernel tables ---------------------------------------------------------------------------- */
-/* The kernel table the fast path uses: "scalar", "avx2", "avxvnni" or "avx512" on x86-64,
+/* The kernel table the fast path uses: "scalar", "avx2", "avxvnni", "avx512" or "amx" on x86-64,
  * "scalar", "asimd", "neon" or "i8mm" on AArch64 (the best this CPU and OS support, or the one
  * ESTREAM_ISA names). */
 ES_API const char *es_kernels_name(void);
 /* Whether this CPU and OS can run the named kernel table. */
 ES_API int es_kernels_available(const char *isa);
-/* Selects a kernel table ("scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"; NULL: the best available, or
+/* NULL if this CPU and OS run the named kernel table; otherwise why not, as a static sentence
+ * (for "amx": which of AMX-TILE/AMX-INT8 in CPUID, the tile state in XCR0 or the kernel's
+ * permission is missing). An unknown name gets a sentence too. */
+ES_API const char *es_kernels_why_not(const char *isa);
+/* Selects a kernel table ("scalar", "avx2", "avxvnni", "avx512", "amx", "asimd", "neon", "i8mm"; NULL: the best available, or
  * ESTREAM_ISA). ES_E_INVAL for an unknown name, ES_E_UNSUPPORTED for a table this CPU lacks. Not thread-safe:
  * call it while no prefill runs. */
 ES_API es_status es_kernels_select(const char *isa);
@@ -281,7 +285,7 @@ typedef struct es_session_params {
                          * means that) */
     int plan_capacity;  /* routes per expert-operator invocation (default 16384); results do
                          * not depend on it (tests set it small to split each layer) */
-    const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm";
+    const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512", "amx", "asimd", "neon", "i8mm";
                           * NULL (default) = es_kernels_name() at creation */
 
     /* Memory-bounded runs (expert streaming, DESIGN §5-6). With mem_budget_bytes set, the

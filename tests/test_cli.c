@@ -188,7 +188,16 @@ static void test_system(void **state)
     snprintf(want, sizeof(want), "kernels:       %s (", es_kernels_name());
     assert_non_null(strstr(out, want));
     assert_non_null(strstr(out, "features:"));
-    const char *names[] = {"scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"};
+    const char *names[] = {"scalar", "avx2", "avxvnni", "avx512", "amx", "asimd", "neon", "i8mm"};
+    /* a table of this architecture that does not run here is listed with the reason */
+    for (size_t i = 0; i < T_LEN(names); i++) {
+        const char *why = es_kernels_why_not(names[i]);
+        assert_int_equal(why == NULL, es_kernels_available(names[i]));
+        if (!why || strstr(why, "this build is not for")) continue;
+        char line[512];
+        snprintf(line, sizeof(line), "not here:      %s: %s\n", names[i], why);
+        assert_non_null(strstr(out, line));
+    }
     for (size_t i = 0; i < T_LEN(names); i++) {
         /* the "runs here" list holds exactly the available tables */
         snprintf(want, sizeof(want), " %s", names[i]);

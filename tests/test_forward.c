@@ -1,10 +1,13 @@
 /*
  * The fast path against the reference path (the oracle) on the committed tiny models, and its
- * determinism: bit-identical logits for 1, 2, 3 and 4 threads.
+ * determinism: bit-identical logits for 1, 2, 3 and 4 threads. The amx kernel table (AMX tiles,
+ * or on an AVX-512 CPU without AMX the emulation of the tile instructions this program links)
+ * gives the avx512 table's logits bit for bit, resident and streamed, on 1-3 threads.
  */
 #include "t.h"
 
 #include "estream.h"
+#include "quant/kern.h"
 
 #include <math.h>
 
@@ -513,7 +516,7 @@ static void test_fast_every_isa(void **state)
     (void)state;
     size_t n;
     int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
-    const char *isas[] = {"scalar", "avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"};
+    const char *isas[] = {"scalar", "avx2", "avxvnni", "avx512", "amx", "asimd", "neon", "i8mm"};
     const char *models[] = {DATA "tiny-q4_0.gguf", DATA "tiny-f32.gguf"};
     int n_tables = 0;
     for (size_t i = 0; i < T_LEN(isas); i++) n_tables += es_kernels_available(isas[i]);
@@ -560,6 +563,74 @@ static void test_fast_every_isa(void **state)
     assert_int_not_equal(es_session_create(m, &bad, &ses), ES_OK);
     assert_null(ses);
     es_model_close(m);
+    free(ids);
+}
+
+/* Every logit of a prefill of ids with session parameters p (NULL on failure, reported). */
+static float *all_logits(es_model *m, const es_session_params *p, const int32_t *ids, size_t n)
+{
+    float *out = malloc(sizeof(float) * n * (size_t)es_model_n_vocab(m));
+    es_session *s = NULL;
+    if (es_session_create(m, p, &s) || es_session_prefill(s, ids, n, 1, out))
+        fail_msg("%s session: %s", p->kernels, es_last_error());
+    es_run_stats rs;
+    es_session_stats(s, &rs);
+    assert_string_equal(rs.kernels, p->kernels);
+    es_session_destroy(s);
+    return out;
+}
+
+/*
+ * The amx table against avx512, bit for bit: every logit of the 114-token prompt on files whose
+ * integer kinds span the table (Q4_0, Q8_0, Q5_0 and IQ4_NL at hidden 64; Q4_K, Q5_K, Q6_K and
+ * IQ4_XS at 256; shared experts and dense layers in the deepseek files), resident on 1 and 3
+ * threads (each worker configures its own tiles) and streamed on 2, from the GGUF and from a
+ * pack (its tile layout for Q4_0 experts). The expert, attention-projection and head products
+ * of 16 rows or more run on the tiles, the smaller ones on the avx512 kernels.
+ */
+static void test_amx_bit_identical(void **state)
+{
+    (void)state;
+    if (!es_kernels_available("amx") || !es_kernels_available("avx512")) {
+        print_message("amx: %s, skipped\n", es_kernels_why_not("amx"));
+        skip();
+    }
+    size_t n;
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
+    const char *models[] = {DATA "tiny-q4_0.gguf",           DATA "tiny-q8_0.gguf",
+                            DATA "tiny-deepseek-q4_k_m.gguf", DATA "tiny-deepseek-iq4_xs.gguf",
+                            DATA "small-qwen3moe-iq4_xs.gguf", DATA "small-deepseek-q4_k_m.gguf"};
+    const char *pack = t_tmp_path("amx.pack");
+    assert_int_equal(es_pack(models[0], pack, NULL, NULL), ES_OK);
+    for (size_t mi = 0; mi <= T_LEN(models); mi++) {
+        const char *path = mi < T_LEN(models) ? models[mi] : pack;
+        es_model *m = open_ok(path);
+        const size_t nv = (size_t)es_model_n_vocab(m), n_ids = n;
+        es_session_params p = es_session_default_params();
+        p.n_threads = 1;
+        p.kernels = "avx512";
+        float *want = all_logits(m, &p, ids, n_ids);
+        p.kernels = "amx";
+        /* (threads, streamed): resident 1 and 3, streamed 2 (the pack is read streamed only) */
+        const int cfg[][2] = {{1, 0}, {3, 0}, {2, 1}};
+        for (size_t c = mi < T_LEN(models) ? 0 : 2; c < T_LEN(cfg); c++) {
+            p.n_threads = cfg[c][0];
+            p.stream = cfg[c][1];
+            p.groups = p.banks = cfg[c][1] ? 2 : 0;
+            float *got = all_logits(m, &p, ids, n_ids);
+            for (size_t i = 0; i < n_ids * nv; i++)
+                if (memcmp(&got[i], &want[i], 4))
+                    fail_msg("%s, %d threads%s: amx logit %zu of token %zu is %.9g, avx512's %.9g",
+                             path, cfg[c][0], cfg[c][1] ? ", streamed" : "", i % nv, i / nv,
+                             got[i], want[i]);
+            free(got);
+        }
+        print_message("%s: amx%s = avx512 bit for bit (%zu tokens)\n", path,
+                      es_kern_amx_emulated() ? " (emulated tiles)" : "", n_ids);
+        free(want);
+        es_model_close(m);
+    }
+    unlink(pack);
     free(ids);
 }
 
@@ -655,6 +726,7 @@ int main(void)
         cmocka_unit_test(test_fast_ppl),
         cmocka_unit_test(test_route_skew),
         cmocka_unit_test(test_fast_every_isa),
+        cmocka_unit_test(test_amx_bit_identical),
         cmocka_unit_test(test_kernels_reselect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,6 +2,9 @@
  * Matrix kernels: the scalar table against an independent float computation, every ISA table the
  * machine has against scalar (an ISA it lacks is skipped, not passed), determinism across splits
  * of [0, N), row orders and gather lists, accumulation, activation preparation, and ESTREAM_ISA.
+ * The amx table runs here on AMX tiles, or, on an AVX-512 CPU without AMX, on the emulation of
+ * the tile instructions this program links (Makefile: x86_amx_emu.o); either way it must equal
+ * scalar and avx512 bit for bit.
  */
 #include <unistd.h>
 
@@ -445,6 +448,97 @@ static void check_isa(const char *isa)
     }
 }
 
+/* The amx table, or a skip that says why not (no AVX-512: the emulation decodes with it). */
+static void get_amx(es_kern *k)
+{
+    if (!es_kern_get("amx", k)) {
+        print_message("amx: %s, skipped\n", es_kern_isa_why_not("amx"));
+        skip();
+    }
+    print_message("amx: %s\n", es_kern_amx_emulated() ? "the emulated tiles (no AMX on this CPU)"
+                                                       : "AMX tiles");
+}
+
+/*
+ * amx against scalar and avx512, bit for bit: every integer weight type at K of one block (or
+ * super-block) with every row count 1..40 (below 16 rows the avx512 kernels run, from 16 the
+ * tiles: full 16-row blocks and short last ones) and N 1, 17, 45, 77 (short tiles and columns);
+ * at K of 65 blocks (3 super-blocks) with 3, 16, 17, 40 rows; and at a K just past one K-slice
+ * of the amx tiling (the next slice re-packs the rows and restarts the decode-ahead) with 17,
+ * 40 and 130 rows (130: two row groups, the second one short). Gather lists with repeats,
+ * accumulation, ldy > N and column ranges that start and end inside a tile. The float types
+ * are avx512's kernels in the amx table (checked: the same functions).
+ */
+static void test_amx_vs_scalar(void **state)
+{
+    (void)state;
+    es_kern ka, ks, kv;
+    get_amx(&ka);
+    assert_true(es_kern_get("scalar", &ks) && es_kern_get("avx512", &kv));
+    static const int64_t N_list[] = {1, 17, 45, 77};
+    /* a slice of the amx tiling holds L2 / 4 / (2 buffers x 8 Q4_0 records of 1152 bytes)
+     * units of 256 k (fewer for the K-quants' larger records) */
+    const int64_t k_two = ((int64_t)es_cpu_get()->l2_bytes / 4 / (2 * 8 * 1152) + 1) * 256;
+    long cases = 0;
+    for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
+        const uint32_t type = all_types[ti];
+        if (is_float_type(type)) {
+            assert_true(ka.op[type].gemm == kv.op[type].gemm);
+            continue;
+        }
+        const bool kq = is_k_type(type);
+        const int64_t Ks[] = {kq ? 256 : 32, kq ? 768 : 2080, k_two};
+        for (size_t ki = 0; ki < ES_LEN(Ks); ki++)
+            for (size_t ni = 0; ni < ES_LEN(N_list); ni++) {
+                const int64_t K = Ks[ki], N = N_list[ni], ldx = K + 3, nx = 133;
+                if (ki == 2 && N != 45) continue; /* one shape past a slice */
+                mat m = make_mat(type, N, K, 500 + ti * 100 + ki * 10 + ni);
+                float *X = make_x(nx, K, ldx, 31 + ki);
+                run ua = {&ka, &m, X, ldx, nx}, us = {&ks, &m, X, ldx, nx},
+                    uv = {&kv, &m, X, ldx, nx};
+                void *aa = prep_act(&ua), *as = prep_act(&us), *av = prep_act(&uv);
+                static const int64_t few[][4] = {{0}, {3, 16, 17, 40}, {17, 40, 130, 0}};
+                for (int64_t nr = 1; nr <= 130; nr++) {
+                    bool listed = ki == 0 && nr <= 40;
+                    for (int i = 0; ki > 0 && i < 4; i++) listed |= few[ki][i] == nr;
+                    if (!listed) continue;
+                    const int acc = (int)(nr % 2), gather = nr % 3 != 0;
+                    const int64_t ldy = N + 3, n0 = nr % 4 == 1 ? N / 3 : 0,
+                                  n1 = nr % 5 == 2 ? N - N / 4 : N;
+                    int32_t *rows = malloc(sizeof(int32_t) * nr);
+                    t_rng rg = {nr + 7};
+                    for (int64_t r = 0; r < nr; r++) rows[r] = (int32_t)(t_next(&rg) % nx);
+                    float *Y[3];
+                    for (int i = 0; i < 3; i++) {
+                        Y[i] = aalloc(sizeof(float) * nr * ldy);
+                        for (int64_t j = 0; j < nr * ldy; j++) Y[i][j] = (float)(j % 13) - 6;
+                    }
+                    do_gemm(&ua, aa, n0, n1, gather ? rows : NULL, nr, Y[0], ldy, acc);
+                    do_gemm(&us, as, n0, n1, gather ? rows : NULL, nr, Y[1], ldy, acc);
+                    do_gemm(&uv, av, n0, n1, gather ? rows : NULL, nr, Y[2], ldy, acc);
+                    for (int i = 1; i < 3; i++)
+                        for (int64_t j = 0; j < nr * ldy; j++)
+                            if (memcmp(&Y[0][j], &Y[i][j], 4))
+                                fail_msg("amx %s K=%ld N=%ld rows=%ld [%ld, %ld) acc=%d gather=%d: "
+                                         "Y[%ld][%ld] = %.9g, %s %.9g",
+                                         es_qtype_name(type), (long)K, (long)N, (long)nr,
+                                         (long)n0, (long)n1, acc, gather, (long)(j / ldy),
+                                         (long)(j % ldy), Y[0][j], i == 1 ? "scalar" : "avx512",
+                                         Y[i][j]);
+                    cases++;
+                    for (int i = 0; i < 3; i++) free(Y[i]);
+                    free(rows);
+                }
+                free(aa);
+                free(as);
+                free(av);
+                free(X);
+                free_mat(&m);
+            }
+    }
+    print_message("amx: %ld products bit-identical to scalar and avx512\n", cases);
+}
+
 static void test_avx2_vs_scalar(void **state)
 {
     (void)state;
@@ -481,11 +575,13 @@ static void test_i8mm_vs_scalar(void **state)
     check_isa("i8mm");
 }
 
-/* The best table this CPU has (the one es_kern_init(NULL) picks). */
+/* The best table this CPU has (the one es_kern_init(NULL) picks: never the emulated amx). */
 static const char *best_isa(void)
 {
     for (int i = ES_KERN_N_ISA - 1; i > 0; i--)
-        if (es_kern_isa_available(es_kern_isa_names[i])) return es_kern_isa_names[i];
+        if (es_kern_isa_available(es_kern_isa_names[i]) &&
+            !(strcmp(es_kern_isa_names[i], "amx") == 0 && es_kern_amx_emulated()))
+            return es_kern_isa_names[i];
     return "scalar";
 }
 
@@ -622,6 +718,11 @@ static void test_determinism_i8mm(void **state)
     (void)state;
     check_determinism("i8mm");
 }
+static void test_determinism_amx(void **state)
+{
+    (void)state;
+    check_determinism("amx");
+}
 
 /* ---- threads: the pool splits [0, N) at odd points; results are bit-identical --------------- */
 
@@ -643,11 +744,12 @@ static void split_fn(void *arg, int ith, int nth)
     j->o->gemm(j->m->w, j->m->K, n0, n1, j->act, NULL, j->nr, j->Y, N, 0, j->scratch[ith]);
 }
 
-static void test_threads(void **state)
+/* The pool's threads split [0, N) of one product: bit-identical to one thread. With the amx
+ * table each worker configures its own tiles (a worker that does not faults on AMX, and aborts
+ * the emulation) and releases them when its pool is destroyed. */
+static void check_threads(const es_kern *kp)
 {
-    (void)state;
-    es_kern k;
-    assert_true(es_kern_get(best_isa(), &k));
+    const es_kern k = *kp;
     for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
         const uint32_t type = all_types[ti];
         const int64_t K = is_k_type(type) ? 512 : 160, N = 101, nr = 23;
@@ -676,6 +778,22 @@ static void test_threads(void **state)
         free(X);
         free_mat(&m);
     }
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    es_kern k;
+    assert_true(es_kern_get(best_isa(), &k));
+    check_threads(&k);
+}
+
+static void test_threads_amx(void **state)
+{
+    (void)state;
+    es_kern k;
+    get_amx(&k);
+    check_threads(&k);
 }
 
 /* ---- no reads past the end of W or the act buffer ------------------------------------------ */
@@ -707,32 +825,33 @@ static void test_guard_pages(void **state)
     for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
         es_kern k;
         if (!es_kern_get(es_kern_isa_names[ii], &k)) continue;
-        for (size_t ti = 0; ti < ES_LEN(all_types); ti++) {
-            const uint32_t type = all_types[ti];
-            const int64_t K = is_k_type(type) ? 512 : is_float_type(type) ? 37 : 96, N = 35, nr = 9;
-            mat m = make_mat(type, N, K, 31 + ti);
-            float *X = make_x(nr, K, K, 3);
-            const es_kern_ops *o = &k.op[type];
-            const size_t ab = o->act_row_bytes(K) * nr;
-            void *act = aalloc(ab);
-            o->act_prepare(X, K, nr, K, act);
-            /* the act buffer must stay 64-byte aligned: pad it to a multiple of 64 (it is) */
-            assert_int_equal(ab % 64, 0);
-            guarded gw = guard_copy(m.w, m.row_bytes * N), ga = guard_copy(act, ab);
-            float *Y = aalloc(sizeof(float) * nr * N), *Y2 = aalloc(sizeof(float) * nr * N);
-            void *scratch = aalloc(o->scratch_bytes(K));
-            o->gemm(gw.p, K, 0, N, ga.p, NULL, nr, Y, N, 0, scratch);
-            o->gemm(m.w, K, 0, N, act, NULL, nr, Y2, N, 0, scratch);
-            assert_memory_equal(Y, Y2, sizeof(float) * nr * N);
-            munmap(gw.map, gw.len);
-            munmap(ga.map, ga.len);
-            free(scratch);
-            free(Y);
-            free(Y2);
-            free(act);
-            free(X);
-            free_mat(&m);
-        }
+        for (size_t ti = 0; ti < ES_LEN(all_types); ti++)
+            for (int64_t nr = 9; nr <= 17; nr += 8) { /* 17: amx on its tiles */
+                const uint32_t type = all_types[ti];
+                const int64_t K = is_k_type(type) ? 512 : is_float_type(type) ? 37 : 96, N = 35;
+                mat m = make_mat(type, N, K, 31 + ti);
+                float *X = make_x(nr, K, K, 3);
+                const es_kern_ops *o = &k.op[type];
+                const size_t ab = o->act_row_bytes(K) * nr;
+                void *act = aalloc(ab);
+                o->act_prepare(X, K, nr, K, act);
+                /* the act buffer must stay 64-byte aligned: pad it to a multiple of 64 (it is) */
+                assert_int_equal(ab % 64, 0);
+                guarded gw = guard_copy(m.w, m.row_bytes * N), ga = guard_copy(act, ab);
+                float *Y = aalloc(sizeof(float) * nr * N), *Y2 = aalloc(sizeof(float) * nr * N);
+                void *scratch = aalloc(o->scratch_bytes(K));
+                o->gemm(gw.p, K, 0, N, ga.p, NULL, nr, Y, N, 0, scratch);
+                o->gemm(m.w, K, 0, N, act, NULL, nr, Y2, N, 0, scratch);
+                assert_memory_equal(Y, Y2, sizeof(float) * nr * N);
+                munmap(gw.map, gw.len);
+                munmap(ga.map, ga.len);
+                free(scratch);
+                free(Y);
+                free(Y2);
+                free(act);
+                free(X);
+                free_mat(&m);
+            }
     }
 }
 
@@ -757,11 +876,19 @@ static void test_init_forcing(void **state)
         assert_string_equal(es_kern_init("avxvnni"), es_kern_isa_available("avxvnni") ? "avxvnni"
                                                      : es_kern_isa_available("avx2")  ? "avx2"
                                                                                       : "scalar");
-        assert_string_equal(es_kern_init("avx512"), best);
-        for (size_t i = 4; i < ES_KERN_N_ISA; i++) /* asimd, neon, i8mm */
+        assert_string_equal(es_kern_init("avx512"), es_kern_isa_available("avx512") ? "avx512"
+                                                    : es_kern_isa_available("avxvnni")
+                                                        ? "avxvnni"
+                                                    : es_kern_isa_available("avx2") ? "avx2"
+                                                                                    : "scalar");
+        /* amx by name: the real or the emulated table where either runs, else the best below */
+        assert_string_equal(es_kern_init("amx"), es_kern_isa_available("amx") ? "amx"
+                                                 : es_kern_isa_available("avx512") ? "avx512"
+                                                                                   : best);
+        for (size_t i = 5; i < ES_KERN_N_ISA; i++) /* asimd, neon, i8mm */
             assert_string_equal(es_kern_init(es_kern_isa_names[i]), best);
     } else { /* AArch64 */
-        for (size_t i = 1; i <= 3; i++) { /* avx2, avxvnni, avx512 */
+        for (size_t i = 1; i <= 4; i++) { /* avx2, avxvnni, avx512, amx */
             assert_false(es_kern_isa_available(es_kern_isa_names[i]));
             assert_string_equal(es_kern_init(es_kern_isa_names[i]), best);
         }
@@ -845,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_asimd_vs_scalar),
         cmocka_unit_test(test_neon_vs_scalar),
         cmocka_unit_test(test_i8mm_vs_scalar),
+        cmocka_unit_test(test_amx_vs_scalar),
         cmocka_unit_test(test_determinism_scalar),
         cmocka_unit_test(test_determinism_avx2),
         cmocka_unit_test(test_determinism_avxvnni),
@@ -852,7 +980,9 @@ int main(void)
         cmocka_unit_test(test_determinism_asimd),
         cmocka_unit_test(test_determinism_neon),
         cmocka_unit_test(test_determinism_i8mm),
+        cmocka_unit_test(test_determinism_amx),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_amx),
         cmocka_unit_test(test_guard_pages),
         cmocka_unit_test(test_init_forcing),
         cmocka_unit_test(test_wrappers),

@@ -4,7 +4,9 @@
  * tiled kernel gives Y bit-identical to the row kernel of the same table on the same weights: at
  * odd shapes (K of 1 and 65 blocks, N with short last tiles), 1..600 token rows, gather lists
  * with repeats, accumulation, and [n0, n1) ranges that do and do not fall on tile boundaries.
- * A tiled matrix ending at an inaccessible page must not be read past its end.
+ * A tiled matrix ending at an inaccessible page must not be read past its end. The amx table
+ * (real tiles, or the emulation this program links where the CPU has no AMX) is also held to
+ * the scalar table's tiled results, bit for bit.
  */
 #include "t.h"
 
@@ -104,14 +106,17 @@ static void test_roundtrip(void **state)
             }
 }
 
-/* Tiled vs rows with table k: every listed case, Y compared bit for bit (all ldy columns). */
-static void check_table(const char *isa)
+/* Tiled vs rows with table k: every listed case, Y compared bit for bit (all ldy columns); with
+ * ref_isa, the tiled result of that table too (its own act rows). */
+static void check_table(const char *isa, const char *ref_isa)
 {
-    es_kern k;
+    es_kern k, kr;
     if (!es_kern_get(isa, &k)) {
-        print_message("%s: not available on this CPU, skipped\n", isa);
+        print_message("%s: not available on this CPU (%s), skipped\n", isa,
+                      es_kern_isa_why_not(isa));
         skip();
     }
+    if (ref_isa) assert_true(es_kern_get(ref_isa, &kr));
     static const int64_t Ks[] = {32, 96, 2080};
     static const int64_t Ns[] = {1, 17, 45, 96, 130};
     static const int64_t rows_list[] = {1, 3, 17, 130, 600};
@@ -131,12 +136,15 @@ static void check_table(const char *isa)
                     float *X = make_x(nx, K, 7 + ri);
                     void *act = aalloc(es_act_bytes(&k, type, nx, K));
                     es_act_prepare(&k, type, X, K, nx, K, act);
+                    void *act_r = ref_isa ? aalloc(es_act_bytes(&kr, type, nx, K)) : NULL;
+                    if (ref_isa) es_act_prepare(&kr, type, X, K, nx, K, act_r);
                     int32_t *rows = malloc(sizeof(int32_t) * (size_t)nr);
                     t_rng rg = {ri + 11};
                     for (int64_t r = 0; r < nr; r++) rows[r] = (int32_t)(t_next(&rg) % nx);
                     const int64_t ldy = N + 5;
                     float *Y1 = aalloc(sizeof(float) * (size_t)(nr * ldy));
                     float *Y2 = aalloc(sizeof(float) * (size_t)(nr * ldy));
+                    float *Y3 = aalloc(sizeof(float) * (size_t)(nr * ldy));
                     /* ranges: all, tile-aligned inside, unaligned both ends, one row */
                     const int64_t ranges[][2] = {
                         {0, N}, {N > 64 ? 32 : 0, N > 64 ? 64 : N}, {N / 3, N - N / 4}, {N - 1, N}};
@@ -145,10 +153,21 @@ static void check_table(const char *isa)
                             const int64_t n0 = ranges[qi][0], n1 = ranges[qi][1];
                             const int32_t *rl = (qi + (size_t)acc) % 2 ? rows : NULL;
                             for (int64_t i = 0; i < nr * ldy; i++)
-                                Y1[i] = Y2[i] = (float)(i % 13) - 6;
+                                Y1[i] = Y2[i] = Y3[i] = (float)(i % 13) - 6;
                             es_gemm(&k, type, w, K, n0, n1, act, rl, nr, Y1, ldy, acc, scratch);
                             es_gemm_tiled(&k, type, wt, K, N, n0, n1, act, rl, nr, Y2, ldy, acc,
                                           scratch);
+                            if (ref_isa) {
+                                void *sr = aalloc(es_gemm_scratch_bytes(&kr, type, K));
+                                es_gemm_tiled(&kr, type, wt, K, N, n0, n1, act_r, rl, nr, Y3, ldy,
+                                              acc, sr);
+                                free(sr);
+                                if (memcmp(Y2, Y3, sizeof(float) * (size_t)(nr * ldy)) != 0)
+                                    fail_msg("%s %s K=%ld N=%ld rows=%ld [%ld, %ld) acc=%d: tiled "
+                                             "differs from %s's",
+                                             isa, es_qtype_name(type), (long)K, (long)N, (long)nr,
+                                             (long)n0, (long)n1, acc, ref_isa);
+                            }
                             if (memcmp(Y1, Y2, sizeof(float) * (size_t)(nr * ldy)) != 0) {
                                 for (int64_t i = 0; i < nr * ldy; i++)
                                     if (memcmp(&Y1[i], &Y2[i], 4))
@@ -162,8 +181,10 @@ static void check_table(const char *isa)
                         }
                     free(Y1);
                     free(Y2);
+                    free(Y3);
                     free(rows);
                     free(act);
+                    free(act_r);
                     free(X);
                 }
                 free(scratch);
@@ -177,37 +198,42 @@ static void check_table(const char *isa)
 static void test_scalar(void **state)
 {
     (void)state;
-    check_table("scalar");
+    check_table("scalar", NULL);
 }
 static void test_avx2(void **state)
 {
     (void)state;
-    check_table("avx2");
+    check_table("avx2", NULL);
 }
 static void test_avxvnni(void **state)
 {
     (void)state;
-    check_table("avxvnni");
+    check_table("avxvnni", NULL);
 }
 static void test_avx512(void **state)
 {
     (void)state;
-    check_table("avx512");
+    check_table("avx512", NULL);
+}
+static void test_amx(void **state)
+{
+    (void)state;
+    check_table("amx", "scalar");
 }
 static void test_asimd(void **state)
 {
     (void)state;
-    check_table("asimd");
+    check_table("asimd", NULL);
 }
 static void test_neon(void **state)
 {
     (void)state;
-    check_table("neon");
+    check_table("neon", NULL);
 }
 static void test_i8mm(void **state)
 {
     (void)state;
-    check_table("i8mm");
+    check_table("i8mm", NULL);
 }
 
 /* A tiled matrix that ends where an inaccessible page begins (a short last tile, too): the
@@ -219,9 +245,9 @@ static void test_guard_pages(void **state)
     for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
         es_kern k;
         if (!es_kern_get(isas[ii], &k)) continue;
-        for (size_t ti = 0; ti < T_LEN(types); ti++) {
-            const uint32_t type = types[ti];
-            const int64_t K = 96, N = 45, nr = 9;
+        for (size_t ti = 0; ti < 2 * T_LEN(types); ti++) {
+            const uint32_t type = types[ti / 2];
+            const int64_t K = 96, N = 45, nr = ti % 2 ? 17 : 9; /* 17: the amx table's tiles */
             const size_t bytes = es_qtype_row_bytes(type, K) * (size_t)N;
             uint8_t *w = make_rows(type, N, K, 31 + ti), *wt = make_tiles(type, w, N, K);
             const size_t len = (bytes + pg - 1) / pg * pg + pg;
@@ -257,7 +283,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),   cmocka_unit_test(test_scalar),
         cmocka_unit_test(test_avx2),        cmocka_unit_test(test_avxvnni),
-        cmocka_unit_test(test_avx512),      cmocka_unit_test(test_asimd),
+        cmocka_unit_test(test_avx512),      cmocka_unit_test(test_amx),
+        cmocka_unit_test(test_asimd),
         cmocka_unit_test(test_neon),
         cmocka_unit_test(test_i8mm),
         cmocka_unit_test(test_guard_pages),

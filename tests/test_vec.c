@@ -7,7 +7,7 @@
 
 #include "quant/kern.h"
 
-static const char *const isas[] = {"avx2", "avxvnni", "avx512", "asimd", "neon", "i8mm"};
+static const char *const isas[] = {"avx2", "avxvnni", "avx512", "amx", "asimd", "neon", "i8mm"};
 
 static void fill(float *x, int64_t n, float scale, uint64_t seed)
 {

@@ -101,9 +101,11 @@ check_stage "python package" "python package" bash tools/python-check.sh build
 # expectations made again and compared, and estream's renderer held to them byte for byte.
 check_stage "chat templates" "chat check" bash tools/chat-check.sh build
 
-# ThreadSanitizer: the thread pool and the tests that drive threads (test_io: pread workers;
-# test_trace: three threads recording into one trace; test_stream: the expert loader thread and
-# the residency protocol, with slow, short and failing reads; test_tune: profile runs; test_batch:
+# ThreadSanitizer: the thread pool and the tests that drive threads (test_kern: a product split
+# over pool threads, with the amx table's per-thread tile state on its emulation; test_io: pread
+# workers; test_trace: three threads recording into one trace; test_stream: the expert loader
+# thread and the residency protocol, with slow, short and failing reads; test_tune: profile runs;
+# test_batch:
 # batches on 1-3 threads, the head's per-row pool jobs, streamed batches and their cancelling;
 # test_serve: the server binary built with TSan, its connection threads, executor and signal
 # thread under concurrent clients, cancels and shutdowns; test_chat: one compiled chat template

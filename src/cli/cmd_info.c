@@ -17,7 +17,9 @@ static const char help[] =
     "\n"
     "--system prints this machine instead: the CPU, the features estream detected (and the OS\n"
     "enabled), its caches, and the kernel table the fast path uses (the best this CPU runs, or the\n"
-    "one ESTREAM_ISA names) with every table it could run. `estream bench` prints the same.\n";
+    "one ESTREAM_ISA names) with every table it could run, and why each other table of this\n"
+    "architecture does not (amx: AMX-TILE/AMX-INT8 in CPUID, the tile state in XCR0, the\n"
+    "kernel's permission). `estream bench` prints the same.\n";
 
 void cli_print_system(FILE *f)
 {
@@ -36,6 +38,12 @@ static void print_kernels(FILE *f)
         if (es_kernels_available(*k)) fprintf(f, " %s", *k);
     const char *env = getenv("ESTREAM_ISA");
     fprintf(f, "; %s)\n", env && *env ? "ESTREAM_ISA is set" : "the best; ESTREAM_ISA picks another");
+    /* the tables of this build's architecture that do not run here, and why */
+    for (const char *const *k = es_kernels_list(); *k; k++) {
+        const char *why = es_kernels_why_not(*k);
+        if (why && !strstr(why, "this build is not for"))
+            fprintf(f, "not here:      %s: %s\n", *k, why);
+    }
 }
 
 void cli_system_json(FILE *f)

@@ -28,7 +28,7 @@ static const char usage[] =
     "  embed     -m MODEL -f IN.jsonl          pooled embeddings (JSONL or .npy)\n"
     "  serve     -m MODEL [--port N]           HTTP service: OpenAI completions/embeddings, score\n"
     "\n"
-    "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avxvnni|avx512|asimd|neon|i8mm\n";
+    "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avxvnni|avx512|amx|asimd|neon|i8mm\n";
 
 void cli_die(const char *fmt, ...)
 {

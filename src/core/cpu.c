@@ -20,6 +20,9 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <errno.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define HAVE_X86 1
 #else
 #define HAVE_X86 0
@@ -34,6 +37,11 @@
 
 static es_cpu_info info;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+#if HAVE_X86
+/* CPUID's AMX-TILE and AMX-INT8 bits, and XCR0's tile state, apart (info.flags has AMX only
+ * when both hold), for es_cpu_amx_unusable() to say which is missing. */
+static bool amx_cpuid, amx_xcr0;
+#endif
 
 /* Defaults when CPUID (sysfs) has no cache sizes: small enough to be right on every x86 since
  * 2013 and on every 64-bit Arm core with dotprod. */
@@ -134,6 +142,8 @@ static void detect(void)
             if (s0.d & (1u << 23)) f |= ES_CPU_AVX512_FP16;
             if (s1.a & (1u << 5)) f |= ES_CPU_AVX512_BF16;
         }
+        amx_cpuid = (s0.d & (3u << 24)) == (3u << 24);
+        amx_xcr0 = os_amx;
         if (os_amx) {
             if (s0.d & (1u << 24)) f |= ES_CPU_AMX_TILE;
             if (s0.d & (1u << 25)) f |= ES_CPU_AMX_INT8;
@@ -307,6 +317,49 @@ const es_cpu_info *es_cpu_get(void)
 {
     pthread_once(&once, detect_with_override);
     return &info;
+}
+
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static const char *amx_why;
+
+/* Linux keeps the 8 KiB of tile data out of a process's signal frames and context switches
+ * until the process asks for it (arch_prctl, since 5.16): asked for here, once, and only after
+ * CPUID and XCR0 said yes, so a process that never considers AMX never changes its state. */
+static void amx_check(void)
+{
+    es_cpu_get();
+#if HAVE_X86 && defined(__linux__)
+    enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    if (!amx_cpuid) {
+        amx_why = "this CPU reports no AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25)";
+        return;
+    }
+    if (!amx_xcr0) {
+        amx_why = "the OS does not enable the AMX tile state (XCR0 bits 17 and 18)";
+        return;
+    }
+    static char buf[192];
+    unsigned long perm = 0;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        snprintf(buf, sizeof(buf),
+                 "the kernel refused the AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM: %s)",
+                 strerror(errno));
+        amx_why = buf;
+    } else if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &perm) != 0 ||
+               !(perm & (1ul << XFEATURE_XTILEDATA))) {
+        amx_why = "the kernel did not grant the AMX tile data (arch_prctl ARCH_GET_XCOMP_PERM)";
+    }
+#elif HAVE_X86
+    amx_why = "AMX needs Linux's arch_prctl(ARCH_REQ_XCOMP_PERM)";
+#else
+    amx_why = "AMX is an x86-64 extension";
+#endif
+}
+
+const char *es_cpu_amx_unusable(void)
+{
+    pthread_once(&amx_once, amx_check);
+    return amx_why;
 }
 
 bool es_cpu_has(uint64_t flags)

@@ -33,7 +33,7 @@
 #define ES_CPU_AVX512_BF16 (1ull << 13)
 #define ES_CPU_AVX512_FP16 (1ull << 14)
 #define ES_CPU_AVX512_VBMI (1ull << 15)
-#define ES_CPU_AMX_TILE (1ull << 16) /* reported only; Linux also needs arch_prctl to use it */
+#define ES_CPU_AMX_TILE (1ull << 16) /* Linux also needs arch_prctl: es_cpu_amx_unusable() */
 #define ES_CPU_AMX_INT8 (1ull << 17)
 #define ES_CPU_AMX_BF16 (1ull << 18)
 /* AArch64 (from HWCAP/HWCAP2) */
@@ -61,6 +61,12 @@ const es_cpu_info *es_cpu_get(void);
 
 /* True if every bit in flags is supported by the CPU and enabled by the OS. */
 bool es_cpu_has(uint64_t flags);
+
+/* Whether the AMX tiles can run here: CPUID reports AMX-TILE and AMX-INT8, XCR0 enables the tile
+ * state (bits 17, 18), and the kernel grants this process the tile data (Linux asks for it:
+ * arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), requested once, on the first call).
+ * Returns NULL when all hold, else a static sentence saying which does not. */
+const char *es_cpu_amx_unusable(void);
 
 /* Writes a space-separated list of the detected ES_CPU_* names ("avx2 fma f16c avx512f ...")
  * into buf (always NUL-terminated when cap > 0). Returns buf. */

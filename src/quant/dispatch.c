@@ -3,14 +3,20 @@
  *
  * DESIGN: one table of function pointers indexed by weight type (STYLE §6). The scalar table is
  * filled first, then each ISA the CPU has overrides the entries it implements, in increasing
- * order (x86: avx2, avxvnni, avx512; AArch64: asimd, neon, i8mm), up to the ISA requested by
- * ESTREAM_ISA. An ISA the CPU lacks is passed over (an AVX-512 VNNI machine need not have
- * AVX-VNNI). The list of names is the same on every architecture; another architecture's tables
- * are never available (their files are not even built), and a request for one gets the best
- * table of this machine. On AArch64, asimd needs only Advanced SIMD (every Linux AArch64 CPU),
- * neon adds dotprod, i8mm adds smmla. After es_kern_init() the
- * table is read-only; the wrappers below read it without locks. A wrapper called before any
- * es_kern_init() initializes once (pthread_once) with the environment's choice.
+ * order (x86: avx2, avxvnni, avx512, amx; AArch64: asimd, neon, i8mm), up to the ISA requested
+ * by ESTREAM_ISA. An ISA the CPU lacks is passed over (an AVX-512 VNNI machine need not have
+ * AVX-VNNI). amx is avx512 plus the tiles: it needs AMX-TILE and AMX-INT8 in CPUID, the tile
+ * state in XCR0 and the kernel's grant (core/cpu.c es_cpu_amx_unusable); where one is missing,
+ * the reason is logged at ESTREAM_LOG=2 and returned by es_kern_isa_why_not() (estream info
+ * --system prints it). Test programs may link an emulation of the tiles, which registers itself
+ * (es_kern_amx_register_emulation): "amx" is then available by name on an AVX-512 CPU without
+ * AMX, but never the default, so nothing but a test that asks for it runs the emulation. The
+ * list of names is the same on every architecture; another architecture's tables are never
+ * available (their files are not even built), and a request for one gets the best table of this
+ * machine. On AArch64, asimd needs only Advanced SIMD (every Linux AArch64 CPU), neon adds
+ * dotprod, i8mm adds smmla. After es_kern_init() the table is read-only; the wrappers below read
+ * it without locks. A wrapper called before any es_kern_init() initializes once (pthread_once)
+ * with the environment's choice.
  */
 #include "quant/kern.h"
 
@@ -22,11 +28,21 @@
 
 es_kern es_kern_active;
 
-const char *const es_kern_isa_names[ES_KERN_N_ISA + 1] = {"scalar", "avx2", "avxvnni", "avx512",
-                                                           "asimd",  "neon", "i8mm",    NULL};
+const char *const es_kern_isa_names[ES_KERN_N_ISA + 1] = {
+    "scalar", "avx2", "avxvnni", "avx512", "amx", "asimd", "neon", "i8mm", NULL};
 #define isa_names es_kern_isa_names
-#define ISA_LIST "scalar, avx2, avxvnni, avx512, asimd, neon, i8mm"
-enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_ASIMD, ISA_NEON, ISA_I8MM, ISA_COUNT };
+#define ISA_LIST "scalar, avx2, avxvnni, avx512, amx, asimd, neon, i8mm"
+enum {
+    ISA_SCALAR,
+    ISA_AVX2,
+    ISA_AVXVNNI,
+    ISA_AVX512,
+    ISA_AMX,
+    ISA_ASIMD,
+    ISA_NEON,
+    ISA_I8MM,
+    ISA_COUNT
+};
 _Static_assert(ISA_COUNT == ES_KERN_N_ISA, "one name per ISA");
 
 /* Which architecture's files this build has (the Makefile builds x86_*.c only for x86-64 and
@@ -45,13 +61,34 @@ _Static_assert(ISA_COUNT == ES_KERN_N_ISA, "one name per ISA");
 /* The architecture a table is for: 0 any (scalar), 1 x86-64, 2 AArch64. */
 static int isa_arch(int isa)
 {
-    return isa == ISA_SCALAR ? 0 : isa <= ISA_AVX512 ? 1 : 2;
+    return isa == ISA_SCALAR ? 0 : isa <= ISA_AMX ? 1 : 2;
 }
 
 static bool isa_native(int isa)
 {
     const int a = isa_arch(isa);
     return a == 0 || (a == 1 && BUILT_X86) || (a == 2 && BUILT_ARM64);
+}
+
+/* Set before main by the test-only emulation object (never in the library or the CLI). */
+static void (*amx_emulation)(es_kern *k);
+
+void es_kern_amx_register_emulation(void (*fill)(es_kern *k))
+{
+    amx_emulation = fill;
+}
+
+static bool isa_ok(int isa);
+
+/* The real tiles: the avx512 table (amx decodes and scales with it) and AMX usable here. */
+static bool amx_real(void)
+{
+    return isa_ok(ISA_AVX512) && es_cpu_amx_unusable() == NULL;
+}
+
+bool es_kern_amx_emulated(void)
+{
+    return amx_emulation && isa_ok(ISA_AVX512) && !amx_real();
 }
 
 static bool isa_ok(int isa)
@@ -67,6 +104,8 @@ static bool isa_ok(int isa)
     case ISA_AVX512:
         return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX512_CORE |
                           ES_CPU_AVX512_VNNI);
+    case ISA_AMX:
+        return amx_real() || es_kern_amx_emulated();
     case ISA_ASIMD:
         return es_cpu_has(ES_CPU_NEON);
     case ISA_NEON:
@@ -98,6 +137,8 @@ static void fill_upto(es_kern *k, int isa)
         es_kern_fill_avx512(k);
         es_vec_fill_avx512(k);
     }
+    if (isa >= ISA_AMX && amx_real()) es_kern_fill_amx(k);
+    else if (isa >= ISA_AMX && es_kern_amx_emulated()) amx_emulation(k);
 #endif
 #if BUILT_ARM64
     if (isa >= ISA_ASIMD && isa_ok(ISA_ASIMD)) {
@@ -115,6 +156,35 @@ bool es_kern_isa_available(const char *isa)
     return i >= 0 && isa_ok(i);
 }
 
+const char *es_kern_isa_why_not(const char *isa)
+{
+    const int i = isa ? isa_index(isa) : -1;
+    if (i < 0) return "unknown kernel table (" ISA_LIST ")";
+    if (isa_ok(i)) return NULL;
+    if (!isa_native(i))
+        return isa_arch(i) == 1 ? "an x86-64 table (this build is not for x86-64)"
+                                : "an AArch64 table (this build is not for AArch64)";
+    switch (i) {
+    case ISA_AVX2:
+        return "this CPU (or OS) lacks AVX2, FMA or F16C";
+    case ISA_AVXVNNI:
+        return "this CPU (or OS) lacks AVX2, FMA, F16C or AVX-VNNI";
+    case ISA_AVX512:
+        return "this CPU (or OS) lacks AVX-512 F/BW/VL/DQ or VNNI";
+    case ISA_AMX:
+        return isa_ok(ISA_AVX512) ? es_cpu_amx_unusable()
+                                  : "amx decodes and scales with AVX-512 (F/BW/VL/DQ, VNNI), "
+                                    "which this CPU (or OS) lacks";
+    case ISA_ASIMD:
+        return "this CPU lacks Advanced SIMD";
+    case ISA_NEON:
+        return "this CPU lacks the dotprod extension";
+    case ISA_I8MM:
+        return "this CPU lacks the dotprod or i8mm extension";
+    }
+    return "not available";
+}
+
 bool es_kern_get(const char *isa, es_kern *k)
 {
     if (!es_kern_isa_available(isa)) return false;
@@ -127,7 +197,7 @@ const char *es_kern_init(const char *force)
     if (!force) force = getenv("ESTREAM_ISA");
     int best = ISA_SCALAR;
     for (int i = ISA_COUNT - 1; i > ISA_SCALAR; i--)
-        if (isa_ok(i)) {
+        if (isa_ok(i) && (i != ISA_AMX || amx_real())) { /* the emulation is never the default */
             best = i;
             break;
         }
@@ -141,17 +211,21 @@ const char *es_kern_init(const char *force)
             es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: a table for another architecture; using %s",
                    force, isa_names[best]);
         } else if (!isa_ok(i)) {
+            const char *why = es_kern_isa_why_not(force);
             while (i > ISA_SCALAR && !isa_ok(i))
                 i--;
-            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: this CPU or OS lacks it; using %s", force,
-                   isa_names[i]);
+            es_log(ES_LOG_WARN, "ESTREAM_ISA=%s: %s; using %s", force, why, isa_names[i]);
             want = i;
         } else {
             want = i;
         }
     }
     fill_upto(&es_kern_active, want);
-    es_log(ES_LOG_INFO, "kernels: %s", es_kern_active.isa);
+    es_log(ES_LOG_INFO, "kernels: %s%s", es_kern_active.isa,
+           want == ISA_AMX && !amx_real() ? " (the tests' emulation of the tiles)" : "");
+    /* where the avx512 table runs, say why its tiles do not (ESTREAM_LOG=2) */
+    if (isa_ok(ISA_AVX512) && !amx_real())
+        es_log(ES_LOG_INFO, "kernels: amx not used: %s", es_cpu_amx_unusable());
     return es_kern_active.isa;
 }
 

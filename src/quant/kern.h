@@ -20,7 +20,9 @@
  * register block, an int32 sum per block of 32, then one float scale-and-accumulate per block.
  * Decoding once per tile and reusing it across all rows is what makes the unpack cost small
  * (measured on the bench machine: ~4 % of the GEMM at 128 rows, ~30 % at 16). bench/README.md
- * has the numbers and what limits them.
+ * has the numbers and what limits them. The amx table (x86_amx.c) decodes the same AVX-512 way
+ * into AMX tile operands and runs tdpbssd on blocks of 16 token rows, one product per block of
+ * 32 k, then the same float scale-and-accumulate; calls of fewer than 16 rows use avx512's.
  *
  * Determinism: every Y element is reduced over k in one fixed order (block by block, increasing
  * k; within a block the integer sum is exact), with the same float operations whatever the split
@@ -28,7 +30,9 @@
  * size. So results are bit-identical across thread counts and row orders for one kernel table.
  * The SIMD tables do the scalar table's float operations in the same order, so today all tables
  * agree bit for bit; tests still allow a small per-type tolerance between ISAs, so a future
- * kernel may reorder float work (it must stay deterministic within its own table).
+ * kernel may reorder float work (it must stay deterministic within its own table). The amx
+ * table is held to bit identity with scalar and avx512 (its int32 block sums are exact whatever
+ * engine computes them, and its float work is avx512's).
  *
  * Thread-safety: es_kern_init() writes es_kern_active and must run before other threads use the
  * kernels (es_gemm etc. call it with NULL on first use if nobody did). Everything else is
@@ -80,9 +84,10 @@ typedef struct es_kern {
 
 /* The kernel tables, in the order es_kern_init() prefers them (last = best): "scalar", "avx2"
  * (AVX2 + FMA + F16C), "avxvnni" (that + VEX vpdpbusd), "avx512" (AVX-512 F/BW/VL/DQ + VNNI),
- * "asimd" (AArch64 Advanced SIMD: smull + sadalp), "neon" (that + dotprod sdot), "i8mm" (that +
- * smmla). One list for every architecture: another architecture's tables are never available. */
-#define ES_KERN_N_ISA 7
+ * "amx" (that + AMX-TILE/AMX-INT8 tiles for the integer products of 16 rows or more), "asimd"
+ * (AArch64 Advanced SIMD: smull + sadalp), "neon" (that + dotprod sdot), "i8mm" (that + smmla).
+ * One list for every architecture: another architecture's tables are never available. */
+#define ES_KERN_N_ISA 8
 extern const char *const es_kern_isa_names[ES_KERN_N_ISA + 1]; /* NULL-terminated */
 
 /* The table es_gemm() & co. use. Written only by es_kern_init(); read-only afterwards. */
@@ -100,6 +105,18 @@ const char *es_kern_isa_name(void);
 /* True if this CPU and OS can run the named ISA's kernels. */
 bool es_kern_isa_available(const char *isa);
 
+/* NULL if es_kern_isa_available(isa); else why not, as a static sentence ("this CPU reports no
+ * AMX-TILE and AMX-INT8 ..."; an unknown name too). */
+const char *es_kern_isa_why_not(const char *isa);
+
+/* Tests only: the C emulation of the tile instructions (x86_amx.c built with ES_AMX_EMULATE,
+ * linked into test programs alone) registers its fill here before main. The dispatcher then
+ * offers "amx" on a CPU without AMX (with AVX-512) when asked for by name, never as the
+ * default; where the CPU has AMX the real table is used. */
+void es_kern_amx_register_emulation(void (*fill)(es_kern *k));
+/* True if the "amx" table of this process runs on the emulation (for the tests' messages). */
+bool es_kern_amx_emulated(void);
+
 /* Fills *k with the named ISA's table (for tests and benchmarks that compare ISAs). Returns false
  * (and leaves *k untouched) if the name is unknown or the ISA is not available. */
 bool es_kern_get(const char *isa, es_kern *k);
@@ -110,6 +127,7 @@ void es_kern_fill_scalar(es_kern *k);
 void es_kern_fill_avx2(es_kern *k);
 void es_kern_fill_avxvnni(es_kern *k);
 void es_kern_fill_avx512(es_kern *k);
+void es_kern_fill_amx(es_kern *k); /* on top of the avx512 table */
 void es_kern_fill_asimd(es_kern *k);
 void es_kern_fill_neon(es_kern *k);
 void es_kern_fill_i8mm(es_kern *k);
@@ -304,7 +322,7 @@ es_kern_gather_rows(const uint8_t *base, size_t wrb, int nr, const int bytes, ui
  * written once; a table gives, per weight kind and layout, an es_kern_tiling with its tile
  * width, record sizes, block heights, decoder and micro-kernel.
  */
-#define ES_KERN_TB_MAX 8 /* most token rows per register block, any table */
+#define ES_KERN_TB_MAX 16 /* most token rows per register block, any table (amx: 16) */
 
 /* One tile for a decoder: output rows [nt + lo, nt + hi) of the matrix W (rows of wrb bytes;
  * N rows in all, for the tile layout), k values [k0, k1), into the scratch. Rows of the tile
@@ -319,11 +337,19 @@ typedef struct es_kern_tile {
     int64_t k0, k1;
 } es_kern_tile;
 
+struct es_kern_tiling;
+
 /* One call of a micro-kernel: T token rows (act rows xr, Y rows yp at the tile's first output
  * row) times the decoded tile over k values [k0, k0 + nk); only Y lanes [lo, hi) of the tile
  * are read and written; load_y: add to Y (else overwrite). pf, if not NULL: the next tile's raw
  * rows (tile_rows of them, pf_wrb apart, the slice's bytes of each), for the kernel to fetch
- * into L2 a line at a time while it runs (pf_step: bytes per block of 32 k, << 16). */
+ * into L2 a line at a time while it runs (pf_step: bytes per block of 32 k, << 16); with
+ * decode_ahead the tile after the next one (the next one is being decoded).
+ * Tilings with pack_rows: xp, the block's token rows as pack_rows laid them out (rows past T
+ * are zero). Tilings with decode_ahead: next, if not NULL, is the slice's next tile, which this
+ * call must decode into next_buf (all of it, es_kern_decode_next(), unit by unit while it
+ * works); only the first register block of each tile gets it, and nobody reads next_buf
+ * before the next tile. tl: the tiling the driver runs. */
 typedef struct es_kern_block {
     const uint8_t *tile;
     int64_t K, k0, nk;
@@ -333,6 +359,10 @@ typedef struct es_kern_block {
     const uint8_t *pf;
     size_t pf_wrb;
     uint64_t pf_step;
+    const uint8_t *xp;
+    const es_kern_tile *next;
+    uint8_t *next_buf;
+    const struct es_kern_tiling *tl;
 } es_kern_block;
 
 typedef struct es_kern_tiling {
@@ -353,7 +383,35 @@ typedef struct es_kern_tiling {
     int tiled; /* W is in the tile layout (quant/tiles.h): tiles start at multiples of tile_rows */
     void (*decode)(const es_kern_tile *t, uint8_t *scratch);
     void (*kernel)(const es_kern_block *b);
+    /*
+     * The matrix-engine tables (amx) only; 0 / NULL for the vector tables.
+     * decode_ahead: the scratch holds two tile buffers. The driver decodes a slice's first tile;
+     * from then on the first register block of each tile decodes the next tile into the other
+     * buffer while it multiplies this one (es_kern_block.next): the vector units decode while
+     * the matrix engine works, the paper's DMA -> vector -> matrix pipeline inside one call.
+     * Slices are sized so that both buffers together take what one takes without it.
+     * pack_rows: the kernel loads token rows as a matrix operand (16 rows at one stride), so
+     * once per row group and K-slice the driver has the group's rows [r0, r1) of the call (act
+     * row rows[r], or r, of arb bytes) packed, k values [k0, k1), one byte per k: register block
+     * r's rows at dst + (r - r0) * (k1 - k0), in an order of the table's choosing, with zero rows
+     * up to a multiple of tb. Blocks are then greedy (even_split 0) and tb rows high.
+     */
+    int decode_ahead;
+    void (*pack_rows)(const void *act, size_t arb, const int32_t *rows, int64_t r0, int64_t r1,
+                      int64_t k0, int64_t k1, uint8_t *dst);
 } es_kern_tiling;
+
+/* For a decode_ahead kernel: decodes unit u (k values [k0 + u * unit, ...) of the next tile's
+ * slice) of b->next into its place in b->next_buf. A kernel calls it for u = 0, 1, ... until
+ * the slice is done, between its own steps, so that the decode overlaps the matrix work. */
+static inline void es_kern_decode_next(const es_kern_block *b, int64_t u)
+{
+    const es_kern_tiling *tl = b->tl;
+    es_kern_tile t = *b->next;
+    t.k0 = b->next->k0 + u * tl->unit;
+    t.k1 = t.k0 + tl->unit < b->next->k1 ? t.k0 + tl->unit : b->next->k1;
+    tl->decode(&t, b->next_buf + (size_t)u * tl->tile_bytes);
+}
 
 /* The tiling of a table's float kernels (F32, F16, BF16 weights, row layout): tiles of `rows`
  * output rows by 32 k floats per unit, act rows of floats, greedy blocks of at most tb tokens. */

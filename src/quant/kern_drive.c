@@ -16,6 +16,12 @@
  * The tables differ only in what es_kern_tiling holds: the tile width, the record sizes, the
  * register block heights, the decoders and micro-kernels. A change to the loops (the slices, the
  * prefetch hint, the row split) reaches every table through this file.
+ *
+ * The matrix-engine table (amx) runs through the same loops with two additions of its tiling
+ * (kern.h): the group's rows are packed once per slice into the operand layout its tiles load
+ * (a tile row is read at a fixed stride, so a gathered row list cannot be read in place), and
+ * tiles are decoded one ahead into two buffers, the kernel decoding the next tile while its
+ * matrix work on the current one runs. Neither changes which float operations a Y element sees.
  */
 #include "quant/kern.h"
 
@@ -26,11 +32,20 @@ typedef struct slices {
     int64_t ks, rg; /* k values per slice (a multiple of unit), token rows per group */
 } slices;
 
-static slices make_slices(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u, size_t act_u)
+/* Row groups are a multiple of every register block height: 24 for the vector tables (blocks
+ * of at most 8 rows), 48 with the matrix tables' 16. */
+static int64_t group_multiple(int tb)
+{
+    return tb <= 8 ? 24 : 48;
+}
+
+/* tile_u: the decoded tile's bytes per unit of k, doubled for decode_ahead (two buffers). */
+static slices make_slices(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u, size_t act_u,
+                          int64_t mult)
 {
     const size_t l2 = es_cpu_get()->l2_bytes;
     const int64_t k_units = (K + unit - 1) / unit;
-    int64_t n = (int64_t)(l2 / 4 / tile_u); /* the tile in a quarter of L2 */
+    int64_t n = (int64_t)(l2 / 4 / tile_u); /* the tile (both buffers) in a quarter of L2 */
     if (n > k_units) n = k_units;
     if (n < 1) n = 1;
     /* rows whose act slice fits half of L2; at least 96 (decode amortized), else thinner slices */
@@ -40,9 +55,9 @@ static slices make_slices(int64_t K, int64_t n_rows, int64_t unit, size_t tile_u
         if (n < 1) n = 1;
         rg = (int64_t)(l2 / 2 / (act_u * (size_t)n));
     }
-    if (rg < 24) rg = 24;
+    if (rg < mult) rg = mult;
     slices p = {n * unit, n_rows};
-    if (p.rg > rg) p.rg = rg / 24 * 24; /* a multiple of every register block height */
+    if (p.rg > rg) p.rg = rg / mult * mult; /* a multiple of every register block height */
     return p;
 }
 
@@ -53,11 +68,35 @@ static int64_t max_slice(int64_t unit, size_t tile_u)
     return (int64_t)(n < 1 ? 1 : n) * unit;
 }
 
+static size_t tile_unit_bytes(const es_kern_tiling *tl)
+{
+    return tl->tile_bytes * (tl->decode_ahead ? 2 : 1);
+}
+
+/* One tile buffer's bytes for rows of K weights (a multiple of 64). */
+static size_t tile_buf_bytes(const es_kern_tiling *tl, int64_t K)
+{
+    const int64_t ks = max_slice(tl->unit, tile_unit_bytes(tl));
+    const int64_t k = (K + 31) / 32 * 32; /* float decoders write whole 16-value steps */
+    return ((size_t)(k < ks ? k : ks) * tl->tile_bytes / (size_t)tl->unit + 63) / 64 * 64;
+}
+
+/* The packed rows' bytes: a group of rg rows takes rg x the slice's k bytes, and make_slices
+ * keeps rg * slice * act_bytes / unit within half of L2 unless rg is at its floor (mult), plus
+ * up to tb - 1 zero rows. */
+static size_t pack_buf_bytes(const es_kern_tiling *tl, int64_t K)
+{
+    if (!tl->pack_rows) return 0;
+    const int64_t ks = max_slice(tl->unit, tile_unit_bytes(tl));
+    const size_t k = (size_t)(K < ks ? K : ks);
+    const size_t half_l2 = es_cpu_get()->l2_bytes / 2;
+    const size_t floor_rows = (size_t)(group_multiple(tl->tb) + tl->tb);
+    return (half_l2 * (size_t)tl->unit / tl->act_bytes + floor_rows * k + 63) / 64 * 64;
+}
+
 size_t es_kern_drive_scratch(const es_kern_tiling *tl, int64_t K)
 {
-    const int64_t ks = max_slice(tl->unit, tl->tile_bytes);
-    const int64_t k = (K + 31) / 32 * 32; /* float decoders write whole 16-value steps */
-    return (size_t)(k < ks ? k : ks) * tl->tile_bytes / (size_t)tl->unit + 64;
+    return tile_buf_bytes(tl, K) * (tl->decode_ahead ? 2 : 1) + pack_buf_bytes(tl, K) + 64;
 }
 
 /* The height of the next register block when `left` token rows remain and a block holds at most
@@ -78,42 +117,67 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
 {
     ES_ASSERT(K > 0 && ((uintptr_t)scratch & 63) == 0);
     ES_ASSERT(tl->tb <= ES_KERN_TB_MAX && tl->tb_narrow <= ES_KERN_TB_MAX);
-    const slices pl = make_slices(K, n_rows, tl->unit, tl->tile_bytes, tl->act_bytes);
+    ES_ASSERT(!tl->pack_rows || (!tl->even_split && tl->tb == tl->tb_narrow));
+    const int64_t mult = group_multiple(tl->tb);
+    const slices pl =
+        make_slices(K, n_rows, tl->unit, tile_unit_bytes(tl), tl->act_bytes, mult);
     const size_t wrb = es_qtype_row_bytes(type, K), arb = tl->act_row_bytes(K);
     const int64_t tw = tl->tile_rows;
-    es_kern_tile t = {.W = W, .wrb = wrb, .N = N, .type = type};
+    /* scratch: the tile buffer (two with decode_ahead: tile i in buf[i % 2]), then packed rows */
+    const size_t tbb = tile_buf_bytes(tl, K);
+    uint8_t *const buf[2] = {scratch, (uint8_t *)scratch + (tl->decode_ahead ? tbb : 0)};
+    uint8_t *const packed = tl->pack_rows ? buf[1] + tbb : NULL;
+    es_kern_tile t = {.W = W, .wrb = wrb, .N = N, .type = type}, tn = t;
     es_kern_block b;
-    b.tile = scratch;
     b.K = K;
     b.pf_wrb = wrb;
     b.pf_step = ((uint64_t)wrb << 21) / (uint64_t)K; /* bytes per block of 32 k, << 16 */
+    b.xp = NULL;
+    b.tl = tl;
+    /* a prefetch runs this many tiles ahead of the one multiplied: with decode_ahead the next
+     * tile is being decoded already, so the one after it */
+    const int64_t pf_ahead = tl->decode_ahead ? 2 : 1;
     for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
         const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
         for (int64_t k0 = 0; k0 < K; k0 += pl.ks) {
-            t.k0 = b.k0 = k0;
-            t.k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
+            t.k0 = tn.k0 = b.k0 = k0;
+            t.k1 = tn.k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
             b.nk = t.k1 - k0;
             b.load_y = accumulate || k0 > 0;
+            if (packed) tl->pack_rows(act, arb, rows, rg, rg1, k0, t.k1, packed);
             /* the tile layout's tiles start at multiples of the width; rows below n0 are masked */
-            for (int64_t nt = tl->tiled ? n0 / tw * tw : n0; nt < n1; nt += tw) {
+            const int64_t nt0 = tl->tiled ? n0 / tw * tw : n0;
+            int64_t i = 0;
+            for (int64_t nt = nt0; nt < n1; nt += tw, i++) {
                 t.nt = nt;
                 t.lo = b.lo = (int)(n0 > nt ? n0 - nt : 0);
                 t.hi = b.hi = (int)(n1 - nt < tw ? n1 - nt : tw);
-                tl->decode(&t, scratch);
-                /* the next tile's raw rows, if it is a whole one, for the first register block
-                 * to fetch into L2 (the tile layout needs none: the hardware prefetcher follows
-                 * it) */
-                b.pf = !tl->tiled && nt + 2 * tw <= n1
-                           ? (const uint8_t *)W + (nt + tw) * wrb + wrb * (size_t)k0 / (size_t)K
+                uint8_t *const cur = buf[i & 1];
+                if (!tl->decode_ahead || nt == nt0) tl->decode(&t, cur);
+                b.tile = cur;
+                /* decode_ahead: the next tile, for the first register block to decode */
+                tn.nt = nt + tw;
+                tn.lo = 0;
+                tn.hi = (int)(n1 - tn.nt < tw ? n1 - tn.nt : tw);
+                const es_kern_tile *next = tl->decode_ahead && tn.nt < n1 ? &tn : NULL;
+                b.next_buf = buf[(i + 1) & 1];
+                /* the raw rows of a later tile, if it is a whole one, for the first register
+                 * block to fetch into L2 (the tile layout needs none: the hardware prefetcher
+                 * follows it) */
+                const int64_t pt = nt + pf_ahead * tw;
+                b.pf = !tl->tiled && pt + tw <= n1
+                           ? (const uint8_t *)W + pt * wrb + wrb * (size_t)k0 / (size_t)K
                            : NULL;
                 const int tb = b.hi <= tl->narrow_rows ? tl->tb_narrow : tl->tb;
                 for (int64_t r = rg; r < rg1; r += b.T) {
                     b.T = block_rows(rg1 - r, tb, tl->even_split);
-                    for (int i = 0; i < b.T; i++) {
-                        b.xr[i] = (const uint8_t *)act + (rows ? rows[r + i] : r + i) * arb;
+                    for (int j = 0; j < b.T; j++) {
+                        b.xr[j] = (const uint8_t *)act + (rows ? rows[r + j] : r + j) * arb;
                         /* may point below column n0: the kernel touches only [lo, hi) */
-                        b.yp[i] = Y + (r + i) * ldy + nt;
+                        b.yp[j] = Y + (r + j) * ldy + nt;
                     }
+                    if (packed) b.xp = packed + (r - rg) * b.nk;
+                    b.next = r == rg ? next : NULL;
                     tl->kernel(&b);
                     b.pf = NULL; /* fetched during the first register block */
                 }

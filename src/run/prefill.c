@@ -14,6 +14,7 @@
 
 const char *es_kernels_name(void) { return es_kern_isa_name(); }
 int es_kernels_available(const char *isa) { return es_kern_isa_available(isa); }
+const char *es_kernels_why_not(const char *isa) { return es_kern_isa_why_not(isa); }
 
 es_status es_kernels_select(const char *isa)
 {
@@ -21,10 +22,11 @@ es_status es_kernels_select(const char *isa)
     for (int i = 0; i < ES_KERN_N_ISA && !known; i++)
         known = strcmp(isa, es_kern_isa_names[i]) == 0;
     if (!known)
-        return es_fail(ES_E_INVAL,
-                       "unknown kernel table '%s' (scalar, avx2, avxvnni, avx512, asimd, neon, i8mm)", isa);
+        return es_fail(ES_E_INVAL, "unknown kernel table '%s' (scalar, avx2, avxvnni, avx512, amx, "
+                       "asimd, neon, i8mm)", isa);
     if (isa && !es_kern_isa_available(isa))
-        return es_fail(ES_E_UNSUPPORTED, "this CPU or OS cannot run the %s kernels", isa);
+        return es_fail(ES_E_UNSUPPORTED, "the %s kernels cannot run here: %s", isa,
+                       es_kern_isa_why_not(isa));
     es_kern_init(isa);
     return ES_OK;
 }

@@ -244,9 +244,12 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     }
     const char *isa = params && params->kernels ? params->kernels : es_kern_default()->isa;
     if (!es_kern_get(isa, &s->kern)) {
-        st = es_kern_isa_available(isa)
-                 ? es_fail(ES_E_INVAL, "unknown kernel table '%s' (scalar, avx2, avx512)", isa)
-                 : es_fail(ES_E_UNSUPPORTED, "this CPU or OS cannot run the %s kernels", isa);
+        bool known = false;
+        for (int i = 0; i < ES_KERN_N_ISA; i++) known |= strcmp(isa, es_kern_isa_names[i]) == 0;
+        st = known ? es_fail(ES_E_UNSUPPORTED, "the %s kernels cannot run here: %s", isa,
+                             es_kern_isa_why_not(isa))
+                   : es_fail(ES_E_INVAL, "unknown kernel table '%s' (%s)", isa,
+                             es_kern_isa_why_not(isa));
         goto fail;
     }
     s->stats.kernels = s->kern.isa;
