@@ -58,12 +58,17 @@ static void test_batch_pick(void **state)
 }
 
 /* Plain tokens of s: no BOS or EOS, special-token text recognised (the records' rule). */
-static int32_t *tok(const char *s, size_t *n)
+static int32_t *tok_in(const es_model *m, const char *s, size_t *n)
 {
     int32_t *ids = malloc((strlen(s) + 16) * sizeof(int32_t));
     assert_non_null(ids);
-    assert_int_equal(es_tokenize(model, s, strlen(s), 0, 1, ids, strlen(s) + 16, n), ES_OK);
+    assert_int_equal(es_tokenize(m, s, strlen(s), 0, 1, ids, strlen(s) + 16, n), ES_OK);
     return ids;
+}
+
+static int32_t *tok(const char *s, size_t *n)
+{
+    return tok_in(model, s, n);
 }
 
 /* Runs one sequence alone: per-token log-probs into lp (NAN before score_from). */
@@ -312,6 +317,165 @@ static void test_bos_rule(void **state)
     es_session_destroy(s);
 }
 
+/* ---- chats and reranking -------------------------------------------------------------------
+ * A model with Llama's SentencePiece vocabulary (BOS <s>, "yes" and "no" one token each) and
+ * Mixtral's chat template (which writes bos_token itself), made here. */
+
+static es_model *chat_model(char **dir)
+{
+    *dir = t_mkdtemp("jobchat");
+    char path[700], vocab[700];
+    snprintf(path, sizeof(path), "%s/chat.gguf", *dir);
+    snprintf(vocab, sizeof(vocab), "%s/vocab/ggml-vocab-llama-spm.gguf", t_data_dir());
+    char *tmpl = t_read_file(DATA "chat/mixtral-8x7b-instruct.jinja", NULL);
+    assert_non_null(tmpl);
+    const es_synth_opts o = {.preset = "tiny", .type = "q4_0", .seed = 11, .vocab_path = vocab,
+                             .chat_template = tmpl};
+    if (es_synth(&o, path)) fail_msg("synth: %s", es_last_error());
+    free(tmpl);
+    es_model *m;
+    assert_int_equal(es_model_open(path, 0, &m), ES_OK);
+    return m;
+}
+
+static es_record *make_in(es_model *m, const es_record_spec *sp)
+{
+    es_record *r = NULL;
+    if (es_record_create(m, sp, &r) != ES_OK) fail_msg("es_record_create: %s", es_last_error());
+    return r;
+}
+
+/* A chat record is the prompt (or the labels) of its rendering, written out here by hand from
+ * Mixtral's template: one BOS (the template's), the next-token distribution of the last
+ * position. A rerank record's P(yes) / (P(yes) + P(no)) is computed here from the last
+ * position's logits of Qwen3-Reranker's prompt, written out by hand. */
+static void test_chats_and_reranking(void **state)
+{
+    (void)state;
+    char *dir;
+    es_model *m = chat_model(&dir);
+    const int32_t bos = es_model_bos(m);
+    assert_true(es_model_add_bos(m));
+    es_session *s;
+    assert_int_equal(es_session_create(m, NULL, &s), ES_OK);
+
+    const es_chat_message chat[] = {{"user", "Is the sky blue?"},
+                                    {"assistant", "Yes."},
+                                    {"user", "And grass?"}};
+    const char *by_hand = "<s>[INST] Is the sky blue? [/INST]Yes.</s>[INST] And grass? [/INST]";
+    const es_record_spec cs = {.kind = ES_RECORD_PROMPT, .messages = chat, .n_messages = 3,
+                               .next_top = 5, .gold = -1};
+    const es_record_spec ts = {.kind = ES_RECORD_PROMPT, .text = {by_hand, strlen(by_hand)},
+                               .next_top = 5, .gold = -1};
+    const es_str yn[] = {{"yes", 3}, {"no", 2}};
+    const es_record_spec cl = {.kind = ES_RECORD_LABELS, .messages = chat, .n_messages = 3,
+                               .items = yn, .n_items = 2, .gold = -1};
+    const es_record_spec tl = {.kind = ES_RECORD_LABELS, .text = {by_hand, strlen(by_hand)},
+                               .items = yn, .n_items = 2, .gold = -1};
+    es_record *r[4] = {make_in(m, &cs), make_in(m, &ts), make_in(m, &cl), make_in(m, &tl)};
+    assert_int_equal(es_session_run_records(s, r, 4), ES_OK);
+    es_record_result x[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(es_record_result_get(r[i], &x[i]), ES_OK);
+    assert_true(x[0].n_ids > 10);
+    assert_int_equal(x[0].ids[0], bos);
+    assert_true(x[0].ids[1] != bos); /* the template's BOS, not a second one */
+    assert_int_equal(es_record_n_tokens(r[0]), (int64_t)x[0].n_ids); /* nor a hidden one */
+    assert_int_equal(x[0].n_ids, x[1].n_ids);
+    assert_memory_equal(x[0].ids, x[1].ids, x[0].n_ids * sizeof(int32_t));
+    assert_memory_equal(x[0].logprobs + 1, x[1].logprobs + 1, (x[0].n_ids - 1) * sizeof(float));
+    assert_int_equal(x[0].next_top, 5);
+    assert_memory_equal(x[0].next_ids, x[1].next_ids, 5 * sizeof(int32_t));
+    assert_memory_equal(x[0].next_logprobs, x[1].next_logprobs, 5 * sizeof(float));
+    assert_true(x[0].next_logprobs[0] >= x[0].next_logprobs[4]);
+    assert_int_equal(x[2].n_items, 2);
+    assert_memory_equal(x[2].item_logprobs, x[3].item_logprobs, 2 * sizeof(double));
+    assert_memory_equal(x[2].probs, x[3].probs, 2 * sizeof(double));
+    for (int i = 0; i < 4; i++) es_record_destroy(r[i]);
+
+    /* a chat the template refuses: its own message */
+    const es_chat_message bad[] = {{"assistant", "Hi"}};
+    const es_record_spec bs = {.kind = ES_RECORD_PROMPT, .messages = bad, .n_messages = 1};
+    es_record *b = NULL;
+    assert_int_equal(es_record_create(m, &bs, &b), ES_E_INVAL);
+    assert_null(b);
+    assert_non_null(strstr(es_last_error(), "Conversation roles must alternate"));
+
+    /* reranking: each document's prompt by hand; its last position's logits */
+    const char *query = "what is a cat";
+    const es_str docs[] = {{"A cat is a small animal.", 24}, {"Paris is a city.", 16}};
+    const es_record_spec rs = {.kind = ES_RECORD_RERANK, .query = {query, strlen(query)},
+                               .items = docs, .n_items = 2};
+    es_record *rr = make_in(m, &rs);
+    assert_int_equal(es_record_n_seqs(rr), 2);
+    assert_int_equal(es_session_run_records(s, &rr, 1), ES_OK);
+    es_record_result y;
+    assert_int_equal(es_record_result_get(rr, &y), ES_OK);
+    assert_int_equal(y.n_items, 2);
+    size_t n1;
+    int32_t *yes = tok_in(m, "yes", &n1);
+    assert_int_equal(n1, 1);
+    int32_t *no = tok_in(m, "no", &n1);
+    assert_int_equal(n1, 1);
+    const int nv = es_model_n_vocab(m);
+    float *logits = malloc((size_t)nv * sizeof(float));
+    for (int d = 0; d < 2; d++) {
+        char prompt[2048];
+        snprintf(prompt, sizeof(prompt),
+                 "<|im_start|>system\nJudge whether the Document meets the requirements based on "
+                 "the Query and the Instruct provided. Note that the answer can only be \"yes\" "
+                 "or \"no\".<|im_end|>\n<|im_start|>user\n<Instruct>: %s\n<Query>: %s\n"
+                 "<Document>: %.*s<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+                 ES_RERANK_INSTRUCTION, query, (int)docs[d].len, docs[d].ptr);
+        size_t n;
+        int32_t *t = tok_in(m, prompt, &n);
+        int32_t *ids = malloc((n + 1) * sizeof(int32_t));
+        ids[0] = bos;
+        memcpy(ids + 1, t, n * sizeof(int32_t));
+        const es_seq *rq = es_record_seqs(rr);
+        if (rq[d].n_ids != n + 1 || memcmp(rq[d].ids, ids, (n + 1) * sizeof(int32_t)))
+            fail_msg("document %d: the record's %zu ids are not the prompt's %zu", d,
+                     rq[d].n_ids, n + 1);
+        es_seq q = {.ids = ids, .n_ids = n + 1, .logits = logits};
+        assert_int_equal(es_session_run(s, &q, 1), ES_OK);
+        const double p = 1.0 / (1.0 + exp((double)logits[no[0]] - (double)logits[yes[0]]));
+        if (fabs(y.probs[d] - p) > 1e-6) fail_msg("document %d: %.9g, by hand %.9g", d, y.probs[d], p);
+        free(t);
+        free(ids);
+    }
+    assert_int_equal(y.label, y.probs[1] > y.probs[0]);
+    es_record_destroy(rr);
+    free(logits);
+
+    /* a template of one's own (query and document), and the answers' rule */
+    const es_record_spec own = {.kind = ES_RECORD_RERANK, .query = {query, strlen(query)},
+                                .items = docs, .n_items = 1,
+                                .template_text = "Q: {{ query }} D: {{ document }} Relevant:"};
+    rr = make_in(m, &own);
+    size_t n;
+    int32_t *t = tok_in(m, "Q: what is a cat D: A cat is a small animal. Relevant:", &n);
+    const es_seq *sq = es_record_seqs(rr);
+    assert_int_equal(sq[0].n_ids, n + 1);
+    assert_int_equal(sq[0].ids[0], bos);
+    assert_memory_equal(sq[0].ids + 1, t, n * sizeof(int32_t));
+    free(t);
+    es_record_destroy(rr);
+    es_record_spec two = rs;
+    two.rerank_labels[0] = (es_str){"yes indeed", 10};
+    b = NULL;
+    assert_int_equal(es_record_create(m, &two, &b), ES_E_INVAL);
+    assert_string_equal(es_last_error(), "the rerank answer \"yes indeed\" is 2 tokens, not one");
+    es_record_spec none = rs;
+    none.n_items = 0;
+    assert_int_equal(es_record_create(m, &none, &b), ES_E_INVAL);
+    assert_null(b);
+    free(yes);
+    free(no);
+    es_session_destroy(s);
+    es_model_close(m);
+    t_rm_rf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_record_errors),
         cmocka_unit_test(test_sizing),
         cmocka_unit_test(test_bos_rule),
+        cmocka_unit_test(test_chats_and_reranking),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

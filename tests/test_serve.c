@@ -6,7 +6,8 @@
  * - the numbers equal the CLI's: completions (echo, logprobs, the greedy next token) against
  *   estream score and estream prefill, embeddings (float and base64) against estream embed bit
  *   for bit, /v1/score and /v1/classify against estream score, /tokenize against estream
- *   tokenize, /detokenize round trips, /v1/models and /tokenizer_info;
+ *   tokenize, /detokenize round trips, /v1/models and /tokenizer_info, /v1/chat/completions
+ *   and /v1/rerank (and TEI's /rerank) against score's chat and rerank records;
  * - every error path: its status and an OpenAI-shaped error naming the field at fault;
  * - the API key; the queue (429 with Retry-After); the request timeout (504); a client that hangs
  *   up (499, the batch stopped); a stalled client (other clients unaffected, closed after
@@ -44,6 +45,8 @@ static char g_tiny[600];  /* tiny (olmoe, 320 tokens, all pieces distinct), q8_0
 static char g_vocab[600]; /* tiny-qwen3moe-vocab: Qwen3's 151,936-token vocabulary, q4_0 */
 static char g_small[600]; /* small (hidden 320, 8 experts), q4_0 */
 static char g_pack[600];  /* its pack */
+static char g_chat[600];  /* tiny with Llama's SentencePiece vocabulary and Mixtral's chat
+                           * template: "yes" and "no" one token each, BOS <s> */
 
 static double now_s(void)
 {
@@ -86,14 +89,22 @@ static int setup_models(void **state)
     snprintf(g_vocab, sizeof(g_vocab), "%s/vocab.gguf", g_dir);
     snprintf(g_small, sizeof(g_small), "%s/small.gguf", g_dir);
     snprintf(g_pack, sizeof(g_pack), "%s/small.pack", g_dir);
+    snprintf(g_chat, sizeof(g_chat), "%s/chat.gguf", g_dir);
+    char spm[600];
+    snprintf(spm, sizeof(spm), "%s/vocab/ggml-vocab-llama-spm.gguf", t_data_dir());
+    char *tmpl = t_read_file("tests/data/chat/mixtral-8x7b-instruct.jinja", NULL);
+    const es_synth_opts chat = {.preset = "tiny", .type = "q4_0", .seed = 11, .vocab_path = spm,
+                                .chat_template = tmpl};
     const es_synth_opts tiny = {.preset = "tiny", .type = "q8_0", .seed = 5};
     const es_synth_opts vocab = {.preset = "tiny-qwen3moe-vocab", .type = "q4_0", .seed = 3};
     const es_synth_opts small = {.preset = "small", .type = "q4_0", .seed = 9};
     if (es_synth(&tiny, g_tiny) || es_synth(&vocab, g_vocab) || es_synth(&small, g_small) ||
-        es_pack(g_small, g_pack, NULL, NULL)) {
+        es_pack(g_small, g_pack, NULL, NULL) || !tmpl || es_synth(&chat, g_chat)) {
+        free(tmpl);
         fprintf(stderr, "fixtures: %s\n", es_last_error());
         return -1;
     }
+    free(tmpl);
     return 0;
 }
 
@@ -1088,6 +1099,165 @@ static void test_score_classify_match_cli(void **state)
     srv_stop(&s);
 }
 
+/* /v1/chat/completions against estream score's {"messages"} record (the next token and its
+ * alternatives), /v1/rerank and /rerank against its {"query", "documents"} record: the same
+ * numbers; the order, top_n and return_documents; every bad chat and rerank request. */
+static void test_chat_and_rerank_match_cli(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, g_chat, NULL);
+    es_model *m;
+    assert_int_equal(es_model_open(g_chat, 0, &m), ES_OK);
+    const char *msgs = "[{\"role\": \"user\", \"content\": \"Is the sky blue?\"},"
+                       " {\"role\": \"assistant\", \"content\": \"Yes.\"},"
+                       " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+                       "\"And grass?\"}]}]";
+    const char *docs = "[\"A cat is a small animal.\", \"Paris is a city.\", \"Cats purr.\"]";
+    char in[2048], args[2048], body[2048];
+    snprintf(in, sizeof(in), "{\"messages\": %s}\n{\"query\": \"what is a cat\", "
+             "\"documents\": %s}\n", msgs, docs);
+    write_text(fx_path("chat-in.jsonl"), in);
+    unlink(fx_path("chat-out.jsonl"));
+    snprintf(args, sizeof(args), "score -m %s -f %s -o %s --top 4", g_chat,
+             fx_path("chat-in.jsonl"), fx_path("chat-out.jsonl"));
+    est(args, NULL, 0);
+    json_t *want = load_jsonl(fx_path("chat-out.jsonl"));
+    json_t *next = json_object_get(json_array_get(want, 0), "next");
+    json_t *scores = json_object_get(json_array_get(want, 1), "scores");
+    assert_int_equal(json_array_size(next), 4);
+    assert_int_equal(json_array_size(scores), 3);
+
+    /* the chat: the greedy next token as the reply, its log-prob and the alternatives */
+    snprintf(body, sizeof(body), "{\"model\": \"x\", \"messages\": %s, \"logprobs\": true, "
+             "\"top_logprobs\": 4, \"temperature\": 0.7}", msgs);
+    json_t *c = post(&s, "/v1/chat/completions", body, 200);
+    assert_string_equal(json_string_value(json_object_get(c, "object")), "chat.completion");
+    json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+    json_t *msg = json_object_get(ch, "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "role")), "assistant");
+    const int32_t g = (int32_t)json_integer_value(json_array_get(json_array_get(next, 0), 0));
+    size_t plen;
+    const char *piece = es_token_piece(m, g, &plen);
+    assert_int_equal(json_string_length(json_object_get(msg, "content")), plen);
+    assert_memory_equal(json_string_value(json_object_get(msg, "content")), piece, plen);
+    json_t *lc = json_object_get(json_object_get(ch, "logprobs"), "content");
+    assert_int_equal(json_array_size(lc), 1);
+    json_t *t0 = json_array_get(lc, 0);
+    char *tt = token_text(m, g);
+    assert_string_equal(json_string_value(json_object_get(t0, "token")), tt);
+    free(tt);
+    assert_true(f32(json_object_get(t0, "logprob"), "logprob") ==
+                f32(json_array_get(json_array_get(next, 0), 1), "next"));
+    assert_int_equal(json_array_size(json_object_get(t0, "bytes")), plen);
+    json_t *tops = json_object_get(t0, "top_logprobs");
+    assert_int_equal(json_array_size(tops), 4);
+    for (size_t k = 0; k < 4; k++) {
+        json_t *w = json_array_get(next, k), *t = json_array_get(tops, k);
+        char *wt = token_text(m, (int32_t)json_integer_value(json_array_get(w, 0)));
+        assert_string_equal(json_string_value(json_object_get(t, "token")), wt);
+        free(wt);
+        assert_true(f32(json_object_get(t, "logprob"), "top") == f32(json_array_get(w, 1), "w"));
+    }
+    json_t *u = json_object_get(c, "usage");
+    assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")), 1);
+    assert_true(json_integer_value(json_object_get(u, "prompt_tokens")) > 10);
+    json_decref(c);
+    /* max_tokens 0: no reply, no tokens; without logprobs, null */
+    snprintf(body, sizeof(body), "{\"messages\": %s, \"max_tokens\": 0}", msgs);
+    c = post(&s, "/v1/chat/completions", body, 200);
+    ch = json_array_get(json_object_get(c, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(ch, "message"),
+                                                          "content")), "");
+    assert_true(json_is_null(json_object_get(ch, "logprobs")));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(c, "usage"),
+                                                        "completion_tokens")), 0);
+    json_decref(c);
+
+    /* reranking: every document's score, best first, cut to top_n */
+    snprintf(body, sizeof(body), "{\"model\": \"x\", \"query\": \"what is a cat\", "
+             "\"documents\": [\"A cat is a small animal.\", {\"text\": \"Paris is a city.\"}, "
+             "\"Cats purr.\"], \"top_n\": 2}");
+    json_t *rr = post(&s, "/v1/rerank", body, 200);
+    json_t *res = json_object_get(rr, "results");
+    assert_int_equal(json_array_size(res), 2);
+    json_t *dl = jparse(docs);
+    double prev = 2;
+    int seen[3] = {0};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *r = json_array_get(res, k);
+        const json_int_t i = json_integer_value(json_object_get(r, "index"));
+        assert_true(i >= 0 && i < 3 && !seen[i]);
+        seen[i] = 1;
+        const double sc = json_number_value(json_object_get(r, "relevance_score"));
+        assert_true(sc == json_number_value(json_array_get(scores, (size_t)i)));
+        assert_true(sc <= prev);
+        prev = sc;
+        assert_true(json_equal(json_object_get(json_object_get(r, "document"), "text"),
+                               json_array_get(dl, (size_t)i)));
+    }
+    /* the one left out scores no better than the last kept */
+    for (size_t i = 0; i < 3; i++)
+        if (!seen[i]) assert_true(json_number_value(json_array_get(scores, i)) <= prev);
+    json_decref(rr);
+    /* text-embeddings-inference's /rerank: the list itself, every text, no text unless asked */
+    snprintf(body, sizeof(body), "{\"query\": \"what is a cat\", \"texts\": %s}", docs);
+    rr = post(&s, "/rerank", body, 200);
+    assert_true(json_is_array(rr));
+    assert_int_equal(json_array_size(rr), 3);
+    for (size_t k = 0; k < 3; k++) {
+        json_t *r = json_array_get(rr, k);
+        const json_int_t i = json_integer_value(json_object_get(r, "index"));
+        assert_true(json_number_value(json_object_get(r, "score")) ==
+                    json_number_value(json_array_get(scores, (size_t)i)));
+        assert_null(json_object_get(r, "text"));
+    }
+    json_decref(rr);
+    snprintf(body, sizeof(body), "{\"query\": \"q\", \"texts\": [\"a\"], \"return_text\": true}");
+    rr = post(&s, "/rerank", body, 200);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rr, 0), "text")), "a");
+    json_decref(rr);
+    snprintf(body, sizeof(body), "{\"query\": \"q\", \"documents\": [\"a\"], "
+             "\"return_documents\": false}");
+    rr = post(&s, "/v1/rerank", body, 200);
+    assert_null(json_object_get(json_array_get(json_object_get(rr, "results"), 0), "document"));
+    json_decref(rr);
+
+    /* bad requests: a 400 naming the field */
+    const char *P = "/v1/chat/completions";
+    char b[1024];
+    snprintf(b, sizeof(b), "{\"messages\": %s, \"max_tokens\": 5}", msgs);
+    post_error(&s, P, b, 400, "max_tokens", "prefill-only");
+    snprintf(b, sizeof(b), "{\"messages\": %s, \"stream\": true}", msgs);
+    post_error(&s, P, b, 400, "stream", NULL);
+    snprintf(b, sizeof(b), "{\"messages\": %s, \"n\": 2}", msgs);
+    post_error(&s, P, b, 400, "n", NULL);
+    snprintf(b, sizeof(b), "{\"messages\": %s, \"top_logprobs\": 2}", msgs);
+    post_error(&s, P, b, 400, "top_logprobs", "logprobs");
+    snprintf(b, sizeof(b), "{\"messages\": %s, \"tools\": [{\"type\": \"function\"}]}", msgs);
+    post_error(&s, P, b, 400, "tools", NULL);
+    post_error(&s, P, "{}", 400, "messages", NULL);
+    post_error(&s, P, "{\"messages\": []}", 400, "messages", NULL);
+    post_error(&s, P, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}", 400,
+               "messages", "Conversation roles must alternate");
+    post_error(&s, P, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", 400,
+               "messages", "role");
+    post_error(&s, P, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400,
+               "messages", "content");
+    post_error(&s, "/v1/rerank", "{\"documents\": [\"a\"]}", 400, "query", NULL);
+    post_error(&s, "/v1/rerank", "{\"query\": \"q\", \"documents\": []}", 400, "documents",
+               NULL);
+    post_error(&s, "/v1/rerank", "{\"query\": \"q\", \"documents\": [1]}", 400, "documents",
+               NULL);
+    post_error(&s, "/v1/rerank", "{\"query\": \"q\", \"documents\": [\"a\"], \"top_n\": 0}",
+               400, "top_n", NULL);
+    post_error(&s, "/rerank", "{\"query\": \"q\", \"texts\": \"a\"}", 400, "texts", NULL);
+    json_decref(dl);
+    json_decref(want);
+    es_model_close(m);
+    srv_stop(&s);
+}
+
 /* The ids estream tokenize prints for text (flags: "" or "--bos"), as a JSON array. */
 static json_t *cli_tokenize(const char *model, const char *text, const char *flags)
 {
@@ -1956,6 +2126,7 @@ int main(void)
         cmocka_unit_test_teardown(test_completions_match_cli, kill_servers),
         cmocka_unit_test_teardown(test_embeddings_match_cli, kill_servers),
         cmocka_unit_test_teardown(test_score_classify_match_cli, kill_servers),
+        cmocka_unit_test_teardown(test_chat_and_rerank_match_cli, kill_servers),
         cmocka_unit_test_teardown(test_tokenizer_endpoints, kill_servers),
         cmocka_unit_test_teardown(test_errors, kill_servers),
         cmocka_unit_test_teardown(test_api_key, kill_servers),

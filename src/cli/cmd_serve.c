@@ -58,6 +58,10 @@ static const char help[] =
     "  --io-timeout S         close a connection idle this long (default 30)\n"
     "  --pooling P            /v1/embeddings: mean (default), last, first, none\n"
     "  --no-normalize         /v1/embeddings: raw vectors (default L2-normalised)\n"
+    "  --chat-template FILE   /v1/chat/completions: this Jinja chat template instead of the\n"
+    "                         model's tokenizer.chat_template (docs/chat.md)\n"
+    "  --rerank-template FILE /v1/rerank, /rerank: this Jinja prompt instead of Qwen3-Reranker's\n"
+    "                         (variables query, document, instruction; answers \"yes\"/\"no\")\n"
     "  --no-implicit-bos      prompts as sent: a string with the tokenizer's BOS, echoed as its\n"
     "                         first token, and ids without one (default, for a model whose\n"
     "                         tokenizer adds BOS: a prompt not starting with BOS is conditioned\n"
@@ -155,6 +159,10 @@ int cmd_serve(int argc, char **argv)
             else cli_die("serve: --pooling: expected mean, last, first or none, got '%s'", v);
         } else if (!strcmp(s, "--no-normalize")) o.normalize = 0;
         else if (!strcmp(s, "--no-implicit-bos")) o.bos = ES_BOS_AS_SENT;
+        else if (!strcmp(s, "--chat-template"))
+            o.chat_template = cli_read_text(cli_value(&a, s), s);
+        else if (!strcmp(s, "--rerank-template"))
+            o.rerank_template = cli_read_text(cli_value(&a, s), s);
         else if (!strcmp(s, "-t")) threads = (int)cli_int(s, cli_value(&a, s), 1, ES_MAX_THREADS);
         else if (!strcmp(s, "--quiet")) o.quiet = 1;
         else if (cli_stream_flag(&a, s, &so)) continue;
@@ -208,6 +216,8 @@ int cmd_serve(int argc, char **argv)
     es_model_close(m);
     free(key);
     free(dflt_name);
+    free((char *)o.chat_template);
+    free((char *)o.rerank_template);
     fprintf(stderr, "estream serve: stopped\n");
     return 0;
 }

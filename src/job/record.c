@@ -241,6 +241,16 @@ static es_status start(es_record *r, int n_seqs, int n_items)
  * the first error of a huge record is the one a smaller one gives). */
 static int capped(int n) { return n < ES_MAX_BATCH_SEQS + 1 ? n : ES_MAX_BATCH_SEQS + 1; }
 
+/* A render's failure as a record's: a template that raises (ES_E_FORMAT) or a model without
+ * one (ES_E_UNSUPPORTED) is a record that cannot run, ES_E_INVAL, with the same message. */
+static es_status render_status(es_status st)
+{
+    if (st != ES_E_FORMAT && st != ES_E_UNSUPPORTED) return st;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", es_last_error());
+    return es_fail(ES_E_INVAL, "%s", msg);
+}
+
 /* A spec's text: its chat rendered with the chat template and the generation prompt when it
  * has messages (malloc'd into *owned), else its text as given. */
 static es_status spec_text(const es_model *m, const es_record_spec *sp, es_str *text,
@@ -252,7 +262,8 @@ static es_status spec_text(const es_model *m, const es_record_spec *sp, es_str *
         return ES_OK;
     }
     size_t n;
-    ES_TRY(es_chat_render_alloc(m, sp->template_text, sp->messages, sp->n_messages, 1, owned, &n));
+    ES_TRY(render_status(
+        es_chat_render_alloc(m, sp->template_text, sp->messages, sp->n_messages, 1, owned, &n)));
     *text = (es_str){*owned, n};
     return ES_OK;
 }
@@ -394,12 +405,14 @@ static es_status make_labels_of(const es_model *m, const es_record_spec *sp, es_
 }
 
 /* Qwen3-Reranker's published prompt (the model's card): the pair is judged by the next token,
- * "yes" or "no", after an empty thinking block. Special-token text is recognised. */
+ * "yes" or "no", after an empty thinking block. Special-token text is recognised. The final
+ * "\n\n" is an expression: Jinja drops a template's last newline (as Hugging Face renders). */
 static const char rerank_qwen3[] =
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
     "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\"."
     "<|im_end|>\n<|im_start|>user\n<Instruct>: {{ instruction }}\n<Query>: {{ query }}\n"
-    "<Document>: {{ document }}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    "<Document>: {{ document }}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>"
+    "{{ '\\n\\n' }}";
 
 const char *es_rerank_default_template(void) { return rerank_qwen3; }
 
@@ -440,8 +453,8 @@ static es_status make_rerank(const es_model *m, const es_record_spec *sp, es_rec
         const es_str vals[3] = {sp->query, sp->items[i], instr};
         char *text;
         size_t n;
-        ES_TRY(es_template_render(m, tmpl, strlen(tmpl), "rerank template", names, vals, 3, &text,
-                                  &n));
+        ES_TRY(render_status(es_template_render(m, tmpl, strlen(tmpl), "rerank template", names,
+                                                vals, 3, &text, &n)));
         es_seq *q = &r->seqs[i];
         const es_status st = n ? text_seq(m, (es_str){text, n}, q)
                                : es_fail(ES_E_INVAL, "the rerank template renders to no text");

@@ -211,6 +211,9 @@ sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, size_t body_le
                 : ep == SV_EP_EMBEDDINGS ? sv_embeddings_parse(env, body, e)
                 : ep == SV_EP_SCORE      ? sv_score_parse(env, body, e)
                 : ep == SV_EP_CLASSIFY   ? sv_classify_parse(env, body, e)
+                : ep == SV_EP_CHAT       ? sv_chat_parse(env, body, e)
+                : ep == SV_EP_RERANK || ep == SV_EP_RERANK_TEI
+                    ? sv_rerank_parse(env, body, ep == SV_EP_RERANK_TEI, e)
                                          : sv_fail(e, 404, NULL, "not a model endpoint");
     if (!q) return NULL;
     q->endpoint = ep;
@@ -225,6 +228,9 @@ json_t *sv_api_reply(const sv_api_env *env, const sv_req *q)
     case SV_EP_EMBEDDINGS: return sv_embeddings_reply(env, q);
     case SV_EP_SCORE: return sv_score_reply(env, q);
     case SV_EP_CLASSIFY: return sv_classify_reply(env, q);
+    case SV_EP_CHAT: return sv_chat_reply(env, q);
+    case SV_EP_RERANK:
+    case SV_EP_RERANK_TEI: return sv_rerank_reply(env, q);
     default: return NULL;
     }
 }

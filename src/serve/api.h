@@ -18,6 +18,8 @@ typedef struct sv_api_env {
     es_pooling pooling;        /* /v1/embeddings */
     int normalize;
     es_bos_rule bos;           /* completions' prompts and score's ids records */
+    const char *chat_template; /* --chat-template's text (NULL: the model's) */
+    const char *rerank_template; /* --rerank-template's text (NULL: Qwen3-Reranker's) */
     int64_t max_request_tokens;
     int max_prompt_tokens;     /* the most tokens of one unit: the session's capacity, what
                                 * /v1/models and /tokenize advertise as max_model_len (a unit
@@ -39,7 +41,7 @@ void *sv_fail(sv_err *e, int status, const char *param, const char *fmt, ...)
 /* The error body of e (a new reference; NULL when out of memory). */
 json_t *sv_err_body(const sv_err *e);
 
-/* Model endpoints (SV_EP_COMPLETIONS .. SV_EP_CLASSIFY): the request, or NULL with e set.
+/* Model endpoints (SV_EP_COMPLETIONS .. SV_EP_LAST_MODEL): the request, or NULL with e set.
  * body_len counts in the request's memory estimate. */
 sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, size_t body_len, sv_err *e);
 /* The reply of a request whose units all ran; NULL when out of memory. */
@@ -67,6 +69,11 @@ sv_req *sv_score_parse(const sv_api_env *env, json_t *body, sv_err *e);
 json_t *sv_score_reply(const sv_api_env *env, const sv_req *q);
 sv_req *sv_classify_parse(const sv_api_env *env, json_t *body, sv_err *e);
 json_t *sv_classify_reply(const sv_api_env *env, const sv_req *q);
+sv_req *sv_chat_parse(const sv_api_env *env, json_t *body, sv_err *e);
+json_t *sv_chat_reply(const sv_api_env *env, const sv_req *q);
+/* /v1/rerank (Jina and Cohere's shape) and, with tei, /rerank (text-embeddings-inference's) */
+sv_req *sv_rerank_parse(const sv_api_env *env, json_t *body, bool tei, sv_err *e);
+json_t *sv_rerank_reply(const sv_api_env *env, const sv_req *q);
 
 /* Cuts a prompt value (a string, a list of strings, a list of ids, a list of id lists) into
  * items: each a new reference to a record object {"text": s} or {"ids": [..]} in *items (a

@@ -87,6 +87,9 @@ static const route routes[] = {
     {"/v1/embeddings", true, SV_EP_EMBEDDINGS},
     {"/v1/score", true, SV_EP_SCORE},
     {"/v1/classify", true, SV_EP_CLASSIFY},
+    {"/v1/chat/completions", true, SV_EP_CHAT},
+    {"/v1/rerank", true, SV_EP_RERANK},
+    {"/rerank", true, SV_EP_RERANK_TEI},
     {"/tokenize", true, SV_EP_TOKENIZE},
     {"/detokenize", true, SV_EP_DETOKENIZE},
     {"/v1/models", false, SV_EP_MODELS},
@@ -292,7 +295,7 @@ static enum MHD_Result dispatch(serve *sv, struct MHD_Connection *c, conn *k)
         }
     }
     enum MHD_Result r;
-    if (k->ep <= SV_EP_CLASSIFY) {
+    if (k->ep <= SV_EP_LAST_MODEL) {
         r = run_model(sv, c, k, body);
     } else {
         json_t *reply = sv_api_direct(&sv->env, k->ep, body, &e);
@@ -535,6 +538,8 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         .pooling = sv->o.pooling,
         .normalize = sv->o.normalize,
         .bos = sv->o.bos,
+        .chat_template = sv->o.chat_template,
+        .rerank_template = sv->o.rerank_template,
         .max_request_tokens = sv->o.max_request_tokens,
         .max_prompt_tokens = size.max_tokens,
         .max_seqs = seqs,

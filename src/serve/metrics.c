@@ -16,7 +16,8 @@ static const double latency_le[SV_LATENCY_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.
 const char *sv_endpoint_name(int ep)
 {
     static const char *const names[SV_EP_N] = {
-        "/v1/completions", "/v1/embeddings", "/v1/score",  "/v1/classify",
+        "/v1/completions", "/v1/embeddings", "/v1/score",  "/v1/classify", "/v1/chat/completions",
+        "/v1/rerank",      "/rerank",
         "/tokenize",       "/detokenize",    "/v1/models", "/tokenizer_info",
         "/health",         "/metrics",       "other"};
     return ep >= 0 && ep < SV_EP_N ? names[ep] : "other";
@@ -49,7 +50,7 @@ void sv_metrics_request(sv_metrics *mx, int ep, int status, int64_t tokens, doub
     pthread_mutex_lock(&mx->mu);
     mx->requests[ep][code_slot(status)]++;
     if (status == 200) mx->prompt_tokens[ep] += tokens;
-    if (ep <= SV_EP_CLASSIFY) { /* the endpoints that run the model */
+    if (ep <= SV_EP_LAST_MODEL) { /* the endpoints that run the model */
         int b = 0;
         while (b < SV_LATENCY_BUCKETS && seconds > latency_le[b]) b++;
         if (b < SV_LATENCY_BUCKETS) mx->latency[b]++;
@@ -120,7 +121,7 @@ char *sv_metrics_text(sv_metrics *mx, size_t *len)
                 put(&t, "estream_requests_total{endpoint=\"%s\",code=\"other\"} %lld\n",
                     sv_endpoint_name(e), (long long)mx->requests[e][c]);
     head(&t, "estream_prompt_tokens_total", "counter", "tokens of the requests answered with 200");
-    for (int e = 0; e <= SV_EP_CLASSIFY; e++)
+    for (int e = 0; e <= SV_EP_LAST_MODEL; e++)
         put(&t, "estream_prompt_tokens_total{endpoint=\"%s\"} %lld\n", sv_endpoint_name(e),
             (long long)mx->prompt_tokens[e]);
     head(&t, "estream_request_duration_seconds", "histogram",

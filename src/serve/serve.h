@@ -35,6 +35,8 @@ typedef struct serve_opts {
     es_pooling pooling;        /* /v1/embeddings */
     int normalize;
     es_bos_rule bos;           /* prompts and ids (--no-implicit-bos: ES_BOS_AS_SENT) */
+    const char *chat_template; /* --chat-template's text (NULL: the model's); borrowed */
+    const char *rerank_template; /* --rerank-template's text (NULL: Qwen3-Reranker's); borrowed */
     int quiet;                 /* 1: no line per request on stderr */
 } serve_opts;
 

@@ -85,14 +85,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
     static const int eps[] = {SV_EP_COMPLETIONS, SV_EP_EMBEDDINGS,    SV_EP_SCORE,
-                              SV_EP_CLASSIFY,    SV_EP_TOKENIZE,      SV_EP_DETOKENIZE,
+                              SV_EP_CLASSIFY,    SV_EP_CHAT,          SV_EP_RERANK,
+                              SV_EP_RERANK_TEI,  SV_EP_TOKENIZE,      SV_EP_DETOKENIZE,
                               SV_EP_MODELS,      SV_EP_TOKENIZER_INFO};
     const int ep = eps[data[0] % (sizeof(eps) / sizeof(eps[0]))];
     json_error_t je;
     json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &je);
     if (!body) return 0; /* jansson's own parser is not ours to fuzz */
     sv_err e = {0};
-    if (ep <= SV_EP_CLASSIFY) {
+    if (ep <= SV_EP_LAST_MODEL) {
         sv_req *q = sv_api_parse(&g_env, ep, body, size - 1, &e);
         if (!q) {
             check_error(&e);
