@@ -596,6 +596,8 @@ typedef struct es_record_result {
     const double *probs;         /* LABELS: [n_items] item_logprobs renormalised (softmax);
                                   * RERANK: each document's P(yes) / (P(yes) + P(no)) */
     int label;                   /* LABELS: argmax of item_logprobs; RERANK: of probs */
+    const int *ranking;          /* RERANK: [n_items] the documents by decreasing probs (ties:
+                                  * the lower index first) */
     /* EMBED */
     const float *embedding;      /* [n_embd], or [n_tokens][n_embd] with ES_POOLING_NONE */
     int n_embd;

@@ -443,6 +443,8 @@ static void test_chats_and_reranking(void **state)
         free(ids);
     }
     assert_int_equal(y.label, y.probs[1] > y.probs[0]);
+    assert_int_equal(y.ranking[0], y.label);
+    assert_int_equal(y.ranking[1], 1 - y.label);
     es_record_destroy(rr);
     free(logits);
 

@@ -10,9 +10,10 @@ numbers are the CLI's bit for bit)::
         vectors = s.embed(["first text", "second text"])      # float32 [2, n_embd]
 
 Model(path) opens a model (tokenize/detokenize); Session(model, mem=..., threads=...) runs
-score, loglikelihood, choose, classify, embed and perplexity. Library failures raise
-estream.Error carrying the library's one-line message; Ctrl-C stops a long call within about
-one layer and raises KeyboardInterrupt, leaving the session usable.
+score, loglikelihood, choose, classify, chat (the next token after a chat), rerank, embed and
+perplexity. Library failures raise estream.Error carrying the library's one-line message; Ctrl-C
+stops a long call within about one layer and raises KeyboardInterrupt, leaving the session
+usable.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ._capi import (
 from ._job import RecordError
 from .errors import Cancelled, Error
 from .model import Model
-from .results import Choice, Classification, Perplexity, TextScore
+from .results import Choice, Classification, NextTokens, Perplexity, Rerank, TextScore
 from .session import Session, parse_size
 
 try:  # the version pip installed (the library's, read from estream.h when the package was built)
@@ -58,6 +59,6 @@ def kernels() -> str:
 
 __all__ = [
     "Model", "Session", "Error", "Cancelled", "RecordError", "TextScore", "Choice",
-    "Classification", "Perplexity", "parse_size", "library_version", "library_path", "kernels",
+    "Classification", "NextTokens", "Rerank", "Perplexity", "parse_size", "library_version", "library_path", "kernels",
     "E_INVAL", "E_NOMEM", "E_BUDGET", "E_IO", "E_FORMAT", "E_UNSUPPORTED", "E_CANCELLED",
 ]

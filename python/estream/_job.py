@@ -24,13 +24,14 @@ import numpy as np
 
 from . import _capi
 from .errors import Error
-from .results import Choice, Classification, TextScore
+from .results import Choice, Classification, NextTokens, Rerank, TextScore
 
 TextLike = Union[str, bytes]
 TextOrIds = Union[str, bytes, Sequence[int], np.ndarray]
+Messages = Sequence[dict]  # OpenAI's chat messages: [{"role": R, "content": C}, ...]
 
 # es_record_kind
-TEXT, IDS, PAIR, CHOICES, LABELS, EMBED, PROMPT = range(7)
+TEXT, IDS, PAIR, CHOICES, LABELS, EMBED, PROMPT, RERANK = range(8)
 # es_bos_rule
 BOS_IMPLICIT, BOS_AS_SENT = 0, 1
 RULES = ("chosen", "chosen_norm_tokens", "chosen_norm_bytes")
@@ -62,6 +63,12 @@ class RecordSpec(Structure):
         ("top", c_int),
         ("next_top", c_int),
         ("bos", c_int),  # es_bos_rule
+        ("messages", c_void_p),  # const es_chat_message *
+        ("n_messages", c_int),
+        ("template_text", c_char_p),
+        ("query", Str),
+        ("instruction", Str),
+        ("rerank_labels", Str * 2),
         ("pooling", c_int),
         ("normalize", c_int),
     ]
@@ -94,9 +101,16 @@ class RecordResult(Structure):
         ("gold", c_int),
         ("probs", POINTER(c_double)),
         ("label", c_int),
+        ("ranking", POINTER(c_int)),
         ("embedding", POINTER(c_float)),
         ("n_embd", c_int),
     ]
+
+
+class ChatMessage(Structure):
+    """es_chat_message."""
+
+    _fields_ = [("role", c_char_p), ("content", c_char_p)]
 
 
 class JobShape(Structure):
@@ -145,6 +159,57 @@ def _strs(items: Any, name: str) -> list[bytes]:
     if isinstance(items, (str, bytes)) or len(items) == 0:
         raise RecordError(f'"{name}" must be a non-empty array of strings')
     return [_bytes(x, f'"{name}"[{i}]') for i, x in enumerate(items)]
+
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _content(c: Any, i: int) -> Optional[bytes]:
+    """A message's content: a string, None, or text parts joined with a newline (the CLI's
+    rule, records/chat_rec.c)."""
+    if c is None:
+        return None
+    if isinstance(c, str):
+        if "\0" in c:
+            raise RecordError(f"messages[{i}].content holds a NUL character")
+        return c.encode("utf-8")
+    if not isinstance(c, (list, tuple)):
+        raise RecordError(f"messages[{i}].content must be a string, null or a list of text "
+                          "parts")
+    texts = []
+    for k, p in enumerate(c):
+        if not isinstance(p, dict) or not isinstance(p.get("type"), str):
+            raise RecordError(f'messages[{i}].content[{k}] is not a content part with a "type"')
+        if p["type"] != "text" or not isinstance(p.get("text"), str):
+            raise RecordError(f'messages[{i}].content[{k}]: only text parts are supported '
+                              f'("{p["type"]}")')
+        if "\0" in p["text"]:
+            raise RecordError(f"messages[{i}].content[{k}] holds a NUL character")
+        texts.append(p["text"])
+    return "\n".join(texts).encode("utf-8")
+
+
+def chat_messages(messages: Any) -> tuple[Any, list[bytes]]:
+    """OpenAI's messages as an es_chat_message array (and the bytes it points into)."""
+    if isinstance(messages, (str, bytes, dict)) or not hasattr(messages, "__len__") or \
+            len(messages) == 0:
+        raise RecordError('"messages" must be a non-empty list of {"role", "content"}')
+    arr = (ChatMessage * len(messages))()
+    keep: list[bytes] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise RecordError(f"messages[{i}] is not an object")
+        role = m.get("role")
+        if not isinstance(role, str):
+            raise RecordError(f"messages[{i}].role must be a string")
+        if role not in ROLES:
+            raise RecordError(f'messages[{i}].role "{role[:40]}" is not one of system, '
+                              "developer, user, assistant, tool")
+        content = _content(m.get("content"), i)
+        r = role.encode()
+        keep += [r] + ([content] if content is not None else [])
+        arr[i] = ChatMessage(r, content)
+    return arr, keep
 
 
 def given_ids(ids: Union[Sequence[int], np.ndarray], n_vocab: int) -> np.ndarray:
@@ -229,6 +294,42 @@ class Job:
         spec = RecordSpec(kind=LABELS, text=Str(t, len(t)), items=ctypes.addressof(items),
                           n_items=n, gold=-1)
         self._make(spec, (t, ls, items), lambda r: _label_result(r, names))
+
+    def chat(self, messages: Messages, top: int, template: Optional[bytes]) -> None:
+        """{"messages": [..]}: the best next tokens after the rendered chat."""
+        arr, keep = chat_messages(messages)
+        spec = RecordSpec(kind=PROMPT, messages=ctypes.addressof(arr), n_messages=len(arr),
+                          template_text=template, next_top=top, gold=-1, bos=self.bos)
+        self._make(spec, (arr, keep), _next_result)
+
+    def chat_labels(self, messages: Messages, labels: Sequence[TextLike],
+                    template: Optional[bytes]) -> None:
+        """{"messages": [..], "labels": [L1, ..]}: which label follows the rendered chat."""
+        arr, keep = chat_messages(messages)
+        ls = _strs(labels, "labels")
+        n = min(len(ls), _capi.ES_MAX_BATCH_SEQS + 1)
+        names = [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x)
+                 for x in labels[:n]]
+        items = (Str * n)(*[Str(x, len(x)) for x in ls[:n]])
+        spec = RecordSpec(kind=LABELS, messages=ctypes.addressof(arr), n_messages=len(arr),
+                          template_text=template, items=ctypes.addressof(items), n_items=n,
+                          gold=-1)
+        self._make(spec, (arr, keep, ls, items), lambda r: _label_result(r, names))
+
+    def rerank(self, query: TextLike, documents: Sequence[TextLike],
+               instruction: Optional[TextLike], template: Optional[bytes]) -> None:
+        """{"query": Q, "documents": [D1, ..], "instruction": I}: each document's relevance."""
+        if not isinstance(query, (str, bytes)):
+            raise RecordError('"query" is not a string')
+        q = _bytes(query, '"query"')
+        ds = _strs(documents, "documents")
+        n = min(len(ds), _capi.ES_MAX_BATCH_SEQS + 1)
+        items = (Str * n)(*[Str(x, len(x)) for x in ds[:n]])
+        ins = b"" if instruction is None else _bytes(instruction, '"instruction"')
+        spec = RecordSpec(kind=RERANK, query=Str(q, len(q)), items=ctypes.addressof(items),
+                          n_items=n, instruction=Str(ins, len(ins)), template_text=template,
+                          gold=-1)
+        self._make(spec, (q, ds, items, ins), _rerank_result)
 
     def embedding(self, item: TextOrIds, pooling: int, normalize: bool) -> None:
         """A pooled embedding of a text or of ids."""
@@ -328,6 +429,17 @@ def _label_result(r: RecordResult, names: list[str]) -> Classification:
     n = r.n_items
     return Classification(label_logprobs=[r.item_logprobs[i] for i in range(n)],
                           probs=[r.probs[i] for i in range(n)], label=r.label, labels=names)
+
+
+def _next_result(r: RecordResult) -> NextTokens:
+    return NextTokens(ids=_arr(r.next_ids, r.next_top, np.int32),
+                      logprobs=_arr(r.next_logprobs, r.next_top, np.float32),
+                      n_tokens=r.n_ids)
+
+
+def _rerank_result(r: RecordResult) -> Rerank:
+    n = r.n_items
+    return Rerank(scores=[r.probs[i] for i in range(n)], ranking=[r.ranking[i] for i in range(n)])
 
 
 def _embedding_result(r: RecordResult, none: bool) -> np.ndarray:

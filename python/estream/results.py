@@ -82,6 +82,33 @@ class Classification:
 
 
 @dataclass
+class NextTokens:
+    """The next token after a chat (``estream score`` on ``{"messages": [...]}``): the
+    distribution an LLM judge reads.
+
+    ids:      int32 [top], the best next tokens, best first (ties: the lower id)
+    logprobs: float32 [top], their log-probs
+    n_tokens: the rendered prompt's tokens
+    """
+
+    ids: np.ndarray
+    logprobs: np.ndarray
+    n_tokens: int
+
+
+@dataclass
+class Rerank:
+    """How relevant each document is to a query (``{"query", "documents"}``).
+
+    scores:  per document, P(yes) / (P(yes) + P(no)) after the rerank prompt (double)
+    ranking: the documents' indexes by decreasing score (ties: the lower index first)
+    """
+
+    scores: list[float]
+    ranking: list[int]
+
+
+@dataclass
 class Perplexity:
     """``estream ppl``'s result (llama-perplexity's convention).
 

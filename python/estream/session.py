@@ -39,10 +39,10 @@ from typing import Any, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from . import _capi, _job
-from ._job import Job, RecordError, TextLike, TextOrIds
+from ._job import Job, Messages, RecordError, TextLike, TextOrIds
 from .errors import Cancelled, Error, check
 from .model import Model, PathLike
-from .results import Choice, Classification, Perplexity, TextScore
+from .results import Choice, Classification, NextTokens, Perplexity, Rerank, TextScore
 
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KiB": 1024, "k": 1024, "M": 1024**2, "MiB": 1024**2,
@@ -451,17 +451,65 @@ class Session:
             _at(lambda: job.choices(ctx, ch, gold), "items", i)
         return self._run(job)
 
-    def classify(self, text: TextLike, labels: Sequence[TextLike]) -> Classification:
+    def classify(self, text: Union[TextLike, Messages], labels: Sequence[TextLike], *,
+                 template: Optional[str] = None) -> Classification:
         """Which label continues text (a ``{"text", "labels"}`` record): each label's log-prob
-        and the probabilities renormalised over the labels."""
-        return self.classify_many([(text, labels)])[0]
+        and the probabilities renormalised over the labels. text may be a chat (OpenAI's
+        messages, a ``{"messages", "labels"}`` record): rendered with the model's chat template
+        (or ``template``, Jinja text) and its generation prompt, the labels scored after it."""
+        return self.classify_many([(text, labels)], template=template)[0]
 
-    def classify_many(self, items: Sequence[tuple[TextLike, Sequence[TextLike]]]
-                      ) -> list[Classification]:
-        """classify() of many (text, labels) items, batched together."""
+    def classify_many(self, items: Sequence[tuple[Union[TextLike, Messages], Sequence[TextLike]]],
+                      *, template: Optional[str] = None) -> list[Classification]:
+        """classify() of many (text or messages, labels) items, batched together."""
         job = self._job()
+        tmpl = _template(template)
         for i, (t, ls) in enumerate(items):
-            _at(lambda: job.labels(t, ls), "items", i)
+            if isinstance(t, (str, bytes)):
+                _at(lambda: job.labels(t, ls), "items", i)
+            else:
+                _at(lambda: job.chat_labels(t, ls, tmpl), "items", i)
+        return self._run(job)
+
+    def chat(self, messages: Messages, *, top: int = 10,
+             template: Optional[str] = None) -> NextTokens:
+        """The next token after a chat (a ``{"messages"}`` record, ``/v1/chat/completions``
+        with ``max_tokens=1``): messages (OpenAI's ``[{"role", "content"}]``) rendered with the
+        model's chat template (or ``template``, Jinja text) and its generation prompt, then the
+        ``top`` best next tokens and their log-probs (1..100): what an LLM judge reads."""
+        return self.chat_many([messages], top=top, template=template)[0]
+
+    def chat_many(self, chats: Sequence[Messages], *, top: int = 10,
+                  template: Optional[str] = None) -> list[NextTokens]:
+        """chat() of many chats, batched together."""
+        if not 1 <= top <= _capi.ES_MAX_TOP:
+            raise ValueError(f"top must be 1..{_capi.ES_MAX_TOP}, not {top}")
+        job = self._job()
+        tmpl = _template(template)
+        for i, m in enumerate(chats):
+            _at(lambda: job.chat(m, top, tmpl), "chats", i)
+        return self._run(job)
+
+    def rerank(self, query: TextLike, documents: Sequence[TextLike], *,
+               instruction: Optional[TextLike] = None,
+               template: Optional[str] = None) -> Rerank:
+        """How relevant each document is to query (a ``{"query", "documents"}`` record,
+        ``/v1/rerank``): each pair rendered with Qwen3-Reranker's prompt (or ``template``,
+        Jinja text with query, document and instruction) and scored P(yes) / (P(yes) + P(no))
+        at its last position; the pairs of one query run in one batch. ``instruction``
+        defaults to "Given a web search query, retrieve relevant passages that answer the
+        query"."""
+        return self.rerank_many([(query, documents)], instruction=instruction,
+                                template=template)[0]
+
+    def rerank_many(self, items: Sequence[tuple[TextLike, Sequence[TextLike]]], *,
+                    instruction: Optional[TextLike] = None,
+                    template: Optional[str] = None) -> list[Rerank]:
+        """rerank() of many (query, documents) items, batched together."""
+        job = self._job()
+        tmpl = _template(template)
+        for i, (q, ds) in enumerate(items):
+            _at(lambda: job.rerank(q, ds, instruction, tmpl), "items", i)
         return self._run(job)
 
     def embed(self, texts: Sequence[TextOrIds], pooling: str = "mean",
@@ -531,6 +579,15 @@ class Session:
     def __repr__(self) -> str:
         mem = "resident" if self.mem_bytes is None else f"mem {self.mem_bytes} bytes"
         return f"estream.Session({self.model.path!r}, {mem}, batch_tokens {self.batch_tokens})"
+
+
+def _template(t: Optional[str]) -> Optional[bytes]:
+    """A Jinja template given as text (None: the model's, or the default rerank prompt)."""
+    if t is None:
+        return None
+    if not isinstance(t, str) or not t or "\0" in t:
+        raise ValueError("template must be a non-empty string of Jinja (no NUL)")
+    return t.encode("utf-8")
 
 
 def _at(make: Any, name: str, i: int) -> None:

@@ -117,6 +117,32 @@ def small(models_dir: Path) -> Path:
     return synth(models_dir, "small")
 
 
+DATA = Path(os.environ.get("ESTREAM_DATA", REPO.parent / "shared" / "data"))
+CHAT_TEMPLATES = REPO / "tests" / "data" / "chat"
+
+
+@pytest.fixture(scope="session")
+def chat_model(models_dir: Path) -> Path:
+    """tiny with Llama's SentencePiece vocabulary (BOS <s>; "yes" and "no" one token each) and
+    Mixtral's chat template (which writes bos_token itself)."""
+    path = models_dir / "chat-spm.gguf"
+    if not path.exists():
+        cli("synth", "--preset", "tiny", "--type", "q4_0", "--seed", "11", "--vocab",
+            str(DATA / "vocab" / "ggml-vocab-llama-spm.gguf"), "--chat-template",
+            str(CHAT_TEMPLATES / "mixtral-8x7b-instruct.jinja"), "-o", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def chat_qwen(models_dir: Path) -> Path:
+    """tiny-qwen3moe-vocab with Qwen3's chat template (system messages, no BOS)."""
+    path = models_dir / "chat-qwen.gguf"
+    if not path.exists():
+        cli("synth", "--preset", "tiny-qwen3moe-vocab", "--type", "q4_0", "--seed", "3",
+            "--chat-template", str(CHAT_TEMPLATES / "qwen3.jinja"), "-o", str(path))
+    return path
+
+
 @pytest.fixture(scope="session", params=["tiny", "tiny-qwen3moe-vocab", "tiny-deepseek",
                                          "tiny-lfm2moe"])
 def any_model(request: pytest.FixtureRequest, models_dir: Path) -> Path:

@@ -232,7 +232,9 @@ static es_status start(es_record *r, int n_seqs, int n_items)
         r->item_tokens = calloc((size_t)n_items, sizeof(int64_t));
         r->item_bytes = calloc((size_t)n_items, sizeof(int64_t));
         r->probs = calloc((size_t)n_items, sizeof(double));
-        if (!r->item_logprobs || !r->item_tokens || !r->item_bytes || !r->probs) return oom();
+        r->ranking = calloc((size_t)n_items, sizeof(int));
+        if (!r->item_logprobs || !r->item_tokens || !r->item_bytes || !r->probs || !r->ranking)
+            return oom();
     }
     return ES_OK;
 }
@@ -551,6 +553,7 @@ void es_record_destroy(es_record *r)
     free(r->item_tokens);
     free(r->item_bytes);
     free(r->probs);
+    free(r->ranking);
     free(r);
 }
 

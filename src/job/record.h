@@ -34,6 +34,7 @@ struct es_record {
     double *item_logprobs; /* [n_items] */
     int64_t *item_tokens;  /* [n_items] */
     double *probs;         /* [n_items] */
+    int *ranking;          /* RERANK: [n_items] */
     int chosen[ES_RECORD_RULES];
     int label;
 };

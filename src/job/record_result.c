@@ -80,8 +80,15 @@ void es_record_finish(es_record *r)
             const float *lp = r->seqs[i].label_logprobs;
             r->item_logprobs[i] = (double)lp[0];
             r->probs[i] = 1.0 / (1.0 + exp((double)lp[1] - (double)lp[0]));
+            r->ranking[i] = i;
         }
-        r->label = argmax(r->probs, r->n_items);
+        for (int i = 1; i < r->n_items; i++) /* insertion sort: stable, ties keep index order */
+            for (int j = i; j > 0 && r->probs[r->ranking[j]] > r->probs[r->ranking[j - 1]]; j--) {
+                const int t = r->ranking[j];
+                r->ranking[j] = r->ranking[j - 1];
+                r->ranking[j - 1] = t;
+            }
+        r->label = r->ranking[0];
         break;
     case ES_RECORD_EMBED: break;
     }
@@ -135,6 +142,7 @@ es_status es_record_result_get(const es_record *r, es_record_result *out)
         } else {
             out->probs = r->probs;
             out->label = r->label;
+            if (r->kind == ES_RECORD_RERANK) out->ranking = r->ranking;
         }
         break;
     case ES_RECORD_EMBED:

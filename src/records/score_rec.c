@@ -351,20 +351,10 @@ static int emit_rerank(const es_record_result *x, json_t *out)
 {
     int err = 0;
     json_t *sc = json_array(), *rank = json_array();
-    int *order = malloc((size_t)x->n_items * sizeof(int));
-    if (!order) return -1;
     for (int i = 0; i < x->n_items; i++) {
         err |= json_array_append_new(sc, rec_json_float(x->probs[i]));
-        order[i] = i;
+        err |= json_array_append_new(rank, json_integer(x->ranking[i]));
     }
-    for (int i = 1; i < x->n_items; i++) /* insertion sort: stable, ties keep index order */
-        for (int j = i; j > 0 && x->probs[order[j]] > x->probs[order[j - 1]]; j--) {
-            const int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    for (int i = 0; i < x->n_items; i++) err |= json_array_append_new(rank, json_integer(order[i]));
-    free(order);
     err |= json_object_set_new(out, "scores", sc);
     return err | json_object_set_new(out, "ranking", rank);
 }

@@ -291,22 +291,10 @@ json_t *sv_rerank_reply(const sv_api_env *env, const sv_req *q)
     const rerank_req *rr = q->api;
     es_record_result x;
     if (es_record_result_get(q->units[0].r.r, &x)) return NULL;
-    int *order = malloc((size_t)x.n_items * sizeof(int));
     json_t *results = json_array();
-    if (!order || !results) {
-        free(order);
-        json_decref(results);
-        return NULL;
-    }
-    for (int i = 0; i < x.n_items; i++) order[i] = i;
-    for (int i = 1; i < x.n_items; i++) /* stable: ties keep the lower index first */
-        for (int j = i; j > 0 && x.probs[order[j]] > x.probs[order[j - 1]]; j--) {
-            const int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
+    if (!results) return NULL;
     for (int k = 0; k < rr->top_n && k < x.n_items; k++) {
-        const int i = order[k];
+        const int i = x.ranking[k];
         json_t *doc = json_array_get(rr->documents, (size_t)i), *o;
         if (rr->tei)
             o = json_pack("{s:i,s:o}", "index", i, "score", rec_json_float(x.probs[i]));
@@ -317,7 +305,6 @@ json_t *sv_rerank_reply(const sv_api_env *env, const sv_req *q)
                                 rr->tei ? json_incref(doc) : json_pack("{s:O}", "text", doc));
         json_array_append_new(results, o);
     }
-    free(order);
     if (rr->tei) return results; /* text-embeddings-inference answers the list itself */
     static _Atomic unsigned long long serial;
     char id[48];
