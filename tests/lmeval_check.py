@@ -39,10 +39,11 @@ test_mc_vs_llama allows 2e-3 a token, sized for its F16 models (and one deepseek
 lets through further); on this F32 model estream and llama.cpp differ only in the order of
 float32 sums (matrix products, softmax), which moves a log-prob of about -9 by a few 1e-7 (the
 observed maximum, printed, is 4.4e-7 a token), so 1e-4 leaves a wide margin while
-what the check is for stays far outside it: without BOS (LMEVAL_SERVE_ARGS=--no-implicit-bos)
-a sum moves by 0.1 to 1.5 nats on this model, 30 to 300 times the tolerance, and nearly every
-one fails, although the accuracies happen to stay the same in the id-list runs; a context
-length off by one moves a sum by a whole token's log-prob, about 9 nats.
+what the check is for falls outside it. With LMEVAL_SERVE_ARGS=--no-implicit-bos the id-list
+runs are scored without BOS: every one of the 128 sums moves, by 0.005 to 2.6 nats (1.3 to 590
+times its tolerance), while acc and acc_norm happen to stay llama.cpp's on this model; the
+string runs get the BOS token echoed first, so lm-eval's context length is off by one: 1.4 to
+18 nats, and acc_norm changes.
 """
 import glob
 import json
