@@ -12,10 +12,9 @@
 #   virtualenv of lm_eval[api], default $HOME/.cache/estream/venv-lmeval, made once from PyPI
 #   and reused while its stamp matches), PYTHON (makes it; default python3), LMEVAL_CONCURRENT
 #   (num_concurrent, default 2), LMEVAL_BATCH (prompts per request, --batch_size, default 8),
-#   LMEVAL_BOS (auto: BOS text before each context when /tokenizer_info says add_bos_token,
-#   none: never; none shows what lm-eval scores without it), LMEVAL_KEEP=1 (keep the temporary
-#   folder: records, lm-eval's results and samples, score's output, the server's log),
-#   LMEVAL_EXTRA (more model_args, e.g. add_bos_token=True)
+#   LMEVAL_TOKENIZED (tokenized_requests: True, the default, sends id lists; False sends
+#   strings), LMEVAL_KEEP=1 (keep the temporary folder: records, lm-eval's results and samples,
+#   score's output, the server's log), LMEVAL_EXTRA (more model_args)
 #
 # Method.
 # - Records (bench/lmeval/make_task.py): RECORDS paragraphs of WikiText-2's test text, evenly
@@ -30,17 +29,16 @@
 #   score does the same with {"context": C + " "}: the trailing space moves to the choice.
 # - tokenizer_backend=auto (local-completions' default): lm-eval probes GET /tokenizer_info for
 #   eos_token and POST /tokenize for tokens, then uses its RemoteTokenizer on them ({"prompt",
-#   "add_special_tokens": false}); the script fails unless lm-eval logs that it did. tokenized_requests=True:
-#   the prompts go out as token id lists (echo, logprobs 1, max_tokens 1) and the server scores
-#   exactly those ids. With tokenized_requests=False lm-eval would send /detokenize'd strings,
-#   which the server tokenizes again with BOS first: the context length lm-eval counted would
-#   then be off by one.
-# - BOS: estream score puts BOS first when the model's tokenizer adds one; lm-eval's remote
-#   tokenizer never does (add_bos_token=True in model_args only reaches the huggingface
-#   backend's tok_encode in lm_eval 0.4.13). So for a model that adds BOS, lm_context starts with
-#   the BOS token's text from /tokenizer_info: /tokenize recognises special-token text, giving
-#   [BOS] + tok(C) and [BOS] + tok(C + " " + X), estream score's sequences (the log-likelihood
-#   check below fails without it).
+#   "add_special_tokens": false}); the script fails unless lm-eval logs that it did.
+#   tokenized_requests=True: the prompts go out as token id lists (echo, logprobs 1, max_tokens
+#   1); False: as the /detokenize'd strings, which the server tokenizes again (the same ids).
+# - BOS: lm-eval's remote tokenizer never adds it (add_bos_token=True in model_args only
+#   reaches the huggingface backend's tok_encode in lm_eval 0.4.13), and the task is plain text.
+#   For a model whose tokenizer adds BOS the server conditions every prompt that does not start
+#   with BOS on one it does not echo (docs/prompts.md), so lm-eval's (context, continuation) is
+#   scored after [BOS] + tok(C), estream score's sequence, in either mode, and the context
+#   length lm-eval counted lines up with the echoed tokens. (Before that rule this script put
+#   the BOS token's text before each context; that is no longer needed.)
 # - Normalisation: lm-eval's acc_norm divides each choice's log-likelihood by its length in
 #   characters (len(choice) in Python), acc_bytes by its UTF-8 bytes; estream score's
 #   acc_norm_bytes is the bytes rule (n_bytes of the choice as given, without the delimiter).
@@ -58,13 +56,14 @@ threads=${3:-2}
 venv=${ESTREAM_VENV_DIR:-${HOME:-/root}/.cache/estream/venv-lmeval}
 concurrent=${LMEVAL_CONCURRENT:-2}
 batch=${LMEVAL_BATCH:-8}
-bos_mode=${LMEVAL_BOS:-auto}
+tokenized=${LMEVAL_TOKENIZED:-True}
 text=${ESTREAM_DATA:-$root/../shared/data}/text/wikitext-2-test.txt
 reqs="lm_eval[api]==0.4.13"
 say() { echo "lmeval_vs_score: $*" >&2; }
 die() { say "$*"; exit 1; }
 [ -f "$text" ] || die "no WikiText-2 at $text (set ESTREAM_DATA to shared/data)"
 case $records in '' | *[!0-9]*) die "RECORDS must be a number" ;; esac
+case $tokenized in True | False) ;; *) die "LMEVAL_TOKENIZED must be True or False" ;; esac
 [ "$records" -ge 40 ] && [ "$records" -le 1000 ] || die "RECORDS must be in 40..1000"
 
 # ---- the virtualenv (once) ----
@@ -124,19 +123,15 @@ else:
 req = urllib.request.Request(base + "/tokenizer_info", headers={"Authorization": "Bearer " + key})
 print(urllib.request.urlopen(req, timeout=10).read().decode())
 EOF
-bos=
 add_bos=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("add_bos_token"))' "$tmp/tokinfo.json")
-if [ "$add_bos" = True ] && [ "$bos_mode" = auto ]; then
-    bos=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["bos_token"], end="")' "$tmp/tokinfo.json")
-fi
-say "model $name: add_bos_token $add_bos; lm-eval's contexts start with '${bos}' (LMEVAL_BOS=$bos_mode)"
+say "model $name: add_bos_token $add_bos; the contexts are plain text (no BOS text)"
 
 # ---- records and task ----
-"$py" bench/lmeval/make_task.py "$text" "$records" "$tmp/data" "$bos"
+"$py" bench/lmeval/make_task.py "$text" "$records" "$tmp/data"
 
 # ---- lm-eval ----
 margs="base_url=$base/v1/completions,model=$name,tokenizer_backend=auto,auth_token=$key"
-margs+=",num_concurrent=$concurrent,max_retries=1,tokenized_requests=True${LMEVAL_EXTRA:+,$LMEVAL_EXTRA}"
+margs+=",num_concurrent=$concurrent,max_retries=1,tokenized_requests=$tokenized${LMEVAL_EXTRA:+,$LMEVAL_EXTRA}"
 say "lm_eval --model local-completions --model_args ${margs//$key/KEY} --batch_size $batch"
 t0=$(date +%s.%N)
 if ! HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 HF_DATASETS_CACHE=$tmp/hf TOKENIZERS_PARALLELISM=false \
@@ -165,9 +160,9 @@ t1=$(date +%s.%N)
 score_s=$(echo "$t1 - $t0" | bc)
 
 # ---- compare ----
-"$py" - "$tmp" "$bos" "$lm_s" "$score_s" "$concurrent" "$batch" <<'EOF'
+"$py" - "$tmp" "$add_bos" "$lm_s" "$score_s" "$concurrent" "$batch" "$tokenized" <<'EOF'
 import glob, json, math, sys
-tmp, bos, lm_s, score_s, conc, batch = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+tmp, add_bos, lm_s, score_s, conc, batch, tok = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
 res = json.load(open(sorted(glob.glob(tmp + "/lmeval/**/results_*.json", recursive=True))[-1]))
 r = res["results"]["estream_wikitext_mc"]
 samples = [json.loads(l) for f in glob.glob(tmp + "/lmeval/**/samples_estream_wikitext_mc_*.jsonl",
@@ -200,8 +195,8 @@ eq_acc = lm["acc"] == es["acc"]
 eq_bytes = lm["acc_bytes"] == es["acc_norm_bytes"]
 eq_norm = lm["acc_norm"] == es["acc_norm_bytes"]
 yn = lambda b: "yes" if b else "no"
-print("records %d (choices all ASCII in %d); lm-eval requests %d; BOS text before lm-eval's "
-      "contexts: %r" % (len(samples), ascii_choices, n_ll, bos))
+print("records %d (choices all ASCII in %d); lm-eval requests %d; model adds BOS: %s; "
+      "tokenized_requests=%s" % (len(samples), ascii_choices, n_ll, add_bos, tok))
 print("| records | lm-eval acc | lm-eval acc_norm (chars) | lm-eval acc_bytes | estream score acc | "
       "score acc_norm_bytes | acc equal | acc_bytes = acc_norm_bytes | acc_norm = acc_norm_bytes | "
       "max abs diff of a choice's log-likelihood | lm-eval wall s (num_concurrent %s, batch %s) | "

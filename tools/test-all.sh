@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: Release, ASan+UBSan, the OpenAI client check (tools/openai-check.sh),
+# lm-evaluation-harness against the server (tools/lmeval-check.sh),
 # the installed library and its examples (tools/install-check.sh), the Python package
 # (tools/python-check.sh), the chat templates against Python's jinja2 (tools/chat-check.sh), TSan
 # (concurrent parts), the planted-bug check
@@ -91,6 +92,9 @@ rm -rf "$demo_tmp"
 # The official OpenAI Python client against estream serve (a cached virtualenv from PyPI, every
 # number equal to estream score / estream embed).
 check_stage "openai client" "openai client" bash tools/openai-check.sh build
+# lm-evaluation-harness (PyPI, cached virtualenv) against estream serve on a model that adds
+# BOS, tasks unedited, both tokenized_requests modes: accuracies equal to llama.cpp's log-probs.
+check_stage lmeval lmeval bash tools/lmeval-check.sh build
 # estream installed: the shared library's symbols, make install/uninstall, the examples built
 # with pkg-config against a scratch prefix and equal to the CLI.
 check_stage install install bash tools/install-check.sh build

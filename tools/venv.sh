@@ -1,5 +1,5 @@
 # Sourced by the scripts that need a Python virtualenv from PyPI (tools/openai-check.sh,
-# tools/python-check.sh, bench/lmeval_vs_score.sh):
+# tools/python-check.sh, tools/lmeval-check.sh, bench/lmeval_vs_score.sh):
 #   cached_venv DIR "REQUIREMENTS"
 # makes DIR with `$PYTHON -m venv` (default python3) and pip-installs the requirements, once: a
 # stamp file (DIR/.estream-complete) holding the requirements marks it complete, and a DIR whose

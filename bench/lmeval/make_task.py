@@ -1,7 +1,7 @@
 """Builds the records of bench/lmeval_vs_score.sh from WikiText-2 (tokenized flavour).
 
-usage: make_task.py TEXT N OUT_DIR BOS_TEXT
-  TEXT     wikitext-2-test.txt;  N  records;  BOS_TEXT  "" or the text of the BOS token
+usage: make_task.py TEXT N OUT_DIR
+  TEXT     wikitext-2-test.txt;  N  records
 Writes OUT_DIR/docs.jsonl (lm-eval's documents), OUT_DIR/score.jsonl (the same questions as
 estream score records) and OUT_DIR/task/estream_wikitext_mc.yaml (from the template beside this
 file). Deterministic: the same TEXT and N give the same files.
@@ -9,7 +9,8 @@ file). Deterministic: the same TEXT and N give the same files.
 Each record: a paragraph (not a heading) of at least CTX + K words, evenly spread over the
 file; context = its first CTX words joined by single spaces; the gold choice its next K words;
 3 distractors = K-word spans of 3 other eligible paragraphs (random, seeded), none equal to
-the gold one; the gold index random. lm-eval scores (lm_context, " " + choice): its
+the gold one; the gold index random. lm-eval scores (lm_context, " " + choice), lm_context being the plain
+context (the server puts BOS before it for a model that adds one, docs/prompts.md): its
 _encode_pair keeps the context as is (no trailing whitespace) and tokenizes context + " " +
 choice. The score record {"context": context + " ", "choices": [choice..]} gives estream score
 the same pair: its trailing space moves to the front of each choice, as lm-eval's _encode_pair
@@ -25,7 +26,7 @@ CTX, K, N_CHOICES = 40, 5, 4
 
 
 def main():
-    text, n, out, bos = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    text, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     paras = []
     with open(text, encoding="utf-8") as f:
         for line in f:
@@ -58,7 +59,7 @@ def main():
                     choices.append(c)
             gold = rng.randrange(N_CHOICES)
             choices[0], choices[gold] = choices[gold], choices[0]
-            docs.write(json.dumps({"id": r, "lm_context": bos + context, "choices": choices,
+            docs.write(json.dumps({"id": r, "lm_context": context, "choices": choices,
                                    "gold": gold}, ensure_ascii=False) + "\n")
             score.write(json.dumps({"id": r, "context": context + " ", "choices": choices,
                                     "gold": gold}, ensure_ascii=False) + "\n")
