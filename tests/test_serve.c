@@ -1252,6 +1252,31 @@ static void test_chat_and_rerank_match_cli(void **state)
     post_error(&s, "/v1/rerank", "{\"query\": \"q\", \"documents\": [\"a\"], \"top_n\": 0}",
                400, "top_n", NULL);
     post_error(&s, "/rerank", "{\"query\": \"q\", \"texts\": \"a\"}", 400, "texts", NULL);
+    /* too long: a document past the model's context (512, what max_model_len says, not the
+     * batch of 2048), and more documents than one batch holds */
+    json_t *models = get(&s, "/v1/models", 200);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(json_object_get(models,
+                                                                                       "data"),
+                                                                       0),
+                                                        "max_model_len")),
+                     512);
+    json_decref(models);
+    json_t *lb = json_pack("{s:s,s:[s]}", "query", "q", "documents", "");
+    char *longdoc = malloc(4001);
+    for (int i = 0; i < 4000; i++) longdoc[i] = "ab "[i % 3];
+    longdoc[4000] = 0;
+    json_array_set_new(json_object_get(lb, "documents"), 0, json_string(longdoc));
+    free(longdoc);
+    char *lbs = json_dumps(lb, JSON_COMPACT);
+    post_error(&s, "/v1/rerank", lbs, 400, "documents", "more than the model's context of 512");
+    free(lbs);
+    json_object_set_new(lb, "documents", json_array());
+    for (int i = 0; i < 200; i++) json_array_append_new(json_object_get(lb, "documents"),
+                                                        json_string("d"));
+    lbs = json_dumps(lb, JSON_COMPACT);
+    post_error(&s, "/v1/rerank", lbs, 413, "documents", "documents");
+    free(lbs);
+    json_decref(lb);
     json_decref(dl);
     json_decref(want);
     es_model_close(m);

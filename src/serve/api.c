@@ -159,8 +159,8 @@ bool sv_check_units(const sv_api_env *env, sv_req *q, const char *field, sv_err 
             return false;
         }
         if (r->n_tokens > env->max_prompt_tokens) {
-            sv_fail(e, 400, field, "%s has %lld tokens; this server takes at most %d in one "
-                    "prompt (max_model_len)", p, (long long)r->n_tokens, env->max_prompt_tokens);
+            sv_fail(e, 400, field, "%s has %lld tokens; this server runs at most %d in one "
+                    "batch", p, (long long)r->n_tokens, env->max_prompt_tokens);
             return false;
         }
         if (r->n_seqs > env->max_seqs) {

@@ -21,9 +21,10 @@ typedef struct sv_api_env {
     const char *chat_template; /* --chat-template's text (NULL: the model's) */
     const char *rerank_template; /* --rerank-template's text (NULL: Qwen3-Reranker's) */
     int64_t max_request_tokens;
-    int max_prompt_tokens;     /* the most tokens of one unit: the session's capacity, what
-                                * /v1/models and /tokenize advertise as max_model_len (a unit
-                                * longer than a batch runs alone) */
+    int max_prompt_tokens;     /* the most tokens of one unit (all its sequences): the
+                                * session's capacity (a unit longer than a batch runs alone) */
+    int max_model_len;         /* the longest prompt: the capacity or the model's context,
+                                * whichever is less; what /v1/models and /tokenize advertise */
     int max_seqs;              /* the most sequences of one unit */
     int64_t created;           /* the server's start, Unix seconds (/v1/models) */
 } sv_api_env;

@@ -60,7 +60,7 @@ static json_t *tokenize(const sv_api_env *env, json_t *body, sv_err *e)
         return sv_fail(e, 503, NULL, "out of memory");
     }
     return json_pack("{s:I,s:i,s:o,s:o}", "count", (json_int_t)n, "max_model_len",
-                     env->max_prompt_tokens, "tokens", tokens, "token_strs", strs);
+                     env->max_model_len, "tokens", tokens, "token_strs", strs);
 }
 
 static json_t *detokenize(const sv_api_env *env, json_t *body, sv_err *e)
@@ -109,13 +109,13 @@ json_t *sv_api_direct(const sv_api_env *env, int ep, json_t *body, sv_err *e)
     case SV_EP_MODELS:
         o = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:i}]}", "object", "list", "data", "id",
                       env->model_name, "object", "model", "created", (json_int_t)env->created,
-                      "owned_by", "estream", "max_model_len", env->max_prompt_tokens);
+                      "owned_by", "estream", "max_model_len", env->max_model_len);
         break;
     case SV_EP_TOKENIZER_INFO:
         o = json_pack("{s:s,s:o,s:o,s:n,s:i,s:i,s:b,s:n}", "tokenizer_class", "estream",
                       "eos_token", token_or_null(m, es_model_eos(m)), "bos_token",
                       token_or_null(m, es_model_bos(m)), "pad_token", "model_max_length",
-                      env->max_prompt_tokens, "vocab_size", es_model_n_vocab(m), "add_bos_token",
+                      env->max_model_len, "vocab_size", es_model_n_vocab(m), "add_bos_token",
                       es_model_add_bos(m), "chat_template");
         break;
     default: return sv_fail(e, 404, NULL, "no such endpoint");

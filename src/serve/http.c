@@ -542,6 +542,7 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         .rerank_template = sv->o.rerank_template,
         .max_request_tokens = sv->o.max_request_tokens,
         .max_prompt_tokens = size.max_tokens,
+        .max_model_len = size.max_tokens < ctx ? size.max_tokens : (int)ctx,
         .max_seqs = seqs,
         .created = (int64_t)time(NULL),
     };
