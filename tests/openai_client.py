@@ -2,7 +2,13 @@
 
 Every number the server gives through `openai.OpenAI(...).completions.create` and
 `.embeddings.create` must equal (exactly, as float32) what `estream score --top 5` and
-`estream embed` print for the same inputs on the same model. The token strings are checked
+`estream embed` print for the same inputs on the same model. `.chat.completions.create(...,
+max_tokens=1, logprobs=True, top_logprobs=5)` must give the next-token distribution of the
+prompt that Python's jinja2 renders from the model's chat template (set up as Hugging Face's
+apply_chat_template sets it up: tests/data/chat/make_expected.py): its tokens (`estream
+tokenize`) run by `estream prefill --ids ... --dump-logits`, log-softmax in float64 here (the
+server's float32 log-probs within 1e-5), and equal (float32) to `estream score`'s record of the
+same messages. The token strings are checked
 against the model file itself: this script reads the vocabulary from the GGUF and renders each
 token as src/tok/tok.c does (llama.cpp's token_to_piece with special = true), then spells it as
 the server documents (the piece when it is valid UTF-8, else "bytes:\\xNN...").
@@ -22,6 +28,9 @@ import tempfile
 
 import numpy as np
 import openai
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "chat"))
+import make_expected  # noqa: E402  (jinja2 set up as Hugging Face's apply_chat_template)
 
 TOP = 5
 
@@ -90,9 +99,12 @@ def read_gguf_vocab(path):
         key = string().decode()
         t, = struct.unpack_from("<I", data, pos)
         pos += 4
-        v = value(t, key in want or key.startswith("tokenizer.ggml."))
+        v = value(t, key in want or key.startswith("tokenizer.ggml.") or
+                  key == "tokenizer.chat_template")
         if key.startswith("tokenizer.ggml."):
             out[key[len("tokenizer.ggml."):]] = v
+        elif key == "tokenizer.chat_template":
+            out["chat_template"] = v
     return out
 
 
@@ -119,6 +131,8 @@ class Vocab:
         self.types = v.get("token_type") or [1] * len(self.tokens)
         self.bos = v.get("bos_token_id")
         self.eos = v.get("eos_token_id")
+        self.chat_template = v.get("chat_template")
+        self.add_bos = bool(v.get("add_bos_token"))  # as the synthetic models write it
         self._cp2b = gpt2_byte_map()
         self._pieces = {}
 
@@ -344,6 +358,59 @@ def check_embeddings(c, args, inputs, label, **kw):
           % (label, resp.usage.prompt_tokens, n))
 
 
+def check_chat(c, args, vocab, messages, label):
+    """A chat's next-token distribution against the prompt jinja2 renders, run by the CLI."""
+    ck = args.checks
+    r = c.chat.completions.create(model=args.model_name, messages=messages, max_tokens=1,
+                                  logprobs=True, top_logprobs=TOP, temperature=0)
+    tmpl = make_expected.environment().from_string(vocab.chat_template.decode("utf-8"))
+    special = {"bos_token": vocab.bos, "eos_token": vocab.eos}
+    text = tmpl.render(messages=messages, tools=None, documents=None, add_generation_prompt=True,
+                       **{k: (vocab.tokens[i].decode("utf-8") if i is not None else "")
+                          for k, i in special.items()})
+    p = subprocess.run([args.estream, "tokenize", "-m", args.model, "-p", text],
+                       capture_output=True, text=True, check=True)
+    ids = [int(x) for x in p.stdout.split()]
+    if vocab.add_bos and vocab.bos is not None and (not ids or ids[0] != vocab.bos):
+        ids = [vocab.bos] + ids
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "ids"), "w") as f:
+            f.write(" ".join(map(str, ids)))
+        subprocess.run([args.estream, "prefill", "-m", args.model, "--ids", os.path.join(d, "ids"),
+                        "-t", "2", "--dump-logits", os.path.join(d, "logits")],
+                       capture_output=True, check=True)
+        logits = np.fromfile(os.path.join(d, "logits"), dtype="<f4").reshape(len(ids), -1)[-1]
+    x = logits.astype(np.float64)
+    lp = x - (x.max() + np.log(np.exp(x - x.max()).sum()))
+    best = sorted(range(len(lp)), key=lambda i: (-lp[i], i))[:TOP]
+    ch = r.choices[0]
+    ck.ok(r.usage.prompt_tokens == len(ids),
+          "%s: prompt_tokens %d, jinja2's prompt is %d tokens" % (label, r.usage.prompt_tokens,
+                                                                len(ids)))
+    ck.ok(ch.message.role == "assistant", "%s: role %r" % (label, ch.message.role))
+    ck.ok(ch.message.content == utf8_clean(vocab.piece(best[0])),
+          "%s: content %r, the greedy token is %r" % (label, ch.message.content,
+                                                      vocab.piece(best[0])))
+    got = ch.logprobs.content
+    ck.ok(len(got) == 1 and len(got[0].top_logprobs) == TOP,
+          "%s: %d tokens in logprobs.content" % (label, len(got)))
+    if not got:
+        return
+    ck.ok(got[0].token == vocab.spell(best[0]) and abs(got[0].logprob - lp[best[0]]) < 1e-5,
+          "%s: token %r %r, want %r %r" % (label, got[0].token, got[0].logprob,
+                                           vocab.spell(best[0]), lp[best[0]]))
+    ck.ok(got[0].bytes == list(vocab.piece(best[0])), "%s: bytes %r" % (label, got[0].bytes))
+    for k, (t, i) in enumerate(zip(got[0].top_logprobs, best)):
+        ck.ok(t.token == vocab.spell(i) and abs(t.logprob - lp[i]) < 1e-5,
+              "%s: top %d is %r %r, want %r %r" % (label, k, t.token, t.logprob, vocab.spell(i),
+                                                   lp[i]))
+    # estream score on the same messages: the same float32 numbers
+    w = run_cli(args, "score", [{"messages": messages}], ("--top", str(TOP)))[0]
+    ck.ok([vocab.spell(i) for i, _ in w["next"]] == [t.token for t in got[0].top_logprobs] and
+          all(same_f32(v, t.logprob) for (_, v), t in zip(w["next"], got[0].top_logprobs)),
+          "%s: estream score's next %r" % (label, w["next"]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base-url", required=True)
@@ -376,6 +443,30 @@ def main():
     check_embeddings(c, args, texts, "embeddings(default encoding)")
     check_embeddings(c, args, texts[2], "embeddings(float, string)", encoding_format="float")
     check_embeddings(c, args, idl2, "embeddings(float, id lists)", encoding_format="float")
+
+    chats = [
+        [{"role": "system", "content": "You are a strict judge. Answer A or B."},
+         {"role": "user", "content": "Which is larger, A: 3 or B: 5?"}],
+        [{"role": "user", "content": "Bonjour, ça va ? 東京 😀"},
+         {"role": "assistant", "content": "Oui."},
+         {"role": "user", "content": ""}],
+    ]
+    if vocab.chat_template:
+        for i, m in enumerate(chats):
+            check_chat(c, args, vocab, m, "chat %d" % i)
+    else:
+        ck.ok(False, "the model has no tokenizer.chat_template")
+    try:
+        c.chat.completions.create(model=args.model_name, messages=chats[0], max_tokens=2)
+        ck.ok(False, "chat max_tokens 2 was accepted")
+    except openai.BadRequestError as e:
+        ck.ok("prefill-only" in str(e), "chat max_tokens 2: %r" % str(e))
+    try:
+        c.chat.completions.create(model=args.model_name, messages=[{"role": "wizard",
+                                                                    "content": "x"}])
+        ck.ok(False, "an unknown role was accepted")
+    except openai.BadRequestError as e:
+        ck.ok("role" in str(e), "unknown role: %r" % str(e))
 
     ck.ok(args.encodings_seen == {"base64", "float"},
           "the client's default encoding is not base64 (asked: %r)" % args.encodings_seen)

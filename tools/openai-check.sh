@@ -4,7 +4,9 @@
 # default, and float) with `openai.OpenAI(base_url=..., api_key=...)` as published on PyPI, and
 # asserts every number equals what `estream score --top 5` and `estream embed` give on the same
 # inputs (exact float32 equality), plus the client's error classes for a wrong key (401) and
-# max_tokens 5 (400, "prefill-only").
+# max_tokens 5 (400, "prefill-only"); /v1/chat/completions (max_tokens 1, logprobs, top_logprobs
+# 5) against the prompt Python's jinja2 renders from the model's chat template (Qwen3's), run by
+# estream prefill, and against estream score's {"messages"} record.
 #
 # usage: bash tools/openai-check.sh [BUILD_DIR]     (default build; BUILD_DIR/estream is used,
 #                                                    made first with make BUILD=BUILD_DIR)
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 venv=${ESTREAM_VENV_DIR:-${HOME:-/root}/.cache/estream/venv-openai}
 # pinned so that CI runs the same client every time; change the versions here to move on
-reqs="openai==3.60.0 numpy==2.4.6"
+reqs="openai==3.60.0 numpy==2.4.6 jinja2==3.1.6 markupsafe==3.0.3"
 say() { echo "openai-check: $*" >&2; }
 die() { say "$*"; exit 1; }
 
@@ -50,7 +52,8 @@ cleanup() {
 }
 trap cleanup EXIT
 model=$tmp/tiny-qwen3moe-vocab.gguf
-"$estream" synth --preset tiny-qwen3moe-vocab --type f32 -o "$model" >/dev/null 2>&1 ||
+"$estream" synth --preset tiny-qwen3moe-vocab --type f32 --chat-template tests/data/chat/qwen3.jinja \
+    -o "$model" >/dev/null 2>&1 ||
     die "estream synth failed"
 key=sk-estream-$RANDOM$RANDOM
 printf '%s\n' "$key" >"$tmp/key"
