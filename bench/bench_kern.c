@@ -14,7 +14,7 @@
  * with a loop of independent vfmadd231ps (zmm for avx512, else ymm). Each GEMM is checked
  * against the scalar table on a subset of columns before it is timed. Then, per repetition: a short peak run
  * on 1 thread, the GEMM on 1 thread, a short peak run on 2 threads, the GEMM on 2 threads
- * (interleaved, DESIGN §9, so a period of shared cores hits both sides); the table gives the
+ * (interleaved, docs/design.md §9, so a period of shared cores hits both sides); the table gives the
  * median GEMM time, G ops/s from it, and the median ratio of each GEMM run to its adjacent peak
  * run. With 2 threads the pool splits [0, N) in two halves (multiples of 32 columns). G ops/s
  * counts 2*rows*N*K operations (multiply and add) per GEMM, float kernels included.
@@ -145,7 +145,7 @@ static int bench_one(const es_kern *k, const es_kern *ks, uint32_t type, shape s
 
     /* timing: peak, 1-thread GEMM, peak on 2 threads, 2-thread GEMM, repeated; the % of peak
      * is the median of each GEMM run against the peak run just before it, so a period when the
-     * machine is shared (DESIGN §9) hits both sides of the ratio */
+     * machine is shared (docs/design.md §9) hits both sides of the ratio */
     double t[2][64], pct[2][64];
     if (reps > 64) reps = 64;
     es_pool_run(p1, gemm_fn, &j); /* warm */

@@ -243,7 +243,7 @@ typedef struct es_session es_session;
 
 
 
-/* When the expert loader may start reading a group (DESIGN §6). */
+/* When the expert loader may start reading a group (docs/design.md §6). */
 typedef enum es_policy {
     ES_POLICY_EARLY = 0,         /* as soon as a bank is free, reading ahead into later layers */
     ES_POLICY_AFTER_ROUTING = 1, /* once the layer's routing is known */
@@ -251,7 +251,7 @@ typedef enum es_policy {
 } es_policy;
 ES_API const char *es_policy_name(es_policy p); /* "early", "after-routing", "on-demand" */
 
-/* The configurator's result for one model on one machine (`estream tune`, DESIGN §7): the
+/* The configurator's result for one model on one machine (`estream tune`, docs/design.md §7): the
  * storage figures and one profile per candidate group size, from which a budget's arena (G, B)
  * and queue depth Q are chosen in milliseconds. Stored beside the model as "<model>.tune". */
 typedef struct es_tune es_tune;
@@ -288,7 +288,7 @@ typedef struct es_session_params {
     const char *kernels; /* "scalar", "avx2", "avxvnni", "avx512", "amx", "asimd", "neon", "i8mm";
                           * NULL (default) = es_kernels_name() at creation */
 
-    /* Memory-bounded runs (expert streaming, DESIGN §5-6). With mem_budget_bytes set, the
+    /* Memory-bounded runs (expert streaming, docs/design.md §5-6). With mem_budget_bytes set, the
      * session measures the memory everything but the experts needs (M_other: what the process
      * holds now, the activation buffers for max_tokens, the non-expert weights, the logits the
      * caller asked to have accounted), gives the rest to an arena of `banks` x `groups` expert

@@ -87,7 +87,7 @@ const char *const *es_synth_presets(void);
  * es_tune_run() measures the storage and profiles one request per candidate group size G;
  * es_tune_choose() picks (G, B, Q) for a budget from the profiles in milliseconds and keeps the
  * choice; es_tune_save() writes the lot to "<model>.tune", which es_tune_load() reads back. The
- * model behind it: src/tune/tune.h (DESIGN §7). */
+ * model behind it: src/tune/tune.h (docs/design.md §7). */
 #define ES_TUNE_MAX_G 8    /* candidate group sizes in one tuning */
 #define ES_TUNE_N_DEPTHS 4 /* queue depths the storage is characterized at (es_tune_desc.depths) */
 

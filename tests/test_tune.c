@@ -43,7 +43,7 @@ static void expect_time(const es_tune_profile *p, int q, int b, double io, es_po
                  (int)pol, verify, got, layers[0], want, want_layer0);
 }
 
-/* Each case below is DESIGN §6 evaluated by hand (a_n, d_n, p_n, s_n, f_n per group). */
+/* Each case below is docs/design.md §6 evaluated by hand (a_n, d_n, p_n, s_n, f_n per group). */
 static void test_recurrence_by_hand(void **state)
 {
     (void)state;

@@ -67,6 +67,10 @@ suite() { # name, make args...
 stage_begin layers
 if bash tools/check-layers.sh; then add_counts "1 passed, 0 failed"; else add_counts "0 passed, 1 failed"; fi
 stage_end
+# The docs name only paths and es_ functions that exist.
+stage_begin docs
+if bash tools/check-docs.sh; then add_counts "1 passed, 0 failed"; else add_counts "0 passed, 1 failed"; fi
+stage_end
 release_ok=0
 suite release && release_ok=1
 suite "asan+ubsan" SAN=1

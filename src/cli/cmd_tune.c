@@ -1,4 +1,4 @@
-/* estream tune: the configurator (DESIGN §7). Characterizes the storage, profiles one request
+/* estream tune: the configurator (docs/design.md §7). Characterizes the storage, profiles one request
  * per candidate group size, chooses (G, B, Q) for each budget with the pipeline model, stores
  * the tuning beside the model; --sweep runs every feasible configuration end to end (the
  * oracle) and reports the regret; --explain compares predicted and measured layer times. */
@@ -18,7 +18,7 @@ static const char help[] =
     "\n"
     "Chooses the expert arena (G experts per bank, B banks) and the reads in flight (Q) for\n"
     "each memory budget, so that `estream prefill|ppl|bench --mem BUDGET` runs near the best\n"
-    "configuration without being told one (DESIGN §6-7):\n"
+    "configuration without being told one (docs/design.md §6-7):\n"
     "  1. the storage: grouped O_DIRECT reads of the model at depths 1, 2, 4, 8 for each G\n"
     "     (cached per device in ~/.cache/estream); Q0 = the smallest depth within 5 % of the\n"
     "     best for every G;\n"

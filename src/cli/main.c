@@ -24,9 +24,10 @@ static const char usage[] =
     "  bench     -m MODEL [-p 128,512,...]     prompt-processing speed (like llama-bench)\n"
     "  pack      -m MODEL -o OUT.pack          write the pack the expert streamer reads\n"
     "  tune      -m MODEL --mem BUDGETS        choose the arena for memory budgets (MODEL.tune)\n"
-    "  score     -m MODEL -f IN.jsonl          log-probs of texts, continuations, choices, labels\n"
+    "  score     -m MODEL -f IN.jsonl          log-probs, choices, labels, chats, reranking\n"
     "  embed     -m MODEL -f IN.jsonl          pooled embeddings (JSONL or .npy)\n"
-    "  serve     -m MODEL [--port N]           HTTP service: OpenAI completions/embeddings, score\n"
+    "  serve     -m MODEL [--port N]           HTTP service: OpenAI completions, chat, embeddings;\n"
+    "                                          rerank, score, classify\n"
     "\n"
     "environment: ESTREAM_LOG=0..3 (log level), ESTREAM_ISA=scalar|avx2|avxvnni|avx512|amx|asimd|neon|i8mm\n";
 

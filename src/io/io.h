@@ -1,6 +1,6 @@
 /*
  * Reads from one file with a bounded number of reads in flight: the layer the expert loader
- * sits on (DESIGN §5-6: one group of experts = one contiguous extent = one request).
+ * sits on (docs/design.md §5-6: one group of experts = one contiguous extent = one request).
  *
  * DESIGN
  * - Two backends behind one API: io_uring (one ring, one SQE per read, the request slot in

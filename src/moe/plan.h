@@ -1,5 +1,5 @@
 /*
- * The expert plan: the fused expert operator of DESIGN §4 for one shape class.
+ * The expert plan: the fused expert operator of docs/design.md §4 for one shape class.
  *
  * DESIGN: es_plan_create() is called once per shape class (hidden size, FFN size, weight types)
  * with capacities C (routes per invocation) and T_max (tokens), and allocates every buffer the

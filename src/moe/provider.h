@@ -8,7 +8,7 @@
  * expert to a slot pointing into the model's mapping (G = n_expert, nothing to wait for); the
  * streaming provider (stream/pipeline.c) returns a bank of the arena once the loader has filled
  * it, and recycles the bank on release. The plan cannot tell the two apart, so the numbers do
- * not depend on which one runs (DESIGN §4 invariant).
+ * not depend on which one runs (docs/design.md §4 invariant).
  *
  * Calls come from the one thread that drives the prefill, in this order per layer:
  * layer_begin(il), then layer_routed(il, counts), then acquire/release for each group with

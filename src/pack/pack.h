@@ -33,7 +33,7 @@
  * - The data section and every tensor start at multiples of 4096 (general.alignment), and every
  *   record is a multiple of 4096 bytes, so record e of a layer starts at a 4096-aligned file
  *   offset and G consecutive experts are one contiguous aligned extent: one O_DIRECT read per
- *   group, whatever G is (DESIGN §5). Inside a record, gate starts at 0 and up and down at
+ *   group, whatever G is (docs/design.md §5). Inside a record, gate starts at 0 and up and down at
  *   multiples of 64 (a cache line), so a kernel may use aligned loads on any matrix.
  * - A matrix keeps its source bytes, in rows or rearranged into tiles (quant/tiles.h: the same
  *   bytes in another order): a pack never has more bytes per weight than its source, padding

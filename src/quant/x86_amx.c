@@ -38,7 +38,7 @@
  * block: a tile row is loaded at one stride, and the call's rows are a gather list), with zero
  * rows after the last token; and tiles are decoded one ahead into two buffers: the first block
  * of 16 tokens of tile i decodes tile i+1 unit by unit (256 k) while its own products run,
- * while the raw rows of tile i+2 are prefetched into L2 (DESIGN.md §10: vector decode, matrix
+ * while the raw rows of tile i+2 are prefetched into L2 (docs/design.md §10: vector decode, matrix
  * engine and the fetch of the next weights overlap inside one call). A call on 16 tokens
  * multiplies each column of 16 output rows per block: load A and B, zero C, tdpbssd, store C,
  * then 16 zmm of float work; two C tiles alternate between blocks, so block b+1's product can

@@ -1,4 +1,4 @@
-/* Making a tuning (DESIGN §7 steps 1-2): the storage characterization and the profile requests;
+/* Making a tuning (docs/design.md §7 steps 1-2): the storage characterization and the profile requests;
  * and checking one: --explain's run of a choice.
  *
  * DESIGN

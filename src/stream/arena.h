@@ -1,6 +1,6 @@
 /*
  * The expert arena: B banks of one fixed size, each holding the expert data of one group of G
- * experts (DESIGN §5). Allocated once per session, aligned for O_DIRECT, backed by huge pages
+ * experts (docs/design.md §5). Allocated once per session, aligned for O_DIRECT, backed by huge pages
  * where the kernel gives them, and pre-faulted, so the loader never takes a page fault on the
  * read path and the memory the arena costs is resident (and counted) from the start.
  *

@@ -1,5 +1,5 @@
 /*
- * The memory budget (DESIGN §5, §7): what a run needs besides the expert arena (M_other), and
+ * The memory budget (docs/design.md §5, §7): what a run needs besides the expert arena (M_other), and
  * the arena (G experts per bank, B banks) that fits the rest.
  *
  * DESIGN: M_other is measured, not modelled, where it can be: the non-expert weights the

@@ -1,7 +1,7 @@
 /*
  * The expert streamer: the streaming provider of the MoE stage (moe/provider.h), an arena of B
  * banks x G expert slots (stream/arena.h) and a loader thread that fills banks from the model file
- * with grouped O_DIRECT reads (io/io.h) while the compute threads run (DESIGN §5-6).
+ * with grouped O_DIRECT reads (io/io.h) while the compute threads run (docs/design.md §5-6).
  *
  * DESIGN
  * - The request's groups form one sequence: sparse layer by layer, groups k = 0..K-1 of G

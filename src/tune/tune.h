@@ -1,5 +1,5 @@
 /*
- * The configurator (DESIGN §6-7): profiles of one request per candidate group size G, the
+ * The configurator (docs/design.md §6-7): profiles of one request per candidate group size G, the
  * max-plus model of the streaming pipeline that predicts a request's time for any (Q, B) from
  * them, the choice of (G, B, Q) for a budget, and the "<model>.tune" file that keeps it all.
  *
@@ -12,7 +12,7 @@
  *   the time after the last group (output head). Read service times come from the storage
  *   characterization (bandwidth per read size and queue depth), not from the profile run, so
  *   one profile serves every Q and every --io-limit.
- * - The model (DESIGN §6, with the device and the loader as in-order servers). For the request's
+ * - The model (docs/design.md §6, with the device and the loader as in-order servers). For the request's
  *   routed groups n = 1..N in sequence order, queue depth q, banks b, group n in layer w:
  *     T_ne(w) = f(last group of layer w-1) + N_w                      (0 before the first)
  *     a_n = max(gate_n, p_{n-q}, f_{n-b})     read start: a slot and a bank free, policy gate
