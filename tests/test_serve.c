@@ -33,6 +33,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -1922,6 +1923,51 @@ static void test_batching_and_metrics(void **state)
     srv_stop(&s);
 }
 
+/* ---- 12. a model that is not a regular file ------------------------------------------------ */
+
+/* A FIFO (open() for reading would wait for a writer), a directory and a character device given
+ * as the model: every command that opens a model refuses it at once with one line naming what it
+ * is (the check used to come after an open that blocked forever on the FIFO). */
+static void test_model_not_regular(void **state)
+{
+    (void)state;
+    char fifo[700], dir[700], ids[700], recs[700];
+    snprintf(fifo, sizeof(fifo), "%s", fx_path("model-fifo.gguf"));
+    snprintf(dir, sizeof(dir), "%s", fx_path("model-dir.gguf"));
+    snprintf(ids, sizeof(ids), "%s", fx_path("fifo-ids.txt"));
+    snprintf(recs, sizeof(recs), "%s", fx_path("fifo-recs.jsonl"));
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_true(mkdir(dir, 0700) == 0 || errno == EEXIST);
+    write_text(ids, "1 2 3\n");
+    write_text(recs, "{\"text\": \"a b\"}\n");
+    const struct {
+        const char *path, *what;
+    } models[] = {{fifo, "a FIFO"}, {dir, "a directory"}, {"/dev/zero", "a character device"}};
+    const char *cmds[] = {"info -m %s", "prefill -m %s --ids %s", "score -m %s -f %s",
+                          "serve -m %s --port 0", "serve -m %s --port 0 --mem 1G"};
+    for (size_t m = 0; m < T_LEN(models); m++)
+        for (size_t c = 0; c < T_LEN(cmds); c++) {
+            char args[1024], cmd[2048], err[4096];
+            const char *extra = strstr(cmds[c], "prefill") ? ids : recs;
+            snprintf(args, sizeof(args), cmds[c], models[m].path, extra);
+            /* timeout: a server that blocked would otherwise wait here for ever */
+            snprintf(cmd, sizeof(cmd), "timeout -s KILL 20 %s %s", t_bin(), args);
+            const double t0 = now_s();
+            const int rc = t_run_cmd(cmd, NULL, 0, err, sizeof(err));
+            const double took = now_s() - t0;
+            if (rc != 1) fail_msg("'%s': exit %d (want 1) after %.1f s: %s", args, rc, took, err);
+            /* the target is under a second; 5 leaves room for a loaded machine and ASan */
+            if (took > 5) fail_msg("'%s': refused after %.1f s", args, took);
+            char want[256];
+            snprintf(want, sizeof(want), "%s: %s, not a regular file\n", models[m].path,
+                     models[m].what);
+            if (!strstr(err, want)) fail_msg("'%s': stderr lacks '%s': %s", args, want, err);
+        }
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(void)
 {
     atexit(kill_servers_at_exit);
@@ -1941,6 +1987,7 @@ int main(void)
         cmocka_unit_test_teardown(test_sigint_under_load, kill_servers),
         cmocka_unit_test_teardown(test_corrupt_expert, kill_servers),
         cmocka_unit_test_teardown(test_batching_and_metrics, kill_servers),
+        cmocka_unit_test_teardown(test_model_not_regular, kill_servers),
     };
     return cmocka_run_group_tests(tests, setup_models, teardown_models);
 }
