@@ -1923,6 +1923,32 @@ static void test_batching_and_metrics(void **state)
     srv_stop(&s);
 }
 
+/* ---- 16. counts in errors ------------------------------------------------------------------ */
+
+/* A context and a continuation past the context: the message names both and their lengths (it
+ * used to say "the continuation has 513 tokens" of a one-token continuation). */
+static void test_error_counts(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, g_tiny, NULL);
+    char *body = malloc(8192);
+    size_t k = (size_t)sprintf(body, "{\"records\": [{\"context\": \"");
+    for (int i = 0; i < 600; i++) k += (size_t)sprintf(body + k, " the");
+    strcpy(body + k, "\", \"continuation\": \" cat\"}]}"); /* 601 + 2 tokens here */
+    resp r = http_do(s.port, "POST", "/v1/score", NULL, body);
+    check_error_body(&r, 400, "records", "the context (", "a context past the model's");
+    json_t *j = resp_json(&r);
+    const char *m = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    if (!strstr(m, "and the continuation (2) together have 603 tokens") ||
+        strstr(m, "continuation has"))
+        fail_msg("the message does not count the context and the continuation apart: %s", m);
+    json_decref(j);
+    resp_free(&r);
+    free(body);
+    srv_stop(&s);
+}
+
 /* ---- 12. a model that is not a regular file ------------------------------------------------ */
 
 /* A FIFO (open() for reading would wait for a writer), a directory and a character device given
@@ -1988,6 +2014,7 @@ int main(void)
         cmocka_unit_test_teardown(test_corrupt_expert, kill_servers),
         cmocka_unit_test_teardown(test_batching_and_metrics, kill_servers),
         cmocka_unit_test_teardown(test_model_not_regular, kill_servers),
+        cmocka_unit_test_teardown(test_error_counts, kill_servers),
     };
     return cmocka_run_group_tests(tests, setup_models, teardown_models);
 }

@@ -153,6 +153,14 @@ static bool pair_seq(const es_model *m, rec *r, const char *ctx, size_t clen, co
     q->ids = ids;
     q->n_ids = nw + (size_t)add_bos;
     q->score_from = nc + (size_t)add_bos;
+    /* the sequence is the context and the continuation: say so, and say how long each is (the
+     * continuation alone may be one token) */
+    if (q->n_ids > (size_t)es_model_n_ctx(m)) {
+        rec_fail(r, "%s: the context (%zu tokens) and the continuation (%zu) together have %zu "
+                 "tokens, more than the model's context of %d", what, q->score_from,
+                 q->n_ids - q->score_from, q->n_ids, es_model_n_ctx(m));
+        return false;
+    }
     return rec_check_ids(m, r, ids, q->n_ids, what);
 }
 

@@ -159,8 +159,12 @@ bool sv_check_units(const sv_api_env *env, sv_req *q, const char *field, sv_err 
             return false;
         }
         if (r->n_tokens > env->batch_tokens) {
-            sv_fail(e, 400, field, "%s has %lld tokens; one batch of this server holds at most %d "
-                    "(estream serve --batch-tokens)", p, (long long)r->n_tokens, env->batch_tokens);
+            /* a record of several sequences (choices, labels) is one unit: say it is their sum */
+            char seqs[64] = "";
+            if (r->n_seqs > 1) snprintf(seqs, sizeof(seqs), " (its %d sequences together)", r->n_seqs);
+            sv_fail(e, 400, field, "%s has %lld tokens%s; one batch of this server holds at most %d "
+                    "(estream serve --batch-tokens)", p, (long long)r->n_tokens, seqs,
+                    env->batch_tokens);
             return false;
         }
         if (r->n_seqs > env->max_seqs) {
