@@ -1949,6 +1949,30 @@ static void test_error_counts(void **state)
     srv_stop(&s);
 }
 
+/* ---- 18. the key file ------------------------------------------------------------------------ */
+
+/* A key file's blanks around the key are not part of it (a leading space made it unmatchable). */
+static void test_api_key_file_trimmed(void **state)
+{
+    (void)state;
+    const char *kf = fx_path("key-blanks.txt");
+    write_text(kf, "  sekrit-key-7 \t\r\nsecond line\n");
+    char args[900];
+    snprintf(args, sizeof(args), "--api-key-file %s", kf);
+    srv s;
+    srv_start(&s, g_tiny, args);
+    resp r = http_do(s.port, "GET", "/v1/models", "Authorization: Bearer sekrit-key-7\r\n", NULL);
+    if (r.status != 200) fail_msg("the key without its blanks: %d: %s", r.status, r.body);
+    resp_free(&r);
+    r = http_do(s.port, "GET", "/v1/models", "Authorization: Bearer   sekrit-key-7\r\n", NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http_do(s.port, "GET", "/v1/models", "Authorization: Bearer sekrit-key\r\n", NULL);
+    check_error_body(&r, 401, NULL, "Bearer", "a shorter key");
+    resp_free(&r);
+    srv_stop(&s);
+}
+
 /* ---- 12. a model that is not a regular file ------------------------------------------------ */
 
 /* A FIFO (open() for reading would wait for a writer), a directory and a character device given
@@ -2015,6 +2039,7 @@ int main(void)
         cmocka_unit_test_teardown(test_batching_and_metrics, kill_servers),
         cmocka_unit_test_teardown(test_model_not_regular, kill_servers),
         cmocka_unit_test_teardown(test_error_counts, kill_servers),
+        cmocka_unit_test_teardown(test_api_key_file_trimmed, kill_servers),
     };
     return cmocka_run_group_tests(tests, setup_models, teardown_models);
 }

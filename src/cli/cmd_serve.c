@@ -36,7 +36,7 @@ static const char help[] =
     "  --port N               TCP port (default 8080; 0: any free port, printed on stderr)\n"
     "  --api-key KEY          require \"Authorization: Bearer KEY\" on every endpoint but\n"
     "                         /health (visible to other users in ps: prefer --api-key-file)\n"
-    "  --api-key-file F       the key is the first line of F\n"
+    "  --api-key-file F       the key is the first line of F, without the blanks around it\n"
     "  --model-name NAME      the model's id in /v1/models and replies (default: the file's\n"
     "                         name without .gguf/.pack)\n"
     "  --batch-tokens N       most tokens in one batch, and so in one prompt (default 2048;\n"
@@ -81,11 +81,17 @@ static void *signal_thread(void *arg)
     return NULL;
 }
 
+/* The first line of the file without the blanks around it: an editor's or echo's trailing
+ * space, or a leading one, would otherwise be part of a key no client sends. */
 static char *read_key(const char *path)
 {
     size_t len;
     char *t = cli_read_file(path, 1 << 16, &len);
     t[strcspn(t, "\r\n")] = 0;
+    size_t a = strspn(t, " \t"), b = strlen(t);
+    while (b > a && (t[b - 1] == ' ' || t[b - 1] == '\t')) b--;
+    memmove(t, t + a, b - a);
+    t[b - a] = 0;
     if (!*t) cli_die("serve: --api-key-file %s: the first line is empty", path);
     return t;
 }
