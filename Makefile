@@ -186,7 +186,7 @@ mutants:
 FUZZ_TARGETS := fuzz_gguf fuzz_model fuzz_tok
 # fuzz_serve: estream serve's request parsers and replies, and the records they build (no HTTP)
 FUZZ_SERVE_SRC := $(wildcard src/records/*.c) $(wildcard src/serve/api*.c) src/serve/exec.c \
-                  src/serve/metrics.c
+                  src/serve/metrics.c src/serve/http1.c
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" build-fuzz/libestream.a

@@ -1,15 +1,21 @@
 /*
  * libFuzzer harness for estream serve's request parsers and replies (src/serve/api*.c and the
- * records they build, src/records/): the first input byte picks the endpoint, the rest is the
- * request body. A body that parses into a request gets outputs filled in as the executor would
- * (finite log-probs, ids in the vocabulary, a NaN here and there), then its reply is built and
- * serialised; an error must carry an HTTP status of 4xx/5xx and a message. No model runs.
+ * records they build, src/records/), and its HTTP/1.1 wire format (src/serve/http1.c).
+ * The first input byte picks what the rest is:
+ * - below 0xF0: a request body for an endpoint (the byte modulo 8). A body that parses into a
+ *   request gets outputs filled in as the executor would (finite log-probs, ids in the
+ *   vocabulary, a NaN here and there), then its reply is built and serialised; an error must
+ *   carry an HTTP status of 4xx/5xx and a message.
+ * - 0xF0 and above: bytes as a client sends them: a request head (its end found, then parsed:
+ *   a request, or a refusal with a 4xx/5xx status and a reason), and when it says chunked, the
+ *   body after it, decoded at once and in pieces, which must agree. No model runs.
  *   make fuzz && build-fuzz/fuzz_serve -max_total_time=60 -dict=tests/fuzz/serve.dict \
  *       NEW_DIR tests/fuzz/corpus-serve
  * The model (estream's tiny synthetic OLMoE, its built-in byte-level BPE vocabulary) is written
  * once to TMPDIR in LLVMFuzzerInitialize and opened for the run.
  */
 #include "serve/api.h"
+#include "serve/http1.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -80,9 +86,68 @@ static void check_error(const sv_err *e)
     json_decref(b);
 }
 
+/* Decodes the chunked body p[0..n) at once and, in a copy, as it would arrive in pieces: the
+ * two must agree on the outcome, the data and where the body ends. */
+static void chunked_both_ways(const char *p, size_t n)
+{
+    char *a = malloc(n + 1), *b = malloc(n + 1);
+    if (!a || !b) abort();
+    memcpy(a, p, n);
+    memcpy(b, p, n);
+    sv_chunked ca = {0}, cb = {0};
+    size_t at_a = 0, out_a = 0, at_b = 0, out_b = 0;
+    const char *why;
+    const int ra = sv_chunked_decode(&ca, a, n, &at_a, &out_a, &why);
+    if (ra < 0 && !why) abort();
+    int rb = 0;
+    for (size_t lim = 0; lim < n && rb == 0;) {
+        lim += 1 + (lim * 7 + n) % 13;
+        if (lim > n) lim = n;
+        rb = sv_chunked_decode(&cb, b, lim, &at_b, &out_b, &why);
+        if (out_b > at_b || at_b > lim) abort();
+    }
+    if (ra != rb || (ra == 1 && (at_a != at_b || out_a != out_b || memcmp(a, b, out_a))))
+        abort();
+    free(a);
+    free(b);
+}
+
+static void fuzz_http(const uint8_t *data, size_t size)
+{
+    char *b = malloc(size + 1);
+    if (!b) abort();
+    memcpy(b, data, size);
+    b[size] = 0;
+    size_t end = 0;
+    const int st = sv_http_head_end(b, size, &end);
+    if (st == 0) {
+        if (end > size || end > SV_HEAD_MAX) abort();
+        sv_head h;
+        char why[200] = "";
+        const int ps = sv_http_parse_head(b, end, &h, why, sizeof(why));
+        if (ps == 0) {
+            if (!h.method || !h.path || (h.chunked && h.has_length)) abort();
+            if (h.chunked) chunked_both_ways((const char *)data + end, size - end);
+        } else if (ps < 400 || ps > 505 || !why[0]) {
+            abort();
+        }
+    } else if (st != -1 && st != 414 && st != 431) {
+        abort();
+    }
+    char head[512];
+    if (!sv_http_reply_head(head, sizeof(head), st > 0 ? st : 200, "application/json", size, "1",
+                            "GET", true))
+        abort();
+    free(b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
+    if (data[0] >= 0xF0) {
+        fuzz_http(data + 1, size - 1);
+        return 0;
+    }
     static const int eps[] = {SV_EP_COMPLETIONS, SV_EP_EMBEDDINGS,    SV_EP_SCORE,
                               SV_EP_CLASSIFY,    SV_EP_TOKENIZE,      SV_EP_DETOKENIZE,
                               SV_EP_MODELS,      SV_EP_TOKENIZER_INFO};
