@@ -26,10 +26,12 @@ static const char help[] =
     "  POST /v1/classify     {\"input\": S or [S..], \"labels\": [..]}: label probabilities\n"
     "  POST /tokenize, POST /detokenize, GET /tokenizer_info   vLLM's shapes\n"
     "  GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus)\n"
-    "Errors are JSON in OpenAI's shape with the HTTP status: 400 bad request (the field named),\n"
-    "401 bad key, 404, 405, 408 body too slow, 413 too large, 429 queue full (Retry-After),\n"
-    "503 loading or stopping, 504 timed out. SIGTERM or SIGINT: stop accepting, answer the\n"
-    "requests in flight, exit 0 (a second signal exits at once).\n"
+    "Every error is JSON in OpenAI's shape with the HTTP status: 400 bad request (the field\n"
+    "named), 401 bad key, 404, 405, 408 request not in within --io-timeout, 413 can never fit\n"
+    "(the limit named), 429 busy now: queue or memory full (Retry-After), 503 loading or\n"
+    "stopping, 504 not done within --timeout. SIGTERM or SIGINT: stop accepting, answer the\n"
+    "requests in flight, exit 0 within --timeout plus a second (a second signal exits at\n"
+    "once).\n"
     "\n"
     "  -m MODEL               the GGUF model or its pack\n"
     "  --host ADDR            address to listen on (default 127.0.0.1: this machine only)\n"
@@ -45,15 +47,22 @@ static const char help[] =
     "                         requests still arriving, each at most 5 ms after the last; 0:\n"
     "                         start at once\n"
     "  --max-queue N          requests admitted and not answered (default 256); more get 429\n"
-    "  --max-connections N    open connections (default 128)\n"
+    "  --max-connections N    connections served at once, a thread each (default 128); more\n"
+    "                         wait their turn in the order they came\n"
+    "  --max-connections-per-ip N  of them, from one client address (default half of\n"
+    "                         --max-connections): a few clients cannot take them all\n"
     "  --max-body BYTES       largest request body (default 32M); larger: 413\n"
     "  --max-request-tokens N most tokens in one request, all prompts together (default 262144)\n"
-    "  --request-mem BYTES    memory the admitted requests may hold together, estimated (default\n"
-    "                         under --mem: 1/32 of the budget, 32M..512M; else 1G), and as\n"
-    "                         much again for bodies being received; both are counted in the\n"
-    "                         budget, so a request cannot push the process over it\n"
-    "  --timeout S            seconds a request may take, queue and run (default 600): 504\n"
-    "  --io-timeout S         close a connection idle this long (default 30)\n"
+    "  --request-mem BYTES    memory the admitted requests may hold together, estimated from\n"
+    "                         their tokens and outputs (default under --mem: 1/32 of the\n"
+    "                         budget, 32M..512M; else 1G), and as much again for bodies being\n"
+    "                         received and parsed; both are counted in the budget, so a\n"
+    "                         request cannot push the process over it\n"
+    "  --timeout S            seconds a request may take from its first byte to its reply\n"
+    "                         (default 600): 504 (408 when it is still arriving)\n"
+    "  --io-timeout S         each request must arrive whole within S of the connection's\n"
+    "                         accept or previous reply, and each reply be read within S\n"
+    "                         (default 30): 408, or closed when nothing came\n"
     "  --pooling P            /v1/embeddings: mean (default), last, first, none\n"
     "  --no-normalize         /v1/embeddings: raw vectors (default L2-normalised)\n"
     "  -t THREADS             compute threads (default: online CPUs)\n"
@@ -140,6 +149,8 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(s, "--batch-wait")) o.batch_wait_ms = (int)cli_int(s, cli_value(&a, s), 0, 10000);
         else if (!strcmp(s, "--max-connections"))
             o.max_connections = (int)cli_int(s, cli_value(&a, s), 1, 1 << 16);
+        else if (!strcmp(s, "--max-connections-per-ip"))
+            o.max_connections_per_ip = (int)cli_int(s, cli_value(&a, s), 1, 1 << 16);
         else if (!strcmp(s, "--max-body")) body = cli_value(&a, s);
         else if (!strcmp(s, "--max-request-tokens"))
             o.max_request_tokens = cli_int(s, cli_value(&a, s), 1, 1LL << 40);

@@ -494,6 +494,12 @@ static int emit_labels(const rec *r, const srec *p, json_t *out)
     return err;
 }
 
+size_t score_rec_listed_tokens(const rec *r)
+{
+    const srec *p = r->priv;
+    return !r->error && p && p->k == K_TEXT && r->n_seqs == 1 ? r->seqs[0].n_ids : 0;
+}
+
 bool score_rec_emit(const es_model *m, const score_opts *o, const rec *r, json_t *out,
                     score_tally *t)
 {

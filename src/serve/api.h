@@ -36,9 +36,15 @@ void *sv_fail(sv_err *e, int status, const char *param, const char *fmt, ...)
 /* The error body of e (a new reference; NULL when out of memory). */
 json_t *sv_err_body(const sv_err *e);
 
-/* Model endpoints (SV_EP_COMPLETIONS .. SV_EP_CLASSIFY): the request, or NULL with e set.
- * body_len counts in the request's memory estimate. */
-sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, size_t body_len, sv_err *e);
+/* Model endpoints (SV_EP_COMPLETIONS .. SV_EP_CLASSIFY): the request, or NULL with e set. Its
+ * mem_bytes is what it holds while admitted, estimated from what it asks for (its tokens, the
+ * outputs asked, the texts kept and its reply), never from the body's size; the request keeps
+ * no reference into body. */
+sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, sv_err *e);
+/* Of mem_bytes, the reply: its JSON tree and text, which exist at once while it is made. An
+ * upper bound of what sv_api_reply and json_dumps allocate for the request (the fuzz target
+ * checks it). */
+uint64_t sv_api_reply_bytes(const sv_api_env *env, const sv_req *q);
 /* The reply of a request whose units all ran; NULL when out of memory. */
 json_t *sv_api_reply(const sv_api_env *env, const sv_req *q);
 /* The other endpoints: the reply, or NULL with e set. body is NULL for GET. */
@@ -64,6 +70,10 @@ sv_req *sv_score_parse(const sv_api_env *env, json_t *body, sv_err *e);
 json_t *sv_score_reply(const sv_api_env *env, const sv_req *q);
 sv_req *sv_classify_parse(const sv_api_env *env, json_t *body, sv_err *e);
 json_t *sv_classify_reply(const sv_api_env *env, const sv_req *q);
+uint64_t sv_completions_reply_bytes(const sv_api_env *env, const sv_req *q);
+uint64_t sv_embeddings_reply_bytes(const sv_api_env *env, const sv_req *q);
+uint64_t sv_score_reply_bytes(const sv_api_env *env, const sv_req *q);
+uint64_t sv_classify_reply_bytes(const sv_api_env *env, const sv_req *q);
 
 /* Cuts a prompt value (a string, a list of strings, a list of ids, a list of id lists) into
  * items: each a new reference to a record object {"text": s} or {"ids": [..]} in *items (a

@@ -35,7 +35,8 @@ struct sv_req {
     sv_unit *units;
     int n_units;
     int64_t n_tokens;       /* all units */
-    uint64_t mem_bytes;     /* estimated bytes it holds while admitted */
+    uint64_t mem_bytes;     /* estimated bytes it holds while admitted (api.c) */
+    uint64_t kept_bytes;    /* of them, JSON the endpoint keeps for the reply (prompt texts) */
     int endpoint;           /* metrics: which endpoint (sv_endpoint) */
     void *api;              /* the endpoint's parsed options */
     void (*free_api)(void *api);

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-static const int codes[SV_N_CODES] = {200, 400, 401, 404, 405, 408, 413, 429, 499, 500, 503, 504, 0};
+static const int codes[SV_N_CODES] = {200, 400, 401, 404, 405, 408, 413, 414, 429,
+                                      431, 499, 500, 501, 503, 504, 505, 0};
 static const double latency_le[SV_LATENCY_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                                       1,    2.5,   5,    10,  30,   60};
 

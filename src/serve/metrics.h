@@ -14,7 +14,7 @@ enum sv_endpoint {
 };
 const char *sv_endpoint_name(int ep);
 
-#define SV_N_CODES 13
+#define SV_N_CODES 17
 #define SV_BATCH_TOKEN_BUCKETS 9 /* 64 .. 16384 */
 #define SV_BATCH_SEQ_BUCKETS 10  /* 1 .. 512 */
 #define SV_LATENCY_BUCKETS 12

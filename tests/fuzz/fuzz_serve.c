@@ -5,7 +5,9 @@
  * - below 0xF0: a request body for an endpoint (the byte modulo 8). A body that parses into a
  *   request gets outputs filled in as the executor would (finite log-probs, ids in the
  *   vocabulary, a NaN here and there), then its reply is built and serialised; an error must
- *   carry an HTTP status of 4xx/5xx and a message.
+ *   carry an HTTP status of 4xx/5xx and a message. Jansson's allocations are counted
+ *   (serve/jmem.h): parsing the body must stay within sv_json_parse_bound, and making the reply
+ *   and its text within sv_api_reply_bytes, the bounds the server charges its memory pools.
  * - 0xF0 and above: bytes as a client sends them: a request head (its end found, then parsed:
  *   a request, or a refusal with a 4xx/5xx status and a reason), and when it says chunked, the
  *   body after it, decoded at once and in pieces, which must agree. No model runs.
@@ -16,6 +18,7 @@
  */
 #include "serve/api.h"
 #include "serve/http1.h"
+#include "serve/jmem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +36,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     setenv("ESTREAM_LOG", "0", 0);
+    sv_jmem_install(); /* before any JSON is made */
     const char *tmp = getenv("TMPDIR");
     char path[256];
     snprintf(path, sizeof(path), "%s/fuzz_serve.%d.gguf", tmp && *tmp ? tmp : "/tmp",
@@ -153,11 +157,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                               SV_EP_MODELS,      SV_EP_TOKENIZER_INFO};
     const int ep = eps[data[0] % (sizeof(eps) / sizeof(eps[0]))];
     json_error_t je;
+    /* the tree and what the parser makes of it stay within the bound the server takes */
+    sv_jmem js;
+    sv_jmem_begin(&js);
     json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &je);
-    if (!body) return 0; /* jansson's own parser is not ours to fuzz */
+    if (!body) {
+        sv_jmem_end(&js);
+        return 0; /* jansson's own parser is not ours to fuzz */
+    }
     sv_err e = {0};
     if (ep <= SV_EP_CLASSIFY) {
-        sv_req *q = sv_api_parse(&g_env, ep, body, size - 1, &e);
+        sv_req *q = sv_api_parse(&g_env, ep, body, &e);
+        sv_jmem_end(&js);
+        const uint64_t bound = sv_json_parse_bound((const char *)data + 1, size - 1);
+        if (js.peak > bound) {
+            fprintf(stderr, "parsing took %llu bytes, bound %llu\n",
+                    (unsigned long long)js.peak, (unsigned long long)bound);
+            abort();
+        }
         if (!q) {
             check_error(&e);
         } else {
@@ -173,13 +190,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 tokens += r->n_tokens;
             }
             if (tokens != q->n_tokens || tokens > g_env.max_request_tokens || !q->mem_bytes) abort();
+            /* the reply, tree and text at once, within the request's charge for it */
+            sv_jmem_begin(&js);
             json_t *reply = sv_api_reply(&g_env, q);
-            char *s = reply ? json_dumps(reply, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+            char *s = reply ? json_dumps(reply, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                                                    JSON_REAL_PRECISION(9))
+                            : NULL;
+            sv_jmem_end(&js);
+            if (js.peak > sv_api_reply_bytes(&g_env, q)) {
+                fprintf(stderr, "the reply took %llu bytes, bound %llu\n",
+                        (unsigned long long)js.peak,
+                        (unsigned long long)sv_api_reply_bytes(&g_env, q));
+                abort();
+            }
             free(s);
             json_decref(reply);
             sv_req_free(q);
         }
     } else {
+        sv_jmem_end(&js);
         json_t *reply = sv_api_direct(&g_env, ep, body, &e);
         if (!reply) check_error(&e);
         char *s = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
