@@ -29,9 +29,9 @@ static const char help[] =
     "Every error is JSON in OpenAI's shape with the HTTP status: 400 bad request (the field\n"
     "named), 401 bad key, 404, 405, 408 request not in within --io-timeout, 413 can never fit\n"
     "(the limit named), 429 busy now: queue or memory full (Retry-After), 503 loading or\n"
-    "stopping, 504 not done within --timeout. SIGTERM or SIGINT: stop accepting, answer the\n"
-    "requests in flight, exit 0 within --timeout plus a second (a second signal exits at\n"
-    "once).\n"
+    "stopping, 504 not done within --timeout. SIGTERM or SIGINT: stop accepting, finish the\n"
+    "running batch, answer queued requests 503, exit 0 within --timeout plus a second (a\n"
+    "second signal exits at once).\n"
     "\n"
     "  -m MODEL               the GGUF model or its pack\n"
     "  --host ADDR            address to listen on (default 127.0.0.1: this machine only)\n"
@@ -83,8 +83,8 @@ static void *signal_thread(void *arg)
             fprintf(stderr, "estream serve: %s, exiting now\n", n > 1 ? "second signal" : "stopped");
             _exit(n > 1 ? 128 + sig : 0);
         }
-        fprintf(stderr, "estream serve: %s: finishing the requests in flight\n",
-                sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        fprintf(stderr, "estream serve: %s: finishing the running batch (queued requests get "
+                "503)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         serve_shutdown(g_sv);
     }
     return NULL;

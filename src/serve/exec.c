@@ -337,6 +337,27 @@ void sv_exec_leave(sv_exec *x, sv_req *q)
     pthread_mutex_unlock(&x->mu);
 }
 
+void sv_exec_drain(sv_exec *x)
+{
+    pthread_mutex_lock(&x->mu);
+    x->stopping = true;
+    for (sv_unit *u = x->head; u; u = u->next) {
+        sv_req *q = u->req;
+        u->queued = false;
+        if (q->state != SV_WAITING || q->left) continue;
+        /* a request partly in the running batch fails too: its queued units would never run */
+        q->state = SV_FAILED;
+        q->fail_status = 503;
+        snprintf(q->fail_msg, sizeof(q->fail_msg), "the server is shutting down: the request "
+                 "was queued behind the running batch and will not run");
+        finish(x, q);
+    }
+    x->head = x->tail = NULL;
+    pthread_cond_broadcast(&x->done);
+    pthread_cond_signal(&x->work);
+    pthread_mutex_unlock(&x->mu);
+}
+
 int sv_exec_pending(sv_exec *x)
 {
     pthread_mutex_lock(&x->mu);

@@ -84,6 +84,10 @@ enum sv_state sv_exec_wait(sv_exec *x, sv_req *q, uint64_t deadline_ns, bool (*g
 void sv_exec_leave(sv_exec *x, sv_req *q);
 /* Requests admitted and not finished. */
 int sv_exec_pending(sv_exec *x);
+/* Shutdown: admits nothing more (SV_STOPPING) and fails every request that has units queued
+ * with 503 ("the server is shutting down"): their queued units never run. The running batch
+ * runs to its end; requests wholly in it finish. Returns at once. */
+void sv_exec_drain(sv_exec *x);
 /* Runs what is queued, then stops the thread and destroys the session. NULL is a no-op. */
 void sv_exec_stop(sv_exec *x);
 

@@ -14,8 +14,9 @@
  * - Every reply of an error, whoever raises it, is {"error": {...}} (api.h's sv_err_body).
  * - Counting: a reply is counted once it is written (conn.c calls on_done): a client gone before
  *   its reply was written whole is a 499, never a 200.
- * - Shutdown: stop accepting; connections with a request in hand answer it; every wait ends by
- *   --timeout plus a second (conn.c forces the sockets left).
+ * - Shutdown: stop accepting; the executor finishes the running batch and fails what is queued
+ *   with 503; connections with a request in hand answer it; every wait ends by --timeout plus a
+ *   second (conn.c forces the sockets left).
  */
 #include "serve/api.h"
 #include "serve/conn.h"
@@ -481,6 +482,8 @@ void serve_stop(serve *sv)
         const uint64_t t = sv_now_ns();
         /* no new connections; idle ones close, ones still sending a request get 503 */
         sv_listen_quiesce(sv->l);
+        /* the running batch finishes; what is queued fails with 503 */
+        if (sv->x) sv_exec_drain(sv->x);
         /* every request in hand is answered within its --timeout; a second more for the writes,
          * then the sockets left are shut */
         sv_listen_drain(sv->l, t + (uint64_t)(sv->o.timeout_s * 1e9) + 1000000000u);

@@ -57,9 +57,10 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp, int 
 /* Asks serve_wait() to return; safe from any thread (not from a signal handler). */
 void serve_shutdown(serve *sv);
 void serve_wait(serve *sv);
-/* Stops accepting, closes idle connections and answers requests still arriving with 503,
- * answers the requests in hand (within their --timeout, plus a second for the writes), then
- * frees everything. NULL is a no-op. */
+/* Stops accepting, closes idle connections and answers requests still arriving with 503, lets
+ * the running batch finish and fails the queued requests with 503, answers the requests in hand
+ * (within their --timeout, plus a second for the writes), then frees everything. NULL is a
+ * no-op. */
 void serve_stop(serve *sv);
 
 #endif
