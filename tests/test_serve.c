@@ -2473,6 +2473,39 @@ static void test_api_key_file_trimmed(void **state)
     srv_stop(&s);
 }
 
+/* ---- 19. a lone request does not wait ------------------------------------------------------- */
+
+/* A sequential client (a request, its reply, the next request: on new connections, then on one
+ * kept-alive connection) never has its batch held for arrivals, however long --batch-wait is:
+ * nothing else is coming. The executor used to hold every lone batch for the gap after its
+ * arrival. */
+static void test_lone_requests(void **state)
+{
+    (void)state;
+    srv s;
+    srv_start(&s, g_tiny, "--batch-wait 1000 -t 1");
+    const char *body = "{\"prompt\": \"one at a time\", \"max_tokens\": 1, \"logprobs\": 1}";
+    for (int i = 0; i < 10; i++) json_decref(post(&s, "/v1/completions", body, 200));
+    const int fd = http_connect(s.port);
+    char req[512];
+    snprintf(req, sizeof(req), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+             "application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    for (int i = 0; i < 10; i++) {
+        assert_true(send_str(fd, req));
+        resp r = http_read(fd);
+        if (r.status != 200) fail_msg("keep-alive request %d: %d", i, r.status);
+        resp_free(&r);
+    }
+    close(fd);
+    char *mt = metrics_text(&s);
+    const double held = metric(mt, "estream_batch_gather_seconds_total");
+    const double batches = metric(mt, "estream_batches_total");
+    if (held != 0) fail_msg("lone requests were held %g s for arrivals:\n%s", held, mt);
+    assert_true(batches == 20);
+    free(mt);
+    srv_stop(&s);
+}
+
 /* ---- 12. a model that is not a regular file ------------------------------------------------ */
 
 /* A FIFO (open() for reading would wait for a writer), a directory and a character device given
@@ -2547,6 +2580,7 @@ int main(void)
         cmocka_unit_test_teardown(test_error_counts, kill_servers),
         cmocka_unit_test_teardown(test_client_gone_mid_reply, kill_servers),
         cmocka_unit_test_teardown(test_api_key_file_trimmed, kill_servers),
+        cmocka_unit_test_teardown(test_lone_requests, kill_servers),
     };
     return cmocka_run_group_tests(tests, setup_models, teardown_models);
 }

@@ -84,6 +84,11 @@ enum sv_state sv_exec_wait(sv_exec *x, sv_req *q, uint64_t deadline_ns, bool (*g
 void sv_exec_leave(sv_exec *x, sv_req *q);
 /* Requests admitted and not finished. */
 int sv_exec_pending(sv_exec *x);
+/* Before it holds a batch for requests still arriving (gather_gap_ms), the executor asks
+ * expected(user) how many other requests may join soon; with none the batch starts at once, so
+ * a lone request waits for nothing but its own run. Set once, before requests are submitted;
+ * unset, arrivals are assumed. expected is called with the executor's lock held. */
+void sv_exec_expect(sv_exec *x, int (*expected)(void *user), void *user);
 /* Shutdown: admits nothing more (SV_STOPPING) and fails every request that has units queued
  * with 503 ("the server is shutting down"): their queued units never run. The running batch
  * runs to its end; requests wholly in it finish. Returns at once. */

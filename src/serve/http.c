@@ -356,6 +356,13 @@ static void on_done(void *user, const sv_reply *r, bool sent, double seconds)
     if (r->hold) sv_exec_leave(sv->x, r->hold);
 }
 
+/* The executor asks, before holding a batch for arrivals: may more requests join soon? */
+static int expected_arrivals(void *user)
+{
+    serve *sv = user;
+    return sv_listen_expected(sv->l, (uint64_t)sv->o.batch_wait_ms * 1000000u);
+}
+
 serve *serve_start(const serve_opts *o, char *err, size_t err_len)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -454,6 +461,7 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         return ES_E_NOMEM;
     }
     sv->x_for_abort = sv->x;
+    sv_exec_expect(sv->x, expected_arrivals, sv);
     atomic_store(&sv->state, READY);
     return ES_OK;
 }

@@ -166,6 +166,9 @@ char *sv_metrics_text(sv_metrics *mx, size_t *len)
     put(&t, "estream_expert_bytes_read_total %llu\n", (unsigned long long)mx->bytes_read);
     head(&t, "estream_run_seconds_total", "counter", "seconds spent running batches");
     put(&t, "estream_run_seconds_total %.6f\n", mx->run_seconds);
+    head(&t, "estream_batch_gather_seconds_total", "counter",
+         "seconds batches were held for requests still arriving (--batch-wait)");
+    put(&t, "estream_batch_gather_seconds_total %.6f\n", mx->gather_seconds);
     head(&t, "estream_expert_wait_seconds_total", "counter",
          "seconds the compute threads waited for experts");
     put(&t, "estream_expert_wait_seconds_total %.6f\n", mx->wait_seconds);

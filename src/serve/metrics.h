@@ -30,6 +30,7 @@ typedef struct sv_metrics {
     int64_t batch_seqs[SV_BATCH_SEQ_BUCKETS + 1], batch_seqs_sum;
     uint64_t bytes_read;
     double run_seconds, wait_seconds;
+    double gather_seconds; /* batches held for requests still arriving (--batch-wait) */
     int queue_depth; /* requests admitted and not finished */
     uint64_t budget_bytes, arena_bytes;
     int streaming, batch_token_budget;
