@@ -60,9 +60,6 @@ TEST_LDLIBS := $(shell $(PKG_CONFIG) --libs cmocka)
 # pkg-config stays quiet here; a CLI build without libjansson-dev stops at jansson.h).
 CLI_CFLAGS := $(shell $(PKG_CONFIG) --cflags jansson 2>/dev/null)
 CLI_LDLIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
-# libmicrohttpd: the HTTP server of estream serve (src/serve); only the estream binary links it.
-CLI_CFLAGS += $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
-CLI_LDLIBS += $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 
 # The target architecture picks the kernel files: x86_*.c (and vec_avx*.c) only for x86-64,
 # arm_*.c (and vec_neon.c) only for AArch64; elsewhere only the scalar table is built.
@@ -212,7 +209,7 @@ mutants:
 FUZZ_TARGETS := fuzz_gguf fuzz_model fuzz_tok fuzz_chat
 # fuzz_serve: estream serve's request parsers and replies, and the records they build (no HTTP)
 FUZZ_SERVE_SRC := $(wildcard src/records/*.c) $(wildcard src/serve/api*.c) src/serve/exec.c \
-                  src/serve/metrics.c
+                  src/serve/metrics.c src/serve/http1.c src/serve/jmem.c
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" build-fuzz/libestream.a

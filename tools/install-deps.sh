@@ -2,7 +2,7 @@
 # Installs the Debian packages estream needs to build and test (see README "Dependencies").
 # Does nothing when they are all present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
-pkgs=(build-essential pkg-config liburing-dev libpcre2-dev libxxhash-dev libjansson-dev libmicrohttpd-dev libcmocka-dev clang python3 python3-venv)
+pkgs=(build-essential pkg-config liburing-dev libpcre2-dev libxxhash-dev libjansson-dev libcmocka-dev clang python3 python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

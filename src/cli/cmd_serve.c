@@ -26,17 +26,19 @@ static const char help[] =
     "  POST /v1/classify     {\"input\": S or [S..], \"labels\": [..]}: label probabilities\n"
     "  POST /tokenize, POST /detokenize, GET /tokenizer_info   vLLM's shapes\n"
     "  GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus)\n"
-    "Errors are JSON in OpenAI's shape with the HTTP status: 400 bad request (the field named),\n"
-    "401 bad key, 404, 405, 408 body too slow, 413 too large, 429 queue full (Retry-After),\n"
-    "503 loading or stopping, 504 timed out. SIGTERM or SIGINT: stop accepting, answer the\n"
-    "requests in flight, exit 0 (a second signal exits at once).\n"
+    "Every error is JSON in OpenAI's shape with the HTTP status: 400 bad request (the field\n"
+    "named), 401 bad key, 404, 405, 408 request not in within --io-timeout, 413 can never fit\n"
+    "(the limit named), 429 busy now: queue or memory full (Retry-After), 503 loading or\n"
+    "stopping, 504 not done within --timeout. SIGTERM or SIGINT: stop accepting, finish the\n"
+    "running batch, answer queued requests 503, exit 0 within --timeout plus a second (a\n"
+    "second signal exits at once).\n"
     "\n"
     "  -m MODEL               the GGUF model or its pack\n"
     "  --host ADDR            address to listen on (default 127.0.0.1: this machine only)\n"
     "  --port N               TCP port (default 8080; 0: any free port, printed on stderr)\n"
     "  --api-key KEY          require \"Authorization: Bearer KEY\" on every endpoint but\n"
     "                         /health (visible to other users in ps: prefer --api-key-file)\n"
-    "  --api-key-file F       the key is the first line of F\n"
+    "  --api-key-file F       the key is the first line of F, without the blanks around it\n"
     "  --model-name NAME      the model's id in /v1/models and replies (default: the file's\n"
     "                         name without .gguf/.pack)\n"
     "  --batch-tokens N       most tokens in one batch (default 2048; under --mem the largest\n"
@@ -44,18 +46,26 @@ static const char help[] =
     "                         hold the model's context (max_model_len; --max-request-tokens\n"
     "                         when smaller): one longer than N runs in a batch of its own\n"
     "  --batch-wait MS        a batch the queue does not fill waits up to MS (default 50) for\n"
-    "                         requests still arriving, each at most 5 ms after the last; 0:\n"
-    "                         start at once\n"
+    "                         requests still arriving, each at most 5 ms after the last, and\n"
+    "                         only while other requests are arriving or their clients were\n"
+    "                         just answered: a lone request starts at once; 0: never wait\n"
     "  --max-queue N          requests admitted and not answered (default 256); more get 429\n"
-    "  --max-connections N    open connections (default 128)\n"
+    "  --max-connections N    connections served at once, a thread each (default 128); more\n"
+    "                         wait their turn in the order they came\n"
+    "  --max-connections-per-ip N  of them, from one client address (default half of\n"
+    "                         --max-connections): a few clients cannot take them all\n"
     "  --max-body BYTES       largest request body (default 32M); larger: 413\n"
     "  --max-request-tokens N most tokens in one request, all prompts together (default 262144)\n"
-    "  --request-mem BYTES    memory the admitted requests may hold together, estimated (default\n"
-    "                         under --mem: 1/32 of the budget, 32M..512M; else 1G), and as\n"
-    "                         much again for bodies being received; both are counted in the\n"
-    "                         budget, so a request cannot push the process over it\n"
-    "  --timeout S            seconds a request may take, queue and run (default 600): 504\n"
-    "  --io-timeout S         close a connection idle this long (default 30)\n"
+    "  --request-mem BYTES    memory the admitted requests may hold together, estimated from\n"
+    "                         their tokens and outputs (default under --mem: 1/32 of the\n"
+    "                         budget, 32M..512M; else 1G), and as much again for bodies being\n"
+    "                         received and parsed; both are counted in the budget, so a\n"
+    "                         request cannot push the process over it\n"
+    "  --timeout S            seconds a request may take from its first byte to its reply\n"
+    "                         (default 600): 504 (408 when it is still arriving)\n"
+    "  --io-timeout S         each request must arrive whole within S of the connection's\n"
+    "                         accept or previous reply, and each reply be read within S\n"
+    "                         (default 30): 408, or closed when nothing came\n"
     "  --pooling P            /v1/embeddings: mean (default), last, first, none\n"
     "  --no-normalize         /v1/embeddings: raw vectors (default L2-normalised)\n"
     "  --chat-template FILE   /v1/chat/completions: this Jinja chat template instead of the\n"
@@ -84,18 +94,24 @@ static void *signal_thread(void *arg)
             fprintf(stderr, "estream serve: %s, exiting now\n", n > 1 ? "second signal" : "stopped");
             _exit(n > 1 ? 128 + sig : 0);
         }
-        fprintf(stderr, "estream serve: %s: finishing the requests in flight\n",
-                sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        fprintf(stderr, "estream serve: %s: finishing the running batch (queued requests get "
+                "503)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         serve_shutdown(g_sv);
     }
     return NULL;
 }
 
+/* The first line of the file without the blanks around it: an editor's or echo's trailing
+ * space, or a leading one, would otherwise be part of a key no client sends. */
 static char *read_key(const char *path)
 {
     size_t len;
     char *t = cli_read_file(path, 1 << 16, &len);
     t[strcspn(t, "\r\n")] = 0;
+    size_t a = strspn(t, " \t"), b = strlen(t);
+    while (b > a && (t[b - 1] == ' ' || t[b - 1] == '\t')) b--;
+    memmove(t, t + a, b - a);
+    t[b - a] = 0;
     if (!*t) cli_die("serve: --api-key-file %s: the first line is empty", path);
     return t;
 }
@@ -144,6 +160,8 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(s, "--batch-wait")) o.batch_wait_ms = (int)cli_int(s, cli_value(&a, s), 0, 10000);
         else if (!strcmp(s, "--max-connections"))
             o.max_connections = (int)cli_int(s, cli_value(&a, s), 1, 1 << 16);
+        else if (!strcmp(s, "--max-connections-per-ip"))
+            o.max_connections_per_ip = (int)cli_int(s, cli_value(&a, s), 1, 1 << 16);
         else if (!strcmp(s, "--max-body")) body = cli_value(&a, s);
         else if (!strcmp(s, "--max-request-tokens"))
             o.max_request_tokens = cli_int(s, cli_value(&a, s), 1, 1LL << 40);

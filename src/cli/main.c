@@ -2,12 +2,14 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 static const char usage[] =
@@ -74,11 +76,13 @@ void cli_unknown(const cli_args *a, const char *arg)
 
 char *cli_read_file(const char *path, size_t max_bytes, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) cli_die("cannot open %s: %s", path, strerror(errno));
+    /* O_NONBLOCK: a FIFO is refused at once instead of waiting for a writer in open() */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) cli_die("cannot open %s: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode))
-        cli_die("%s is not a regular file", path);
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) cli_die("%s is not a regular file", path);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) cli_die("cannot open %s: %s", path, strerror(errno));
     if ((uint64_t)sb.st_size > max_bytes)
         cli_die("%s is too large (%lld bytes, limit %zu)", path, (long long)sb.st_size, max_bytes);
     char *buf = malloc((size_t)sb.st_size + 1);

@@ -20,6 +20,7 @@
  * - After es_gguf_open() returns ES_OK the handle is read-only: any number of threads may call
  *   the getters concurrently.
  */
+#include "core/infile.h"
 #include "gguf/gguf_impl.h"
 #include "quant/qtypes.h"
 
@@ -572,22 +573,15 @@ es_status es_gguf_open(const char *path, es_gguf **out)
     if (!path) return es_fail(ES_E_INVAL, "es_gguf_open: path is NULL");
     es_status st;
     es_gguf *g = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return es_fail(ES_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = es_fail(ES_E_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = es_fail(ES_E_IO, "%s: not a regular file", path);
-        goto fail;
-    }
+    /* a FIFO, device or directory is refused before anything can block on it */
+    int fd;
+    uint64_t size;
+    if ((st = es_infile_open(path, &fd, &size)) != ES_OK) return st;
     if (!(g = alloc_handle(path))) {
         st = es_fail(ES_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    g->size = (uint64_t)sb.st_size;
+    g->size = size;
     g->base = (const uint8_t *)"";
     if (g->size > 0) {
         void *p = mmap(NULL, (size_t)g->size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -202,6 +202,12 @@ static es_status pair_seq(const es_model *m, es_str ctx, es_str cont, es_seq *q,
     q->ids = ids;
     q->n_ids = nw + (size_t)add_bos;
     q->score_from = nc + (size_t)add_bos;
+    /* the sequence is the context and the continuation: say how long each is (the
+     * continuation alone may be one token) */
+    if (q->n_ids > (size_t)es_model_n_ctx(m))
+        return es_fail(ES_E_INVAL, "%s: the context (%zu tokens) and the continuation (%zu) "
+                       "together have %zu tokens, more than the model's context of %d", what,
+                       q->score_from, q->n_ids - q->score_from, q->n_ids, es_model_n_ctx(m));
     return check_ids(m, ids, q->n_ids, what);
 }
 

@@ -92,6 +92,15 @@ void score_rec_parse(const es_model *m, const score_opts *o, json_t *obj, rec *r
  * adds nothing. False when memory ran out: out is then incomplete and t unchanged. */
 bool score_rec_emit(const es_model *m, const score_opts *o, const rec *r, json_t *out,
                     score_tally *t);
+/* The positions the output of r lists one by one (a text or ids record: each position's id,
+ * log-prob, greedy flag and alternatives); 0 for the other kinds (a sum per choice or label)
+ * and for a record with an error. The server sizes a reply with it. */
+size_t score_rec_listed_tokens(const rec *r);
+/* At most the positions the output of r lists one by one (a text or ids record: each position's
+ * id, log-prob, greedy flag and alternatives; a chat: its next tokens); 0 for a record with an
+ * error. An upper bound (a pair's scored positions count though it writes their sum): the
+ * server sizes a reply with it. */
+size_t score_rec_listed_tokens(const rec *r);
 /* Counts an output record written before (its "correct" member), e.g. when a job resumes. */
 void score_tally_add_record(score_tally *t, const json_t *out_record);
 /* Adds "gold_records" and the accuracy of each rule (acc, acc_norm_tokens, acc_norm_bytes) to

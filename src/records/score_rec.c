@@ -373,6 +373,14 @@ static int emit_labels(const es_record_result *x, json_t *out)
     return err;
 }
 
+size_t score_rec_listed_tokens(const rec *r)
+{
+    size_t n = 0;
+    for (int i = 0; !r->error && i < r->n_seqs; i++)
+        n += (r->seqs[i].token_logprob ? r->seqs[i].n_ids : 0) + (size_t)r->seqs[i].next_top_k;
+    return n;
+}
+
 bool score_rec_emit(const es_model *m, const score_opts *o, const rec *r, json_t *out,
                     score_tally *t)
 {

@@ -159,8 +159,12 @@ bool sv_check_units(const sv_api_env *env, sv_req *q, const char *field, sv_err 
             return false;
         }
         if (r->n_tokens > env->max_prompt_tokens) {
-            sv_fail(e, 400, field, "%s has %lld tokens; this server runs at most %d in one "
-                    "batch", p, (long long)r->n_tokens, env->max_prompt_tokens);
+            /* a record of several sequences (choices, labels) is one unit: say it is their sum */
+            char seqs[64] = "";
+            if (r->n_seqs > 1)
+                snprintf(seqs, sizeof(seqs), " (its %d sequences together)", r->n_seqs);
+            sv_fail(e, 400, field, "%s has %lld tokens%s; this server runs at most %d in one "
+                    "batch", p, (long long)r->n_tokens, seqs, env->max_prompt_tokens);
             return false;
         }
         if (r->n_seqs > env->max_seqs) {
@@ -180,30 +184,58 @@ bool sv_check_units(const sv_api_env *env, sv_req *q, const char *field, sv_err 
     return true;
 }
 
-/* Bytes a request holds while admitted, estimated: its body and JSON tree, its sequences' ids
- * and outputs, and its reply as JSON text and tree. */
-static uint64_t estimate(const sv_api_env *env, const sv_req *q, size_t body_len)
+/* What a request holds while admitted, from what it asks for (docs/serve.md "What a request
+ * costs"): its structures, and for each sequence its ids and the outputs it asked for, exactly as
+ * the records allocated them; the texts it keeps for its reply; and its reply as JSON (the
+ * endpoint's estimate: the tree and its text, which exist together while it is written). The
+ * body's size plays no part: the body and its JSON tree are freed once parsed (their memory is
+ * counted while they exist, jmem.h). */
+static uint64_t estimate(const sv_api_env *env, const sv_req *q)
 {
-    uint64_t b = sizeof(*q) + (uint64_t)body_len * 12;
-    const int n_embd = es_model_n_embd(env->m);
+    uint64_t b = 1024 + q->kept_bytes + sv_api_reply_bytes(env, q);
+    const uint64_t n_embd = (uint64_t)es_model_n_embd(env->m);
     for (int i = 0; i < q->n_units; i++) {
         const rec *r = &q->units[i].r;
-        b += sizeof(sv_unit);
+        b += 256; /* the unit, its record and the kind's state */
         for (int j = 0; j < r->n_seqs; j++) {
             const es_seq *s = &r->seqs[j];
-            const uint64_t rows = s->n_ids;
-            const uint64_t top = (uint64_t)s->top_n;
-            b += sizeof(*s) + rows * (4 + 4 + 4 + top * 8) + (uint64_t)s->next_top_k * 8 +
-                 (uint64_t)s->n_labels * 8;
-            b += rows * (160 + top * 160); /* token text, log-prob, offset, top entries */
-            if (s->embedding)
-                b += (uint64_t)n_embd * (s->pooling == ES_POOLING_NONE ? rows : 1) * (4 + 80);
+            const uint64_t n = s->n_ids;
+            b += 256 + n * 4; /* the sequence, its allocations' headers, its ids */
+            if (s->token_logprob) b += n * 4;
+            if (s->token_rank) b += n * 4;
+            if (s->top_ids) b += n * (uint64_t)s->top_n * 8;
+            b += (uint64_t)s->next_top_k * 8 + (uint64_t)s->n_labels * 8;
+            if (s->embedding) b += n_embd * 4 * (s->pooling == ES_POOLING_NONE ? n : 1);
         }
     }
     return b;
 }
 
-sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, size_t body_len, sv_err *e)
+size_t sv_max_piece_bytes(const es_model *m)
+{
+    size_t most = 0;
+    for (int32_t id = 0; id < es_model_n_vocab(m); id++) {
+        size_t n = 0;
+        if (es_token_piece(m, id, &n) && n > most) most = n;
+    }
+    return most;
+}
+
+uint64_t sv_api_reply_bytes(const sv_api_env *env, const sv_req *q)
+{
+    switch (q->endpoint) {
+    case SV_EP_COMPLETIONS: return sv_completions_reply_bytes(env, q);
+    case SV_EP_EMBEDDINGS: return sv_embeddings_reply_bytes(env, q);
+    case SV_EP_SCORE: return sv_score_reply_bytes(env, q);
+    case SV_EP_CLASSIFY: return sv_classify_reply_bytes(env, q);
+    case SV_EP_CHAT: return sv_chat_reply_bytes(env, q);
+    case SV_EP_RERANK:
+    case SV_EP_RERANK_TEI: return sv_rerank_reply_bytes(env, q);
+    default: return 0;
+    }
+}
+
+sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, sv_err *e)
 {
     if (!json_is_object(body)) return sv_fail(e, 400, NULL, "the body must be a JSON object");
     if (!sv_check_model(body, e)) return NULL;
@@ -217,7 +249,7 @@ sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, size_t body_le
                                          : sv_fail(e, 404, NULL, "not a model endpoint");
     if (!q) return NULL;
     q->endpoint = ep;
-    q->mem_bytes = estimate(env, q, body_len);
+    q->mem_bytes = estimate(env, q);
     return q;
 }
 

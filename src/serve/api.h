@@ -26,6 +26,7 @@ typedef struct sv_api_env {
     int max_model_len;         /* the longest prompt: the capacity or the model's context,
                                 * whichever is less; what /v1/models and /tokenize advertise */
     int max_seqs;              /* the most sequences of one unit */
+    size_t max_piece_bytes;    /* the longest token text of the vocabulary (a reply's bound) */
     int64_t created;           /* the server's start, Unix seconds (/v1/models) */
 } sv_api_env;
 
@@ -39,12 +40,20 @@ typedef struct sv_err {
 /* Sets e (status, type, param; the message formatted) and returns NULL, for parsers. */
 void *sv_fail(sv_err *e, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The longest token text of m's vocabulary, for sv_api_env.max_piece_bytes. */
+size_t sv_max_piece_bytes(const es_model *m);
 /* The error body of e (a new reference; NULL when out of memory). */
 json_t *sv_err_body(const sv_err *e);
 
-/* Model endpoints (SV_EP_COMPLETIONS .. SV_EP_LAST_MODEL): the request, or NULL with e set.
- * body_len counts in the request's memory estimate. */
-sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, size_t body_len, sv_err *e);
+/* Model endpoints (SV_EP_COMPLETIONS .. SV_EP_LAST_MODEL): the request, or NULL with e set. Its
+ * mem_bytes is what it holds while admitted, estimated from what it asks for (its tokens, the
+ * outputs asked, the texts kept and its reply), never from the body's size; the request keeps
+ * no reference into body. */
+sv_req *sv_api_parse(const sv_api_env *env, int ep, json_t *body, sv_err *e);
+/* Of mem_bytes, the reply: its JSON tree and text, which exist at once while it is made. An
+ * upper bound of what sv_api_reply and json_dumps allocate for the request (the fuzz target
+ * checks it). */
+uint64_t sv_api_reply_bytes(const sv_api_env *env, const sv_req *q);
 /* The reply of a request whose units all ran; NULL when out of memory. */
 json_t *sv_api_reply(const sv_api_env *env, const sv_req *q);
 /* The other endpoints: the reply, or NULL with e set. body is NULL for GET. */
@@ -75,6 +84,12 @@ json_t *sv_chat_reply(const sv_api_env *env, const sv_req *q);
 /* /v1/rerank (Jina and Cohere's shape) and, with tei, /rerank (text-embeddings-inference's) */
 sv_req *sv_rerank_parse(const sv_api_env *env, json_t *body, bool tei, sv_err *e);
 json_t *sv_rerank_reply(const sv_api_env *env, const sv_req *q);
+uint64_t sv_completions_reply_bytes(const sv_api_env *env, const sv_req *q);
+uint64_t sv_embeddings_reply_bytes(const sv_api_env *env, const sv_req *q);
+uint64_t sv_score_reply_bytes(const sv_api_env *env, const sv_req *q);
+uint64_t sv_classify_reply_bytes(const sv_api_env *env, const sv_req *q);
+uint64_t sv_chat_reply_bytes(const sv_api_env *env, const sv_req *q);
+uint64_t sv_rerank_reply_bytes(const sv_api_env *env, const sv_req *q);
 
 /* Cuts a prompt value (a string, a list of strings, a list of ids, a list of id lists) into
  * items: each a new reference to a record object {"text": s} or {"ids": [..]} in *items (a

@@ -147,6 +147,23 @@ static json_t *token_entry(const es_model *m, int32_t id, float lp)
                      rec_json_float(lp), "bytes", bytes ? bytes : json_null());
 }
 
+/* What a reply costs while it is made (as sv_completions_reply_bytes in api_openai.c): the
+ * reply and its choice; the content (the greedy token's text); with logprobs, per listed token
+ * (the token and its top_logprobs) an entry of its text, a log-prob and a list of its bytes (a
+ * JSON integer each). A token's text is at most the vocabulary's longest. */
+enum { CH_REPLY = 4096, CH_ENTRY = 512, CH_TEXT_BYTE = 8, CH_BYTE_INT = 96 };
+
+uint64_t sv_chat_reply_bytes(const sv_api_env *env, const sv_req *q)
+{
+    const chat_req *c = q->api;
+    const uint64_t piece = env->max_piece_bytes;
+    uint64_t b = CH_REPLY + (uint64_t)c->max_tokens * piece * CH_TEXT_BYTE;
+    if (c->logprobs && c->max_tokens)
+        b += (1 + (uint64_t)c->top_logprobs) *
+             (CH_ENTRY + piece * (2 * CH_TEXT_BYTE + CH_BYTE_INT));
+    return b;
+}
+
 json_t *sv_chat_reply(const sv_api_env *env, const sv_req *q)
 {
     const chat_req *c = q->api;
@@ -283,7 +300,28 @@ sv_req *sv_rerank_parse(const sv_api_env *env, json_t *body, bool tei, sv_err *e
         sv_req_free(q);
         return NULL;
     }
+    /* the reply needs the texts only to return them: they are what the request keeps */
+    for (size_t i = 0; rp->return_documents && i < nd; i++)
+        q->kept_bytes += 96 + json_string_length(json_array_get(texts, i));
+    if (!rp->return_documents) {
+        json_decref(rp->documents);
+        rp->documents = NULL;
+    }
     return q;
+}
+
+/* A reply's cost: the reply, each result kept (index and score) and, with the documents, each
+ * document's text written out (shared with the request's, but dumped: 4 bytes a byte). */
+enum { RR_REPLY = 4096, RR_ITEM = 512, RR_DOC = 256, RR_TEXT_BYTE = 4 };
+
+uint64_t sv_rerank_reply_bytes(const sv_api_env *env, const sv_req *q)
+{
+    (void)env;
+    const rerank_req *rr = q->api;
+    uint64_t b = RR_REPLY + (uint64_t)rr->top_n * RR_ITEM;
+    for (size_t i = 0; rr->return_documents && i < json_array_size(rr->documents); i++)
+        b += RR_DOC + json_string_length(json_array_get(rr->documents, i)) * RR_TEXT_BYTE;
+    return b;
 }
 
 json_t *sv_rerank_reply(const sv_api_env *env, const sv_req *q)

@@ -123,6 +123,13 @@ sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e)
         sv_req_free(q);
         return NULL;
     }
+    /* the reply needs only the strings of text prompts (its "text" is the prompt as sent): an id
+     * list would keep its body's JSON integers alive, 40 bytes an id */
+    for (int i = 0; i < k; i++) {
+        json_t *text = json_object_get(json_array_get(prompts, (size_t)i), "text");
+        if (text) q->kept_bytes += 96 + json_string_length(text);
+        else json_array_set_new(prompts, (size_t)i, json_null());
+    }
     return q;
 }
 
@@ -272,6 +279,41 @@ json_t *sv_completions_reply(const sv_api_env *env, const sv_req *q)
                      (json_int_t)q->n_tokens + completion);
 }
 
+/* What a reply costs while it is made: the peak of its JSON tree and its text at once (the dump
+ * doubles its buffer, then copies it), measured with the counting allocator of jmem.h and given
+ * room (tests/fuzz/fuzz_serve.c checks the bound; docs/serve.md has the numbers). The reply; a
+ * choice; each token it lists (tokens and text_offset always, token_logprobs and top_logprobs
+ * when logprobs is set) and each entry of a token's top_logprobs; each byte of token text and of
+ * echoed text (its string, the UTF-8 check's copy, the dump, which writes a control byte as
+ * \u00XX). An entry's key is a token unknown until the run: SV_KEY_BYTES stands for its text. */
+enum { CMPL_REPLY = 4096, CMPL_CHOICE = 2048, CMPL_TOKEN = 128, CMPL_TOKEN_LP = 320,
+       CMPL_ENTRY = 192, SV_KEY_BYTES = 16, TEXT_BYTE = 8 };
+
+uint64_t sv_completions_reply_bytes(const sv_api_env *env, const sv_req *q)
+{
+    const cmpl *c = q->api;
+    uint64_t b = CMPL_REPLY;
+    for (int i = 0; i < q->n_units; i++) {
+        const es_seq *s = &q->units[i].r.seqs[0];
+        json_t *given = json_object_get(json_array_get(c->prompts, (size_t)i), "text");
+        uint64_t pieces = 0; /* the text of the tokens listed */
+        for (size_t j = 0; c->echo && j < s->n_ids; j++) {
+            size_t len = 0;
+            es_token_piece(env->m, s->ids[j], &len);
+            pieces += len;
+        }
+        pieces += (uint64_t)c->max_tokens * SV_KEY_BYTES;
+        const uint64_t text = c->echo && given ? json_string_length(given) : pieces;
+        const uint64_t listed = (c->echo ? s->n_ids : 0) + (uint64_t)c->max_tokens;
+        b += CMPL_CHOICE + text * TEXT_BYTE + pieces * TEXT_BYTE + listed * CMPL_TOKEN;
+        if (c->logprobs >= 0)
+            b += listed * (CMPL_TOKEN_LP + (uint64_t)(c->logprobs + 1) *
+                                               (CMPL_ENTRY + 2 * SV_KEY_BYTES)) +
+                 pieces * TEXT_BYTE;
+    }
+    return b;
+}
+
 /* ---- /v1/embeddings ---- */
 
 typedef struct embd { bool base64; } embd;
@@ -338,6 +380,23 @@ static char *base64(const unsigned char *p, size_t n)
     }
     *w = 0;
     return o;
+}
+
+/* A reply's cost (as sv_completions_reply_bytes): an item, and each float as a JSON number or
+ * as base64 text. */
+enum { EMB_REPLY = 4096, EMB_ITEM = 768, EMB_FLOAT = 80, EMB_B64 = 24 };
+
+uint64_t sv_embeddings_reply_bytes(const sv_api_env *env, const sv_req *q)
+{
+    const embd *o = q->api;
+    const uint64_t n_embd = (uint64_t)es_model_n_embd(env->m);
+    uint64_t b = EMB_REPLY;
+    for (int i = 0; i < q->n_units; i++) {
+        const es_seq *s = &q->units[i].r.seqs[0];
+        const uint64_t floats = n_embd * (s->pooling == ES_POOLING_NONE ? s->n_ids : 1);
+        b += EMB_ITEM + floats * (o->base64 ? EMB_B64 : EMB_FLOAT);
+    }
+    return b;
 }
 
 json_t *sv_embeddings_reply(const sv_api_env *env, const sv_req *q)

@@ -72,6 +72,24 @@ sv_req *sv_score_parse(const sv_api_env *env, json_t *body, sv_err *e)
     return records_req(env, recs, &o, NULL, "records", e);
 }
 
+/* What a reply costs while it is made (as sv_completions_reply_bytes in api_openai.c): the
+ * reply, a result and each sequence; a text or ids record lists each of its tokens (id,
+ * log-prob, greedy) and each token's alternatives ([id, log-prob] pairs). */
+enum { SC_REPLY = 4096, SC_RESULT = 768, SC_SEQ = 320, SC_TOKEN = 192, SC_ALT = 256 };
+
+uint64_t sv_score_reply_bytes(const sv_api_env *env, const sv_req *q)
+{
+    (void)env;
+    uint64_t b = SC_REPLY;
+    for (int i = 0; i < q->n_units; i++) {
+        const rec *r = &q->units[i].r;
+        const uint64_t listed = score_rec_listed_tokens(r);
+        const int top = r->n_seqs == 1 && r->seqs[0].top_ids ? r->seqs[0].top_n : 0;
+        b += SC_RESULT + (uint64_t)r->n_seqs * SC_SEQ + listed * (SC_TOKEN + (uint64_t)top * SC_ALT);
+    }
+    return b;
+}
+
 static json_t *usage(const sv_req *q)
 {
     return json_pack("{s:I,s:I}", "prompt_tokens", (json_int_t)q->n_tokens, "total_tokens",
@@ -141,7 +159,27 @@ sv_req *sv_classify_parse(const sv_api_env *env, json_t *body, sv_err *e)
     const score_opts o = {0};
     sv_req *q = records_req(env, recs, &o, labels, "input", e);
     json_decref(recs);
+    for (size_t i = 0; q && i < json_array_size(labels); i++)
+        q->kept_bytes += 96 + json_string_length(json_array_get(labels, i));
     return q;
+}
+
+/* A reply's cost (as above): an item, each label's probability and log-prob, and the text of
+ * the label chosen (shared with the request's, but written out: 4 bytes a byte in the dump's
+ * doubling buffer and its copy). */
+enum { CL_REPLY = 4096, CL_ITEM = 1280, CL_LABEL = 192, CL_TEXT_BYTE = 4 };
+
+uint64_t sv_classify_reply_bytes(const sv_api_env *env, const sv_req *q)
+{
+    (void)env;
+    const score_req *sr = q->api;
+    const uint64_t labels = json_array_size(sr->labels);
+    uint64_t longest = 0;
+    for (size_t i = 0; i < labels; i++) {
+        const uint64_t n = json_string_length(json_array_get(sr->labels, i));
+        if (n > longest) longest = n;
+    }
+    return CL_REPLY + (uint64_t)q->n_units * (CL_ITEM + labels * CL_LABEL + longest * CL_TEXT_BYTE);
 }
 
 json_t *sv_classify_reply(const sv_api_env *env, const sv_req *q)

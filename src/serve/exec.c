@@ -25,6 +25,8 @@ struct sv_exec {
     int64_t *cand_tokens;
     int *cand_seqs, *pick;
     atomic_int batch_live; /* requests of the running batch whose waiter is still there */
+    int (*expected)(void *user); /* other requests that may join soon (sv_exec_expect) */
+    void *expected_user;
 };
 
 uint64_t sv_now_ns(void)
@@ -162,18 +164,28 @@ static void requeue(sv_exec *x, sv_unit **units, int n)
 static void gather(sv_exec *x)
 {
     const uint64_t gap = (uint64_t)x->o.gather_gap_ms * 1000000u;
-    const uint64_t t_end = sv_now_ns() + (uint64_t)x->o.gather_max_ms * 1000000u;
+    const uint64_t t0 = sv_now_ns(), t_end = t0 + (uint64_t)x->o.gather_max_ms * 1000000u;
+    bool waited = false;
     while (gap && !x->stopping) {
         int64_t tokens = 0;
         int seqs = 0;
         for (const sv_unit *u = x->head; u; u = u->next) tokens += u->r.n_tokens, seqs += u->r.n_seqs;
-        if (tokens >= x->o.batch_tokens || seqs >= x->o.max_seqs) return;
+        if (tokens >= x->o.batch_tokens || seqs >= x->o.max_seqs) break;
+        /* nothing else on its way (a sequential client): holding the batch would only add to
+         * the request's latency what no other request can share */
+        if (x->expected && x->expected(x->expected_user) == 0) break;
         uint64_t until = x->last_arrival_ns + gap;
         if (until > t_end) until = t_end;
-        if (sv_now_ns() >= until) return;
+        if (sv_now_ns() >= until) break;
         const struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
         pthread_cond_timedwait(&x->work, &x->mu, &ts);
+        waited = true;
     }
+    if (!waited) return;
+    const uint64_t held = sv_now_ns() - t0;
+    pthread_mutex_lock(&x->mx->mu);
+    x->mx->gather_seconds += (double)held * 1e-9;
+    pthread_mutex_unlock(&x->mx->mu);
 }
 
 static int fail_status(es_status st)
@@ -359,6 +371,35 @@ void sv_exec_leave(sv_exec *x, sv_req *q)
     }
     q->left = true;
     unref(x, q);
+    pthread_mutex_unlock(&x->mu);
+}
+
+void sv_exec_expect(sv_exec *x, int (*expected)(void *user), void *user)
+{
+    pthread_mutex_lock(&x->mu);
+    x->expected = expected;
+    x->expected_user = user;
+    pthread_mutex_unlock(&x->mu);
+}
+
+void sv_exec_drain(sv_exec *x)
+{
+    pthread_mutex_lock(&x->mu);
+    x->stopping = true;
+    for (sv_unit *u = x->head; u; u = u->next) {
+        sv_req *q = u->req;
+        u->queued = false;
+        if (q->state != SV_WAITING || q->left) continue;
+        /* a request partly in the running batch fails too: its queued units would never run */
+        q->state = SV_FAILED;
+        q->fail_status = 503;
+        snprintf(q->fail_msg, sizeof(q->fail_msg), "the server is shutting down: the request "
+                 "was queued behind the running batch and will not run");
+        finish(x, q);
+    }
+    x->head = x->tail = NULL;
+    pthread_cond_broadcast(&x->done);
+    pthread_cond_signal(&x->work);
     pthread_mutex_unlock(&x->mu);
 }
 

@@ -35,7 +35,8 @@ struct sv_req {
     sv_unit *units;
     int n_units;
     int64_t n_tokens;       /* all units */
-    uint64_t mem_bytes;     /* estimated bytes it holds while admitted */
+    uint64_t mem_bytes;     /* estimated bytes it holds while admitted (api.c) */
+    uint64_t kept_bytes;    /* of them, JSON the endpoint keeps for the reply (prompt texts) */
     int endpoint;           /* metrics: which endpoint (sv_endpoint) */
     void *api;              /* the endpoint's parsed options */
     void (*free_api)(void *api);
@@ -83,6 +84,15 @@ enum sv_state sv_exec_wait(sv_exec *x, sv_req *q, uint64_t deadline_ns, bool (*g
 void sv_exec_leave(sv_exec *x, sv_req *q);
 /* Requests admitted and not finished. */
 int sv_exec_pending(sv_exec *x);
+/* Before it holds a batch for requests still arriving (gather_gap_ms), the executor asks
+ * expected(user) how many other requests may join soon; with none the batch starts at once, so
+ * a lone request waits for nothing but its own run. Set once, before requests are submitted;
+ * unset, arrivals are assumed. expected is called with the executor's lock held. */
+void sv_exec_expect(sv_exec *x, int (*expected)(void *user), void *user);
+/* Shutdown: admits nothing more (SV_STOPPING) and fails every request that has units queued
+ * with 503 ("the server is shutting down"): their queued units never run. The running batch
+ * runs to its end; requests wholly in it finish. Returns at once. */
+void sv_exec_drain(sv_exec *x);
 /* Runs what is queued, then stops the thread and destroys the session. NULL is a no-op. */
 void sv_exec_stop(sv_exec *x);
 

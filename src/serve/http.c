@@ -1,41 +1,42 @@
-/* The HTTP surface of estream serve on libmicrohttpd: routing, the API key, body limits, the
- * wait for the executor, replies and shutdown.
+/* The HTTP surface of estream serve: routing, the API key, the wait for the executor, replies
+ * and the server's life (start, attach a model, shutdown). Connections, deadlines and the wire
+ * format are conn.c's and http1.c's; this file says what a request means.
  *
  * DESIGN
- * - One thread per connection (MHD_USE_THREAD_PER_CONNECTION), at most --max-connections: a
- *   connection parses its body and tokenizes its prompts on its own thread, then waits for the
- *   executor while polling its socket, so a client that hangs up is seen within 20 ms and its
- *   units are dropped (exec.h). Slow clients hold only their own thread: a connection idle for
- *   --io-timeout seconds is closed by the library, and a body still arriving after --timeout
- *   seconds is refused.
- * - Limits are checked as early as the request allows: the API key and the route on the first
- *   call (before any body is read), Content-Length against --max-body before reading, the bytes
- *   as they come for chunked bodies, then tokens and memory after parsing, and the queue at
- *   admission (429 with Retry-After).
- * - Shutdown: the daemon stops listening (MHD_quiesce_daemon); requests that arrive on open
- *   connections get 503; the requests in flight are answered; then the daemon stops.
+ * - One thread per connection (conn.h): a connection parses its body and tokenizes its prompts
+ *   on its own thread, then waits for the executor while polling its socket, so a client that
+ *   hangs up is seen within 20 ms and its units are dropped (exec.h).
+ * - Limits are checked as early as the request allows: the API key and the route once the head
+ *   is in (before any body is read), the body's size against --max-body and the memory for
+ *   bodies as it arrives (conn.c), the JSON tree's memory as it is parsed (jmem.h), then tokens
+ *   and the request's memory after parsing, and the queue at admission (429 with Retry-After).
+ *   What can never fit is 413 with the limit named; 429 only for what fits once others finish.
+ * - Every reply of an error, whoever raises it, is {"error": {...}} (api.h's sv_err_body).
+ * - Counting: a reply is counted once it is written (conn.c calls on_done): a client gone before
+ *   its reply was written whole is a 499, never a 200.
+ * - Shutdown: stop accepting; the executor finishes the running batch and fails what is queued
+ *   with 503; connections with a request in hand answer it; every wait ends by --timeout plus a
+ *   second (conn.c forces the sockets left).
  */
 #include "serve/api.h"
+#include "serve/conn.h"
 #include "serve/serve.h"
 
-#include <microhttpd.h>
 #include <poll.h>
-#include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 
 enum { LOADING = 0, READY = 1, STOPPING = 2 };
 
 struct serve {
     serve_opts o;
     char *host, *api_key, *model_name;
-    struct MHD_Daemon *d;
+    sv_listener *l;
     int port;
     _Atomic int state;
     sv_metrics mx;
@@ -45,22 +46,8 @@ struct serve {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool shutdown;
-    int in_flight; /* requests between their first call and their reply */
-    _Atomic uint64_t body_bytes; /* bodies being received, at most request_mem_bytes */
+    sv_pool bodies; /* bodies being received and parsed, at most request_mem_bytes */
 };
-
-/* Per request (MHD's con_cls). */
-typedef struct conn {
-    int ep;
-    bool post;
-    char *body;
-    size_t len, cap;
-    bool too_big, slow, busy; /* over --max-body; over --timeout; bodies hold the memory */
-    uint64_t t0;
-    int early_status; /* a reply decided on the first call (0: none) */
-    sv_err early;
-    const char *allow; /* 405: the method the route takes */
-} conn;
 
 serve_opts serve_default_opts(void)
 {
@@ -71,6 +58,7 @@ serve_opts serve_default_opts(void)
         .max_queue = 256,
         .batch_wait_ms = 50,
         .max_connections = 128,
+        .max_connections_per_ip = 0, /* half of max_connections */
         .max_body_bytes = 32u << 20,
         .max_request_tokens = 1 << 18,
         .timeout_s = 600,
@@ -98,53 +86,49 @@ static const route routes[] = {
     {"/metrics", false, SV_EP_METRICS},
 };
 
-/* ---- replies ---- */
-
-static enum MHD_Result send_text(struct MHD_Connection *c, int status, char *text, size_t len,
-                                 const char *type, const char *retry_after, const char *allow)
+static const route *find_route(const char *path)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", type);
-    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
-    if (allow) MHD_add_response_header(r, "Allow", allow);
-    const enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ok;
+    for (size_t i = 0; path && i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (!strcmp(path, routes[i].path)) return &routes[i];
+    return NULL;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *j,
-                                 const char *retry_after, const char *allow)
+/* ---- replies ---- */
+
+/* j as the reply's body (a compact JSON text and a newline, as curl users expect); j is
+ * released. Out of memory: a 503 of fixed text. */
+static void reply_json(sv_reply *r, int status, json_t *j, const char *retry_after)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
                 : NULL;
     json_decref(j);
+    r->type = "application/json";
     if (!s) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
-                                  "\"server_error\",\"param\":null,\"code\":null}}";
-        char *t = strdup(oom);
-        return t ? send_text(c, 503, t, sizeof(oom) - 1, "application/json", "1", NULL) : MHD_NO;
+                                  "\"server_error\",\"param\":null,\"code\":null}}\n";
+        r->status = 503;
+        r->body = strdup(oom);
+        r->len = r->body ? sizeof(oom) - 1 : 0;
+        r->retry_after = "1";
+        return;
     }
     const size_t n = strlen(s);
-    char *t = realloc(s, n + 2); /* a newline, as curl users expect */
+    char *t = realloc(s, n + 2);
     if (t) {
         t[n] = '\n';
+        t[n + 1] = 0;
         s = t;
     }
-    return send_text(c, status, s, n + (t != NULL), "application/json", retry_after, allow);
+    r->status = status;
+    r->body = s;
+    r->len = n + (t != NULL);
+    r->retry_after = retry_after;
 }
 
-static enum MHD_Result send_err(serve *sv, struct MHD_Connection *c, conn *k, const sv_err *e,
-                                int64_t tokens)
+static void reply_err(sv_reply *r, const sv_err *e, int64_t tokens)
 {
-    sv_metrics_request(&sv->mx, k->ep, e->status, tokens,
-                       (double)(sv_now_ns() - k->t0) * 1e-9);
-    const char *retry = e->status == 429 || e->status == 503 ? "1" : NULL;
-    return send_json(c, e->status, sv_err_body(e), retry, k->allow);
+    r->tokens = tokens;
+    reply_json(r, e->status, sv_err_body(e), e->status == 429 || e->status == 503 ? "1" : NULL);
 }
 
 /* ---- the API key ---- */
@@ -162,46 +146,45 @@ static bool key_equal(const char *a, const char *b)
     return d == 0;
 }
 
-static bool authorized(const serve *sv, struct MHD_Connection *c)
+static bool authorized(const serve *sv, const sv_head *h)
 {
     if (!sv->api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
-    h += 7;
-    while (*h == ' ') h++;
-    return key_equal(h, sv->api_key);
+    const char *a = h->authorization;
+    if (!a || strncasecmp(a, "Bearer ", 7)) return false;
+    a += 7;
+    while (*a == ' ') a++;
+    return key_equal(a, sv->api_key);
 }
 
 /* ---- waiting ---- */
 
-typedef struct watch { int fd; } watch;
-
 /* The peer closed or reset the connection (a pipelined request's bytes do not count). */
 static bool peer_gone(void *user)
 {
-    const watch *w = user;
-    if (w->fd < 0) return false;
-    struct pollfd p = {.fd = w->fd, .events = POLLIN | POLLRDHUP};
+    const int fd = *(const int *)user;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
     if (poll(&p, 1, 0) <= 0) return false;
     if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) return true;
     char b;
-    const ssize_t k = recv(w->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-static enum MHD_Result run_model(serve *sv, struct MHD_Connection *c, conn *k, json_t *body)
+/* Admits q, waits for it and makes its reply. The request is released once its reply is written
+ * (r->hold, on_done): its estimate covers the reply's text until then. */
+static void run_model(serve *sv, sv_conn *c, sv_reply *r, sv_req *q)
 {
     sv_err e = {0};
-    sv_req *q = sv_api_parse(&sv->env, k->ep, body, k->len, &e);
-    if (!q) return send_err(sv, c, k, &e, 0);
+    const int64_t tokens = q->n_tokens;
     if (q->mem_bytes > sv->o.request_mem_bytes) {
-        sv_fail(&e, 413, NULL, "the request needs about %.1f MiB of the server's %.1f MiB for "
-                "requests (estream serve --request-mem): send fewer or shorter prompts",
-                (double)q->mem_bytes / 1048576.0, (double)sv->o.request_mem_bytes / 1048576.0);
-        const int64_t t = q->n_tokens;
+        sv_fail(&e, 413, NULL, "the request needs about %.1f MiB (its tokens, outputs and reply) "
+                "of the server's %.1f MiB for requests (estream serve --request-mem): send fewer "
+                "or shorter prompts, or fewer log-probs", (double)q->mem_bytes / 1048576.0,
+                (double)sv->o.request_mem_bytes / 1048576.0);
         sv_req_free(q);
-        return send_err(sv, c, k, &e, t);
+        return reply_err(r, &e, tokens);
     }
+    /* first: the executor, woken by the submit, must not count this request as one to wait for */
+    sv_conn_queued(c);
     const enum sv_submit adm = sv_exec_submit(sv->x, q);
     if (adm != SV_ADMITTED) {
         if (adm == SV_QUEUE_FULL)
@@ -211,239 +194,182 @@ static enum MHD_Result run_model(serve *sv, struct MHD_Connection *c, conn *k, j
             sv_fail(&e, 429, NULL, "the requests in flight hold the server's memory for "
                     "requests (estream serve --request-mem); retry later");
         else sv_fail(&e, 503, NULL, "the server is shutting down");
-        const int64_t t = q->n_tokens;
         sv_req_free(q);
-        return send_err(sv, c, k, &e, t);
+        return reply_err(r, &e, tokens);
     }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    watch w = {ci ? ci->connect_fd : -1};
-    const uint64_t deadline = k->t0 + (uint64_t)(sv->o.timeout_s * 1e9);
-    const enum sv_state st = sv_exec_wait(sv->x, q, deadline, peer_gone, &w);
-    const int64_t tokens = q->n_tokens;
+    int fd = sv_conn_fd(c);
+    const uint64_t deadline = sv_conn_t0(c) + (uint64_t)(sv->o.timeout_s * 1e9);
+    const enum sv_state st = sv_exec_wait(sv->x, q, deadline, peer_gone, &fd);
     if (st == SV_DONE) {
         json_t *reply = sv_api_reply(&sv->env, q);
-        sv_exec_leave(sv->x, q);
         if (!reply) {
+            sv_exec_leave(sv->x, q);
             sv_fail(&e, 503, NULL, "out of memory while writing the reply");
-            return send_err(sv, c, k, &e, tokens);
+            return reply_err(r, &e, tokens);
         }
-        sv_metrics_request(&sv->mx, k->ep, 200, tokens, (double)(sv_now_ns() - k->t0) * 1e-9);
-        return send_json(c, 200, reply, NULL, NULL);
+        reply_json(r, 200, reply, NULL);
+        r->tokens = tokens;
+        r->hold = q;
+        return;
     }
     if (st == SV_FAILED) {
         sv_fail(&e, q->fail_status, NULL, "%s", q->fail_msg);
         sv_exec_leave(sv->x, q);
-        return send_err(sv, c, k, &e, tokens);
+        return reply_err(r, &e, tokens);
     }
-    const bool gone = peer_gone(&w);
+    const bool gone = peer_gone(&fd);
     sv_exec_leave(sv->x, q);
     if (gone) {
-        sv_metrics_request(&sv->mx, k->ep, 499, tokens, (double)(sv_now_ns() - k->t0) * 1e-9);
-        return MHD_NO; /* nobody to answer: close */
+        r->status = 499; /* nobody to answer: counted, not written */
+        r->silent = true;
+        r->tokens = tokens;
+        return;
     }
     sv_fail(&e, 504, NULL, "the request did not finish within %g s (estream serve --timeout)",
             sv->o.timeout_s);
-    return send_err(sv, c, k, &e, tokens);
+    reply_err(r, &e, tokens);
 }
 
-/* The reply to a complete request. */
-static enum MHD_Result dispatch(serve *sv, struct MHD_Connection *c, conn *k)
+/* Parses the body as JSON; its tree's memory, bounded from what the text holds, is taken from
+ * the pool for bodies into *tree (given back by the caller once the tree is freed), and the
+ * body's text is freed once parsed. NULL with e set: 400 not JSON, 413 the body and its tree can
+ * never be held at once, 429 not now. */
+static json_t *parse_body(serve *sv, sv_body *b, uint64_t *tree, sv_err *e)
 {
+    const uint64_t need = sv_json_parse_bound(b->p ? b->p : "", b->len);
+    *tree = 0;
+    if (b->charged + need > sv->bodies.cap) {
+        sv_body_free(b);
+        return sv_fail(e, 413, NULL, "the body's JSON needs up to %.1f MiB to parse, more than "
+                       "this server holds for request bodies at once, %.1f MiB (estream serve "
+                       "--request-mem)", (double)need / 1048576.0,
+                       (double)sv->bodies.cap / 1048576.0);
+    }
+    if (!sv_pool_take(&sv->bodies, need)) {
+        sv_body_free(b);
+        return sv_fail(e, 429, NULL, "the bodies being received hold the server's memory for "
+                       "request bodies (estream serve --request-mem); retry later");
+    }
+    *tree = need;
+    json_error_t je;
+    json_t *body = json_loadb(b->p ? b->p : "", b->len, 0, &je);
+    sv_body_free(b);
+    if (body) return body;
+    return sv_fail(e, 400, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
+                   je.line, je.column);
+}
+
+/* A complete request (conn.h's request callback). */
+static void on_request(void *user, sv_conn *c, const sv_head *h, sv_body *b, sv_reply *r)
+{
+    serve *sv = user;
+    const route *rt = find_route(h->path);
+    r->ep = rt->ep; /* on_head let only routed requests through */
     sv_err e = {0};
-    if (k->too_big) {
-        sv_fail(&e, 413, NULL, "the body is larger than %zu bytes (estream serve --max-body)",
-                sv->o.max_body_bytes);
-        return send_err(sv, c, k, &e, 0);
-    }
-    if (k->busy) {
-        sv_fail(&e, 429, NULL, "the bodies being received hold the server's memory for requests "
-                "(estream serve --request-mem); retry later");
-        return send_err(sv, c, k, &e, 0);
-    }
-    if (k->slow) {
-        sv_fail(&e, 408, NULL, "the body took longer than %g s to arrive", sv->o.timeout_s);
-        return send_err(sv, c, k, &e, 0);
-    }
-    if (k->ep == SV_EP_HEALTH) {
+    if (rt->ep == SV_EP_HEALTH) {
         const int s = atomic_load(&sv->state);
         const int status = s == READY ? 200 : 503;
-        sv_metrics_request(&sv->mx, k->ep, status, 0, 0);
-        return send_json(c, status,
-                         json_pack("{s:s}", "status",
-                                   s == READY ? "ok" : s == LOADING ? "loading" : "stopping"),
-                         status == 503 ? "1" : NULL, NULL);
+        return reply_json(r, status,
+                          json_pack("{s:s}", "status",
+                                    s == READY ? "ok" : s == LOADING ? "loading" : "stopping"),
+                          status == 503 ? "1" : NULL);
     }
-    if (k->ep == SV_EP_METRICS) {
+    if (rt->ep == SV_EP_METRICS) {
         size_t n;
         char *t = sv_metrics_text(&sv->mx, &n);
         if (!t) {
             sv_fail(&e, 503, NULL, "out of memory");
-            return send_err(sv, c, k, &e, 0);
+            return reply_err(r, &e, 0);
         }
-        sv_metrics_request(&sv->mx, k->ep, 200, 0, 0);
-        return send_text(c, 200, t, n, "text/plain; version=0.0.4", NULL, NULL);
+        r->status = 200;
+        r->body = t;
+        r->len = n;
+        r->type = "text/plain; version=0.0.4";
+        return;
     }
-    json_t *body = NULL;
-    if (k->post) {
-        json_error_t je;
-        body = json_loadb(k->body ? k->body : "", k->len, 0, &je);
-        if (!body) {
-            sv_fail(&e, 400, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
-                    je.line, je.column);
-            return send_err(sv, c, k, &e, 0);
-        }
-    }
-    enum MHD_Result r;
-    if (k->ep <= SV_EP_LAST_MODEL) {
-        r = run_model(sv, c, k, body);
+    uint64_t tree = 0;
+    json_t *body = rt->post ? parse_body(sv, b, &tree, &e) : NULL;
+    sv_req *q = NULL;
+    json_t *reply = NULL;
+    if (rt->post && !body) {
+    } else if (rt->ep <= SV_EP_LAST_MODEL) {
+        q = sv_api_parse(&sv->env, rt->ep, body, &e);
     } else {
-        json_t *reply = sv_api_direct(&sv->env, k->ep, body, &e);
-        if (reply) {
-            sv_metrics_request(&sv->mx, k->ep, 200, 0, 0);
-            r = send_json(c, 200, reply, NULL, NULL);
-        } else r = send_err(sv, c, k, &e, 0);
+        reply = sv_api_direct(&sv->env, rt->ep, body, &e);
     }
+    /* the tree goes (a request keeps none of it but what its estimate counts) */
     json_decref(body);
-    return r;
+    sv_pool_give(&sv->bodies, tree);
+    if (q) return run_model(sv, c, r, q);
+    if (reply) return reply_json(r, 200, reply, NULL);
+    reply_err(r, &e, 0);
 }
 
-/* The first call of a request: its route, the key, the state, the declared length. Returns the
- * early error (status 0: none). */
-static void first_call(serve *sv, struct MHD_Connection *c, conn *k, const char *url,
-                       const char *method)
+/* A request's head: its route, method, key and the server's state (conn.h's head callback). */
+static bool on_head(void *user, const sv_head *h, sv_reply *r)
 {
-    k->ep = SV_EP_OTHER;
-    const route *rt = NULL;
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-        if (!strcmp(url, routes[i].path)) rt = &routes[i];
+    serve *sv = user;
+    sv_err e = {0};
+    const route *rt = find_route(h->path);
+    r->ep = rt ? rt->ep : SV_EP_OTHER;
     if (!rt) {
-        k->early_status = 404;
-        sv_fail(&k->early, 404, NULL, "no such endpoint: %s %s", method, url);
-        return;
+        sv_fail(&e, 404, NULL, "no such endpoint: %s %s", h->method, h->path);
+        return reply_err(r, &e, 0), false;
     }
-    k->ep = rt->ep;
-    k->post = rt->post;
-    if (strcmp(method, rt->post ? "POST" : "GET") && !(rt->post == false && !strcmp(method, "HEAD"))) {
-        k->early_status = 405;
-        k->allow = rt->post ? "POST" : "GET";
-        sv_fail(&k->early, 405, NULL, "%s takes %s, not %s", url, k->allow, method);
-        return;
+    const bool head_ok = !rt->post && !strcmp(h->method, "HEAD");
+    if (strcmp(h->method, rt->post ? "POST" : "GET") && !head_ok) {
+        r->allow = rt->post ? "POST" : "GET";
+        sv_fail(&e, 405, NULL, "%s takes %s, not %s", h->path, r->allow, h->method);
+        return reply_err(r, &e, 0), false;
     }
-    if (rt->ep == SV_EP_HEALTH) return;
-    if (!authorized(sv, c)) {
-        k->early_status = 401;
-        sv_fail(&k->early, 401, NULL, "a valid API key is required: send the header "
-                                      "\"Authorization: Bearer KEY\"");
-        return;
+    if (rt->ep == SV_EP_HEALTH) return true;
+    if (!authorized(sv, h)) {
+        sv_fail(&e, 401, NULL, "a valid API key is required: send the header \"Authorization: "
+                               "Bearer KEY\"");
+        return reply_err(r, &e, 0), false;
     }
     const int s = atomic_load(&sv->state);
     if (s != READY && rt->ep != SV_EP_METRICS) {
-        k->early_status = 503;
-        sv_fail(&k->early, 503, NULL, s == LOADING ? "the model is still loading"
-                                                   : "the server is shutting down");
-        return;
+        sv_fail(&e, 503, NULL, s == LOADING ? "the model is still loading"
+                                            : "the server is shutting down");
+        return reply_err(r, &e, 0), false;
     }
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) {
-        k->early_status = 413;
-        sv_fail(&k->early, 413, NULL, "the body is %s bytes, more than %zu (estream serve "
-                "--max-body)", cl, sv->o.max_body_bytes);
-    }
+    return true;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls)
+/* An error of the connection layer, in the shape of every other error. */
+static void on_error(void *user, const sv_head *h, int status, const char *msg, sv_reply *r)
 {
-    serve *sv = cls;
-    conn *k = *con_cls;
-    if (!k) {
-        k = calloc(1, sizeof(*k));
-        if (!k) return MHD_NO;
-        k->t0 = sv_now_ns();
-        *con_cls = k;
-        pthread_mutex_lock(&sv->mu);
-        sv->in_flight++;
-        pthread_mutex_unlock(&sv->mu);
-        first_call(sv, c, k, url, method);
-        if (k->early_status) return send_err(sv, c, k, &k->early, 0);
-        return MHD_YES;
-    }
-    if (*upload_size) {
-        const size_t n = *upload_size;
-        *upload_size = 0;
-        if (k->too_big || k->slow || k->busy) return MHD_YES; /* discard the rest */
-        if ((double)(sv_now_ns() - k->t0) * 1e-9 > sv->o.timeout_s) {
-            k->slow = true;
-            return MHD_YES;
-        }
-        if (k->len + n > sv->o.max_body_bytes) {
-            k->too_big = true;
-            free(k->body);
-            k->body = NULL;
-            return MHD_YES;
-        }
-        if (k->len + n + 1 > k->cap) {
-            size_t cap = k->cap ? k->cap : 4096;
-            while (cap < k->len + n + 1) cap *= 2;
-            /* the bodies being received count in the memory reserved for requests */
-            const uint64_t more = cap - k->cap;
-            if (atomic_fetch_add(&sv->body_bytes, more) + more > sv->o.request_mem_bytes) {
-                atomic_fetch_sub(&sv->body_bytes, more + k->cap);
-                k->busy = true;
-                free(k->body);
-                k->body = NULL;
-                k->cap = 0;
-                return MHD_YES;
-            }
-            char *b = realloc(k->body, cap);
-            if (!b) {
-                atomic_fetch_sub(&sv->body_bytes, more);
-                return MHD_NO;
-            }
-            k->body = b;
-            k->cap = cap;
-        }
-        memcpy(k->body + k->len, upload_data, n);
-        k->len += n;
-        return MHD_YES;
-    }
-    return dispatch(sv, c, k);
+    (void)user;
+    const route *rt = h ? find_route(h->path) : NULL;
+    r->ep = rt ? rt->ep : SV_EP_OTHER;
+    sv_err e = {0};
+    sv_fail(&e, status, NULL, "%s", msg);
+    reply_err(r, &e, 0);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                         enum MHD_RequestTerminationCode why)
+/* A reply was written (or the peer left first): counted by what the client got. */
+static void on_done(void *user, const sv_reply *r, bool sent, double seconds)
 {
-    serve *sv = cls;
-    conn *k = *con_cls;
-    if (!k) return;
-    if (!sv->o.quiet && k->ep != SV_EP_HEALTH && k->ep != SV_EP_METRICS &&
-        why != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        fprintf(stderr, "estream serve: %s: connection ended early (%d)\n",
-                sv_endpoint_name(k->ep), (int)why);
-    atomic_fetch_sub(&sv->body_bytes, k->cap);
-    free(k->body);
-    free(k);
-    *con_cls = NULL;
-    pthread_mutex_lock(&sv->mu);
-    sv->in_flight--;
-    pthread_cond_broadcast(&sv->cv);
-    pthread_mutex_unlock(&sv->mu);
+    serve *sv = user;
+    sv_metrics_request(&sv->mx, r->ep, sent ? r->status : 499, r->tokens, seconds);
+    if (!sv->o.quiet && !sent && !r->silent && r->ep != SV_EP_HEALTH && r->ep != SV_EP_METRICS)
+        fprintf(stderr, "estream serve: %s: the client left before its %d reply was written\n",
+                sv_endpoint_name(r->ep), r->status);
+    if (r->hold) sv_exec_leave(sv->x, r->hold);
 }
 
-static void on_log(void *cls, const char *fmt, va_list ap)
+/* The executor asks, before holding a batch for arrivals: may more requests join soon? */
+static int expected_arrivals(void *user)
 {
-    const serve *sv = cls;
-    if (sv->o.quiet) return;
-    char line[512];
-    vsnprintf(line, sizeof(line), fmt, ap);
-    const size_t n = strlen(line);
-    fprintf(stderr, "estream serve: http: %s%s", line, n && line[n - 1] == '\n' ? "" : "\n");
+    serve *sv = user;
+    return sv_listen_expected(sv->l, (uint64_t)sv->o.batch_wait_ms * 1000000u);
 }
 
 serve *serve_start(const serve_opts *o, char *err, size_t err_len)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, sv_jmem_install); /* before any JSON is made */
     serve *sv = calloc(1, sizeof(*sv));
     if (!sv) {
         snprintf(err, err_len, "out of memory");
@@ -456,44 +382,29 @@ serve *serve_start(const serve_opts *o, char *err, size_t err_len)
     sv->o.host = sv->host;
     sv->o.api_key = sv->api_key;
     sv->o.model_name = sv->model_name;
+    if (sv->o.max_connections_per_ip <= 0)
+        sv->o.max_connections_per_ip = o->max_connections > 1 ? o->max_connections / 2 : 1;
+    sv->bodies.cap = o->request_mem_bytes;
     sv_metrics_init(&sv->mx);
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
-
-    struct sockaddr_storage ss = {0};
-    socklen_t sl;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, o->host, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)o->port);
-        sl = sizeof(*a4);
-    } else if (inet_pton(AF_INET6, o->host, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)o->port);
-        sl = sizeof(*a6);
-        flags |= MHD_USE_IPv6;
-    } else {
-        snprintf(err, err_len, "--host %s is not an IPv4 or IPv6 address", o->host);
+    const sv_conn_opts co = {
+        .host = sv->host,
+        .port = o->port,
+        .max_connections = o->max_connections,
+        .max_per_ip = sv->o.max_connections_per_ip,
+        .io_timeout_s = o->io_timeout_s,
+        .timeout_s = o->timeout_s,
+        .max_body_bytes = o->max_body_bytes,
+        .bodies = &sv->bodies,
+    };
+    const sv_conn_ops ops = {sv, on_head, on_request, on_error, on_done};
+    sv->l = sv_listen(&co, &ops, err, err_len);
+    if (!sv->l) {
         serve_stop(sv);
         return NULL;
     }
-    (void)sl;
-    sv->d = MHD_start_daemon(
-        flags, (uint16_t)o->port, NULL, NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, on_log,
-        sv, MHD_OPTION_SOCK_ADDR, &ss, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->io_timeout_s > 1 ? o->io_timeout_s : 1),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512u << 10), MHD_OPTION_END);
-    if (!sv->d) {
-        snprintf(err, err_len, "cannot listen on %s port %d (in use, or not an address of this "
-                 "machine)", o->host, o->port);
-        serve_stop(sv);
-        return NULL;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv->d, MHD_DAEMON_INFO_BIND_PORT);
-    sv->port = di ? di->port : o->port;
+    sv->port = sv_listen_port(sv->l);
     return sv;
 }
 
@@ -544,6 +455,7 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         .max_prompt_tokens = size.max_tokens,
         .max_model_len = size.max_tokens < ctx ? size.max_tokens : (int)ctx,
         .max_seqs = seqs,
+        .max_piece_bytes = sv_max_piece_bytes(m),
         .created = (int64_t)time(NULL),
     };
     const sv_exec_opts xo = {bt, seqs, sv->o.max_queue, sv->o.request_mem_bytes,
@@ -554,9 +466,11 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         return ES_E_NOMEM;
     }
     sv->x_for_abort = sv->x;
+    sv_exec_expect(sv->x, expected_arrivals, sv);
     atomic_store(&sv->state, READY);
     return ES_OK;
 }
+
 
 void serve_shutdown(serve *sv)
 {
@@ -577,24 +491,17 @@ void serve_stop(serve *sv)
 {
     if (!sv) return;
     atomic_store(&sv->state, STOPPING);
-    if (sv->d) {
-        /* no new connections; open ones get 503. The listening socket stays open until the
-         * daemon stops (MHD's threads may still hold it), so shut it down: the kernel then
-         * refuses new connections instead of queueing them for nobody */
-        const MHD_socket lfd = MHD_quiesce_daemon(sv->d);
-        if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
-        /* the requests in flight finish (each within its timeout) */
-        pthread_mutex_lock(&sv->mu);
-        while (sv->in_flight > 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&sv->cv, &sv->mu, &ts);
-        }
-        pthread_mutex_unlock(&sv->mu);
-        MHD_stop_daemon(sv->d);
-        if (lfd != MHD_INVALID_SOCKET) close(lfd); /* quiesce handed it to us */
+    if (sv->l) {
+        const uint64_t t = sv_now_ns();
+        /* no new connections; idle ones close, ones still sending a request get 503 */
+        sv_listen_quiesce(sv->l);
+        /* the running batch finishes; what is queued fails with 503 */
+        if (sv->x) sv_exec_drain(sv->x);
+        /* every request in hand is answered within its --timeout; a second more for the writes,
+         * then the sockets left are shut */
+        sv_listen_drain(sv->l, t + (uint64_t)(sv->o.timeout_s * 1e9) + 1000000000u);
     }
+    sv_listen_free(sv->l);
     sv_exec_stop(sv->x);
     sv_metrics_destroy(&sv->mx);
     pthread_cond_destroy(&sv->cv);

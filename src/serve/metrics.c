@@ -9,7 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-static const int codes[SV_N_CODES] = {200, 400, 401, 404, 405, 408, 413, 429, 499, 500, 503, 504, 0};
+static const int codes[SV_N_CODES] = {200, 400, 401, 404, 405, 408, 413, 414, 429,
+                                      431, 499, 500, 501, 503, 504, 505, 0};
 static const double latency_le[SV_LATENCY_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                                       1,    2.5,   5,    10,  30,   60};
 
@@ -166,6 +167,9 @@ char *sv_metrics_text(sv_metrics *mx, size_t *len)
     put(&t, "estream_expert_bytes_read_total %llu\n", (unsigned long long)mx->bytes_read);
     head(&t, "estream_run_seconds_total", "counter", "seconds spent running batches");
     put(&t, "estream_run_seconds_total %.6f\n", mx->run_seconds);
+    head(&t, "estream_batch_gather_seconds_total", "counter",
+         "seconds batches were held for requests still arriving (--batch-wait)");
+    put(&t, "estream_batch_gather_seconds_total %.6f\n", mx->gather_seconds);
     head(&t, "estream_expert_wait_seconds_total", "counter",
          "seconds the compute threads waited for experts");
     put(&t, "estream_expert_wait_seconds_total %.6f\n", mx->wait_seconds);

@@ -18,7 +18,7 @@ enum sv_endpoint {
 };
 const char *sv_endpoint_name(int ep);
 
-#define SV_N_CODES 13
+#define SV_N_CODES 17
 #define SV_BATCH_TOKEN_BUCKETS 9 /* 64 .. 16384 */
 #define SV_BATCH_SEQ_BUCKETS 10  /* 1 .. 512 */
 #define SV_LATENCY_BUCKETS 12
@@ -34,6 +34,7 @@ typedef struct sv_metrics {
     int64_t batch_seqs[SV_BATCH_SEQ_BUCKETS + 1], batch_seqs_sum;
     uint64_t bytes_read;
     double run_seconds, wait_seconds;
+    double gather_seconds; /* batches held for requests still arriving (--batch-wait) */
     int queue_depth; /* requests admitted and not finished */
     uint64_t budget_bytes, arena_bytes;
     int streaming, batch_token_budget;

@@ -1,8 +1,9 @@
-/* estream serve: a prefill-only HTTP service on one model (libmicrohttpd), a client of
- * include/estream.h like the CLI. The CLI parses the flags and opens the model; this folder
- * owns the HTTP surface (http.c), the request parsers and replies of each endpoint (api_*.c),
- * the executor that merges concurrent requests into batches (exec.c) and the metrics
- * (metrics.c). docs/serve.md describes the endpoints, limits and failure answers.
+/* estream serve: a prefill-only HTTP service on one model, a client of include/estream.h like
+ * the CLI. The CLI parses the flags and opens the model; this folder owns the HTTP surface
+ * (http.c), the connections (conn.c, listen.c) and the wire format (http1.c), the request
+ * parsers and replies of each endpoint (api_*.c), the memory pool of bodies (jmem.c), the
+ * executor that merges concurrent requests into batches (exec.c) and the metrics (metrics.c).
+ * docs/serve.md describes the endpoints, limits and failure answers.
  *
  * Life of a server: serve_start() binds and answers /health with 503 ("loading");
  * serve_attach() makes the session and starts the executor (/health 200); serve_wait() returns
@@ -26,11 +27,13 @@ typedef struct serve_opts {
     int batch_wait_ms;         /* a batch the queue does not fill waits this long at most for
                                 * more requests, each at most 5 ms after the one before (0:
                                 * starts at once) */
-    int max_connections;       /* open connections (each has a thread) */
+    int max_connections;       /* connections served at once (each has a thread) */
+    int max_connections_per_ip; /* of them, from one client address (0: max_connections / 2) */
     size_t max_body_bytes;     /* larger bodies: 413 */
     int64_t max_request_tokens; /* tokens of one request, all its prompts together: 413 */
-    double timeout_s;          /* per request, queue and run: 504 */
-    double io_timeout_s;       /* a connection idle this long is closed (slow clients) */
+    double timeout_s;          /* per request, from its first byte to its reply: 408, 504 */
+    double io_timeout_s;       /* each request must arrive whole (and each reply be taken)
+                                * within this of the connection's accept or previous reply */
     uint64_t request_mem_bytes; /* what admitted requests may hold at once (estimated) */
     es_pooling pooling;        /* /v1/embeddings */
     int normalize;
@@ -57,8 +60,10 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp, int 
 /* Asks serve_wait() to return; safe from any thread (not from a signal handler). */
 void serve_shutdown(serve *sv);
 void serve_wait(serve *sv);
-/* Stops accepting, answers new requests on open connections with 503, waits for the requests
- * in flight (at most their timeout), then closes everything. NULL is a no-op. */
+/* Stops accepting, closes idle connections and answers requests still arriving with 503, lets
+ * the running batch finish and fails the queued requests with 503, answers the requests in hand
+ * (within their --timeout, plus a second for the writes), then frees everything. NULL is a
+ * no-op. */
 void serve_stop(serve *sv);
 
 #endif

@@ -2,6 +2,7 @@
  * recurrence, the selection for a budget. */
 #include "tune/tune.h"
 
+#include "core/infile.h"
 #include "core/util.h"
 #include "pack/pack.h"
 #include "stream/arena.h"
@@ -301,15 +302,11 @@ void es_tune_describe(const es_tune *t, es_tune_desc *out)
 es_status es_tune_model_id(const char *path, uint64_t *bytes, uint64_t *hash)
 {
     *bytes = *hash = 0;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return es_fail(ES_E_IO, "open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        close(fd);
-        return es_fail(ES_E_IO, "stat %s: %s", path, strerror(errno));
-    }
+    int fd;
+    uint64_t file_size;
+    ES_TRY(es_infile_open(path, &fd, &file_size));
     const size_t cap = (size_t)4 << 20;
-    const size_t want = (uint64_t)sb.st_size < cap ? (size_t)sb.st_size : cap;
+    const size_t want = file_size < cap ? (size_t)file_size : cap;
     uint8_t *buf = malloc(want ? want : 1);
     if (!buf) {
         close(fd);
@@ -327,7 +324,7 @@ es_status es_tune_model_id(const char *path, uint64_t *bytes, uint64_t *hash)
     if (got != want)
         st = es_fail(ES_E_IO, "read %s: %s", path, got < want ? "short read" : strerror(errno));
     else {
-        *bytes = (uint64_t)sb.st_size;
+        *bytes = file_size;
         *hash = es_pack_checksum(buf, got);
     }
     free(buf);
