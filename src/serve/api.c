@@ -211,6 +211,36 @@ static uint64_t estimate(const sv_api_env *env, const sv_req *q)
     return b;
 }
 
+bool sv_opt_int(json_t *body, const char *name, int lo, int hi, int dflt, int *out, sv_err *e)
+{
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return true;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        sv_fail(e, 400, name, "\"%s\" must be an integer in %d..%d", name, lo, hi);
+        return false;
+    }
+    *out = (int)json_integer_value(v);
+    return true;
+}
+
+bool sv_opt_bool(json_t *body, const char *name, bool dflt, bool *out, sv_err *e)
+{
+    json_t *v = json_object_get(body, name);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return true;
+    }
+    if (!json_is_boolean(v)) {
+        sv_fail(e, 400, name, "\"%s\" must be true or false", name);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
 size_t sv_max_piece_bytes(const es_model *m)
 {
     size_t most = 0;

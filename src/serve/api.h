@@ -40,6 +40,10 @@ typedef struct sv_err {
 /* Sets e (status, type, param; the message formatted) and returns NULL, for parsers. */
 void *sv_fail(sv_err *e, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* An optional member of body (absent or null: dflt): an integer in lo..hi, or a boolean; false
+ * with e set (a 400 naming it). */
+bool sv_opt_int(json_t *body, const char *name, int lo, int hi, int dflt, int *out, sv_err *e);
+bool sv_opt_bool(json_t *body, const char *name, bool dflt, bool *out, sv_err *e);
 /* The longest token text of m's vocabulary, for sv_api_env.max_piece_bytes. */
 size_t sv_max_piece_bytes(const es_model *m);
 /* The error body of e (a new reference; NULL when out of memory). */

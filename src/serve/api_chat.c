@@ -35,36 +35,6 @@ typedef struct chat_req {
     int max_tokens; /* 0 or 1 */
 } chat_req;
 
-static bool opt_bool(json_t *body, const char *name, bool dflt, bool *out, sv_err *e)
-{
-    json_t *v = json_object_get(body, name);
-    if (!v || json_is_null(v)) {
-        *out = dflt;
-        return true;
-    }
-    if (!json_is_boolean(v)) {
-        sv_fail(e, 400, name, "\"%s\" must be true or false", name);
-        return false;
-    }
-    *out = json_is_true(v);
-    return true;
-}
-
-static bool opt_int(json_t *body, const char *name, int lo, int hi, int dflt, int *out, sv_err *e)
-{
-    json_t *v = json_object_get(body, name);
-    if (!v || json_is_null(v)) {
-        *out = dflt;
-        return true;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        sv_fail(e, 400, name, "\"%s\" must be an integer in %d..%d", name, lo, hi);
-        return false;
-    }
-    *out = (int)json_integer_value(v);
-    return true;
-}
-
 /* The unit's error as the reply: a template error or a chat the record refuses is the
  * client's (400), memory the server's (503). */
 static void *unit_fail(const rec *r, const char *field, sv_err *e)
@@ -94,10 +64,10 @@ sv_req *sv_chat_parse(const sv_api_env *env, json_t *body, sv_err *e)
                        "%s is %lld, but estream is prefill-only: it gives the greedy next token "
                        "(1) or none (0), never a longer reply",
                        mt_name, (long long)json_integer_value(mt));
-    if (!opt_int(body, mt_name, 0, 1, 1, &c.max_tokens, e) ||
-        !opt_bool(body, "logprobs", false, &c.logprobs, e) ||
-        !opt_int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, 0, &c.top_logprobs, e) ||
-        !opt_int(body, "n", 1, 1, 1, &n, e) || !opt_bool(body, "stream", false, &stream, e))
+    if (!sv_opt_int(body, mt_name, 0, 1, 1, &c.max_tokens, e) ||
+        !sv_opt_bool(body, "logprobs", false, &c.logprobs, e) ||
+        !sv_opt_int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, 0, &c.top_logprobs, e) ||
+        !sv_opt_int(body, "n", 1, 1, 1, &n, e) || !sv_opt_bool(body, "stream", false, &stream, e))
         return NULL;
     if (stream) return sv_fail(e, 400, "stream", "streamed replies are not supported");
     json_t *tlp = json_object_get(body, "top_logprobs");
@@ -256,7 +226,7 @@ sv_req *sv_rerank_parse(const sv_api_env *env, json_t *body, bool tei, sv_err *e
         if (json_integer_value(tn) < (json_int_t)nd) rr.top_n = (int)json_integer_value(tn);
     }
     const char *rd = tei ? "return_text" : "return_documents";
-    if (!opt_bool(body, rd, !tei, &rr.return_documents, e)) {
+    if (!sv_opt_bool(body, rd, !tei, &rr.return_documents, e)) {
         json_decref(texts);
         return NULL;
     }

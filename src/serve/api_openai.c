@@ -18,8 +18,9 @@
  *   Distinct tokens can share a text (a vocabulary's unused tokens all render as ""): such a
  *   key keeps the best log-prob among them, so the greedy check never takes a worse token that
  *   overwrote the best one's entry for the best.
- * - An input to embed is an embed record (src/job/record.c, through records/embed_rec.c): tokenized as llama-embedding
- *   (and `estream embed`) do, pooled and normalised as the server's --pooling says.
+ * - An input to embed is an embed record (src/job/record.c, through records/embed_rec.c): tokenized
+ * as llama-embedding (and `estream embed`) do, pooled and normalised as the server's --pooling
+ * says.
  */
 #include "serve/api.h"
 
@@ -45,37 +46,6 @@ static void free_cmpl(void *p)
     free(c);
 }
 
-/* An optional integer member in lo..hi (absent or null: dflt); false with e set. */
-static bool opt_int(json_t *body, const char *name, int lo, int hi, int dflt, int *out, sv_err *e)
-{
-    json_t *v = json_object_get(body, name);
-    if (!v || json_is_null(v)) {
-        *out = dflt;
-        return true;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        sv_fail(e, 400, name, "\"%s\" must be an integer in %d..%d", name, lo, hi);
-        return false;
-    }
-    *out = (int)json_integer_value(v);
-    return true;
-}
-
-static bool opt_bool(json_t *body, const char *name, bool dflt, bool *out, sv_err *e)
-{
-    json_t *v = json_object_get(body, name);
-    if (!v || json_is_null(v)) {
-        *out = dflt;
-        return true;
-    }
-    if (!json_is_boolean(v)) {
-        sv_fail(e, 400, name, "\"%s\" must be true or false", name);
-        return false;
-    }
-    *out = json_is_true(v);
-    return true;
-}
-
 sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e)
 {
     cmpl c = {.logprobs = -1};
@@ -87,10 +57,12 @@ sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e)
                        "max_tokens is %lld, but estream is prefill-only: it gives the greedy next "
                        "token (max_tokens 1) or none (0), never a longer completion",
                        (long long)json_integer_value(mt));
-    if (!opt_bool(body, "echo", false, &c.echo, e) || !opt_bool(body, "stream", false, &stream, e) ||
-        !opt_int(body, "logprobs", 0, MAX_LOGPROBS, -1, &c.logprobs, e) ||
-        !opt_int(body, "max_tokens", 0, 1, 1, &c.max_tokens, e) ||
-        !opt_int(body, "n", 1, 1, 1, &n, e) || !opt_int(body, "best_of", 1, 1, 1, &best_of, e))
+    if (!sv_opt_bool(body, "echo", false, &c.echo, e) ||
+        !sv_opt_bool(body, "stream", false, &stream, e) ||
+        !sv_opt_int(body, "logprobs", 0, MAX_LOGPROBS, -1, &c.logprobs, e) ||
+        !sv_opt_int(body, "max_tokens", 0, 1, 1, &c.max_tokens, e) ||
+        !sv_opt_int(body, "n", 1, 1, 1, &n, e) ||
+        !sv_opt_int(body, "best_of", 1, 1, 1, &best_of, e))
         return NULL;
     if (stream) return sv_fail(e, 400, "stream", "streamed replies are not supported");
     json_t *t = json_object_get(body, "temperature");
@@ -143,7 +115,8 @@ static void put_best(json_t *d, const es_model *m, int32_t id, float lp)
     if (json_is_string(key)) {
         json_t *old = json_object_get(d, json_string_value(key));
         const double was = json_is_real(old) ? json_real_value(old) : -INFINITY;
-        if (!old || (double)lp > was) json_object_set_new(d, json_string_value(key), rec_json_float(lp));
+        if (!old || (double)lp > was)
+            json_object_set_new(d, json_string_value(key), rec_json_float(lp));
     }
     json_decref(key);
 }

@@ -1,5 +1,6 @@
 /* estream's own POST /v1/score and POST /v1/classify: the score records of `estream score`
- * (the library's records, read from JSON by records/score_rec.c) over HTTP, for clients that want choices and labels in one call.
+ * (the library's records, read from JSON by records/score_rec.c) over HTTP, for clients that want
+ * choices and labels in one call.
  *
  *   /v1/score     {"records": [record, ..], "top": N (0..20, default 0)}
  *                 -> {"object": "score", "model", "results": [{"index": i, <what estream score
@@ -85,7 +86,8 @@ uint64_t sv_score_reply_bytes(const sv_api_env *env, const sv_req *q)
         const rec *r = &q->units[i].r;
         const uint64_t listed = score_rec_listed_tokens(r);
         const int top = r->n_seqs == 1 && r->seqs[0].top_ids ? r->seqs[0].top_n : 0;
-        b += SC_RESULT + (uint64_t)r->n_seqs * SC_SEQ + listed * (SC_TOKEN + (uint64_t)top * SC_ALT);
+        b +=
+            SC_RESULT + (uint64_t)r->n_seqs * SC_SEQ + listed * (SC_TOKEN + (uint64_t)top * SC_ALT);
     }
     return b;
 }

@@ -34,7 +34,8 @@ static json_t *tokenize(const sv_api_env *env, json_t *body, sv_err *e)
     json_t *rs = json_object_get(body, "return_token_strs");
     if ((as && !json_is_boolean(as) && !json_is_null(as)) ||
         (rs && !json_is_boolean(rs) && !json_is_null(rs)))
-        return sv_fail(e, 400, as && !json_is_boolean(as) ? "add_special_tokens" : "return_token_strs",
+        return sv_fail(e, 400,
+                       as && !json_is_boolean(as) ? "add_special_tokens" : "return_token_strs",
                        "\"%s\" must be true or false",
                        as && !json_is_boolean(as) ? "add_special_tokens" : "return_token_strs");
     const int add = !as || json_is_null(as) || json_is_true(as);

@@ -177,7 +177,8 @@ static int wait_in(sv_conn *c, uint64_t deadline)
         if (atomic_load(&l->stopping)) return -1;
         const uint64_t now = now_ns();
         if (now >= deadline) return 0;
-        struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = l->stop[0], .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
+                              {.fd = l->stop[0], .events = POLLIN}};
         if (poll(p, 2, ms_until(deadline, now)) > 0 && p[0].revents) return 1;
     }
 }
@@ -283,7 +284,8 @@ static int read_body(sv_conn *c, const sv_head *h, rbuf *rest, sv_body *body, ui
             }
             if ((st = reserve(&raw, 16384, body))) goto fail;
         }
-        const size_t room = h->has_length ? (size_t)h->content_length - raw.len : raw.cap - 1 - raw.len;
+        const size_t room =
+            h->has_length ? (size_t)h->content_length - raw.len : raw.cap - 1 - raw.len;
         const ssize_t k = take_in(c->fd, &raw, room);
         if (k > 0) continue;
         if (k == 0 || k == -2) goto gone;

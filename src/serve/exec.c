@@ -169,7 +169,8 @@ static void gather(sv_exec *x)
     while (gap && !x->stopping) {
         int64_t tokens = 0;
         int seqs = 0;
-        for (const sv_unit *u = x->head; u; u = u->next) tokens += u->r.n_tokens, seqs += u->r.n_seqs;
+        for (const sv_unit *u = x->head; u; u = u->next)
+            tokens += u->r.n_tokens, seqs += u->r.n_seqs;
         if (tokens >= x->o.batch_tokens || seqs >= x->o.max_seqs) break;
         /* nothing else on its way (a sequential client): holding the batch would only add to
          * the request's latency what no other request can share */

@@ -458,8 +458,12 @@ es_status serve_attach(serve *sv, es_model *m, const es_session_params *sp_in, i
         .max_piece_bytes = sv_max_piece_bytes(m),
         .created = (int64_t)time(NULL),
     };
-    const sv_exec_opts xo = {bt, seqs, sv->o.max_queue, sv->o.request_mem_bytes,
-                             sv->o.batch_wait_ms < 5 ? sv->o.batch_wait_ms : 5, sv->o.batch_wait_ms};
+    const sv_exec_opts xo = {bt,
+                             seqs,
+                             sv->o.max_queue,
+                             sv->o.request_mem_bytes,
+                             sv->o.batch_wait_ms < 5 ? sv->o.batch_wait_ms : 5,
+                             sv->o.batch_wait_ms};
     sv->x = sv_exec_start(s, &xo, &sv->mx);
     if (!sv->x) {
         es_session_destroy(s);

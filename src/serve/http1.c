@@ -321,7 +321,8 @@ int sv_chunked_decode(sv_chunked *c, char *p, size_t n, size_t *at, size_t *out,
             break;
         default: *why = "the chunked body was already complete"; break;
         }
-        if (c->state <= CH_SIZE_LF && ++c->line > CH_LINE_MAX) *why = "a chunk size line is too long";
+        if (c->state <= CH_SIZE_LF && ++c->line > CH_LINE_MAX)
+            *why = "a chunk size line is too long";
         if (size_end) {
             c->line = 0;
             c->state = c->left ? CH_DATA : CH_TRAILER0;

@@ -261,7 +261,8 @@ static void *listener_main(void *arg)
         while (p[1].revents && n_fresh < 64 && n_fresh < room) {
             struct sockaddr_storage ss;
             socklen_t sl = sizeof(ss);
-            const int fd = accept4(l->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            const int fd =
+                accept4(l->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
             if (fd < 0) {
                 /* out of descriptors: wait for a connection to end rather than spin */
                 if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
@@ -348,7 +349,8 @@ sv_listener *sv_listen(const sv_conn_opts *o, const sv_conn_ops *ops, char *err,
     const uint64_t q = (uint64_t)o->max_connections * 4;
     l->max_queued = (int)(q < avail ? q : avail);
     l->ips_cap = 16;
-    while (l->ips_cap < 2 * ((size_t)o->max_connections + (size_t)l->max_queued) + 16) l->ips_cap *= 2;
+    while (l->ips_cap < 2 * ((size_t)o->max_connections + (size_t)l->max_queued) + 16)
+        l->ips_cap *= 2;
     l->ips = calloc(l->ips_cap, sizeof(*l->ips));
 
     struct sockaddr_storage ss = {0};
@@ -367,7 +369,8 @@ sv_listener *sv_listen(const sv_conn_opts *o, const sv_conn_ops *ops, char *err,
         snprintf(err, err_len, "--host %s is not an IPv4 or IPv6 address", o->host);
         goto fail;
     }
-    if (!l->ips || pipe2(l->wake, O_CLOEXEC | O_NONBLOCK) || pipe2(l->stop, O_CLOEXEC | O_NONBLOCK)) {
+    if (!l->ips || pipe2(l->wake, O_CLOEXEC | O_NONBLOCK) ||
+        pipe2(l->stop, O_CLOEXEC | O_NONBLOCK)) {
         snprintf(err, err_len, "out of memory or descriptors");
         goto fail;
     }

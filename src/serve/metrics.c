@@ -174,7 +174,8 @@ char *sv_metrics_text(sv_metrics *mx, size_t *len)
          "seconds the compute threads waited for experts");
     put(&t, "estream_expert_wait_seconds_total %.6f\n", mx->wait_seconds);
     head(&t, "estream_bubble_rate", "gauge", "expert wait seconds / run seconds, since start");
-    put(&t, "estream_bubble_rate %.6f\n", mx->run_seconds > 0 ? mx->wait_seconds / mx->run_seconds : 0);
+    put(&t, "estream_bubble_rate %.6f\n",
+        mx->run_seconds > 0 ? mx->wait_seconds / mx->run_seconds : 0);
     head(&t, "estream_peak_rss_bytes", "gauge", "the process's peak resident memory (VmHWM)");
     put(&t, "estream_peak_rss_bytes %zu\n", es_peak_rss_bytes());
     head(&t, "estream_memory_budget_bytes", "gauge", "--mem (0: none)");
