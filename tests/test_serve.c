@@ -2697,8 +2697,8 @@ static void test_api_key_file_trimmed(void **state)
 /* ---- 19. a lone request does not wait ------------------------------------------------------- */
 
 /* A sequential client (a request, its reply, the next request: on new connections, then on one
- * kept-alive connection) never has its batch held for arrivals, however long --batch-wait is:
- * nothing else is coming. The executor used to hold every lone batch for the gap after its
+ * kept-alive connection beside a /metrics scraper) never has its batch held for arrivals,
+ * however long --batch-wait is: nothing else is coming. The executor used to hold every lone batch for the gap after its
  * arrival. */
 static void test_lone_requests(void **state)
 {
@@ -2708,16 +2708,24 @@ static void test_lone_requests(void **state)
     const char *body = "{\"prompt\": \"one at a time\", \"max_tokens\": 1, \"logprobs\": 1}";
     for (int i = 0; i < 10; i++) json_decref(post(&s, "/v1/completions", body, 200));
     const int fd = http_connect(s.port);
+    /* and a scraper polling /metrics on a kept-alive connection of its own between them: an
+     * idle connection that answered a GET is not a client about to send a prompt */
+    const int scraper = http_connect(s.port);
     char req[512];
     snprintf(req, sizeof(req), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
              "application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
     for (int i = 0; i < 10; i++) {
+        assert_true(send_str(scraper, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+        resp m = http_read(scraper);
+        if (m.status != 200) fail_msg("scrape %d: %d", i, m.status);
+        resp_free(&m);
         assert_true(send_str(fd, req));
         resp r = http_read(fd);
         if (r.status != 200) fail_msg("keep-alive request %d: %d", i, r.status);
         resp_free(&r);
     }
     close(fd);
+    close(scraper);
     char *mt = metrics_text(&s);
     const double held = metric(mt, "estream_batch_gather_seconds_total");
     const double batches = metric(mt, "estream_batches_total");

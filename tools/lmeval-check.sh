@@ -32,8 +32,6 @@
 #     string seq       tokenized_requests=False, num_concurrent=1, batch_size=1 (one string)
 #     tokenized conc   tokenized_requests=True,  num_concurrent=2, batch_size=8
 #     string conc      tokenized_requests=False, num_concurrent=2, batch_size=8 (string lists)
-#   and, timing only, "tokenized seq, --batch-wait 0" against a second server started with
-#   --batch-wait 0 (numbers still checked).
 # - estream score on the same 40 questions as JSONL.
 # - tests/lmeval_check.py check: for every run, lm-eval's acc and acc_norm (results JSON)
 #   equal those of llama.cpp's per-ending sums (tests/data/tiny-f32.llama-hellaswag-scores.txt)
@@ -171,11 +169,6 @@ lmeval_run "string seq" False 1 1
 lmeval_run "tokenized conc" True 2 8
 lmeval_run "string conc" False 2 8
 stop_server serve
-# the server as it is on main makes a lone request wait while others might still arrive
-# (--batch-wait): this row shows what that costs a sequential client
-start_server serve-bw0 --batch-wait 0
-lmeval_run "tokenized seq, --batch-wait 0" True 1 1
-stop_server serve-bw0
 
 # ---- estream score on the same questions ----
 "$estream" score -m "$model" -f "$tmp/data/score.jsonl" -o "$tmp/data/score.out.jsonl" --json -t 2 \

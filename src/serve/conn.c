@@ -413,6 +413,7 @@ void *sv_conn_main(void *arg)
         if (!served || !sent || r.close) break;
         pthread_mutex_lock(&l->mu);
         c->last_ns = now_ns();
+        c->model_ns = r.tokens > 0 ? c->last_ns : 0;
         pthread_mutex_unlock(&l->mu);
     }
 out:

@@ -102,8 +102,10 @@ typedef struct sv_conn_opts {
 sv_listener *sv_listen(const sv_conn_opts *o, const sv_conn_ops *ops, char *err, size_t err_len);
 int sv_listen_port(const sv_listener *l);
 /* Requests that may join a batch soon: connections queued, receiving a request, handling one
- * that is not yet queued for the executor, or writing a reply, and idle ones that were accepted
- * or answered less than window_ns ago and are still open. Any thread. */
+ * that is not yet queued for the executor, or writing a reply, and idle ones still open that
+ * were accepted, or answered a model request (one with prompt tokens), less than window_ns ago:
+ * a connection that polls /metrics or /health is not a client about to send a prompt. Any
+ * thread. */
 int sv_listen_expected(sv_listener *l, uint64_t window_ns);
 /* Stops accepting and wakes every connection (see DESIGN). Returns at once. */
 void sv_listen_quiesce(sv_listener *l);

@@ -37,6 +37,8 @@ struct sv_conn {
     ipent *ip;
     uint64_t accepted_ns;
     uint64_t last_ns; /* accepted, or the end of the last reply */
+    uint64_t model_ns; /* accepted, or the end of the last reply to a model request (0 after
+                        * any other: a scraper of /metrics sends no prompt) */
     uint64_t t_first; /* the first byte of the request in hand */
     enum cx_state state;
     bool released; /* its slot (active, per address) given back before the end */

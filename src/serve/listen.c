@@ -279,7 +279,7 @@ static void *listener_main(void *arg)
             }
             c->l = l;
             c->fd = fd;
-            c->accepted_ns = c->last_ns = now_ns();
+            c->accepted_ns = c->last_ns = c->model_ns = now_ns();
             ip_key(&ss, c->key);
             *tail = c;
             tail = &c->next;
@@ -418,7 +418,7 @@ int sv_listen_expected(sv_listener *l, uint64_t window_ns)
         case CX_RECEIVING:
         case CX_HANDLING:
         case CX_WRITING: n++; break;
-        case CX_IDLE: n += now - c->last_ns < window_ns && !hung_up(c->fd); break;
+        case CX_IDLE: n += now - c->model_ns < window_ns && !hung_up(c->fd); break;
         case CX_WAITING:
         case CX_CLOSING: break;
         }
