@@ -21,10 +21,10 @@ DESIGN
   the vocabulary, a record longer than the context, a chat the template refuses) and every
   number are the C code's that estream score runs.
 - The output columns are the fields estream score writes for each record (score_rec_emit),
-  under the same names, built in one place (_fields). A record the CLI refuses gets the CLI's
-  message in the "error" column, as ``estream score --on-error skip`` writes it, and None in
-  the others; a good record has error None. "error" is always added; the other columns are
-  those the batch's records write (a column has None in rows of another kind).
+  under the same names, made in one place (the _*_fields functions). A record the CLI refuses
+  gets the CLI's message in the "error" column, as ``estream score --on-error skip`` writes it,
+  and None in the others; a good record has error None. "error" is always added; the other
+  columns are those the batch's records write (a column has None in rows of another kind).
 - The records of a batch run as one job: es_batch_pick forms its batches in the rows' order, as
   the CLI's, so a batch of mixed kinds is one pass over the experts under a memory budget, and
   a refused record is left out without stopping the others.
