@@ -2,7 +2,8 @@
 # The whole test suite: Release, ASan+UBSan, the OpenAI client check (tools/openai-check.sh),
 # lm-evaluation-harness against the server (tools/lmeval-check.sh),
 # the installed library and its examples (tools/install-check.sh), the Python package
-# (tools/python-check.sh), the chat templates against Python's jinja2 (tools/chat-check.sh), TSan
+# (tools/python-check.sh), Ray Data (tools/ray-check.sh), two servers behind nginx
+# (tools/replicas-check.sh), the chat templates against Python's jinja2 (tools/chat-check.sh), TSan
 # (concurrent parts), the planted-bug check
 # (tools/mutants.sh), bounded fuzz runs, and the AArch64 kernel tables cross-built and run under
 # qemu-user (tools/cross-aarch64.sh).
@@ -105,6 +106,13 @@ check_stage install install bash tools/install-check.sh build
 # The Python package: pip install ./python in a fresh virtualenv, its pytest suite against the
 # CLI's numbers.
 check_stage "python package" "python package" bash tools/python-check.sh build
+# estream.ray.Scorer under Ray Data (pinned ray[data] from PyPI, cached virtualenv): two actors
+# on a local Ray cluster, every row equal to estream score --on-error skip's line.
+check_stage "ray data" ray bash tools/ray-check.sh build
+# Two estream serve replicas behind nginx (Debian's nginx-light, installed when missing) under
+# the OpenAI client: every answer equal to one server's, both replicas used, a replica stopped
+# mid-run with no request lost.
+check_stage replicas replicas bash tools/replicas-check.sh build
 # Chat templates against Python's jinja2 in a cached virtualenv (jinja2 pinned): the committed
 # expectations made again and compared, and estream's renderer held to them byte for byte.
 check_stage "chat templates" "chat check" bash tools/chat-check.sh build

@@ -263,12 +263,16 @@ class Job:
             spec.bos = self.bos
         self._make(spec, keep, _text_result)
 
-    def pair(self, ctx: TextLike, cont: TextLike) -> None:
-        """{"context": C, "continuation": X}."""
+    def pair(self, ctx: TextLike, cont: TextLike, n_tokens: bool = False) -> None:
+        """{"context": C, "continuation": X}: (logprob, greedy), lm-eval's, or with n_tokens
+        (logprob, greedy, the continuation's tokens), estream score's fields."""
         c, x = _bytes(ctx, '"context"'), _bytes(cont, '"continuation"')
         spec = RecordSpec(kind=PAIR, context=Str(c, len(c)), continuation=Str(x, len(x)),
                           gold=-1)
-        self._make(spec, (c, x), lambda r: (r.sum, bool(r.greedy)))
+        if n_tokens:
+            self._make(spec, (c, x), lambda r: (r.sum, bool(r.greedy), r.n_tokens))
+        else:
+            self._make(spec, (c, x), lambda r: (r.sum, bool(r.greedy)))
 
     def choices(self, ctx: TextLike, choices: Sequence[TextLike], gold: Optional[int]) -> None:
         """{"context": C, "choices": [X1, ..], "gold": G}: one continuation per choice."""
