@@ -3,7 +3,7 @@
  *
  * DESIGN: the session owns everything a prefill changes: a copy of the kernel table it was
  * created with (so a later es_kernels_select() cannot change the format of buffers it already
- * sized), the fast path's pool, activation buffers and plans (forward.c), and under a budget or
+ * sized), the fast path's pool, activation buffers and plans (fast.c), and under a budget or
  * when asked, the expert streamer (stream/pipeline.c: arena and loader thread). Buffers are sized
  * for max_tokens at creation when it is given (a budget without max_tokens sizes them for the
  * model's context), so M_other is measured before the arena takes the rest of the budget
