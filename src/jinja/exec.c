@@ -25,31 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-es_status ja_vfail(const char *name, int line, const char *fmt, va_list ap)
-{
-    char msg[448];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    return es_fail(ES_E_FORMAT, "%s line %d: %s", name, line, msg);
-}
-
-es_status ja_fail(const char *name, int line, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    es_status st = ja_vfail(name, line, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-es_status jr_fail(jr *R, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    es_status st = ja_vfail(R->t->name, R->line, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 /* ---- scopes -----------------------------------------------------------------------------------
  */
 static es_status scope_set(jr *R, jscope *s, const char *name, jv v)
