@@ -10,7 +10,8 @@
  * "(1,)", a generator is always true and has no len, a dict view cannot be indexed) is the
  * list's `sub`.
  *
- * Files: lex.c (source -> tokens, whitespace control), parse.c (tokens -> tree), value.c
+ * Files: lex.c (source -> tokens, whitespace control), parse.c (tokens -> tree, the compile
+ * entry), parse_expr.c (expressions), parse_util.c (the parser's helpers), value.c
  * (errors, arena, containers, equality, str() and repr()), json.c (tojson), number.c (float
  * repr and parsing), eval.c (expressions), exec.c (statements, scopes, render entry),
  * filters.c (filters and tests), methods.c (str/dict methods, globals, the loop object),
