@@ -14,11 +14,19 @@
 # usage: tools/check-calls.sh [BUILD_DIR]    (default build; the objects under BUILD_DIR/src)
 # Exits 1 when a loop is not on the list (or the objects are missing).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 build=${1:-build}
 
 # Allowed loops: the files, sorted and separated by spaces, then " # " and the reason.
 allowed=(
+    # The Jinja interpreter is one recursive evaluator cut by concern: an expression may call a
+    # macro, whose body is statements (eval.c -> exec.c: jr_call_macro), and statements evaluate
+    # expressions (exec.c -> eval.c); expressions apply filters and tests, and filters apply the
+    # expression operators back (sum, map(attribute=): filters.c -> eval.c: jr_binop,
+    # jr_getitem); loop.length, loop.last and loop.nextitem (methods.c) run exec.c's lazy loop
+    # ahead, while exec.c looks globals up in methods.c; methods bind their arguments with
+    # filters.c's jr_bind. Without the loop the four would be one file of 2,400 lines.
+    "src/jinja/eval.c src/jinja/exec.c src/jinja/filters.c src/jinja/methods.c # the Jinja interpreter's mutual recursion (expressions, statements, filters, methods)"
 )
 
 tmp=$(mktemp -d)
