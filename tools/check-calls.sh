@@ -27,6 +27,12 @@ allowed=(
     # ahead, while exec.c looks globals up in methods.c; methods bind their arguments with
     # filters.c's jr_bind. Without the loop the four would be one file of 2,400 lines.
     "src/jinja/eval.c src/jinja/exec.c src/jinja/filters.c src/jinja/methods.c # the Jinja interpreter's mutual recursion (expressions, statements, filters, methods)"
+    # The server's listener starts each connection's thread at conn.c's sv_conn_main (a thread
+    # entry handed to pthread_create: a callback), and the thread, when its reply is out or it
+    # ends, gives its slot back and leaves the listener's list under the listener's lock
+    # (sv_listen_conn_release, sv_listen_conn_end, with the per-address table that only
+    # listen.c touches). Two halves of one slot protocol; conn.c holds the request loop alone.
+    "src/serve/conn.c src/serve/listen.c # the listener starts connection threads, which hand their slots back"
 )
 
 tmp=$(mktemp -d)
