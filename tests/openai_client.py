@@ -10,7 +10,7 @@ tokenize`) run by `estream prefill --ids ... --dump-logits`, log-softmax in floa
 server's float32 log-probs within 1e-5), and equal (float32) to `estream score`'s record of the
 same messages. The token strings are checked
 against the model file itself: this script reads the vocabulary from the GGUF and renders each
-token as src/tok/tok.c does (llama.cpp's token_to_piece with special = true), then spells it as
+token as src/tok/vocab.c does (llama.cpp's token_to_piece with special = true), then spells it as
 the server documents (the piece when it is valid UTF-8, else "bytes:\\xNN...").
 
 usage: openai_client.py --base-url URL/v1 --api-key KEY --model-name NAME --estream BIN
@@ -122,7 +122,7 @@ def gpt2_byte_map():
 
 
 class Vocab:
-    """Each token's piece as src/tok/tok.c's render_piece makes it, and its JSON spelling."""
+    """Each token's piece as src/tok/vocab.c's render_piece makes it, and its JSON spelling."""
 
     def __init__(self, path):
         v = read_gguf_vocab(path)

@@ -1,5 +1,6 @@
 /*
- * Tests for the type table and the scalar reference (de)quantizers (src/quant/qtypes.c).
+ * Tests for the type table and the scalar reference (de)quantizers (src/quant/qtypes.c,
+ * src/quant/quantize.c).
  *
  * Decoders are checked against hand-built blocks: the bytes are written out here and the
  * expected floats are worked out by hand from ggml's format definitions (comments show the

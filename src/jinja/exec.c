@@ -1,5 +1,6 @@
 /*
- * Statements of the Jinja interpreter, its scopes, and the compile and render entry points.
+ * Statements of the Jinja interpreter, its scopes, and the render entry point (compiling is
+ * parse.c's).
  *
  * DESIGN: scoping follows what jinja2 compiles a template to. The template body has one scope;
  * {% if %} opens none (a set inside it is seen after it); each iteration of a {% for %} runs in
@@ -24,31 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-es_status ja_vfail(const char *name, int line, const char *fmt, va_list ap)
-{
-    char msg[448];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    return es_fail(ES_E_FORMAT, "%s line %d: %s", name, line, msg);
-}
-
-es_status ja_fail(const char *name, int line, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    es_status st = ja_vfail(name, line, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-es_status jr_fail(jr *R, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    es_status st = ja_vfail(R->t->name, R->line, fmt, ap);
-    va_end(ap);
-    return st;
-}
 
 /* ---- scopes -----------------------------------------------------------------------------------
  */
@@ -415,35 +391,6 @@ es_status jr_call_macro(jr *R, const jmacro *m, const jv *argv, int argc, const 
 
 /* ---- entry points -------------------------------------------------------------------------------
  */
-es_status es_jinja_compile(const char *src, size_t len, const char *name, es_jinja_tmpl **out)
-{
-    *out = NULL;
-    es_jinja_tmpl *t = calloc(1, sizeof(*t));
-    if (!t) return es_fail(ES_E_NOMEM, "out of memory");
-    snprintf(t->name, sizeof(t->name), "%s", name ? name : "template");
-    es_status st;
-    if (!ja_utf8_valid(src, len)) {
-        st = ja_fail(t->name, 1, "the template is not valid UTF-8");
-        goto fail;
-    }
-    jtok *toks;
-    size_t n;
-    if ((st = ja_lex(&t->arena, t->name, src, len, &toks, &n)) != ES_OK) goto fail;
-    if ((st = ja_parse(&t->arena, t->name, toks, n, &t->root)) != ES_OK) goto fail;
-    *out = t;
-    return ES_OK;
-fail:
-    es_jinja_tmpl_free(t);
-    return st;
-}
-
-void es_jinja_tmpl_free(es_jinja_tmpl *t)
-{
-    if (!t) return;
-    ja_free_all(&t->arena);
-    free(t);
-}
-
 es_jinja_limits es_jinja_default_limits(void)
 {
     return (es_jinja_limits){.max_output_bytes = (size_t)32 << 20,

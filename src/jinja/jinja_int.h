@@ -6,14 +6,17 @@
  * and dicts they point to live in an arena and are never freed one by one. Strings are UTF-8,
  * always valid (checked where they enter), NUL-terminated for convenience, and measured in
  * bytes; Python's code-point semantics (len, indexing, slicing) are computed on the fly
- * (ustr.c). Python behaviour that depends on the kind of container (a tuple prints as "(1,)", a
- * generator is always true and has no len, a dict view cannot be indexed) is the list's `sub`.
+ * (codepoints.c). Python behaviour that depends on the kind of container (a tuple prints as
+ * "(1,)", a generator is always true and has no len, a dict view cannot be indexed) is the
+ * list's `sub`.
  *
- * Files: lex.c (source -> tokens, whitespace control), parse.c (tokens -> tree), value.c
- * (arena, containers, equality, str() and repr()), json.c (tojson, float repr), eval.c
- * (expressions), exec.c (statements, scopes, render entry), filters.c (filters and tests),
- * methods.c (str/dict methods, globals, the loop object), ustr.c (code points, Python
- * whitespace and case mapping), vars.c (the public value builders).
+ * Files: lex.c (source -> tokens, whitespace control), parse.c (tokens -> tree, the compile
+ * entry), parse_expr.c (expressions), parse_util.c (the parser's helpers), value.c
+ * (errors, arena, containers, equality, str() and repr()), json.c (tojson), number.c (float
+ * repr and parsing), eval.c (expressions), exec.c (statements, scopes, render entry),
+ * filters.c (filters and tests), methods.c (str/dict methods, globals, the loop object),
+ * codepoints.c (UTF-8 and code points), ustr.c (Python whitespace and case mapping), vars.c
+ * (the public value builders).
  */
 #ifndef ES_JINJA_INT_H
 #define ES_JINJA_INT_H
@@ -235,7 +238,8 @@ typedef struct jtok {
     double f;
 } jtok;
 
-/* Errors of compiling and rendering: "<name> line <line>: <message>" into es_last_error(). */
+/* Errors of compiling and rendering (value.c): "<name> line <line>: <message>" into
+ * es_last_error(). */
 es_status ja_fail(const char *name, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 es_status ja_vfail(const char *name, int line, const char *fmt, va_list ap);
@@ -280,7 +284,7 @@ enum { FLOW_NONE, FLOW_BREAK, FLOW_CONTINUE };
  * macros can call macros (each level is a few small C frames). */
 enum { JA_MAX_RECURSION = 1500 };
 
-/* Fails the render: "<template> line <R->line>: ...". */
+/* Fails the render: "<template> line <R->line>: ..." (value.c). */
 es_status jr_fail(jr *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Out of arena memory: ES_E_FORMAT "memory limit" when the cap was hit, else ES_E_NOMEM. */
 es_status jr_oom(jr *R);
@@ -326,10 +330,12 @@ es_status jr_undef_fail(jr *R, jv u);         /* raises the UndefinedError of u 
 es_status jr_buf_put(jr *R, jbuf *b, const char *p, size_t n); /* size-checked append */
 void ja_buf_free(jbuf *b);
 
-/* ---- json.c ------------------------------------------------------------------------------- */
+/* ---- number.c ----------------------------------------------------------------------------- */
 /* Python's repr(float) ("1.0", "1e+16", "inf", "nan") into buf (>= 32 bytes); returns it. */
 const char *ja_float_repr(double f, char *buf);
 double ja_strtod(const char *s, char **end); /* strtod in the C locale */
+
+/* ---- json.c ------------------------------------------------------------------------------- */
 typedef struct ja_json_opts {
     bool ensure_ascii, sort_keys;
     const char *indent; /* NULL: none */
@@ -394,12 +400,14 @@ const char *ja_func_name(const jfunc *f);
 es_status jr_replace(jr *R, const jstr *s, const jstr *old, const jstr *new_, int64_t count,
                      jv *out);
 
-/* ---- ustr.c: code points, Python whitespace and case ---------------------------------------- */
+/* ---- codepoints.c: UTF-8 and code points -------------------------------------------------- */
 bool ja_utf8_valid(const char *s, size_t n);
 uint32_t ja_utf8_next(const char *s, size_t n, size_t *i); /* decodes at *i (valid UTF-8) */
 size_t ja_utf8_put(uint32_t cp, char *out);                /* 1..4 bytes */
 size_t ja_cp_count(const char *s, size_t n);
 size_t ja_cp_offset(const char *s, size_t n, size_t k); /* byte offset of code point k (<= n) */
+
+/* ---- ustr.c: Python whitespace and case ------------------------------------------------------ */
 bool ja_py_isspace(uint32_t cp);
 /* Python's str.upper() / lower() / the titlecase of one code point into out (1 code point for
  * what is supported). Returns false for a code point whose case mapping is not implemented

@@ -1,6 +1,7 @@
 /*
- * The Jinja parser: tokens to a syntax tree. This file has the statements and the parser's
- * helpers; parse_expr.c has the expressions.
+ * The Jinja parser: tokens to a syntax tree, and the compile entry point (source to template:
+ * the UTF-8 check, the lexer, the parser). This file has the statements; parse_expr.c has the
+ * expressions and parse_util.c the helpers both use.
  *
  * DESIGN: jinja2's subparse loop: text and {{ }} collect into one output node, each {% %} is a
  * statement, and a body ends at one of the tags its statement waits for (endfor, else, ...).
@@ -19,87 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-es_status ja_p_fail(ps *P, int line, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    es_status st = ja_vfail(P->name, line, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-es_status ja_p_unexpected(ps *P)
-{
-    const jtok *t = cur(P);
-    if (t->t == T_NAME) return FAIL(P, "unexpected '%.*s'", (int)t->n, t->p);
-    if (t->t == T_EOF) return FAIL(P, "unexpected end of template");
-    return FAIL(P, "unexpected '%s'", ja_tok_desc(t->t));
-}
-
-es_status ja_p_expect(ps *P, int type)
-{
-    if (cur(P)->t != type) {
-        const jtok *t = cur(P);
-        if (t->t == T_NAME)
-            return FAIL(P, "expected '%s', got '%.*s'", ja_tok_desc(type), (int)t->n, t->p);
-        return FAIL(P, "expected '%s', got '%s'", ja_tok_desc(type), ja_tok_desc(t->t));
-    }
-    next(P);
-    return ES_OK;
-}
-
-const char *ja_p_tokstr(ps *P, const jtok *t)
-{
-    char *s = ja_alloc(P->a, t->n + 1);
-    if (s) memcpy(s, t->p, t->n), s[t->n] = 0;
-    return s;
-}
-
-jnode *ja_p_mk(ps *P, int kind, int line)
-{
-    jnode *e = ja_zalloc(P->a, sizeof(*e));
-    if (e) e->k = (uint8_t)kind, e->line = line;
-    return e;
-}
-
-es_status ja_p_push(ps *P, nvec *v, jnode *e)
-{
-    if (v->n == v->cap) {
-        int cap = v->cap ? 2 * v->cap : 8;
-        jnode **q = ja_alloc(P->a, (size_t)cap * sizeof(jnode *));
-        if (!q) return NOMEM(P);
-        if (v->n) memcpy(q, v->v, (size_t)v->n * sizeof(jnode *));
-        v->v = q, v->cap = cap;
-    }
-    v->v[v->n++] = e;
-    return ES_OK;
-}
-
-/* Sets e's height from its children; fails past the depth limit. */
-es_status ja_p_fin(ps *P, jnode *e)
-{
-    int h = 0;
-    const jnode *kids[3] = {e->a, e->b, e->c};
-    for (int i = 0; i < 3; i++)
-        if (kids[i] && kids[i]->depth > h) h = kids[i]->depth;
-    for (int i = 0; i < e->nv; i++)
-        if (e->v[i] && e->v[i]->depth > h) h = e->v[i]->depth;
-    for (int i = 0; i < e->nw; i++)
-        if (e->w[i] && e->w[i]->depth > h) h = e->w[i]->depth;
-    if (h + 1 > JA_MAX_DEPTH)
-        return ja_p_fail(P, e->line, "expression nested too deep (more than %d levels)",
-                         JA_MAX_DEPTH);
-    e->depth = (uint16_t)(h + 1);
-    return ES_OK;
-}
-
-es_status ja_p_enter(ps *P)
-{
-    if (++P->depth > JA_MAX_DEPTH)
-        return FAIL(P, "template nested too deep (more than %d levels)", JA_MAX_DEPTH);
-    return ES_OK;
-}
 
 /* ---- statements ------------------------------------------------------------------------------ */
 static es_status subparse(ps *P, const char *const *end, jnode **out);
@@ -418,4 +338,33 @@ es_status ja_parse(ja_arena *a, const char *name, const jtok *toks, size_t n, jn
     ps P = {.a = a, .name = name, .t = toks, .n = n};
     ES_TRY(subparse(&P, NULL, root));
     return check_names(&P, *root, false);
+}
+
+es_status es_jinja_compile(const char *src, size_t len, const char *name, es_jinja_tmpl **out)
+{
+    *out = NULL;
+    es_jinja_tmpl *t = calloc(1, sizeof(*t));
+    if (!t) return es_fail(ES_E_NOMEM, "out of memory");
+    snprintf(t->name, sizeof(t->name), "%s", name ? name : "template");
+    es_status st;
+    if (!ja_utf8_valid(src, len)) {
+        st = ja_fail(t->name, 1, "the template is not valid UTF-8");
+        goto fail;
+    }
+    jtok *toks;
+    size_t n;
+    if ((st = ja_lex(&t->arena, t->name, src, len, &toks, &n)) != ES_OK) goto fail;
+    if ((st = ja_parse(&t->arena, t->name, toks, n, &t->root)) != ES_OK) goto fail;
+    *out = t;
+    return ES_OK;
+fail:
+    es_jinja_tmpl_free(t);
+    return st;
+}
+
+void es_jinja_tmpl_free(es_jinja_tmpl *t)
+{
+    if (!t) return;
+    ja_free_all(&t->arena);
+    free(t);
 }

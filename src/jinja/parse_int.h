@@ -1,6 +1,6 @@
 /*
- * The Jinja parser's internals, shared by parse.c (statements and the helpers below) and
- * parse_expr.c (expressions).
+ * The Jinja parser's internals, shared by parse.c (statements), parse_expr.c (expressions) and
+ * parse_util.c (the helpers below).
  *
  * DESIGN: the parser is a cursor over the lexer's tokens (the last one T_EOF, which the cursor
  * never moves past) plus two counters: its own recursion depth, bounded by JA_MAX_DEPTH, and

@@ -1,7 +1,8 @@
 /*
- * Values of the Jinja interpreter: the arena they live in, strings, lists and dicts, and the
- * Python semantics every other file leans on: truthiness, ==, <, len(), iteration, `in`,
- * str() (what {{ x }} prints) and repr() (how a value looks inside a printed container).
+ * Values of the Jinja interpreter: the errors of compiling and rendering, the arena values live
+ * in, strings, lists and dicts, and the Python semantics every other file leans on: truthiness,
+ * ==, <, len(), iteration, `in`, str() (what {{ x }} prints) and repr() (how a value looks
+ * inside a printed container).
  *
  * DESIGN: an arena is a list of malloc'd chunks; a render's arena has a cap, and the first
  * allocation past it fails with capped set, which the render reports as its memory limit.
@@ -17,6 +18,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- errors ------------------------------------------------------------------------------- */
+es_status ja_vfail(const char *name, int line, const char *fmt, va_list ap)
+{
+    char msg[448];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    return es_fail(ES_E_FORMAT, "%s line %d: %s", name, line, msg);
+}
+
+es_status ja_fail(const char *name, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    es_status st = ja_vfail(name, line, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+es_status jr_fail(jr *R, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    es_status st = ja_vfail(R->t->name, R->line, fmt, ap);
+    va_end(ap);
+    return st;
+}
 
 /* ---- arena -------------------------------------------------------------------------------- */
 struct ja_chunk {

@@ -5,7 +5,7 @@
  *
  * DESIGN: a family is what llama.cpp's graph for that architecture computes, read from its
  * `src/models/<arch>.cpp`: which q/k normalisation, which RoPE pairing, whether the chosen
- * experts' weights are renormalised. Sizes come from the file's metadata (model.c), never from
+ * experts' weights are renormalised. Sizes come from the file's metadata (hparams.c), never from
  * the family.
  */
 #ifndef ES_ARCH_H

@@ -279,7 +279,7 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
 {
     const es_hparams *hp = &m->hp;
     const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
-    float cs[4096]; /* n_rot <= n_embd_head <= 4096 (model.c) */
+    float cs[4096]; /* n_rot <= n_embd_head <= 4096 (hparams.c) */
     matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, dq, d, h, d, T, q, dq, wt, row);
     matmul_ref(L->wk.data, L->wk.type, L->wk.row_bytes, dkv, d, h, d, T, kk, dkv, wt, row);
     matmul_ref(L->wv.data, L->wv.type, L->wv.row_bytes, dkv, d, h, d, T, vv, dkv, wt, row);

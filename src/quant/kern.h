@@ -266,7 +266,7 @@ static inline size_t es_act_f32_row_bytes(int64_t K)
 }
 
 /* Q4_K/Q5_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes (layout in
- * qtypes.c next to the decoder). */
+ * qtypes_int.h, k4_scale_min). */
 static inline void es_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
 {
     if (j < 4) {

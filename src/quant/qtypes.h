@@ -13,7 +13,7 @@
  *   Q8_K : { float d; i8 qs[256]; i16 bsums[16] }  256 elems / 292 bytes (activations only)
  *   I8   : int8_t                                   1 elem / 1 byte (storage only: the byte
  *          array holding a pack's expert records; supported == false, so no model binds it)
- * The K-quant sub-block scale packing is documented in qtypes.c next to the decoder.
+ * The K-quant sub-block scale packing is documented in qtypes_int.h (k4_scale_min).
  */
 #ifndef ES_QTYPES_H
 #define ES_QTYPES_H

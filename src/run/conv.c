@@ -8,7 +8,7 @@
  * on the taps rows of its sequence up to it: rows split statically over the threads,
  * each summing its taps in increasing order (as ggml_ssm_conv sums them), bit-identical for any
  * thread count. y goes into f->moe, which is free until the FFN; f->conv_bcx is allocated by
- * forward.c when the model has convolution layers.
+ * fast.c when the model has convolution layers.
  */
 #include "run/forward_impl.h"
 

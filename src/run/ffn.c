@@ -10,7 +10,7 @@
  * contiguous; the mixture of experts then walks the provider's groups of experts in increasing
  * id and hands each group's routes to the plan in invocations of at most its capacity. The
  * route counts of the last prefill are kept for es_fast_route_counts(). The plans (one per
- * expert weight-type mix) are made by forward.c's reserve, through es_ffn_plan.
+ * expert weight-type mix) are made by fast.c's reserve, through es_ffn_plan.
  */
 #include "run/forward_impl.h"
 

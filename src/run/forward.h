@@ -1,6 +1,7 @@
 /*
- * The fast forward pass (forward.c, with mla.c, conv.c and ffn.c for the other block kinds): SIMD
- * kernels, thread pool, blocked attention, expert plan. Its internals are in forward_impl.h.
+ * The fast forward pass (forward.c's layer loop, fast.c's state, pool_jobs.c, and a file per block
+ * kind: attention_block.c, mla.c, conv.c, ffn.c): SIMD kernels, thread pool, blocked attention,
+ * expert plan. Its internals are in forward_impl.h.
  * An es_fast is one session's fast-path state (pool, activation buffers, plans); the session
  * (session.c) creates it. It never writes to the model.
  */

@@ -4,14 +4,16 @@
  * (dense products, activation preparation, residual adds, row jobs over a layer) and the entry
  * point of each block kind.
  *
- *   forward.c   the state's lifetime (create, reserve, destroy), the shared jobs, the standard
- *               attention block and the layer loop
+ *   fast.c      the state's lifetime (create, reserve, destroy), the phase profile, accessors
+ *   pool_jobs.c the shared jobs (dense products, preparation, residual adds, row jobs)
+ *   forward.c   the layer loop: embeddings, norms, each layer's block and FFN
+ *   attention_block.c  the standard attention block
  *   mla.c       multi-head latent attention (deepseek2)
  *   conv.c      the short-convolution block (LFM2)
  *   ffn.c       the FFN: dense (SwiGLU), the router, the mixture of experts, the resident
  *               expert provider
  *
- * DESIGN: forward.c allocates and frees every buffer below, side by side, so that the sizes freed
+ * DESIGN: fast.c allocates and frees every buffer below, side by side, so that the sizes freed
  * are visibly the sizes allocated (STYLE §11); the block files only compute into them. Every
  * output element is computed by one thread in a fixed order, so the logits are bit-identical for
  * any thread count: row-wise work (norms, RoPE, residual adds) is split statically by rows
@@ -135,7 +137,7 @@ static inline void es_rope_head(es_rope_kind kind, float *v, int n_rot, const fl
     }
 }
 
-/* ---- shared pool jobs (forward.c); each is one es_pool_run ---- */
+/* ---- shared pool jobs (pool_jobs.c); each is one es_pool_run ---- */
 
 /* One dense product Y = act W^T: w's ne[1] output rows for n_rows prepared activation rows,
  * written to y with row stride ldy. */
@@ -175,6 +177,10 @@ void es_fast_layer_rows(es_fast *f, const es_model *m, const es_layer *L, int64_
                         es_pool_fn fn);
 
 /* ---- blocks: each reads f->h (the normed residual stream) ---- */
+
+/* attention_block.c. Attention over f->h (GQA, q/k norms and RoPE as the family says), added to
+ * the residual stream f->x. */
+void es_attention_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T);
 
 /* mla.c. Multi-head latent attention over f->h, added to the residual stream f->x. */
 void es_mla_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T);

@@ -12,7 +12,7 @@
  * 1e-3 on a Q4_K_M file). Joined files (attn_kv_b): keys and values decompressed in one product,
  * as llama.cpp does for them. The split form's f32 decompression matrix (f->mla_w) is rebuilt
  * for each layer from attn_k_b, so one buffer serves every layer. The buffers are allocated and
- * freed by forward.c; this file only fills them.
+ * freed by fast.c; this file only fills them.
  */
 #include "run/forward_impl.h"
 

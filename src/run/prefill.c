@@ -31,20 +31,6 @@ es_status es_kernels_select(const char *isa)
     return ES_OK;
 }
 
-es_status es_check_ids(const es_model *m, const int32_t *ids, size_t n)
-{
-    if (m->vocab_only) return es_fail(ES_E_INVAL, "the model was opened vocabulary-only");
-    if (n == 0) return es_fail(ES_E_INVAL, "empty prompt: nothing to prefill");
-    if (n > (size_t)m->hp.n_ctx)
-        return es_fail(ES_E_INVAL, "prompt of %zu tokens exceeds the model's context of %d tokens",
-                       n, m->hp.n_ctx);
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= m->hp.n_vocab)
-            return es_fail(ES_E_INVAL, "token id %d at position %zu is outside the vocabulary "
-                           "[0, %d)", ids[i], i, m->hp.n_vocab);
-    return ES_OK;
-}
-
 es_status es_prefill(es_model *m, const int32_t *ids, size_t n, const es_session_params *params,
                      int all_logits, float *out)
 {

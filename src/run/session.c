@@ -3,7 +3,7 @@
  *
  * DESIGN: the session owns everything a prefill changes: a copy of the kernel table it was
  * created with (so a later es_kernels_select() cannot change the format of buffers it already
- * sized), the fast path's pool, activation buffers and plans (forward.c), and under a budget or
+ * sized), the fast path's pool, activation buffers and plans (fast.c), and under a budget or
  * when asked, the expert streamer (stream/pipeline.c: arena and loader thread). Buffers are sized
  * for max_tokens at creation when it is given (a budget without max_tokens sizes them for the
  * model's context), so M_other is measured before the arena takes the rest of the budget
@@ -308,6 +308,20 @@ static es_status finish_run(es_session *s, uint64_t t0, int64_t tokens, es_statu
         if (st == ES_OK) st = ts;
     }
     return st;
+}
+
+es_status es_check_ids(const es_model *m, const int32_t *ids, size_t n)
+{
+    if (m->vocab_only) return es_fail(ES_E_INVAL, "the model was opened vocabulary-only");
+    if (n == 0) return es_fail(ES_E_INVAL, "empty prompt: nothing to prefill");
+    if (n > (size_t)m->hp.n_ctx)
+        return es_fail(ES_E_INVAL, "prompt of %zu tokens exceeds the model's context of %d tokens",
+                       n, m->hp.n_ctx);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->hp.n_vocab)
+            return es_fail(ES_E_INVAL, "token id %d at position %zu is outside the vocabulary "
+                           "[0, %d)", ids[i], i, m->hp.n_vocab);
+    return ES_OK;
 }
 
 es_status es_session_prefill(es_session *s, const int32_t *ids, size_t n, int all_logits,

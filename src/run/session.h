@@ -6,7 +6,7 @@
 #include "io/io.h"
 #include "model/model.h"
 
-/* Input checks shared by every prefill entry point (prefill.c). */
+/* Input checks shared by every prefill entry point (session.c). */
 es_status es_check_ids(const es_model *m, const int32_t *ids, size_t n);
 
 /* The model a session runs (NULL for a NULL session). */

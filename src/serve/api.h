@@ -74,7 +74,7 @@ size_t sv_utf8_count(const char *s, size_t n);
 /* Options shared by every model endpoint parser: "model" a string when present. */
 bool sv_check_model(json_t *body, sv_err *e);
 
-/* The endpoint files' own parsers and replies (api.c dispatches). */
+/* The endpoint files' own parsers and replies (api_dispatch.c dispatches). */
 sv_req *sv_completions_parse(const sv_api_env *env, json_t *body, sv_err *e);
 json_t *sv_completions_reply(const sv_api_env *env, const sv_req *q);
 sv_req *sv_embeddings_parse(const sv_api_env *env, json_t *body, sv_err *e);

@@ -1,6 +1,7 @@
 /*
- * Tokenizer internals shared by tok.c (loading, special tokens, pieces), bpe.c (byte-level BPE
- * and its pre-tokenizer) and spm.c (SentencePiece-style merges). Not a public header.
+ * Tokenizer internals shared by vocab.c (loading, special tokens, pieces), vocab_map.c (the text
+ * -> id map), tok.c (the special-token partition and the dispatch), bpe.c (byte-level BPE and its
+ * pre-tokenizer) and spm.c (SentencePiece-style merges). Not a public header.
  *
  * DESIGN: everything the encoder needs is built once in es_tok_create() and is read-only
  * afterwards, so one es_tok may encode on many threads at once. Per-call memory (symbols,
@@ -137,7 +138,7 @@ typedef struct tok_work {
 
 void es_tok_work_free(tok_work *w);
 
-/* ---- lookups (tok.c) ---- */
+/* ---- lookups (vocab_map.c) ---- */
 
 static inline const char *tok_text(const es_tok *t, int32_t id, size_t *len)
 {
@@ -147,6 +148,8 @@ static inline const char *tok_text(const es_tok *t, int32_t id, size_t *len)
 
 /* The id of the token whose text is s[0..n), or -1. */
 int32_t es_tok_find(const es_tok *t, const char *s, size_t n);
+/* Builds the map of t's texts (es_tok_create, vocab.c); ES_E_FORMAT on a duplicate text. */
+es_status es_tok_build_map(es_tok *t);
 
 /* ---- byte-level BPE (bpe.c) ---- */
 

@@ -1,0 +1,325 @@
+/*
+ * The architecture's hyperparameters, read from the GGUF metadata into m->hp and checked
+ * (es_hparams_read, es_model_open's step before the tensors are bound): sizes, heads (per layer
+ * where LFM2 writes an array, latent heads for MLA), experts, the router's options, RoPE and its
+ * scaling (linear, YaRN), and es_rope_cos_sin, the rotation's (cos, sin) at a position that both
+ * forward passes use.
+ */
+#include "model/hparams.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static es_status get_int(const es_model *m, const char *key, bool required, int lo, int hi,
+                         int *out)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", m->arch, key);
+    int64_t v = *out;
+    if (es_gguf_find_key(m->gguf, full) < 0 && !required) return ES_OK; /* keep the default */
+    ES_TRY(es_gguf_read_i64(m->gguf, full, required, &v));
+    if (v < lo || v > hi)
+        return es_fail(ES_E_FORMAT, "%s: %s = %lld is out of range [%d, %d]",
+                       es_gguf_path(m->gguf), full, (long long)v, lo, hi);
+    *out = (int)v;
+    return ES_OK;
+}
+
+static es_status get_float(const es_model *m, const char *key, float lo, float hi, float *out)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", m->arch, key);
+    float v = *out; /* optional: absent keeps the default */
+    ES_TRY(es_gguf_read_f32(m->gguf, full, false, &v));
+    if (!(v >= lo && v <= hi))
+        return es_fail(ES_E_FORMAT, "%s: %s = %g is out of range", es_gguf_path(m->gguf), full,
+                       (double)v);
+    *out = v;
+    return ES_OK;
+}
+
+/* attention.head_count_kv of layer il: the key, or its il-th entry where it is an array of
+ * n_layer integers (LFM2 writes one, 0 marking a short-convolution layer). Checked by
+ * es_hparams_read before any call. */
+int es_hparams_head_count_kv(const es_model *m, int il)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.attention.head_count_kv", m->arch);
+    es_gguf_type et;
+    uint64_t n;
+    if (!es_gguf_get_arr(m->gguf, full, &et, &n)) return m->hp.n_head_kv;
+    int32_t v;
+    memcpy(&v, (const uint8_t *)es_gguf_arr_data(m->gguf, full) + 4 * (size_t)il, 4);
+    return v;
+}
+
+/* The KV heads: one value, or (conv families) an array with one entry per layer whose non-zero
+ * entries must agree; sets n_head_kv and n_conv_layers. */
+static es_status read_head_count_kv(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    char full[128];
+    snprintf(full, sizeof(full), "%s.attention.head_count_kv", m->arch);
+    es_gguf_type et;
+    uint64_t n;
+    hp->n_head_kv = hp->n_head;
+    if (!es_gguf_get_arr(m->gguf, full, &et, &n))
+        return get_int(m, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv);
+    if (!m->family->conv_layers)
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s is an array (per-layer KV heads), which %s does "
+                       "not have", path, full, m->arch);
+    if ((et != ES_GGUF_INT32 && et != ES_GGUF_UINT32) || n != (uint64_t)hp->n_layer)
+        return es_fail(ES_E_FORMAT, "%s: %s must be %d 32-bit integers (one per layer)", path,
+                       full, hp->n_layer);
+    int common = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const int v = es_hparams_head_count_kv(m, il);
+        if (v < 0 || v > 4096)
+            return es_fail(ES_E_FORMAT, "%s: %s[%d] = %d is out of range [0, 4096]", path, full,
+                           il, v);
+        if (v == 0) {
+            hp->n_conv_layers++;
+        } else if (common && v != common) {
+            return es_fail(ES_E_UNSUPPORTED, "%s: attention layers with %d and %d KV heads (%s) "
+                           "are not supported", path, common, v, full);
+        } else {
+            common = v;
+        }
+    }
+    if (common) hp->n_head_kv = common;
+    return ES_OK;
+}
+
+/* Head sizes of the families with plain attention. The head size is its own key where hidden /
+ * heads would be wrong (Qwen3-MoE: 128 with hidden 2048 and 32 heads); without the key the
+ * hidden size must split into the heads. */
+static es_status read_heads(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    int key_len = 0, val_len = 0;
+    ES_TRY(get_int(m, "attention.key_length", false, 1, 4096, &key_len));
+    ES_TRY(get_int(m, "attention.value_length", false, 1, 4096, &val_len));
+    if (key_len == 0 && hp->n_embd % hp->n_head)
+        return es_fail(ES_E_FORMAT, "%s: embedding length %d is not a multiple of %d heads and "
+                       "there is no %s.attention.key_length", path, hp->n_embd, hp->n_head,
+                       m->arch);
+    hp->n_embd_head = hp->n_embd_head_v = key_len ? key_len : hp->n_embd / hp->n_head;
+    if (val_len && val_len != hp->n_embd_head)
+        return es_fail(ES_E_UNSUPPORTED, "%s: value heads of %d differ from key heads of %d, "
+                       "which %s does not have", path, val_len, hp->n_embd_head, m->arch);
+    if ((int64_t)hp->n_head * hp->n_embd_head > (1 << 20))
+        return es_fail(ES_E_FORMAT, "%s: %d heads of %d are too large", path, hp->n_head,
+                       hp->n_embd_head);
+    hp->n_rot = hp->n_embd_head;
+    ES_TRY(get_int(m, "rope.dimension_count", false, 2, hp->n_embd_head, &hp->n_rot));
+    if (hp->n_rot != hp->n_embd_head)
+        return es_fail(ES_E_UNSUPPORTED, "%s: partial rotary embeddings (%d of %d dims) are not "
+                       "supported for %s", path, hp->n_rot, hp->n_embd_head, m->arch);
+    if (hp->n_rot % 2)
+        return es_fail(ES_E_FORMAT, "%s: odd rotary dimension %d", path, hp->n_rot);
+    hp->n_embd_q = hp->n_embd_att = hp->n_head * hp->n_embd_head;
+    hp->n_embd_kv = hp->n_embd_v = hp->n_head_kv * hp->n_embd_head;
+    return ES_OK;
+}
+
+/* Multi-head latent attention (deepseek2, llama.cpp's hparams): kv_lora_rank, the per-head key
+ * (qk_nope + qk_rope) and value sizes from key_length_mla / value_length_mla, or in files from
+ * before the split (one attn_kv_b) from key_length / value_length; qk_rope is
+ * rope.dimension_count. After decompression every query head has its own key and value head
+ * (n_head_kv = n_head, whatever the file's MQA head_count_kv says). */
+static es_status read_mla_heads(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    int q_lora = 0; /* absent (-Lite) or 0: the queries have one projection, attn_q */
+    ES_TRY(get_int(m, "attention.q_lora_rank", false, 0, 1 << 16, &q_lora));
+    if (q_lora)
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s.attention.q_lora_rank = %d: queries through a "
+                       "low-rank projection (DeepSeek-V2/V3, not -Lite) are not supported", path,
+                       m->arch, q_lora);
+    ES_TRY(get_int(m, "attention.kv_lora_rank", true, 1, 1 << 14, &hp->n_lora_kv));
+    int key_len = 0, val_len = 0;
+    ES_TRY(get_int(m, "attention.key_length", true, 2, 1 << 14, &key_len));
+    ES_TRY(get_int(m, "attention.value_length", true, 1, 1 << 14, &val_len));
+    char k1[96], k2[96];
+    snprintf(k1, sizeof(k1), "%s.attention.key_length_mla", m->arch);
+    snprintf(k2, sizeof(k2), "%s.attention.value_length_mla", m->arch);
+    hp->mla_split = es_gguf_find_key(m->gguf, k1) >= 0 && es_gguf_find_key(m->gguf, k2) >= 0;
+    if (hp->mla_split) {
+        ES_TRY(get_int(m, "attention.key_length_mla", true, 2, 4096, &key_len));
+        ES_TRY(get_int(m, "attention.value_length_mla", true, 1, 4096, &val_len));
+    }
+    if (key_len > 4096 || val_len > 4096)
+        return es_fail(ES_E_FORMAT, "%s: MLA head sizes %d / %d are too large (no %s.attention."
+                       "key_length_mla?)", path, key_len, val_len, m->arch);
+    ES_TRY(get_int(m, "rope.dimension_count", true, 2, 4096, &hp->n_rot));
+    if (hp->n_rot % 2 || hp->n_rot >= key_len)
+        return es_fail(ES_E_FORMAT, "%s: rotary dimension %d must be even and below the key "
+                       "head size %d", path, hp->n_rot, key_len);
+    if ((int64_t)hp->n_head * (key_len + val_len) > (1 << 20))
+        return es_fail(ES_E_FORMAT, "%s: %d heads of %d + %d are too large", path, hp->n_head,
+                       key_len, val_len);
+    hp->n_embd_head = key_len;
+    hp->n_embd_head_v = val_len;
+    hp->n_head_kv = hp->n_head;
+    hp->n_embd_q = hp->n_embd_kv = hp->n_head * key_len;
+    hp->n_embd_v = hp->n_embd_att = hp->n_head * val_len;
+    return ES_OK;
+}
+
+static float yarn_mscale(float factor, float mscale)
+{
+    return factor <= 1.0f ? 1.0f : 0.1f * mscale * logf(factor) + 1.0f;
+}
+
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base)
+{
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) /
+           (2.0f * logf(base));
+}
+
+/* RoPE scaling as llama.cpp applies it (llama-context.cpp's cparams, ggml's rope_yarn): none, or
+ * linear (angles times 1/factor), or YaRN (per pair a ramp between the interpolated and the
+ * original angle, cos and sin scaled by its magnitude factor); the softmax scale, which MLA
+ * multiplies by YaRN's mscale squared. */
+static es_status read_rope_scaling(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    char key[96];
+    es_str type = {"linear", 6}; /* llama.cpp's default: a no-op without a factor */
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch);
+    ES_TRY(es_gguf_read_str(m->gguf, key, false, &type));
+    const bool none = type.len == 4 && !memcmp(type.ptr, "none", 4);
+    const bool linear = type.len == 6 && !memcmp(type.ptr, "linear", 6);
+    const bool yarn = type.len == 4 && !memcmp(type.ptr, "yarn", 4);
+    if (!none && !linear && !yarn)
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s = '%.*s': estream supports none, linear and "
+                       "yarn", path, key, (int)es_min_size(type.len, 32), type.ptr);
+    float factor = 0.0f, attn_factor = 1.0f, log_mul = 0.0f;
+    ES_TRY(get_float(m, "rope.scaling.factor", 0.0f, 1e6f, &factor));
+    ES_TRY(get_float(m, "rope.scaling.attn_factor", 1e-6f, 1e6f, &attn_factor));
+    if (m->family->mla) ES_TRY(get_float(m, "rope.scaling.yarn_log_multiplier", 0.0f, 1e3f, &log_mul));
+    log_mul /= 0.1f; /* the converter writes 0.1 * mscale_all_dim */
+    int n_ctx_orig = hp->n_ctx;
+    ES_TRY(get_int(m, "rope.scaling.original_context_length", false, 1, 1 << 24, &n_ctx_orig));
+    hp->rope_freq_scale = none || factor == 0.0f ? 1.0f : 1.0f / factor;
+    hp->rope_ext_factor = yarn ? 1.0f : 0.0f;
+    const float fs = hp->rope_freq_scale, ln_inv = logf(1.0f / fs);
+    float af = 1.0f;
+    if (yarn) {
+        const float f = 1.0f / fs;
+        if (log_mul != 0.0f) {
+            const float mscale = log_mul != 1.0f ? log_mul : 1.0f; /* DeepSeek-V2's case */
+            af = yarn_mscale(f, mscale) / yarn_mscale(f, log_mul);
+        } else {
+            af = yarn_mscale(f, 1.0f);
+        }
+        af *= 1.0f / (1.0f + 0.1f * logf(f));
+        const float lo = floorf(yarn_corr_dim(hp->n_rot, n_ctx_orig, 32.0f, hp->rope_freq_base));
+        const float hi = ceilf(yarn_corr_dim(hp->n_rot, n_ctx_orig, 1.0f, hp->rope_freq_base));
+        hp->rope_corr[0] = lo > 0.0f ? lo : 0.0f;
+        hp->rope_corr[1] = hi < (float)(hp->n_rot - 1) ? hi : (float)(hp->n_rot - 1);
+    }
+    af *= attn_factor;
+    hp->rope_cs_scale = yarn ? af * (1.0f + 0.1f * ln_inv) : af;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd_head);
+    if (m->family->mla) { /* deepseek2's graph: the original attn_factor, YaRN's mscale */
+        const float mscale = af * (1.0f + 0.1f * ln_inv) * (1.0f + 0.1f * log_mul * ln_inv);
+        hp->attn_scale = mscale * mscale / sqrtf((float)hp->n_embd_head);
+    }
+    return ES_OK;
+}
+
+void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs)
+{
+    const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
+    const float fs = hp->rope_freq_scale, ext = hp->rope_ext_factor;
+    float theta_extrap = (float)pos;
+    for (int i = 0; i < hp->n_rot / 2; i++) {
+        float theta = fs * theta_extrap;
+        if (ext != 0.0f) {
+            const float lo = hp->rope_corr[0], hi = hp->rope_corr[1];
+            const float span = hi - lo > 0.001f ? hi - lo : 0.001f;
+            float y = ((float)i - lo) / span;
+            y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
+            const float mix = (1.0f - y) * ext;
+            theta = theta * (1.0f - mix) + theta_extrap * mix;
+        }
+        cs[2 * i] = cosf(theta) * hp->rope_cs_scale;
+        cs[2 * i + 1] = sinf(theta) * hp->rope_cs_scale;
+        theta_extrap *= theta_scale;
+    }
+}
+
+es_status es_hparams_read(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    ES_TRY(get_int(m, "context_length", true, 1, 1 << 24, &hp->n_ctx));
+    ES_TRY(get_int(m, "embedding_length", true, 1, 1 << 16, &hp->n_embd));
+    ES_TRY(get_int(m, "block_count", true, 1, 1024, &hp->n_layer));
+    ES_TRY(get_int(m, "feed_forward_length", true, 1, 1 << 18, &hp->n_ff));
+    hp->n_ff_exp = hp->n_ff;
+    ES_TRY(get_int(m, "expert_feed_forward_length", false, 1, 1 << 18, &hp->n_ff_exp));
+    ES_TRY(get_int(m, "attention.head_count", true, 1, 4096, &hp->n_head));
+    ES_TRY(read_head_count_kv(m));
+    const char *path = es_gguf_path(m->gguf);
+    char key[64];
+    snprintf(key, sizeof(key), "%s.expert_count", m->arch);
+    if (es_gguf_find_key(m->gguf, key) < 0)
+        return es_fail(ES_E_UNSUPPORTED, "%s: a dense %s model (no %s): estream runs mixture-of-"
+                       "experts models only", path, m->arch, key);
+    ES_TRY(get_int(m, "expert_count", true, 1, 4096, &hp->n_expert));
+    ES_TRY(get_int(m, "expert_used_count", true, 1, 4096, &hp->n_expert_used));
+    const es_arch *fam = m->family;
+    if (fam->dense_lead)
+        ES_TRY(get_int(m, "leading_dense_block_count", false, 0, hp->n_layer,
+                       &hp->n_layer_dense_lead));
+    if (hp->n_layer_dense_lead == hp->n_layer)
+        return es_fail(ES_E_UNSUPPORTED, "%s: every layer is dense (%s.leading_dense_block_count "
+                       "= %d): estream runs mixture-of-experts models only", path, m->arch,
+                       hp->n_layer);
+    if (fam->shared_experts) {
+        ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
+        hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
+    }
+    if (hp->n_conv_layers > 0)
+        ES_TRY(get_int(m, "shortconv.l_cache", true, 2, 64, &hp->n_conv_taps));
+    if (fam->gating == ES_GATING_SIGMOID) { /* llama.cpp reads the key; 2 is its sigmoid */
+        int gating = 2;
+        ES_TRY(get_int(m, "expert_gating_func", false, 0, 1 << 16, &gating));
+        if (gating != 2)
+            return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_gating_func = %d: estream runs %s "
+                           "with the sigmoid router (2) only", path, m->arch, gating, m->arch);
+    }
+    if (fam->mla) { /* deepseek2 reads the gating function (absent: softmax) and the norm */
+        int gating = 1;
+        ES_TRY(get_int(m, "expert_gating_func", false, 0, 1 << 16, &gating));
+        if (gating != 0 && gating != 1)
+            return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_gating_func = %d: estream runs %s "
+                           "with the softmax router (1) only", path, m->arch, gating, m->arch);
+    }
+    hp->topk_renorm = fam->topk_renorm;
+    snprintf(key, sizeof(key), "%s.expert_weights_norm", m->arch);
+    if (fam->mla && es_gguf_find_key(m->gguf, key) >= 0 &&
+        !es_gguf_get_bool(m->gguf, key, &hp->topk_renorm))
+        return es_fail(ES_E_FORMAT, "%s: %s must be a bool", path, key);
+    hp->expert_weights_scale = 0.0f; /* none; read only where llama.cpp's graph uses it */
+    if (fam->weights_scale) ES_TRY(get_float(m, "expert_weights_scale", 0.0f, 1e6f,
+                                             &hp->expert_weights_scale));
+    if (hp->n_head % hp->n_head_kv)
+        return es_fail(ES_E_FORMAT, "%s: %d heads are not a multiple of %d KV heads", path,
+                       hp->n_head, hp->n_head_kv);
+    if (hp->n_expert_used > hp->n_expert)
+        return es_fail(ES_E_FORMAT, "%s: expert_used_count %d > expert_count %d", path,
+                       hp->n_expert_used, hp->n_expert);
+    ES_TRY(fam->mla ? read_mla_heads(m) : read_heads(m));
+    hp->rope_freq_base = 10000.0f;
+    hp->rms_eps = 1e-5f;
+    ES_TRY(get_float(m, "rope.freq_base", 1.0f, 1e12f, &hp->rope_freq_base));
+    ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->rms_eps));
+    return read_rope_scaling(m);
+}
