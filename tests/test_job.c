@@ -143,6 +143,31 @@ static void test_records_follow_the_rules(void **state)
                           y.item_logprobs[1] / 3.0};
     for (int k = 0; k < ES_RECORD_RULES; k++) assert_int_equal(y.chosen[k], v1[k] > v0[k]);
     assert_int_equal(y.gold, 1);
+    /* four choices whose bytes per token differ: the rules choose differently here (on this
+     * model, by tokens the fourth, by bytes the third), each by its own divisor */
+    const es_str ch4[] = {{" there", 6}, {" xqzvwk", 7}, {" the the the the", 16},
+                          {" internationalization", 21}};
+    const es_record_spec sp4 = {.kind = ES_RECORD_CHOICES, .context = {"Once upon a time", 16},
+                                .items = ch4, .n_items = 4, .gold = -1};
+    es_record *c4 = make(&sp4);
+    assert_int_equal(es_session_run_records(s, &c4, 1), ES_OK);
+    es_record_result y4;
+    assert_int_equal(es_record_result_get(c4, &y4), ES_OK);
+    int want4[ES_RECORD_RULES] = {0, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(y4.item_bytes[i], (int64_t)ch4[i].len);
+        const double v[3] = {y4.item_logprobs[i], y4.item_logprobs[i] / (double)y4.item_tokens[i],
+                             y4.item_logprobs[i] / (double)ch4[i].len};
+        for (int k = 0; k < ES_RECORD_RULES; k++) {
+            const int b = want4[k];
+            const double vb[3] = {y4.item_logprobs[b], y4.item_logprobs[b] / (double)y4.item_tokens[b],
+                                  y4.item_logprobs[b] / (double)ch4[b].len};
+            if (v[k] > vb[k]) want4[k] = i;
+        }
+    }
+    for (int k = 0; k < ES_RECORD_RULES; k++) assert_int_equal(y4.chosen[k], want4[k]);
+    assert_true(want4[1] != want4[2]); /* the data tell the two normalisations apart */
+    es_record_destroy(c4);
     /* labels: " the" and " a" are one token each: the next-token log-probs, renormalised */
     assert_int_equal(es_record_n_seqs(l), 1);
     assert_int_equal(es_record_result_get(l, &x), ES_OK);

@@ -468,6 +468,18 @@ static void test_mc_vs_llama(void **state)
                 assert_int_equal(json_integer_value(json_array_get(json_object_get(mc, "n_bytes"), k)),
                                  1 + strlen(lines[6 * t + 2 + k]));
             }
+            /* lm-evaluation-harness's rules on the record's sums: acc the largest sum, acc_norm
+             * the largest sum per byte of the continuation (its text with the leading space) */
+            int by_sum = 0, by_bytes = 0;
+            for (int k = 1; k < 4; k++) {
+                const double sk = num(json_array_get(ml, k));
+                if (sk > num(json_array_get(ml, by_sum))) by_sum = k;
+                if (sk / (double)(1 + strlen(lines[6 * t + 2 + k])) >
+                    num(json_array_get(ml, by_bytes)) / (double)(1 + strlen(lines[6 * t + 2 + by_bytes])))
+                    by_bytes = k;
+            }
+            assert_int_equal(json_integer_value(json_object_get(mc, "chosen")), by_sum);
+            assert_int_equal(json_integer_value(json_object_get(mc, "chosen_norm_bytes")), by_bytes);
             const int norm = (int)json_integer_value(json_object_get(mc, "chosen_norm_tokens"));
             ours_norm_tokens += norm == lt[t].gold;
             /* where the common prefix ends at the context, the record rule is llama's; past it

@@ -2042,7 +2042,7 @@ static void test_slow_senders(void **state)
         double took = now_s() - a;
         if (r.status != 200) fail_msg("from 127.0.0.2 among slow senders: %d", r.status);
         resp_free(&r);
-        if (took > 1.5) fail_msg("from 127.0.0.2 among slow senders: %.2f s", took);
+        if (took > 2 + 1) fail_msg("from 127.0.0.2 among slow senders: %.2f s", took);
         /* the senders' address: in line behind them, each gone within --io-timeout */
         a = now_s();
         r = http_do(s.port, "GET", "/health", NULL, NULL);
@@ -2058,6 +2058,10 @@ static void test_slow_senders(void **state)
         resp_free(&r);
         if (took > 2 + 2) fail_msg("a request among slow senders took %.2f s", took);
     }
+    /* each sender is closed within --io-timeout of its accept: wait that long for one (the
+     * requests above may all be over before the first sender's time is up) */
+    for (const double t0 = now_s(); atomic_load(&t.replies_408) < 1 && now_s() - t0 < 2 + 3;)
+        sleep_s(0.01);
     if (atomic_load(&t.replies_408) < 1) fail_msg("no slow sender was answered 408");
     trickle_stop(&t);
     srv_stop(&s);
@@ -2698,8 +2702,8 @@ static void test_api_key_file_trimmed(void **state)
 
 /* A sequential client (a request, its reply, the next request: on new connections, then on one
  * kept-alive connection beside a /metrics scraper) never has its batch held for arrivals,
- * however long --batch-wait is: nothing else is coming. The executor used to hold every lone batch for the gap after its
- * arrival. */
+ * however long --batch-wait is: nothing else is coming. The executor used to hold every lone
+ * batch for the gap after its arrival. */
 static void test_lone_requests(void **state)
 {
     (void)state;
@@ -2729,7 +2733,10 @@ static void test_lone_requests(void **state)
     char *mt = metrics_text(&s);
     const double held = metric(mt, "estream_batch_gather_seconds_total");
     const double batches = metric(mt, "estream_batches_total");
-    if (held != 0) fail_msg("lone requests were held %g s for arrivals:\n%s", held, mt);
+    /* The bug held every batch for the 5 ms gap at least (0.1 s for 20). A connection whose
+     * close the kernel has not yet delivered to the server (its FIN behind the next request's
+     * SYN on a loaded machine) looks like a keep-alive client and may cost one batch one gap. */
+    if (held >= 0.03) fail_msg("lone requests were held %g s for arrivals:\n%s", held, mt);
     assert_true(batches == 20);
     free(mt);
     srv_stop(&s);

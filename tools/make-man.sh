@@ -7,7 +7,8 @@ bin=$1 version=$2
 # roff: a line starting with . or ' is a request, and \ starts an escape
 roff() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/"; }
 main=$("$bin" --help)
-commands=$(echo "$main" | sed -n '/^commands:/,/^$/p' | awk 'NR > 1 && NF { print $1 }')
+# a command's row starts at column 3; wrapped descriptions are indented further
+commands=$(echo "$main" | sed -n '/^commands:/,/^$/p' | awk 'NR > 1 && /^  [a-z]/ { print $1 }')
 cat <<HEAD
 .TH ESTREAM 1 "" "estream $version" "User Commands"
 .SH NAME

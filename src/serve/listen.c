@@ -416,8 +416,10 @@ int sv_listen_expected(sv_listener *l, uint64_t window_ns)
     for (const sv_conn *c = l->head; c; c = c->next) switch (c->state) {
         case CX_QUEUED:
         case CX_RECEIVING:
-        case CX_HANDLING:
-        case CX_WRITING: n++; break;
+        case CX_HANDLING: n++; break;
+        /* a client that read its reply and hung up (to send the next request on a new
+         * connection) while this thread was still to leave the write sends nothing more here */
+        case CX_WRITING: n += !hung_up(c->fd); break;
         case CX_IDLE: n += now - c->model_ns < window_ns && !hung_up(c->fd); break;
         case CX_WAITING:
         case CX_CLOSING: break;
