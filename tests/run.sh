@@ -40,11 +40,13 @@ else
 fi
 [ ${#names[@]} -gt 0 ] || { echo "tests/run.sh: no test programs in $build/tests"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
-# Start order: longest first by the last recorded duration, unknown ones (new programs) first.
+# Start order: longest first by the last recorded duration, else by tests/durations.txt (a fresh
+# build: CI's clean clone), unknown ones (new programs) first.
 durations=$build/tests/.durations
 [ -f "$durations" ] || : >"$durations" 2>/dev/null
 order=$(for n in "${names[@]}"; do
-    d=$(awk -v n="$n" '$1 == n { d = $2 } END { print (d == "" ? 1e9 : d) }' "$durations" 2>/dev/null)
+    d=$(awk -v n="$n" '$1 == n && d == "" { d = $2 } END { print (d == "" ? 1e9 : d) }' \
+        "$durations" tests/durations.txt 2>/dev/null)
     echo "${d:-1e9} $n"
 done | sort -k1,1gr -k2 | awk '{print $2}')
 
