@@ -55,6 +55,10 @@ static void test_batch_pick(void **state)
     const int64_t t5[] = {999, 0, 5};
     assert_int_equal(es_batch_pick(t5, s4, 3, 1000, 8, pick), 2);
     assert_int_equal(es_batch_pick(t1, s1, 0, 1000, 8, pick), 0);
+    /* a unit that fills the room left exactly goes (600 + 400 = the budget) */
+    const int64_t t6[] = {600, 500, 400};
+    assert_int_equal(es_batch_pick(t6, s1, 3, 1000, 8, pick), 2);
+    assert_int_equal(pick[1], 2);
 }
 
 /* Plain tokens of s: no BOS or EOS, special-token text recognised (the records' rule). */
