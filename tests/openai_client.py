@@ -31,22 +31,9 @@ import openai
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "chat"))
 import make_expected  # noqa: E402  (jinja2 set up as Hugging Face's apply_chat_template)
+from checks import Checks  # noqa: E402  (tests/checks.py, beside this script)
 
 TOP = 5
-
-
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-
-    def ok(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed.append(what)
-            print("FAIL: " + what, file=sys.stderr)
-        return cond
 
 
 # ---- the vocabulary, read from the GGUF ----

@@ -21,22 +21,9 @@ import subprocess
 import sys
 
 import numpy as np
+from checks import Checks  # noqa: E402  (tests/checks.py, beside this script)
 
 TOP = 3
-
-
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-
-    def ok(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed.append(what)
-            print("FAIL: " + what, file=sys.stderr)
-        return cond
 
 
 def records():

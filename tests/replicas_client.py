@@ -32,22 +32,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import openai
+from checks import Checks  # noqa: E402  (tests/checks.py, beside this script)
 
 MODEL_ENDPOINTS = ("/v1/completions", "/v1/embeddings", "/v1/chat/completions")
-
-
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-
-    def ok(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed.append(what)
-            print("FAIL: " + what, file=sys.stderr)
-        return cond
 
 
 def requests():

@@ -48,17 +48,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # (without pip or setuptools of its own: the cached virtualenv's pip installs into it, and the
 # build uses the cached setuptools)
-"$venv/bin/python" -m venv --without-pip "$tmp/venv" >/dev/null || die "cannot make a virtualenv in $tmp"
-site=$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-cached=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$cached" >"$site/estream-check-cached.pth" # numpy, pytest, setuptools without a download
-say "pip install ./python (fresh virtualenv $tmp/venv)"
-if ! ESTREAM_BUILD_DIR=$build "$venv/bin/python" -m pip --python "$tmp/venv/bin/python" install \
-        --disable-pip-version-check --no-build-isolation --no-deps -q ./python >"$tmp/pip.log" 2>&1; then
-    tail -30 "$tmp/pip.log" >&2
-    die "pip install ./python failed"
-fi
-rm -rf python/build python/estream.egg-info # the in-place build's leftovers
+package_venv "$venv" "$tmp/venv" "$build" # numpy, pytest, setuptools without a download
 
 # ---- the tests, from outside the tree: the installed package is imported ----
 mkdir -p "$tmp/run"

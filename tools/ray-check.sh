@@ -54,17 +54,7 @@ model=$tmp/chat-spm.gguf
     die "estream synth failed"
 
 # ---- a fresh virtualenv with the package installed into it ----
-"$venv/bin/python" -m venv --without-pip "$tmp/venv" >/dev/null || die "cannot make a virtualenv in $tmp"
-site=$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-cached=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$cached" >"$site/estream-check-cached.pth" # ray, numpy, pandas without a download
-say "pip install ./python (fresh virtualenv $tmp/venv)"
-if ! ESTREAM_BUILD_DIR=$build "$venv/bin/python" -m pip --python "$tmp/venv/bin/python" install \
-        --disable-pip-version-check --no-build-isolation --no-deps -q ./python >"$tmp/pip.log" 2>&1; then
-    tail -30 "$tmp/pip.log" >&2
-    die "pip install ./python failed"
-fi
-rm -rf python/build python/estream.egg-info # the in-place build's leftovers
+package_venv "$venv" "$tmp/venv" "$build" # ray, numpy, pandas without a download
 
 # ---- the check, from outside the tree: the installed package is imported ----
 mkdir -p "$tmp/run"
