@@ -171,7 +171,19 @@ endif
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libestream.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libestream.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BENCH_OBJ) $(BUILD)/libestream.a $(LDFLAGS) $(LDLIBS)
+
+# bench_amx_bound times the amx table without its matrix unit (quant/amx_ops.h, ES_AMX_NO_TMUL)
+# on AVX-512 CPUs whose AMX cannot run: a third build of x86_amx.c, linked into it alone.
+ifneq (,$(findstring x86_64,$(TARGET)))
+AMX_NOTMUL_OBJ := $(BUILD)/bench/x86_amx_notmul.o
+$(AMX_NOTMUL_OBJ): src/quant/x86_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -DES_AMX_NO_TMUL -c -o $@ $<
+$(BUILD)/bench/bench_amx_bound: $(AMX_NOTMUL_OBJ)
+$(BUILD)/bench/bench_amx_bound: BENCH_OBJ += $(AMX_NOTMUL_OBJ)
+-include $(AMX_NOTMUL_OBJ:.o=.d)
+endif
 
 # Small helpers under tools/ (fixture and seed makers), e.g. build/tools/gguf_seeds.
 $(BUILD)/tools/%: tools/%.c $(BUILD)/libestream.a

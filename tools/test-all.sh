@@ -99,6 +99,8 @@ check_stage() { # stage name, label, command...
 demo_tmp=$(mktemp -d)
 check_stage demo demo env TMPDIR="$demo_tmp" bash tools/demo.sh
 rm -rf "$demo_tmp"
+# The benchmarks build, and bench_amx_bound's quick cases run (its tdpbssd count is checked).
+check_stage bench bench bash tools/bench-check.sh build
 # The README's examples, run as written on the synthetic model they make.
 check_stage readme readme bash tools/readme-check.sh build
 # The official OpenAI Python client against estream serve (a cached virtualenv from PyPI, every

@@ -11,6 +11,16 @@
  *                    test programs link (x86_amx_emu.o), so the amx table's layout, driver and
  *                    per-thread configuration run in CI on machines without AMX; the library and
  *                    the estream binary never contain it.
+ *   ES_AMX_NO_TMUL   everything but the matrix unit, for bench/bench_amx_bound only: a tile load
+ *                    reads its rows (one vector load per row, as tileloadd occupies the load
+ *                    ports), a tile store writes its rows as zeros (a zeroing idiom, no port:
+ *                    the sums are not computed, and zeros keep the float steps after the
+ *                    products at their usual speed, where garbage made denormals), tdpbssd only
+ *                    counts itself.
+ *                    Timing the amx table this way on an AVX-512 CPU without AMX measures the
+ *                    work its vector units and memory do around the tiles (decode, row packing,
+ *                    the float epilogue), a floor under its time on an AMX core of the same
+ *                    design; the count gives the matrix unit's own time at its issue rate.
  *
  * The operations (t, c, a, b: tile numbers 0..7 as literal constants or macros expanding to one,
  * which the intrinsics need):
@@ -38,7 +48,7 @@ typedef struct amx_config {
 } amx_config;
 _Static_assert(sizeof(amx_config) == 64, "ldtilecfg reads 64 bytes");
 
-#ifndef ES_AMX_EMULATE
+#if !defined(ES_AMX_EMULATE) && !defined(ES_AMX_NO_TMUL)
 
 #include <immintrin.h>
 
@@ -60,6 +70,44 @@ _Static_assert(sizeof(amx_config) == 64, "ldtilecfg reads 64 bytes");
 #define amx_store(t, base, stride) _tile_stored(t, base, (long)(stride))
 #define amx_zero(t) _tile_zero(t)
 #define amx_dp(c, a, b) _tile_dpbssd(c, a, b)
+
+#elif defined(ES_AMX_NO_TMUL)
+
+#include <immintrin.h>
+
+/* The tdpbssd this thread has skipped. */
+static _Thread_local uint64_t notmul_products;
+
+/* The asm statements keep every row access (the compiler may neither drop the loads nor forward
+ * the stored values into the epilogue's loads) and touch no vector register the code keeps.
+ * The shapes are the including file's tile_cfg (x86_amx.c) and the strides are constants where
+ * the macros expand, so each row is one instruction on the base register with an immediate
+ * offset, as near as C gets to tileloadd's and tilestored's cost. */
+#define NOTMUL_ROW_OFFSETS(op, reg, rows, stride, base)                                            \
+    do {                                                                                           \
+        _Pragma("GCC unroll 16") for (int r_ = 0; r_ < (rows); r_++) __asm__ volatile(             \
+            op ::"r"(base), "i"((long)r_ * (stride)) : reg, "memory");                             \
+    } while (0)
+
+#define amx_barrier() __asm__ volatile("" ::: "memory")
+#define amx_load_config(cfg) ((void)(cfg))
+#define amx_release() ((void)0)
+#define amx_load(t, base, stride)                                                                  \
+    do {                                                                                           \
+        if (tile_cfg.colsb[t] > 32)                                                                \
+            NOTMUL_ROW_OFFSETS("vmovdqu64 %c1(%0), %%zmm31", "xmm31", tile_cfg.rows[t], stride,    \
+                               base);                                                              \
+        else                                                                                       \
+            NOTMUL_ROW_OFFSETS("vmovdqu64 %c1(%0), %%ymm31", "xmm31", tile_cfg.rows[t], stride,    \
+                               base);                                                              \
+    } while (0)
+#define amx_store(t, base, stride)                                                                 \
+    do {                                                                                           \
+        __asm__ volatile("vpxord %%zmm31, %%zmm31, %%zmm31" ::: "xmm31");                          \
+        NOTMUL_ROW_OFFSETS("vmovdqu64 %%zmm31, %c1(%0)", "xmm31", tile_cfg.rows[t], stride, base); \
+    } while (0)
+#define amx_zero(t) ((void)0)
+#define amx_dp(c, a, b) ((void)notmul_products++)
 
 #else /* ES_AMX_EMULATE */
 
@@ -156,6 +204,6 @@ __attribute__((no_sanitize_address)) static inline void emu_dp(int c, int a, int
 #define amx_zero(t) emu_zero(t)
 #define amx_dp(c, a, b) emu_dp(c, a, b)
 
-#endif /* ES_AMX_EMULATE */
+#endif /* the three builds */
 
 #endif

@@ -392,13 +392,16 @@ typedef struct es_kern_tiling {
      * Slices are sized so that both buffers together take what one takes without it.
      * pack_rows: the kernel loads token rows as a matrix operand (16 rows at one stride), so
      * once per row group and K-slice the driver has the group's rows [r0, r1) of the call (act
-     * row rows[r], or r, of arb bytes) packed, k values [k0, k1), one byte per k: register block
-     * r's rows at dst + (r - r0) * (k1 - k0), in an order of the table's choosing, with zero rows
-     * up to a multiple of tb. Blocks are then greedy (even_split 0) and tb rows high.
+     * row rows[r], or r, of arb bytes for K weights) packed, k values [k0, k1), pack_bytes_32
+     * bytes per row and block of 32 k (the int8 values and what else the kernel wants beside
+     * them): register block r's rows at dst + (r - r0) * (k1 - k0) / 32 * pack_bytes_32, in an
+     * order of the table's choosing, with zero rows up to a multiple of tb. Blocks are then
+     * greedy (even_split 0) and tb rows high.
      */
     int decode_ahead;
-    void (*pack_rows)(const void *act, size_t arb, const int32_t *rows, int64_t r0, int64_t r1,
-                      int64_t k0, int64_t k1, uint8_t *dst);
+    size_t pack_bytes_32;
+    void (*pack_rows)(const void *act, size_t arb, int64_t K, const int32_t *rows, int64_t r0,
+                      int64_t r1, int64_t k0, int64_t k1, uint8_t *dst);
 } es_kern_tiling;
 
 /* For a decode_ahead kernel: decodes unit u (k values [k0 + u * unit, ...) of the next tile's

@@ -81,9 +81,9 @@ static size_t tile_buf_bytes(const es_kern_tiling *tl, int64_t K)
     return ((size_t)(k < ks ? k : ks) * tl->tile_bytes / (size_t)tl->unit + 63) / 64 * 64;
 }
 
-/* The packed rows' bytes: a group of rg rows takes rg x the slice's k bytes, and make_slices
- * keeps rg * slice * act_bytes / unit within half of L2 unless rg is at its floor (mult), plus
- * up to tb - 1 zero rows. */
+/* The packed rows' bytes: a group of rg rows takes rg x the slice's k / 32 x pack_bytes_32
+ * bytes, and make_slices keeps rg x slice x act_bytes / unit within half of L2 unless rg is at
+ * its floor (mult), plus up to tb - 1 zero rows: rg x slice is bounded whatever the slice. */
 static size_t pack_buf_bytes(const es_kern_tiling *tl, int64_t K)
 {
     if (!tl->pack_rows) return 0;
@@ -91,7 +91,8 @@ static size_t pack_buf_bytes(const es_kern_tiling *tl, int64_t K)
     const size_t k = (size_t)(K < ks ? K : ks);
     const size_t half_l2 = es_cpu_get()->l2_bytes / 2;
     const size_t floor_rows = (size_t)(group_multiple(tl->tb) + tl->tb);
-    return (half_l2 * (size_t)tl->unit / tl->act_bytes + floor_rows * k + 63) / 64 * 64;
+    const size_t row_k = half_l2 * (size_t)tl->unit / tl->act_bytes + floor_rows * k;
+    return ((row_k + 31) / 32 * tl->pack_bytes_32 + 63) / 64 * 64;
 }
 
 size_t es_kern_drive_scratch(const es_kern_tiling *tl, int64_t K)
@@ -119,8 +120,7 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
     ES_ASSERT(tl->tb <= ES_KERN_TB_MAX && tl->tb_narrow <= ES_KERN_TB_MAX);
     ES_ASSERT(!tl->pack_rows || (!tl->even_split && tl->tb == tl->tb_narrow));
     const int64_t mult = group_multiple(tl->tb);
-    const slices pl =
-        make_slices(K, n_rows, tl->unit, tile_unit_bytes(tl), tl->act_bytes, mult);
+    const slices pl = make_slices(K, n_rows, tl->unit, tile_unit_bytes(tl), tl->act_bytes, mult);
     const size_t wrb = es_qtype_row_bytes(type, K), arb = tl->act_row_bytes(K);
     const int64_t tw = tl->tile_rows;
     /* scratch: the tile buffer (two with decode_ahead: tile i in buf[i % 2]), then packed rows */
@@ -144,7 +144,7 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
             t.k1 = tn.k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
             b.nk = t.k1 - k0;
             b.load_y = accumulate || k0 > 0;
-            if (packed) tl->pack_rows(act, arb, rows, rg, rg1, k0, t.k1, packed);
+            if (packed) tl->pack_rows(act, arb, K, rows, rg, rg1, k0, t.k1, packed);
             /* the tile layout's tiles start at multiples of the width; rows below n0 are masked */
             const int64_t nt0 = tl->tiled ? n0 / tw * tw : n0;
             int64_t i = 0;
@@ -176,7 +176,7 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
                         /* may point below column n0: the kernel touches only [lo, hi) */
                         b.yp[j] = Y + (r + j) * ldy + nt;
                     }
-                    if (packed) b.xp = packed + (r - rg) * b.nk;
+                    if (packed) b.xp = packed + (r - rg) * (b.nk / 32) * tl->pack_bytes_32;
                     b.next = r == rg ? next : NULL;
                     tl->kernel(&b);
                     b.pf = NULL; /* fetched during the first register block */

@@ -2,7 +2,8 @@
  * amx kernel table: the integer products on Intel AMX tiles (AMX-TILE + AMX-INT8), the rest from
  * the avx512 table. Built with AVX-512 and AMX flags; exports only es_kern_fill_amx() (STYLE §6).
  * Its second build (ES_AMX_EMULATE, amx_ops.h) runs the same code on a C emulation of the tile
- * instructions and only registers itself with the dispatcher, for the tests.
+ * instructions and only registers itself with the dispatcher, for the tests; a third
+ * (ES_AMX_NO_TMUL) leaves the matrix unit's work out, for bench/bench_amx_bound.
  *
  * DESIGN. The table is the avx512 one (act preparation, float kernels, element-wise steps) with
  * the gemm of every integer weight kind replaced: a call with at least ROWS_MIN token rows goes
@@ -35,7 +36,8 @@
  *
  * The loops are kern_drive.c's, with the matrix-table parts of es_kern_tiling: the row group's
  * activation rows are packed once per K-slice into A tiles (16 rows x 32 bytes contiguous per
- * block: a tile row is loaded at one stride, and the call's rows are a gather list), with zero
+ * block: a tile row is loaded at one stride, and the call's rows are a gather list), each
+ * followed by its 16 rows' activation scales (the epilogue's one address for them), with zero
  * rows after the last token; and tiles are decoded one ahead into two buffers: the first block
  * of 16 tokens of tile i decodes tile i+1 unit by unit (256 k) while its own products run,
  * while the raw rows of tile i+2 are prefetched into L2 (docs/design.md §10: vector decode, matrix
@@ -48,8 +50,9 @@
  * tile instruction (tiles_ready: a thread-local flag) and a thread-specific destructor releases
  * the tiles when it exits, so every pool worker configures itself and nothing else in the
  * process changes. (The flag assumes that no other code in the thread loads another tile
- * configuration between two calls: estream has no other AMX user.) The dispatcher enables this table only where CPUID reports AMX-TILE and
- * AMX-INT8, XCR0 enables the tile state and the kernel granted it (core/cpu.c).
+ * configuration between two calls: estream has no other AMX user.) The dispatcher enables this
+ * table only where CPUID reports AMX-TILE and AMX-INT8, XCR0 enables the tile state and the kernel
+ * granted it (core/cpu.c).
  */
 #include "quant/kern.h"
 
@@ -64,10 +67,11 @@
 
 #include "quant/amx_ops.h"
 
-#define ROWS_MIN 16  /* calls with fewer token rows run the avx512 kernels */
-#define TT 16        /* token rows per A and C tile (the register block height) */
-#define A_BLOCK 512  /* packed bytes of one A tile: 16 rows x 32 k */
-#define ACT256_Q 416 /* act bytes per 256 k of a row (kern.h's integer act rows) */
+#define ROWS_MIN 16    /* calls with fewer token rows run the avx512 kernels */
+#define TT 16          /* token rows per A and C tile (the register block height) */
+#define A_BLOCK 512    /* packed bytes of one A tile: 16 rows x 32 k */
+#define PACK_BLOCK 640 /* an A tile and its rows' d and ds (16 floats each): 16 rows x 40 */
+#define ACT256_Q 416   /* act bytes per 256 k of a row (kern.h's integer act rows) */
 
 enum { KQ, KM, K6 }; /* kinds as in x86_avx512.c: one scale per block; + mins; Q6_K halves */
 
@@ -121,39 +125,52 @@ static inline void tiles_ready(void)
 /* ---- activation rows into A tiles ---------------------------------------------------------- */
 
 /* es_kern_tiling.pack_rows: rows [r0, r1) of the call, k [k0, k1): for each 16-row block j and
- * each block b of 32 k, its A tile (16 rows x 32 bytes) at dst + (16j * nk) + 512b, nk = k1 - k0,
- * so register block r's tiles start at dst + (r - r0) * nk as the driver expects. Rows past r1
- * are zero (their C rows are never stored). */
-static void pack_rows(const void *act, size_t arb, const int32_t *rows, int64_t r0, int64_t r1,
-                      int64_t k0, int64_t k1, uint8_t *dst)
+ * each block b of 32 k, its A tile (16 rows x 32 bytes) and then the 16 rows' activation scales
+ * of that block (d, then ds: 16 floats each), PACK_BLOCK bytes at dst + (16j * nk / 32 + b) *
+ * 40, nk = k1 - k0, so register block r's starts at dst + (r - r0) * nk / 32 * 40 as the driver
+ * expects, and the epilogue finds the scales of its 16 tokens at one address (a pointer per
+ * token row would take 16 registers). Rows past r1 are zero (their C rows are never stored). */
+static void pack_rows(const void *act, size_t arb, int64_t K, const int32_t *rows, int64_t r0,
+                      int64_t r1, int64_t k0, int64_t k1, uint8_t *dst)
 {
-    const int64_t nk = k1 - k0, nbs = nk / 32;
+    const int64_t nbs = (k1 - k0) / 32, kb0 = k0 / 32;
+    const uint8_t *base = act;
+    const float *d0 = (const float *)(base + es_act_q8_off_d(K)) + kb0;
+    const float *ds0 = (const float *)(base + es_act_q8_off_ds(K)) + kb0;
     for (int64_t j0 = r0; j0 < r1; j0 += TT) {
-        uint8_t *blk = dst + (j0 - r0) * nk;
+        uint8_t *blk = dst + (j0 - r0) * nbs * (PACK_BLOCK / TT);
+        const int n = r1 - j0 < TT ? (int)(r1 - j0) : TT;
+        int64_t off[TT] = {0}; /* the rows' byte offsets in act */
         for (int i = 0; i < TT; i++) {
-            const int64_t r = j0 + i;
             uint8_t *d = blk + 32 * i;
-            if (r >= r1) {
+            if (i >= n) {
                 for (int64_t b = 0; b < nbs; b++)
-                    _mm256_store_si256((__m256i *)(d + A_BLOCK * b), _mm256_setzero_si256());
+                    _mm256_store_si256((__m256i *)(d + PACK_BLOCK * b), _mm256_setzero_si256());
                 continue;
             }
-            const uint8_t *s = (const uint8_t *)act + (rows ? rows[r] : r) * arb + k0;
+            const int64_t r = rows ? rows[j0 + i] : j0 + i;
+            off[i] = r * (int64_t)arb;
+            const uint8_t *s = base + off[i] + k0;
             for (int64_t b = 0; b < nbs; b++)
-                _mm256_store_si256((__m256i *)(d + A_BLOCK * b),
+                _mm256_store_si256((__m256i *)(d + PACK_BLOCK * b),
                                    _mm256_loadu_si256((const __m256i *)(s + 32 * b)));
+        }
+        /* the scales: two gathers of 8 per block for the 16 rows (zeros past the last) */
+        const __m512i vlo = _mm512_loadu_si512(off), vhi = _mm512_loadu_si512(off + 8);
+        const __mmask8 mlo = (__mmask8)(n >= 8 ? 0xff : (1u << n) - 1),
+                       mhi = (__mmask8)(n <= 8 ? 0 : (1u << (n - 8)) - 1);
+        const __m256 z = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nbs; b++) {
+            float *sc = (float *)(blk + PACK_BLOCK * b + A_BLOCK);
+            _mm256_store_ps(sc, _mm512_mask_i64gather_ps(z, mlo, vlo, d0 + b, 1));
+            _mm256_store_ps(sc + 8, _mm512_mask_i64gather_ps(z, mhi, vhi, d0 + b, 1));
+            _mm256_store_ps(sc + 16, _mm512_mask_i64gather_ps(z, mlo, vlo, ds0 + b, 1));
+            _mm256_store_ps(sc + 24, _mm512_mask_i64gather_ps(z, mhi, vhi, ds0 + b, 1));
         }
     }
 }
 
 /* ---- the tile micro-kernel ------------------------------------------------------------------- */
-
-static inline __m512 bcstf(const void *p)
-{
-    float v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_ps(v);
-}
 
 /* The raw rows of a later tile (es_kern_block.pf), fetched into L2 a line at a time over the
  * blocks (as x86_avx2.c's prefetch_step), for the decoder to find them there. */
@@ -201,13 +218,8 @@ static inline __attribute__((always_inline)) void mk_tiles(const int kind, const
 {
     tiles_ready();
     const size_t bs = kind == KQ ? REC_Q : REC_K;
-    const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32, unit_blocks = a->tl->unit / 32;
-    const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
-    const int T = a->T, last = T > 1 ? T - 1 : 0;
-    const uint8_t *xr[TT];
-#pragma GCC unroll 16
-    for (int t = 0; t < TT; t++)
-        xr[t] = a->xr[t < T ? t : last];
+    const int64_t nbs = a->nk / 32, unit_blocks = a->tl->unit / 32;
+    const int T = a->T;
     _Alignas(64) int32_t cb[2][TT * 16];
     const int columns = a->hi > 16 ? 2 : 1;
     for (int c = 0; c < columns; c++) {
@@ -219,7 +231,8 @@ static inline __attribute__((always_inline)) void mk_tiles(const int kind, const
                                       : _mm512_setzero_ps();
         const uint8_t *rec = a->tile;
         for (int64_t b = 0; b < nbs; b++, rec += bs) {
-            const uint8_t *xa = a->xp + A_BLOCK * b, *w = rec + 64 * c;
+            const uint8_t *xa = a->xp + PACK_BLOCK * b, *w = rec + 64 * c;
+            const float *dx = (const float *)(xa + A_BLOCK), *dsx = dx + TT;
             const int32_t *lo = cb[b & 1], *hi = cb[1];
             if (kind == K6) {
                 HALF_PRODUCTS(xa, w, cb[0], cb[1]);
@@ -236,8 +249,8 @@ static inline __attribute__((always_inline)) void mk_tiles(const int kind, const
                 __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(lo + 16 * t)), s);
                 if (kind == K6)
                     f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(hi + 16 * t)), s2, f);
-                y[t] = _mm512_fmadd_ps(f, bcstf(xr[t] + od + 4 * b), y[t]);
-                if (kind == KM) y[t] = _mm512_fmadd_ps(s2, bcstf(xr[t] + ods + 4 * b), y[t]);
+                y[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(dx[t]), y[t]);
+                if (kind == KM) y[t] = _mm512_fmadd_ps(s2, _mm512_set1_ps(dsx[t]), y[t]);
             }
             if (c == 0) {
                 if (a->pf) prefetch_step(a, b);
@@ -279,6 +292,7 @@ static es_kern_tiling tile_tiling(int kind, int tiled,
                             .decode = decode,
                             .kernel = mk_table[kind],
                             .decode_ahead = 1,
+                            .pack_bytes_32 = PACK_BLOCK / TT,
                             .pack_rows = pack_rows};
 }
 
@@ -386,15 +400,24 @@ static void fill(es_kern *k)
     k->op[ES_QTYPE_Q8_0].gemm_tiled = gemm_tiled_q8_0;
 }
 
-#ifndef ES_AMX_EMULATE
+#if !defined(ES_AMX_EMULATE) && !defined(ES_AMX_NO_TMUL)
 void es_kern_fill_amx(es_kern *k)
 {
     fill(k);
 }
 #else
-/* The test-only build: before main, offer the dispatcher this table on the emulated tiles. */
+/* The tests' build (emulated tiles) and bench_amx_bound's (no matrix unit): before main, offer
+ * the dispatcher this table as "amx" where the CPU has no AMX of its own. */
 __attribute__((constructor)) static void register_emulation(void)
 {
     es_kern_amx_register_emulation(fill);
+}
+#endif
+#ifdef ES_AMX_NO_TMUL
+/* bench_amx_bound: the tdpbssd this thread has skipped so far. */
+uint64_t es_amx_no_tmul_products(void);
+uint64_t es_amx_no_tmul_products(void)
+{
+    return notmul_products;
 }
 #endif
