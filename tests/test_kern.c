@@ -539,6 +539,47 @@ static void test_amx_vs_scalar(void **state)
     print_message("amx: %ld products bit-identical to scalar and avx512\n", cases);
 }
 
+/* The amx table on enough token rows to fill its packed-rows buffer: a row group's act slice
+ * takes half of L2 (kern_drive.c), so K = 2048 and about twice a group's rows run two full
+ * groups and a part; the scratch is exactly scratch_bytes (aalloc), so under AddressSanitizer a
+ * packed-rows buffer sized too small fails here, as does a group's rows packed over the last
+ * one's. Outputs bit-identical to scalar. */
+static void test_amx_full_row_groups(void **state)
+{
+    (void)state;
+    es_kern ka, ks;
+    get_amx(&ka);
+    assert_true(es_kern_get("scalar", &ks));
+    const int64_t K = 2048, N = 17, ldx = K + 3, nx = 133;
+    const int64_t group = (int64_t)es_cpu_get()->l2_bytes / 2 / (K / 256 * 416);
+    const int64_t nr = 2 * group + 21;
+    static const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q4_K};
+    for (size_t ti = 0; ti < ES_LEN(types); ti++) {
+        mat m = make_mat(types[ti], N, K, 900 + ti);
+        float *X = make_x(nx, K, ldx, 77);
+        run ua = {&ka, &m, X, ldx, nx}, us = {&ks, &m, X, ldx, nx};
+        void *aa = prep_act(&ua), *as = prep_act(&us);
+        int32_t *rows = malloc(sizeof(int32_t) * nr);
+        t_rng rg = {99};
+        for (int64_t r = 0; r < nr; r++) rows[r] = (int32_t)(t_next(&rg) % nx);
+        float *Ya = aalloc(sizeof(float) * nr * N), *Ys = aalloc(sizeof(float) * nr * N);
+        do_gemm(&ua, aa, 0, N, rows, nr, Ya, N, 0);
+        do_gemm(&us, as, 0, N, rows, nr, Ys, N, 0);
+        for (int64_t j = 0; j < nr * N; j++)
+            if (memcmp(&Ya[j], &Ys[j], 4))
+                fail_msg("amx %s K=%ld rows=%ld: Y[%ld][%ld] = %.9g, scalar %.9g",
+                         es_qtype_name(types[ti]), (long)K, (long)nr, (long)(j / N),
+                         (long)(j % N), Ya[j], Ys[j]);
+        free(Ya);
+        free(Ys);
+        free(rows);
+        free(aa);
+        free(as);
+        free(X);
+        free_mat(&m);
+    }
+}
+
 static void test_avx2_vs_scalar(void **state)
 {
     (void)state;
@@ -973,6 +1014,7 @@ int main(void)
         cmocka_unit_test(test_neon_vs_scalar),
         cmocka_unit_test(test_i8mm_vs_scalar),
         cmocka_unit_test(test_amx_vs_scalar),
+        cmocka_unit_test(test_amx_full_row_groups),
         cmocka_unit_test(test_determinism_scalar),
         cmocka_unit_test(test_determinism_avx2),
         cmocka_unit_test(test_determinism_avxvnni),
