@@ -1695,6 +1695,8 @@ static void test_queue_full(void **state)
     if (ok < 1 || full < 1) fail_msg("%d answered, %d refused: want both", ok, full);
     /* the queue is free again */
     json_decref(post(&s, "/v1/completions", "{\"prompt\": \"after\", \"max_tokens\": 1}", 200));
+    /* a request is counted once its reply is written, which the client can see first */
+    wait_metric(&s, "estream_requests_total{endpoint=\"/v1/completions\",code=\"429\"}", full, 10);
     char *mt = metrics_text(&s);
     assert_true(metric(mt, "estream_requests_total{endpoint=\"/v1/completions\",code=\"429\"}") ==
                 full);
@@ -1803,6 +1805,8 @@ static void test_client_disconnect(void **state)
     /* the next request is served */
     json_t *x = post(&s, "/v1/completions", "{\"prompt\": \"next\", \"max_tokens\": 1}", 200);
     json_decref(x);
+    /* a request is counted once its reply is written, which the client can see first */
+    wait_metric(&s, "estream_requests_total{endpoint=\"/v1/completions\",code=\"200\"}", 1, 10);
     mt = metrics_text(&s);
     assert_true(metric(mt, "estream_requests_total{endpoint=\"/v1/completions\",code=\"200\"}") ==
                 1);
@@ -2320,6 +2324,9 @@ static void test_batching_and_metrics(void **state)
         free(alone[i]);
         resp_free(&j[i].r);
     }
+    /* a request is counted once its reply is written, which the client can see first */
+    wait_metric(&s, "estream_requests_total{endpoint=\"/v1/completions\",code=\"200\"}", 2 * N,
+                10);
     mt = metrics_text(&s);
     check_prometheus(mt);
     const double batches = metric(mt, "estream_batch_sequences_count");
