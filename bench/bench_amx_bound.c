@@ -93,13 +93,6 @@ static void print_head(const char *first)
 
 /* ---- es_gemm --------------------------------------------------------------------------------- */
 
-static uint64_t rng_state = 42;
-static float urand(void)
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) * (2.0 / 16777216.0) - 1.0);
-}
-
 /* One GEMM shape on 1 thread: the avx512 table and the amx table without its matrix unit,
  * interleaved, the weights in GGUF rows or (tiled) in the pack's tile layout (quant/tiles.h);
  * the tdpbssd count from the latter (checked against the tiling: 16-row blocks x 16-column
@@ -113,7 +106,7 @@ static int gemm_case(const es_kern *kv, const es_kern *ka, es_qtype type, int ti
     float *row = malloc(sizeof(float) * K), *X = moe_alloc(sizeof(float) * R * K);
     for (int64_t n = 0; n < N; n++) {
         for (int64_t i = 0; i < K; i++)
-            row[i] = 0.05f * urand();
+            row[i] = 0.05f * (float)(moe_urand() * 2 - 1);
         es_quantize_row(type, row, W + n * wrb, K);
     }
     if (tiled) {
@@ -123,7 +116,7 @@ static int gemm_case(const es_kern *kv, const es_kern *ka, es_qtype type, int ti
         W = Wt;
     }
     for (int64_t i = 0; i < R * K; i++)
-        X[i] = urand() * 2.0f;
+        X[i] = (float)(moe_urand() * 4 - 2);
     /* the amx table prepares activations with the avx512 code: one act serves both */
     void *act = moe_alloc(ov->act_row_bytes(K) * R);
     ov->act_prepare(X, K, R, K, act);
@@ -188,22 +181,12 @@ static void operator_case(const es_kern *kv, const es_kern *ka, es_qtype type, i
     moe_layer m;
     moe_layer_make(&m, type, T);
     es_expert_shape sh = {MOE_D, MOE_FF, type, type, type, MOE_E, {0}};
-    const size_t per = 2 * m.gate_bytes + m.down_bytes;
-    uint8_t *wt = NULL;
     es_expert_slot slots[MOE_E];
     memcpy(slots, m.slots, sizeof(slots));
+    uint8_t *wt = NULL;
     if (tiled) {
         sh.layout[0] = sh.layout[1] = sh.layout[2] = ES_LAYOUT_TILES;
-        wt = moe_alloc(MOE_E * per);
-        for (int e = 0; e < MOE_E; e++) {
-            const uint8_t *src = m.w + (size_t)e * per;
-            uint8_t *base = wt + (size_t)e * per;
-            es_tiles_from_rows(type, src, MOE_D, MOE_FF, base);
-            es_tiles_from_rows(type, src + m.gate_bytes, MOE_D, MOE_FF, base + m.gate_bytes);
-            es_tiles_from_rows(type, src + 2 * m.gate_bytes, MOE_FF, MOE_D,
-                               base + 2 * m.gate_bytes);
-            slots[e] = (es_expert_slot){base, base + m.gate_bytes, base + 2 * m.gate_bytes};
-        }
+        wt = moe_layer_tiles(&m, slots);
     }
     es_plan *pv, *pa, *pc;
     if (es_plan_create(&sh, m.R, T, MOE_E, p, kv, &pv) ||
@@ -231,11 +214,8 @@ static void operator_case(const es_kern *kv, const es_kern *ka, es_qtype type, i
     es_plan_destroy(pv);
     es_plan_destroy(pa);
     es_plan_destroy(pc);
-    es_free_big(m.w, MOE_E * per);
-    if (wt) es_free_big(wt, MOE_E * per);
-    es_free_big(m.x, sizeof(float) * (size_t)T * MOE_D);
-    es_free_big(m.y, sizeof(float) * (size_t)T * MOE_D);
-    free(m.routes);
+    if (wt) es_free_big(wt, moe_layer_bytes(&m));
+    moe_layer_free(&m);
 }
 
 static int wanted(const char *only_types, es_qtype t)

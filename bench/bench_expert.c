@@ -85,18 +85,9 @@ int main(int argc, char **argv)
     moe_layer m;
     moe_layer_make(&m, type, T);
     const int R = m.R;
-    const size_t gb = m.gate_bytes, db = m.down_bytes;
     es_expert_slot tslots[MOE_E];
     /* the same weights in the tile layout */
-    uint8_t *wt = run_l[1] ? moe_alloc(MOE_E * (2 * gb + db)) : NULL;
-    for (int e = 0; e < MOE_E && wt; e++) {
-        const uint8_t *src = m.w + (size_t)e * (2 * gb + db);
-        uint8_t *base = wt + (size_t)e * (2 * gb + db);
-        es_tiles_from_rows(type, src, MOE_D, MOE_FF, base);
-        es_tiles_from_rows(type, src + gb, MOE_D, MOE_FF, base + gb);
-        es_tiles_from_rows(type, src + 2 * gb, MOE_FF, MOE_D, base + 2 * gb);
-        tslots[e] = (es_expert_slot){base, base + gb, base + 2 * gb};
-    }
+    if (run_l[1]) moe_layer_tiles(&m, tslots); /* kept until exit, as the rest */
     const es_route *sorted = m.routes;
     float *x = m.x, *y = m.y, *yref = moe_alloc(sizeof(float) * (size_t)T * D);
 

@@ -12,6 +12,7 @@
 #include "core/util.h"
 #include "moe/plan.h"
 #include "quant/qtypes.h"
+#include "quant/tiles.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -52,6 +53,12 @@ static void *moe_alloc(size_t n)
     return p;
 }
 
+/* The bytes of the experts' weights. */
+static size_t moe_layer_bytes(const moe_layer *m)
+{
+    return MOE_E * (2 * m->gate_bytes + m->down_bytes);
+}
+
 static void moe_layer_make(moe_layer *m, es_qtype type, int T)
 {
     memset(m, 0, sizeof(*m));
@@ -61,7 +68,7 @@ static void moe_layer_make(moe_layer *m, es_qtype type, int T)
     m->gate_bytes = MOE_FF * es_qtype_row_bytes(type, MOE_D);
     m->down_bytes = MOE_D * es_qtype_row_bytes(type, MOE_FF);
     const size_t per = 2 * m->gate_bytes + m->down_bytes;
-    m->w = moe_alloc(MOE_E * per);
+    m->w = moe_alloc(moe_layer_bytes(m));
     float row[MOE_D];
     for (int e = 0; e < MOE_E; e++) {
         uint8_t *base = m->w + (size_t)e * per;
@@ -119,6 +126,31 @@ static void moe_layer_make(moe_layer *m, es_qtype type, int T)
     for (size_t i = 0; i < (size_t)T * MOE_D; i++)
         m->x[i] = (float)(moe_urand() * 2 - 1);
     memset(m->y, 0, sizeof(float) * (size_t)T * MOE_D);
+}
+
+/* The experts' weights again in the pack's tile layout (quant/tiles.h; Q4_0 and Q8_0): a
+ * buffer of m's size (es_free_big(..., moe_layer_bytes(m))) and its slots in slots. */
+__attribute__((unused)) static uint8_t *moe_layer_tiles(const moe_layer *m, es_expert_slot *slots)
+{
+    const size_t gb = m->gate_bytes, per = 2 * gb + m->down_bytes;
+    uint8_t *wt = moe_alloc(moe_layer_bytes(m));
+    for (int e = 0; e < MOE_E; e++) {
+        const uint8_t *src = m->w + (size_t)e * per;
+        uint8_t *base = wt + (size_t)e * per;
+        es_tiles_from_rows(m->type, src, MOE_D, MOE_FF, base);
+        es_tiles_from_rows(m->type, src + gb, MOE_D, MOE_FF, base + gb);
+        es_tiles_from_rows(m->type, src + 2 * gb, MOE_FF, MOE_D, base + 2 * gb);
+        slots[e] = (es_expert_slot){base, base + gb, base + 2 * gb};
+    }
+    return wt;
+}
+
+__attribute__((unused)) static void moe_layer_free(moe_layer *m)
+{
+    es_free_big(m->w, moe_layer_bytes(m));
+    es_free_big(m->x, sizeof(float) * (size_t)m->T * MOE_D);
+    es_free_big(m->y, sizeof(float) * (size_t)m->T * MOE_D);
+    free(m->routes);
 }
 
 /* Routes [0, R) of m through plan (whose input is set), split by its capacity, adding into y,

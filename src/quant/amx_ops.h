@@ -89,7 +89,6 @@ static _Thread_local uint64_t notmul_products;
             op ::"r"(base), "i"((long)r_ * (stride)) : reg, "memory");                             \
     } while (0)
 
-#define amx_barrier() __asm__ volatile("" ::: "memory")
 #define amx_load_config(cfg) ((void)(cfg))
 #define amx_release() ((void)0)
 #define amx_load(t, base, stride)                                                                  \
