@@ -160,7 +160,7 @@ $(BUILD)/tests/%: tests/%.c tests/t.h $(BUILD)/libestream.a
 ifneq (,$(findstring x86_64,$(TARGET)))
 AMX_EMU_OBJ   := $(BUILD)/tests/x86_amx_emu.o
 AMX_EMU_TESTS := $(BUILD)/tests/test_kern $(BUILD)/tests/test_tiles $(BUILD)/tests/test_forward \
-                 $(BUILD)/tests/test_batch
+                 $(BUILD)/tests/test_batch $(BUILD)/tests/test_plan
 $(AMX_EMU_OBJ): src/quant/x86_amx.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -DES_AMX_EMULATE -c -o $@ $<

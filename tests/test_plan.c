@@ -41,7 +41,7 @@ void *__wrap_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
 }
 
 /* Sizes where every phase of the operator splits (plan.c: 128-column chunks in gate/up and down,
- * 512-row blocks): D and FF exceed the chunks with a tail, expert BUSY takes more than 512 of
+ * wider for the amx table with 1 or 2 threads; 512-row blocks): D and FF exceed the chunks with a tail, expert BUSY takes more than 512 of
  * the T tokens, expert IDLE takes none, and P = E + 3 slots leave some unused. */
 enum { D = 320, FF = 288, E = 6, T = 700, TOPK = 2, P = E + 3, BUSY = 2, IDLE = 5, NR = T * TOPK };
 
@@ -130,6 +130,9 @@ static void expected(const fixture *f, double y[T][D])
     free(wd);
 }
 
+/* The kernel table the plans below use (NULL: es_kern_default()). */
+static const es_kern *plan_kern;
+
 /* Runs the plan with n_threads and capacity cap over routes[0..NR) with placement phi (expert ->
  * slot among P) and returns Y [T][D]. group 0: invocations take the routes in their order, cap at
  * a time, every slot bound. group G > 0: as the streaming provider will, one group of G experts
@@ -161,7 +164,9 @@ static float *run_plan_l(const fixture *f, int n_threads, int cap, int group,
     }
     if (tiled < 0) sh.layout[0] = sh.layout[1] = sh.layout[2] = ES_LAYOUT_TILES;
     es_plan *p;
-    assert_int_equal(es_plan_create(&sh, cap, T, P, pool, es_kern_default(), &p), ES_OK);
+    assert_int_equal(
+        es_plan_create(&sh, cap, T, P, pool, plan_kern ? plan_kern : es_kern_default(), &p),
+        ES_OK);
     es_expert_slot all[P] = {{0}};
     for (int e = 0; e < E; e++) /* slot phi[e] holds expert e */
         all[phi[e]] = (es_expert_slot){f->gate + e * f->g_bytes, f->up + e * f->g_bytes,
@@ -274,6 +279,47 @@ static void test_plan_q4_0(void **s) { (void)s; check_type(ES_QTYPE_Q4_0, 0.02);
 static void test_plan_q8_0(void **s) { (void)s; check_type(ES_QTYPE_Q8_0, 0.02); }
 static void test_plan_f32(void **s) { (void)s; check_type(ES_QTYPE_F32, 1e-4); }
 
+/* The amx table's plan (emulated tiles on an AVX-512 CPU without AMX) against the scalar table's,
+ * bit for bit: its calls pack their token rows, so the plan gives each thread an even share of
+ * the columns (plan.c chunk_cols): 1 thread one chunk of all FF and D columns, 2 threads two
+ * (FF 160 + 128, D 160 + 160), 3 threads the usual 128-column chunks with tails; rows and the
+ * tile layout, blocks of up to 512 rows and of a few. */
+static void test_plan_amx_wide_chunks(void **state)
+{
+    (void)state;
+    static es_kern amx, scalar;
+    if (!es_kern_get("amx", &amx)) {
+        print_message("amx: %s, skipped\n", es_kern_isa_why_not("amx"));
+        return;
+    }
+    assert_true(es_kern_get("scalar", &scalar));
+    assert_true(amx.wide_calls);
+    const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0};
+    for (size_t ti = 0; ti < T_LEN(types); ti++) {
+        fixture *f = malloc(sizeof(*f));
+        make_fixture(f, types[ti], 99 + types[ti]);
+        plan_kern = &scalar;
+        float *want = run_plan(f, 1, NR, 0, f->routes, identity, NULL);
+        plan_kern = &amx;
+        for (int threads = 1; threads <= 3; threads++)
+            for (int tiled = 0; tiled <= 1; tiled++) {
+                float *y = run_plan_l(f, threads, NR, 0, f->routes, identity, NULL, tiled);
+                for (int i = 0; i < T * D; i++)
+                    if (memcmp(&y[i], &want[i], sizeof(float)) != 0)
+                        fail_msg("%s, %d threads%s: amx y[%d][%d] = %.9g, scalar's %.9g",
+                                 es_qtype_name(types[ti]), threads, tiled ? ", tiles" : "",
+                                 i / D, i % D, y[i], want[i]);
+                free(y);
+            }
+        plan_kern = NULL;
+        print_message("%s: amx plan%s = scalar, 1-3 threads, rows and tiles\n",
+                      es_qtype_name(types[ti]), es_kern_amx_emulated() ? " (emulated tiles)" : "");
+        free(want);
+        free_fixture(f);
+        free(f);
+    }
+}
+
 static void test_plan_rejects_bad_routes(void **state)
 {
     (void)state;
@@ -312,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_plan_q4_0),
         cmocka_unit_test(test_plan_q8_0),
         cmocka_unit_test(test_plan_f32),
+        cmocka_unit_test(test_plan_amx_wide_chunks),
         cmocka_unit_test(test_plan_rejects_bad_routes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

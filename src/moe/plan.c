@@ -8,10 +8,24 @@
 
 enum {
     ROW_BLOCK = 512, /* RB: routed rows per gate/up -> down pass; bounds the SwiGLU block */
-    FF_CHUNK = 128,   /* FFN columns per gate/up work item (a multiple of ES_TILE_ROWS) */
-    OUT_CHUNK = 128,  /* hidden columns per down work item (a multiple of ES_TILE_ROWS) */
+    CHUNK = 128,     /* columns per gate/up or down work item (a multiple of ES_TILE_ROWS) */
 };
-_Static_assert(FF_CHUNK % ES_TILE_ROWS == 0 && OUT_CHUNK % ES_TILE_ROWS == 0, "tile chunks");
+_Static_assert(CHUNK % ES_TILE_ROWS == 0, "tile chunks");
+
+/* Columns per work item over n columns: CHUNK, which balances the threads and keeps each
+ * SwiGLU chunk hot; for a table whose calls pack their token rows first (es_kern.wide_calls),
+ * an even share of the columns per thread (at least CHUNK, a multiple of ES_TILE_ROWS), since
+ * each call packs the block's rows again: on the Intel Xeon of bench/README.md the amx table
+ * without its matrix unit did 5-16 % less work relative to avx512 at 1,024 tokens this way
+ * (bench_amx_bound, Q4_0 and Q4_K, 1 and 2 threads), while the avx512 table got no faster with
+ * such chunks (0-4 % slower) and keeps CHUNK. */
+static int64_t chunk_cols(const es_kern *k, int64_t n, int n_threads)
+{
+    if (!k->wide_calls) return CHUNK;
+    const int64_t share = (n + n_threads - 1) / n_threads;
+    const int64_t c = (share + ES_TILE_ROWS - 1) / ES_TILE_ROWS * ES_TILE_ROWS;
+    return c > CHUNK ? c : CHUNK;
+}
 
 /* One block of at most ROW_BLOCK routed rows of one expert. */
 typedef struct plan_block {
@@ -22,7 +36,7 @@ typedef struct plan_block {
 
 typedef struct thread_buf {
     void *scratch;     /* es_gemm scratch, sized for the larger K */
-    float *tile;       /* [ROW_BLOCK][OUT_CHUNK] down outputs before the weighted scatter-add */
+    float *tile;       /* [ROW_BLOCK][out_chunk] down outputs before the weighted scatter-add */
     uint64_t ns[ES_PHASE_COUNT]; /* time in each sub-phase (es_plan_take_profile) */
 } thread_buf;
 
@@ -31,6 +45,7 @@ struct es_plan {
     const es_kern *k;    /* the session's kernel table: every act buffer below is in its format */
     size_t x_gate_bytes, x_up_bytes, h_act_bytes, scratch_bytes; /* as allocated, for the frees */
     int capacity, t_max, n_slots, n_threads;
+    int64_t ff_chunk, out_chunk; /* columns per gate/up and per down work item (chunk_cols) */
     es_pool *pool;
     /* input X, prepared once per layer for the gate (and up, if its type differs) kernels */
     void *x_gate, *x_up;
@@ -87,6 +102,8 @@ es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, 
     p->n_slots = n_slots;
     p->pool = pool;
     p->n_threads = es_pool_size(pool);
+    p->ff_chunk = chunk_cols(k, ff, p->n_threads);
+    p->out_chunk = chunk_cols(k, d, p->n_threads);
     const int max_blocks = shape->n_expert + capacity / ROW_BLOCK + 1;
     p->x_gate_bytes = es_act_bytes(k, shape->gate_type, t_max, d);
     p->x_gate = es_alloc_big(p->x_gate_bytes);
@@ -113,7 +130,7 @@ es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, 
     p->scratch_bytes = big_bytes(sb);
     for (int i = 0; ok && i < p->n_threads; i++) {
         p->tb[i].scratch = es_alloc_big(p->scratch_bytes);
-        p->tb[i].tile = es_alloc_big(sizeof(float) * ROW_BLOCK * OUT_CHUNK);
+        p->tb[i].tile = es_alloc_big(sizeof(float) * ROW_BLOCK * (size_t)p->out_chunk);
         ok = p->tb[i].scratch && p->tb[i].tile;
     }
     if (!ok) {
@@ -141,7 +158,7 @@ void es_plan_destroy(es_plan *p)
     if (p->tb) {
         for (int i = 0; i < p->n_threads; i++) {
             es_free_big(p->tb[i].scratch, p->scratch_bytes);
-            es_free_big(p->tb[i].tile, sizeof(float) * ROW_BLOCK * OUT_CHUNK);
+            es_free_big(p->tb[i].tile, sizeof(float) * ROW_BLOCK * (size_t)p->out_chunk);
         }
         free(p->tb);
     }
@@ -190,7 +207,7 @@ static inline void mat_gemm(const es_plan *p, int i, uint32_t type, const void *
 }
 
 /* Runs every block: gate/up (+SwiGLU) -> quantize -> down (+weighted scatter-add). The column
- * chunks (FF_CHUNK, OUT_CHUNK) are multiples of the 32-row tile, so a tiled matrix is split at
+ * chunks (ff_chunk, out_chunk) are multiples of the 32-row tile, so a tiled matrix is split at
  * tile boundaries. */
 static void invoke_worker(void *arg, int ith, int nth)
 {
@@ -215,8 +232,8 @@ static void invoke_worker(void *arg, int ith, int nth)
         const float *w = p->csr_weight + blk->first;
         const int64_t n = blk->n;
         /* gate and up over FFN column chunks, SwiGLU on each chunk while it is hot */
-        for (long j0; (j0 = es_pool_counter_next(&p->next_ff, FF_CHUNK)) < ff;) {
-            const int64_t j1 = j0 + FF_CHUNK < ff ? j0 + FF_CHUNK : ff;
+        for (long j0; (j0 = es_pool_counter_next(&p->next_ff, p->ff_chunk)) < ff;) {
+            const int64_t j1 = j0 + p->ff_chunk < ff ? j0 + p->ff_chunk : ff;
             mat_gemm(p, 0, s->gate_type, slot->gate, d, ff, j0, j1, p->x_gate, rows, n, p->g, ff,
                      tb->scratch);
             mat_gemm(p, 1, s->up_type, slot->up, d, ff, j0, j1, x_up, rows, n, p->u, ff,
@@ -238,14 +255,15 @@ static void invoke_worker(void *arg, int ith, int nth)
         CLOCK(ES_PHASE_BARRIER);
         if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
         /* down over hidden column chunks: a thread owns its columns of every Y row it touches */
-        for (long c0; (c0 = es_pool_counter_next(&p->next_out, OUT_CHUNK)) < d;) {
-            const int64_t c1 = c0 + OUT_CHUNK < d ? c0 + OUT_CHUNK : d;
-            /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride OUT_CHUNK */
+        for (long c0; (c0 = es_pool_counter_next(&p->next_out, p->out_chunk)) < d;) {
+            const int64_t c1 = c0 + p->out_chunk < d ? c0 + p->out_chunk : d;
+            /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride out_chunk */
             mat_gemm(p, 2, s->down_type, slot->down, ff, d, c0, c1, p->h_act, NULL, n,
-                     tb->tile - c0, OUT_CHUNK, tb->scratch);
+                     tb->tile - c0, p->out_chunk, tb->scratch);
             CLOCK(ES_PHASE_EXPERT_DOWN);
             for (int64_t r = 0; r < n; r++)
-                p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * OUT_CHUNK, c1 - c0);
+                p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * p->out_chunk,
+                           c1 - c0);
             CLOCK(ES_PHASE_SCATTER_ADD);
         }
         es_pool_barrier(p->pool);

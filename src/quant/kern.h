@@ -68,6 +68,10 @@ typedef struct es_kern_ops {
 
 typedef struct es_kern {
     const char *isa;                /* one of es_kern_isa_names */
+    /* The integer products pack each call's token rows into their operand layout first, once
+     * per row group and K-slice of the call (amx): a caller that splits one product into column
+     * chunks should make them wide, since each chunk packs the same rows again (moe/plan.c). */
+    bool wide_calls;
     es_kern_ops op[ES_QTYPE_COUNT]; /* indexed by es_qtype */
     /* Element-wise steps of the fast path (vec_<isa>.c). Each element's result depends only on
      * its inputs (SIMD tails use masks or padding, never a different formula), so splitting an
@@ -414,6 +418,21 @@ static inline void es_kern_decode_next(const es_kern_block *b, int64_t u)
     t.k0 = b->next->k0 + u * tl->unit;
     t.k1 = t.k0 + tl->unit < b->next->k1 ? t.k0 + tl->unit : b->next->k1;
     tl->decode(&t, b->next_buf + (size_t)u * tl->tile_bytes);
+}
+
+/* For a kernel given es_kern_block.pf: at block b of its slice, fetches the next part of that
+ * tile's raw rows (rows of them, pf_wrb apart) into L2, a line per row whenever b crosses into a
+ * new line, so that the whole slice arrives over the call without a burst of misses and the
+ * decoder finds it there. */
+static inline __attribute__((always_inline)) void es_kern_prefetch_step(const es_kern_block *a,
+                                                                       int64_t b, const int rows)
+{
+    const uintptr_t s = (uintptr_t)a->pf + (size_t)(((uint64_t)b * a->pf_step) >> 16);
+    const uintptr_t e = (uintptr_t)a->pf + (size_t)(((uint64_t)(b + 1) * a->pf_step) >> 16);
+    if (b == 0 || (s >> 6) != (e >> 6))
+#pragma GCC unroll 32
+        for (int j = 0; j < rows; j++)
+            __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
 }
 
 /* The tiling of a table's float kernels (F32, F16, BF16 weights, row layout): tiles of `rows`

@@ -32,7 +32,7 @@
  * operation: f = (float)C[t] * s; [Q6_K: f = fma((float)C_hi[t], s_hi, f)]; y = fma(f, d_x, y);
  * [Q4_K/Q5_K: y = fma(-(dmin*m), d_x * sum(q_x), y)], block after block in increasing k. So the
  * table's outputs are bit-identical to avx512's and scalar's for every weight kind (tests:
- * test_kern, test_tiles, test_forward, test_batch compare them bit for bit).
+ * test_kern, test_tiles, test_forward, test_batch, test_plan compare them bit for bit).
  *
  * The loops are kern_drive.c's, with the matrix-table parts of es_kern_tiling: the row group's
  * activation rows are packed once per K-slice into A tiles (16 rows x 32 bytes contiguous per
@@ -172,17 +172,6 @@ static void pack_rows(const void *act, size_t arb, int64_t K, const int32_t *row
 
 /* ---- the tile micro-kernel ------------------------------------------------------------------- */
 
-/* The raw rows of a later tile (es_kern_block.pf), fetched into L2 a line at a time over the
- * blocks (as x86_avx2.c's prefetch_step), for the decoder to find them there. */
-static inline void prefetch_step(const es_kern_block *a, int64_t b)
-{
-    const uintptr_t s = (uintptr_t)a->pf + (size_t)(((uint64_t)b * a->pf_step) >> 16);
-    const uintptr_t e = (uintptr_t)a->pf + (size_t)(((uint64_t)(b + 1) * a->pf_step) >> 16);
-    if (b == 0 || (s >> 6) != (e >> 6))
-        for (int j = 0; j < NRI; j++)
-            __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
-}
-
 /* One block of 32 k for one column into tile TC: C = A . B, stored as 16 rows of 16 int32. */
 #define BLOCK_PRODUCT(TC, xa, w, out)                                                              \
     do {                                                                                           \
@@ -253,7 +242,7 @@ static inline __attribute__((always_inline)) void mk_tiles(const int kind, const
                 if (kind == KM) y[t] = _mm512_fmadd_ps(s2, _mm512_set1_ps(dsx[t]), y[t]);
             }
             if (c == 0) {
-                if (a->pf) prefetch_step(a, b);
+                if (a->pf) es_kern_prefetch_step(a, b, NRI);
                 if (a->next && ((b + 1) % unit_blocks == 0 || b + 1 == nbs))
                     es_kern_decode_next(a, b / unit_blocks);
             }
@@ -380,6 +369,7 @@ GEMM_AMX_TILED(gemm_tiled_q8_0, dec_t_q8_0, ES_QTYPE_Q8_0)
 static void fill(es_kern *k)
 {
     k->isa = "amx";
+    k->wide_calls = true;
     static const struct {
         uint32_t type;
         void (*gemm)(const void *, int64_t, int64_t, int64_t, const void *, const int32_t *,

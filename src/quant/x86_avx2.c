@@ -381,20 +381,6 @@ static inline int tb_of(int kind)
     }
 }
 
-/* The next tile's raw weights (rows at pf + j*pf_wrb, the slice's bytes; es_kern_block), fetched
- * into L2 a line at a time while the kernel runs over the blocks: spread out so that the decoder
- * finds them there without a burst of misses. */
-static inline __attribute__((always_inline)) void prefetch_step(const es_kern_block *a, int64_t b,
-                                                                const int rows)
-{
-    const uintptr_t s = (uintptr_t)a->pf + (size_t)(((uint64_t)b * a->pf_step) >> 16);
-    const uintptr_t e = (uintptr_t)a->pf + (size_t)(((uint64_t)(b + 1) * a->pf_step) >> 16);
-    if (b == 0 || (s >> 6) != (e >> 6))
-#pragma GCC unroll 16
-        for (int j = 0; j < rows; j++)
-            __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
-}
-
 static inline __attribute__((always_inline)) void mk_int(const int kind, const int T,
                                                          const es_kern_block *a)
 {
@@ -413,7 +399,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
     const uint8_t *rec = a->tile;
     for (int64_t b = 0; b < nbs; b++, rec += REC) {
         const int64_t oq = 32 * (kb0 + b);
-        if (a->pf) prefetch_step(a, b, NR);
+        if (a->pf) es_kern_prefetch_step(a, b, NR);
         __m256i acc[TBMAX], s16[TBMAX];
         __m256 flo[TBMAX];
 #pragma GCC unroll 6
@@ -542,7 +528,7 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
     const uint8_t *rec0 = a->tile, *rec1 = a->tile + nbs * REC;
     for (int64_t b = 0; b < nbs; b++, rec0 += REC, rec1 += REC) {
         const int64_t oq = 32 * (kb0 + b);
-        if (a->pf) prefetch_step(a, b, 2 * NR);
+        if (a->pf) es_kern_prefetch_step(a, b, 2 * NR);
         __m256i s16[2][TB2];
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
