@@ -56,7 +56,10 @@ cp examples/*.c examples/Makefile "$tmp/"
 mkdir -p "$tmp/ex" && mv "$tmp"/*.c "$tmp/Makefile" "$tmp/ex/"
 make -s -C "$tmp/ex" CFLAGS="-O2 -Wall -Wextra -Werror" >/dev/null || die "the examples do not build against $prefix"
 export LD_LIBRARY_PATH=$prefix/lib
-ldd "$tmp/ex/logprobs" | grep -q "libestream.so.$major => $prefix/lib/" ||
+# ldd's loader writes a line at a time: piped into grep -q, which exits at the first match, it
+# may die of SIGPIPE, which pipefail turns into a failure (seen in CI under load); read a file.
+ldd "$tmp/ex/logprobs" >"$tmp/ldd.out" || die "ldd cannot read examples/logprobs"
+grep -q "libestream.so.$major => $prefix/lib/" "$tmp/ldd.out" ||
     die "examples/logprobs does not load $prefix/lib/libestream.so.$major"
 ok
 est=$prefix/bin/estream
