@@ -671,6 +671,70 @@ static void test_refusals(void **state)
     write_fake(fake, shape, 3, 1);
     expect_refusal(fake, ES_E_FORMAT,
                    "blk.0.ffn_down_exps.weight has shape [64, 32], expected [32, 64]");
+    /* one tensor per expert (llama.cpp's older naming): each expert of each matrix, of one
+     * shape, as many of each matrix, not both namings in a layer */
+    const fake_t split_ok[] = {{"blk.0.ffn_gate.0.weight", {64, 32, 1}},
+                               {"blk.0.ffn_down.1.weight", {32, 64, 1}},
+                               {"blk.0.ffn_up.1.weight", {64, 32, 1}},
+                               {"blk.0.ffn_up.0.weight", {64, 32, 1}},
+                               {"blk.0.ffn_down.0.weight", {32, 64, 1}},
+                               {"blk.0.ffn_gate.1.weight", {64, 32, 1}}};
+    write_fake(fake, split_ok, 6, 1);
+    char *fpk = tmp_path("fake.pack");
+    if (es_pack(fake, fpk, NULL, NULL) != ES_OK) fail_msg("split: %s", es_last_error());
+    {
+        es_gguf *g = open_or_fail(fpk);
+        es_pack_layer pl;
+        assert_int_equal(es_pack_layer_info(g, 0, &pl), ES_OK);
+        assert_int_equal(pl.n_expert, 2);
+        assert_int_equal(pl.ne[ES_PACK_DOWN][0], 32);
+        assert_int_equal(pl.ne[ES_PACK_DOWN][1], 64);
+        /* expert 1's down matrix is the tensor written second: its first float is 100001 */
+        float first;
+        memcpy(&first, pl.data + pl.record_bytes + pl.offsets[ES_PACK_DOWN], sizeof(first));
+        assert_true(first == 100001.0f);
+        es_gguf_close(g);
+    }
+    unlink(fpk);
+    free(fpk);
+    const fake_t split_count[] = {{"blk.0.ffn_gate.0.weight", {64, 32, 1}},
+                                  {"blk.0.ffn_gate.1.weight", {64, 32, 1}},
+                                  {"blk.0.ffn_up.0.weight", {64, 32, 1}},
+                                  {"blk.0.ffn_down.0.weight", {32, 64, 1}},
+                                  {"blk.0.ffn_down.1.weight", {32, 64, 1}}};
+    write_fake(fake, split_count, 5, 1);
+    expect_refusal(fake, ES_E_FORMAT, "layer 0 has 1 up experts (blk.0.ffn_up.E.weight), but 2");
+    const fake_t split_gap[] = {{"blk.0.ffn_gate.0.weight", {64, 32, 1}},
+                                {"blk.0.ffn_gate.2.weight", {64, 32, 1}},
+                                {"blk.0.ffn_up.2.weight", {64, 32, 1}},
+                                {"blk.0.ffn_down.2.weight", {32, 64, 1}}};
+    write_fake(fake, split_gap, 4, 1);
+    expect_refusal(fake, ES_E_FORMAT, "no blk.0.ffn_gate.1.weight");
+    const fake_t split_shape[] = {{"blk.0.ffn_gate.0.weight", {64, 32, 1}},
+                                  {"blk.0.ffn_gate.1.weight", {64, 16, 1}},
+                                  {"blk.0.ffn_up.0.weight", {64, 32, 1}},
+                                  {"blk.0.ffn_up.1.weight", {64, 32, 1}},
+                                  {"blk.0.ffn_down.0.weight", {32, 64, 1}},
+                                  {"blk.0.ffn_down.1.weight", {32, 64, 1}}};
+    write_fake(fake, split_shape, 6, 1);
+    expect_refusal(fake, ES_E_FORMAT, "blk.0.ffn_gate.1.weight is f32 [64, 16], but "
+                                      "blk.0.ffn_gate.0.weight is f32 [64, 32]");
+    const fake_t split_3d[] = {{"blk.0.ffn_gate.0.weight", {64, 32, 2}},
+                               {"blk.0.ffn_up.0.weight", {64, 32, 1}},
+                               {"blk.0.ffn_down.0.weight", {32, 64, 1}}};
+    write_fake(fake, split_3d, 3, 1);
+    expect_refusal(fake, ES_E_FORMAT, "blk.0.ffn_gate.0.weight: expected a non-empty 2-D");
+    const fake_t split_far[] = {{"blk.0.ffn_gate.999999.weight", {64, 32, 1}},
+                                {"blk.0.ffn_up.999999.weight", {64, 32, 1}},
+                                {"blk.0.ffn_down.999999.weight", {32, 64, 1}}};
+    write_fake(fake, split_far, 3, 1);
+    expect_refusal(fake, ES_E_FORMAT, "more than the file's 3 tensors");
+    const fake_t both[] = {{"blk.0.ffn_gate_exps.weight", {64, 32, 1}},
+                           {"blk.0.ffn_up.0.weight", {64, 32, 1}},
+                           {"blk.0.ffn_up_exps.weight", {64, 32, 1}},
+                           {"blk.0.ffn_down_exps.weight", {32, 64, 1}}};
+    write_fake(fake, both, 4, 1);
+    expect_refusal(fake, ES_E_FORMAT, "layer 0 names its experts both ways");
     const fake_t merged[] = {{"blk.0.ffn_gate_up_exps.weight", {64, 64, 8}}};
     write_fake(fake, merged, 1, 1);
     expect_refusal(fake, ES_E_UNSUPPORTED, "blk.0.ffn_gate_up_exps.weight");

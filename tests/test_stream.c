@@ -24,6 +24,7 @@
 #include "run/session.h"
 #include "pack/pack.h"
 #include "stream/pipeline.h"
+#include "split_experts.h"
 
 enum { T_LONG = 300, T_SHORT = 3 };
 
@@ -169,6 +170,84 @@ static void test_identical_families(void **state)
     check_configs(&fx_deepseek, some, T_LEN(some), T_LONG);
     check_configs(&fx_lfm2moe, some, T_LEN(some), T_LONG);
     check_configs(&fx_deepseek2, some, T_LEN(some), T_LONG);
+}
+
+/* Logits of ids through path with session params p (fails the test on an error). */
+static float *logits_of(const char *path, const es_session_params *p, const fixture *fx, int n,
+                        es_run_stats *rs, const char *what)
+{
+    float *y = NULL;
+    if (run(path, p, NULL, fx->ids, n, &y, rs)) fail_msg("%s: %s", what, es_last_error());
+    return y;
+}
+
+/* A GGUF with one tensor per expert (llama.cpp's older naming, tests/split_experts.h) runs as
+ * the merged file does, bit for bit: resident, streamed (the groups of a file whose experts lie
+ * in turn are read as one extent, not three overlapping ones: no more bytes than the merged
+ * file's) and packed. A file whose experts are not at one stride is refused with the way out,
+ * and its pack runs. tiny-mixtral (Mixtral is the family such files hold) and small (OLMoE). */
+static void check_split(fixture *fx, int n)
+{
+    const size_t count = (size_t)n * 320;
+    es_session_params p = es_session_default_params();
+    p.n_threads = 2;
+    float *want = logits_of(fx->gguf, &p, fx, n, NULL, "merged resident");
+    es_session_params ps = p;
+    ps.groups = 3;
+    ps.banks = 2;
+    es_run_stats rs_merged, rs;
+    float *y = logits_of(fx->gguf, &ps, fx, n, &rs_merged, "merged streamed");
+    assert_same(want, y, count, "merged streamed");
+    free(y);
+    static const char *const places[3] = {"in turn", "grouped", "uneven"};
+    for (int place = SPLIT_IN_TURN; place <= SPLIT_UNEVEN; place++) {
+        char split[600], pack[610], what[160];
+        snprintf(split, sizeof(split), "%s.split%d.gguf", fx->gguf, place);
+        snprintf(pack, sizeof(pack), "%s.pack", split);
+        split_experts(fx->gguf, split, (enum split_place)place);
+        if (place == SPLIT_UNEVEN) {
+            es_model *m = NULL;
+            assert_int_equal(es_model_open(split, 0, &m), ES_E_UNSUPPORTED);
+            assert_null(m);
+            assert_non_null(strstr(es_last_error(), "not evenly spaced"));
+            assert_non_null(strstr(es_last_error(), "estream pack"));
+        } else {
+            snprintf(what, sizeof(what), "split %s resident", places[place]);
+            y = logits_of(split, &p, fx, n, NULL, what);
+            assert_same(want, y, count, what);
+            free(y);
+            snprintf(what, sizeof(what), "split %s streamed", places[place]);
+            y = logits_of(split, &ps, fx, n, &rs, what);
+            assert_same(want, y, count, what);
+            free(y);
+            assert_true(rs.streaming);
+            /* the same groups are read: about as many bytes (the 4 KiB rounding differs) */
+            if (rs.bytes_read > rs_merged.bytes_read + rs_merged.bytes_read / 16)
+                fail_msg("%s: read %llu bytes, the merged file %llu", what,
+                         (unsigned long long)rs.bytes_read,
+                         (unsigned long long)rs_merged.bytes_read);
+        }
+        if (es_pack(split, pack, NULL, NULL) != ES_OK)
+            fail_msg("pack %s: %s", places[place], es_last_error());
+        snprintf(what, sizeof(what), "pack of split %s", places[place]);
+        y = logits_of(pack, &p, fx, n, NULL, what);
+        assert_same(want, y, count, what);
+        free(y);
+        snprintf(what, sizeof(what), "pack of split %s streamed", places[place]);
+        y = logits_of(pack, &ps, fx, n, NULL, what);
+        assert_same(want, y, count, what);
+        free(y);
+        unlink(split);
+        unlink(pack);
+    }
+    free(want);
+}
+
+static void test_split_experts(void **state)
+{
+    (void)state;
+    check_split(&fx_mixtral, T_LONG);
+    check_split(&fx_q4, 97);
 }
 
 /* A 3-token prompt routes 12 of 16 (layer, expert) pairs at most: unrouted groups are skipped
@@ -547,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_identical_q4_0),
         cmocka_unit_test(test_identical_f32),
         cmocka_unit_test(test_identical_families),
+        cmocka_unit_test(test_split_experts),
         cmocka_unit_test(test_unrouted_groups_skipped),
         cmocka_unit_test(test_session_reuse),
         cmocka_unit_test(test_slow_and_short_reads),

@@ -12,6 +12,7 @@
 #include "quant/qtypes.h"
 #include "tok/bpe_builder.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,9 +61,11 @@ static int write_file(es_gguf_writer *w, const char *dir, const char *sub, const
     return err;
 }
 
-/* olmoe with d = 32, one layer, two experts (top 1), n_ff = 32, two heads, 300 tokens. */
-static int tiny_model(const char *dir)
+/* olmoe with d = 32, one layer, two experts (top 1), n_ff = 32, two heads, 300 tokens; with
+ * split, its experts are one tensor each (llama.cpp's older naming, blk.0.ffn_gate.E.weight). */
+static int tiny_model(const char *dir, bool split)
 {
+    enum { MERGED = 1, SPLIT = 2 };
     enum { D = 32, NV = 300, E = 2, FF = 32 };
     static uint8_t data[NV * D * 4];
     for (size_t i = 0; i < sizeof(data); i++)
@@ -90,31 +93,40 @@ static int tiny_model(const char *dir)
         const char *name;
         uint32_t type, n_dims;
         int64_t ne[3];
+        int naming; /* 0: every file; MERGED or SPLIT: that naming of the experts only */
     } ts[] = {
-        {"token_embd.weight", ES_QTYPE_Q4_0, 2, {D, NV, 1}},
-        {"blk.0.attn_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}},
-        {"blk.0.attn_q.weight", ES_QTYPE_Q4_0, 2, {D, D, 1}},
-        {"blk.0.attn_k.weight", ES_QTYPE_Q4_0, 2, {D, D, 1}},
-        {"blk.0.attn_v.weight", ES_QTYPE_Q8_0, 2, {D, D, 1}},
-        {"blk.0.attn_output.weight", ES_QTYPE_F16, 2, {D, D, 1}},
-        {"blk.0.attn_q_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}},
-        {"blk.0.attn_k_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}},
-        {"blk.0.ffn_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}},
-        {"blk.0.ffn_gate_inp.weight", ES_QTYPE_F32, 2, {D, E, 1}},
-        {"blk.0.ffn_gate_exps.weight", ES_QTYPE_Q4_0, 3, {D, FF, E}},
-        {"blk.0.ffn_up_exps.weight", ES_QTYPE_Q4_0, 3, {D, FF, E}},
-        {"blk.0.ffn_down_exps.weight", ES_QTYPE_Q4_0, 3, {FF, D, E}},
-        {"output_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}},
-        {"output.weight", ES_QTYPE_Q4_0, 2, {D, NV, 1}},
+        {"token_embd.weight", ES_QTYPE_Q4_0, 2, {D, NV, 1}, 0},
+        {"blk.0.attn_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}, 0},
+        {"blk.0.attn_q.weight", ES_QTYPE_Q4_0, 2, {D, D, 1}, 0},
+        {"blk.0.attn_k.weight", ES_QTYPE_Q4_0, 2, {D, D, 1}, 0},
+        {"blk.0.attn_v.weight", ES_QTYPE_Q8_0, 2, {D, D, 1}, 0},
+        {"blk.0.attn_output.weight", ES_QTYPE_F16, 2, {D, D, 1}, 0},
+        {"blk.0.attn_q_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}, 0},
+        {"blk.0.attn_k_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}, 0},
+        {"blk.0.ffn_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}, 0},
+        {"blk.0.ffn_gate_inp.weight", ES_QTYPE_F32, 2, {D, E, 1}, 0},
+        {"blk.0.ffn_gate_exps.weight", ES_QTYPE_Q4_0, 3, {D, FF, E}, MERGED},
+        {"blk.0.ffn_up_exps.weight", ES_QTYPE_Q4_0, 3, {D, FF, E}, MERGED},
+        {"blk.0.ffn_down_exps.weight", ES_QTYPE_Q4_0, 3, {FF, D, E}, MERGED},
+        {"blk.0.ffn_gate.0.weight", ES_QTYPE_Q4_0, 2, {D, FF, 1}, SPLIT},
+        {"blk.0.ffn_down.0.weight", ES_QTYPE_Q4_0, 2, {FF, D, 1}, SPLIT},
+        {"blk.0.ffn_up.0.weight", ES_QTYPE_Q4_0, 2, {D, FF, 1}, SPLIT},
+        {"blk.0.ffn_gate.1.weight", ES_QTYPE_Q4_0, 2, {D, FF, 1}, SPLIT},
+        {"blk.0.ffn_down.1.weight", ES_QTYPE_Q4_0, 2, {FF, D, 1}, SPLIT},
+        {"blk.0.ffn_up.1.weight", ES_QTYPE_Q4_0, 2, {D, FF, 1}, SPLIT},
+        {"output_norm.weight", ES_QTYPE_F32, 1, {D, 1, 1}, 0},
+        {"output.weight", ES_QTYPE_Q4_0, 2, {D, NV, 1}, 0},
     };
     for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+        if (ts[i].naming && ts[i].naming != (split ? SPLIT : MERGED)) continue;
         uint64_t nb = es_qtype_row_bytes(ts[i].type, ts[i].ne[0]) * (uint64_t)ts[i].ne[1] *
                       (uint64_t)ts[i].ne[2];
         if (nb > sizeof(data)) return 1;
         err |= check(es_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne,
                                                data, nb));
     }
-    return err | write_file(w, dir, "corpus-model", "tiny_olmoe.gguf");
+    return err | write_file(w, dir, "corpus-model",
+                            split ? "tiny_olmoe_split_experts.gguf" : "tiny_olmoe.gguf");
 }
 
 static int bpe_vocab(const char *dir)
@@ -192,7 +204,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: fuzz_seeds DIR   (writes DIR/corpus-model/ and DIR/corpus-tok/)\n");
         return 2;
     }
-    int err = tiny_model(argv[1]);
+    int err = tiny_model(argv[1], false);
+    err |= tiny_model(argv[1], true);
     err |= bpe_vocab(argv[1]);
     err |= spm_vocab(argv[1]);
     err |= tok_texts(argv[1]);

@@ -71,8 +71,19 @@ static bool ends_with(const char *name, const char *suffix)
     return n >= k && !memcmp(name + n - k, suffix, k);
 }
 
-/* The tensor table; returns all bytes and sets *expert_total to the expert tensors' bytes
- * (blk.N.ffn_*_exps.weight in a model, blk.N.ffn_exps in a pack). */
+/* Whether name is a routed expert's tensor: blk.N.ffn_*_exps.weight in a model (or, one tensor
+ * per expert, blk.N.ffn_{gate,up,down}.E.weight), blk.N.ffn_exps in a pack. */
+static bool is_expert_tensor(const char *name)
+{
+    char kind[8];
+    int e, end = 0;
+    if (ends_with(name, "_exps.weight") || ends_with(name, ".ffn_exps")) return true;
+    return sscanf(name, "blk.%*d.ffn_%7[a-z].%d.weight%n", kind, &e, &end) == 2 &&
+           end == (int)strlen(name) &&
+           (!strcmp(kind, "gate") || !strcmp(kind, "up") || !strcmp(kind, "down"));
+}
+
+/* The tensor table; returns all bytes and sets *expert_total to the expert tensors' bytes. */
 static uint64_t print_tensors(const es_file_desc *d, uint64_t *expert_total)
 {
     printf("\n%-32s %-6s %-24s %s\n", "tensor", "type", "shape", "bytes");
@@ -87,8 +98,7 @@ static uint64_t print_tensors(const es_file_desc *d, uint64_t *expert_total)
                                   (long long)t->ne[k]);
         printf("%-32s %-6s %-24s %llu\n", t->name, t->type, shape, (unsigned long long)t->bytes);
         total += t->bytes;
-        if (ends_with(t->name, "_exps.weight") || ends_with(t->name, ".ffn_exps"))
-            *expert_total += t->bytes;
+        if (is_expert_tensor(t->name)) *expert_total += t->bytes;
     }
     return total;
 }

@@ -105,6 +105,74 @@ static es_status bind_pack_layer(es_model *m, int il, es_layer *L)
     return ES_OK;
 }
 
+/* llama.cpp's older naming of the experts, one 2-D tensor per expert and matrix:
+ * blk.N.ffn_{gate,up,down}.E.weight (its converters wrote Mixtral so until early 2024, and it
+ * still loads such files), instead of blk.N.ffn_{gate,up,down}_exps.weight. */
+static bool has_split_experts(const es_model *m, int il)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps.weight", il);
+    if (es_gguf_find_tensor(m->gguf, name)) return false;
+    snprintf(name, sizeof(name), "blk.%d.ffn_gate.0.weight", il);
+    return es_gguf_find_tensor(m->gguf, name) != NULL;
+}
+
+/* Binds split experts as the views bind_tensors() makes of merged ones: expert e's matrix k at
+ * exp_data[k] + e * exp_stride[k]. That needs each matrix's experts at one stride in the file,
+ * which is how converters wrote them (every expert's three tensors in turn, or one matrix's
+ * experts in a row); a file placed otherwise is refused with the way out (the pack writer takes
+ * any placement). */
+static es_status bind_split_experts(es_model *m, int il, es_layer *L)
+{
+    const char *path = es_gguf_path(m->gguf);
+    const int64_t d = m->hp.n_embd, ff = m->hp.n_ff_exp, E = m->hp.n_expert;
+    const int64_t shape[3][2] = {{d, ff}, {d, ff}, {ff, d}};
+    static const char *const names[3] = {"gate", "up", "down"};
+    es_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int k = 0; k < 3; k++) {
+        uint64_t off0 = 0, stride = 0;
+        for (int64_t e = 0; e < E; e++) {
+            char sfx[48];
+            snprintf(sfx, sizeof(sfx), "ffn_%s.%lld", names[k], (long long)e);
+            es_tensor te = {0};
+            ES_TRY(bind_layer(m, il, sfx, 2, shape[k][0], shape[k][1], 1, false, &te));
+            const uint64_t off = es_gguf_find_tensor(m->gguf, te.name)->offset;
+            if (e == 0) {
+                *ts[k] = te;
+                off0 = off;
+                stride = te.nbytes;
+                continue;
+            }
+            const bool same_type = te.type == ts[k]->type;
+            free((void *)te.name);
+            if (!same_type)
+                return es_fail(ES_E_FORMAT, "%s: blk.%d.ffn_%s.%lld.weight is %s, but expert 0's "
+                               "is %s", path, il, names[k], (long long)e, es_qtype_name(te.type),
+                               es_qtype_name(ts[k]->type));
+            if (e == 1) stride = off > off0 ? off - off0 : 0;
+            if (stride < ts[k]->nbytes || off != off0 + (uint64_t)e * stride)
+                return es_fail(ES_E_UNSUPPORTED, "%s: layer %d's experts are one tensor each "
+                               "(blk.%d.ffn_%s.E.weight) and not evenly spaced in the file, which "
+                               "estream needs to read them in groups; pack the file first "
+                               "(estream pack -m %s -o model.pack) and run the pack", path, il,
+                               il, names[k], path);
+        }
+        char name[64];
+        snprintf(name, sizeof(name), "blk.%d.ffn_%s.[0-%lld].weight", il, names[k],
+                 (long long)E - 1);
+        free((void *)ts[k]->name);
+        if (!(ts[k]->name = strdup(name)))
+            return es_fail(ES_E_NOMEM, "%s: out of memory binding %s", path, name);
+        L->exp_data[k] = ts[k]->data;
+        L->exp_file_off[k] = es_gguf_data_offset(m->gguf) + off0;
+        L->exp_stride[k] = (size_t)stride;
+        L->exp_bytes[k] = ts[k]->nbytes;
+        ts[k]->ne[2] = E;
+        ts[k]->nbytes *= (size_t)E; /* weights, not what lies between them */
+    }
+    return ES_OK;
+}
+
 /* The output head: output.weight, or where the family ties it and the file has none, a second
  * view of the token embedding (with its own name, so that closing frees each once). */
 static es_status bind_output(es_model *m, const int64_t *ne)
@@ -214,6 +282,10 @@ static es_status bind_tensors(es_model *m)
                             &L->down_shexp));
         if (m->is_pack) {
             ES_TRY(bind_pack_layer(m, il, L));
+            continue;
+        }
+        if (has_split_experts(m, il)) {
+            ES_TRY(bind_split_experts(m, il, L));
             continue;
         }
         ES_TRY(bind_layer(m, il, "ffn_gate_exps", 3, d, ff, ne_, false, &L->gate_exps));

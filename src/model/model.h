@@ -109,7 +109,8 @@ typedef struct es_layer {
     es_tensor down_exps;  /* [n_ff_exp] x n_embd rows x n_expert */
     /* Where expert e's gate (0), up (1) and down (2) matrices are: exp_data[i] + e * exp_stride
      * in the mapping, exp_file_off[i] + e * exp_stride in the file. In a GGUF the stride is one
-     * matrix (three tensors); in a pack it is one record [gate | up | down] (pack.h). */
+     * matrix (three tensors; with one tensor per expert, the distance between two experts'
+     * tensors); in a pack it is one record [gate | up | down] (pack.h). */
     const uint8_t *exp_data[3];
     uint64_t exp_file_off[3];
     size_t exp_stride[3];

@@ -26,7 +26,8 @@
  *                                          Q8_0 matrix and keeps the other types in rows
  *   tensors    every non-expert tensor of the source, unchanged (name, type, shape, bytes), and
  *              per sparse layer N one tensor "blk.N.ffn_exps" of type I8 with shape
- *              [record_bytes, n_expert] in place of the source's blk.N.ffn_{gate,up,down}_exps:
+ *              [record_bytes, n_expert] in place of the source's blk.N.ffn_{gate,up,down}_exps
+ *              (or its blk.N.ffn_{gate,up,down}.E, one tensor per expert):
  *              record e = [gate_e | 0 pad | up_e | 0 pad | down_e | 0 pad to 4096]
  *
  * DESIGN
@@ -72,14 +73,16 @@ enum { ES_PACK_GATE = 0, ES_PACK_UP = 1, ES_PACK_DOWN = 2 };
  * The source is read through es_gguf_open() (memory-mapped) and must be a GGUF with expert
  * tensors blk.N.ffn_gate_exps.weight, blk.N.ffn_up_exps.weight and blk.N.ffn_down_exps.weight
  * (3-D: gate and up [n_embd, n_ff, n_expert], down [n_ff, n_embd, n_expert]) for each sparse
- * layer. The output is written atomically by the GGUF writer: on failure nothing is left at
+ * layer, or llama.cpp's older naming of them, one 2-D tensor per expert:
+ * blk.N.ffn_{gate,up,down}.E.weight for E = 0 .. n_expert - 1, anywhere in the file. The output is written atomically by the GGUF writer: on failure nothing is left at
  * out_path. Errors (es_last_error() names the file and, where one is at fault, the tensor):
  *   ES_E_INVAL        NULL path; the source is already a pack (or has estream.pack.* keys);
  *                     out_path is the source file itself
  *   ES_E_UNSUPPORTED  the source has no expert tensors, or an expert tensor pack does not know
  *                     (a name with "_exps" other than the three above)
  *   ES_E_FORMAT       the source is not a valid GGUF, or its expert tensors are inconsistent
- *                     (one missing, not 3-D, shapes or expert counts that do not match)
+ *                     (one missing, not 3-D (per expert: 2-D), shapes, types or expert counts
+ *                     that do not match, a layer with both namings)
  *   ES_E_IO           cannot read the source or write out_path; the source changed while it
  *                     was being packed (a record's checksum differs between the two passes)
  *   ES_E_NOMEM

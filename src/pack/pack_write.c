@@ -19,6 +19,10 @@
  *   writer may move matrices without a version bump.
  * - Output tensor order is the source's, with blk.N.ffn_exps where the layer's first expert
  *   tensor was, so a layer's resident tensors and its records stay near each other.
+ * - The source's experts may be named either way llama.cpp has written them: one 3-D tensor per
+ *   matrix (blk.N.ffn_gate_exps.weight, [a, b, E]) or, in files its converters wrote before
+ *   2024 (the first Mixtral GGUFs), one 2-D tensor per expert and matrix
+ *   (blk.N.ffn_gate.E.weight), anywhere in the file: a record takes expert e's slice or tensor.
  */
 #include "pack/pack.h"
 #include "pack/pack_keys.h"
@@ -49,7 +53,11 @@ struct packer;
 typedef struct layer {
     struct packer *p;
     int il;
-    const es_gguf_tensor *t[3]; /* source gate, up, down: [ne0, ne1, n_expert] */
+    const es_gguf_tensor *t[3]; /* source gate, up, down: [ne0, ne1, n_expert], or expert 0's
+                                 * [ne0, ne1] where the source has a tensor per expert */
+    const es_gguf_tensor **split[3]; /* [n_expert]: expert e's tensors (NULL: t[] has all) */
+    int64_t n_split[3];         /* while finding: 1 + the highest expert index seen */
+    bool merged_seen;           /* while finding: a 3-D expert tensor of the layer was seen */
     int64_t first;              /* source index of the first of the three (output position) */
     int64_t n_expert;
     uint64_t mbytes[3];         /* bytes of one expert's matrix in t[k] */
@@ -86,23 +94,33 @@ static void report(packer *p, uint64_t add)
         p->opts->progress(p->opts->user, p->done < p->total ? p->done : p->total, p->total);
 }
 
-/* Parses "blk.<N>.ffn_<gate|up|down>_exps.weight". Returns 1 and sets *il, *kind on a match;
- * 0 for a name that is not an expert tensor; -1 for a name with "_exps" in it that pack does
- * not know (merged gate_up, biases, ...), which must not be copied as a resident tensor. */
-static int parse_expert_name(es_str name, int *il, int *kind)
+/* Parses the digits at *s (no leading zero, under 7 digits) and advances *s past them; -1 if
+ * there are none. */
+static long parse_index(const char **s)
 {
-    if (!memmem(name.ptr, name.len, "_exps", 5)) return 0;
-    char buf[128];
-    if (name.len >= sizeof(buf)) return -1;
-    memcpy(buf, name.ptr, name.len);
-    buf[name.len] = 0;
-    if (strncmp(buf, "blk.", 4) != 0) return -1;
-    const char *s = buf + 4;
     long n = 0;
     int digits = 0;
-    while (*s >= '0' && *s <= '9' && digits < 7) n = n * 10 + (*s++ - '0'), digits++;
-    if (digits == 0 || digits == 7 || (digits > 1 && buf[4] == '0')) return -1;
-    for (int k = 0; k < 3; k++) {
+    const char *p = *s;
+    while (*p >= '0' && *p <= '9' && digits < 7) n = n * 10 + (*p++ - '0'), digits++;
+    if (digits == 0 || digits == 7 || (digits > 1 && **s == '0')) return -1;
+    *s = p;
+    return n;
+}
+
+/* Parses an expert tensor's name: "blk.<N>.ffn_<gate|up|down>_exps.weight" returns 1 and sets
+ * *il, *kind; "blk.<N>.ffn_<gate|up|down>.<E>.weight" (a tensor per expert) returns 2 and also
+ * sets *e. 0 for a name that is not an expert tensor; -1 for a name with "_exps" in it that pack
+ * does not know (merged gate_up, biases, ...), which must not be copied as a resident tensor. */
+static int parse_expert_name(es_str name, int *il, int *kind, long *e)
+{
+    char buf[128];
+    if (name.len >= sizeof(buf)) return memmem(name.ptr, name.len, "_exps", 5) ? -1 : 0;
+    memcpy(buf, name.ptr, name.len);
+    buf[name.len] = 0;
+    const bool merged = strstr(buf, "_exps") != NULL;
+    const char *s = buf + 4;
+    const long n = strncmp(buf, "blk.", 4) == 0 ? parse_index(&s) : -1;
+    for (int k = 0; k < 3 && n >= 0; k++) {
         char want[40];
         snprintf(want, sizeof(want), ".ffn_%s_exps.weight", es_pack_kind_names[k]);
         if (strcmp(s, want) == 0) {
@@ -110,14 +128,98 @@ static int parse_expert_name(es_str name, int *il, int *kind)
             *kind = k;
             return 1;
         }
+        snprintf(want, sizeof(want), ".ffn_%s.", es_pack_kind_names[k]);
+        const size_t wl = strlen(want);
+        const char *x = s + wl;
+        long ex;
+        if (!merged && strncmp(s, want, wl) == 0 && (ex = parse_index(&x)) >= 0 &&
+            strcmp(x, ".weight") == 0) {
+            *il = (int)n;
+            *kind = k;
+            *e = ex;
+            return 2;
+        }
     }
-    return -1;
+    return merged ? -1 : 0;
 }
 
 static int cmp_layer(const void *a, const void *b)
 {
     const layer *x = a, *y = b;
     return (x->il > y->il) - (x->il < y->il);
+}
+
+static layer *find_layer(packer *p, int il)
+{
+    for (int j = 0; j < p->n_layers; j++)
+        if (p->layers[j].il == il) return &p->layers[j];
+    return NULL;
+}
+
+/* For the layers whose experts are a tensor each: gathers them into L->split (expert 0's as
+ * L->t) and checks every expert of every matrix is there, 2-D, non-empty, of one type and shape,
+ * and the three matrices have as many experts. */
+static es_status find_split_tensors(packer *p)
+{
+    const char *path = p->src_path;
+    const int64_t nt = es_gguf_n_tensors(p->g);
+    for (int j = 0; j < p->n_layers; j++) {
+        layer *L = &p->layers[j];
+        const int64_t *n = L->n_split;
+        if (!n[0] && !n[1] && !n[2]) continue;
+        if (L->merged_seen)
+            return es_fail(ES_E_FORMAT, "%s: layer %d names its experts both ways "
+                           "(blk.%d.ffn_*_exps.weight and blk.%d.ffn_*.E.weight)", path, L->il,
+                           L->il, L->il);
+        for (int k = 1; k < 3; k++)
+            if (n[k] != n[0])
+                return es_fail(ES_E_FORMAT, "%s: layer %d has %lld %s experts (blk.%d.ffn_%s.E."
+                               "weight), but %lld %s experts", path, L->il, (long long)n[k],
+                               es_pack_kind_names[k], L->il, es_pack_kind_names[k],
+                               (long long)n[0], es_pack_kind_names[0]);
+        for (int k = 0; k < 3; k++) /* n[0] <= nt: at most one slot per tensor is allocated */
+            if (!(L->split[k] = calloc((size_t)(n[0] < nt ? n[0] : nt), sizeof(*L->split[k]))))
+                return es_fail(ES_E_NOMEM, "pack: out of memory");
+        if (n[0] > nt)
+            return es_fail(ES_E_FORMAT, "%s: layer %d has expert tensors up to blk.%d.ffn_gate."
+                           "%lld.weight, more than the file's %lld tensors", path, L->il, L->il,
+                           (long long)n[0] - 1, (long long)nt);
+    }
+    for (int64_t i = 0; i < nt; i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(p->g, i);
+        int il = 0, kind = 0;
+        long e = 0;
+        if (parse_expert_name(t->name, &il, &kind, &e) == 2) find_layer(p, il)->split[kind][e] = t;
+    }
+    for (int j = 0; j < p->n_layers; j++) {
+        layer *L = &p->layers[j];
+        for (int k = 0; k < 3 && L->split[0]; k++) {
+            const es_gguf_tensor *t0 = L->split[k][0];
+            for (int64_t e = 0; e < L->n_split[k]; e++) {
+                const es_gguf_tensor *t = L->split[k][e];
+                if (!t)
+                    return es_fail(ES_E_FORMAT, "%s: layer %d has expert tensors up to "
+                                   "blk.%d.ffn_%s.%lld.weight but no blk.%d.ffn_%s.%lld.weight",
+                                   path, L->il, L->il, es_pack_kind_names[k],
+                                   (long long)L->n_split[k] - 1, L->il, es_pack_kind_names[k],
+                                   (long long)e);
+                if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] < 1 || t->ne[1] < 1)
+                    return es_fail(ES_E_FORMAT, "%s: tensor %.*s: expected a non-empty 2-D tensor "
+                                   "[rows, columns], got [%lld, %lld, %lld, %lld]", path,
+                                   (int)t->name.len, t->name.ptr, (long long)t->ne[0],
+                                   (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
+                if (t->type != t0->type || t->ne[0] != t0->ne[0] || t->ne[1] != t0->ne[1])
+                    return es_fail(ES_E_FORMAT, "%s: tensor %.*s is %s [%lld, %lld], but %.*s is "
+                                   "%s [%lld, %lld]", path, (int)t->name.len, t->name.ptr,
+                                   es_qtype_name(t->type), (long long)t->ne[0],
+                                   (long long)t->ne[1], (int)t0->name.len, t0->name.ptr,
+                                   es_qtype_name(t0->type), (long long)t0->ne[0],
+                                   (long long)t0->ne[1]);
+            }
+            L->t[k] = t0;
+        }
+    }
+    return ES_OK;
 }
 
 /* Finds the source's sparse layers and checks their expert tensors agree: all three present,
@@ -132,31 +234,37 @@ static es_status find_layers(packer *p)
     for (int64_t i = 0; i < nt; i++) {
         const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
         int il = 0, kind = 0;
-        int r = parse_expert_name(t->name, &il, &kind);
+        long e = 0;
+        int r = parse_expert_name(t->name, &il, &kind, &e);
         if (r == 0) continue;
         if (r < 0)
             return es_fail(ES_E_UNSUPPORTED, "%s: tensor %.*s: an expert tensor estream pack does "
-                           "not know (it packs blk.N.ffn_{gate,up,down}_exps.weight)", path,
-                           (int)t->name.len, t->name.ptr);
-        layer *L = NULL;
-        for (int j = 0; j < p->n_layers && !L; j++)
-            if (p->layers[j].il == il) L = &p->layers[j];
+                           "not know (it packs blk.N.ffn_{gate,up,down}_exps.weight or "
+                           "blk.N.ffn_{gate,up,down}.E.weight)", path, (int)t->name.len,
+                           t->name.ptr);
+        layer *L = find_layer(p, il);
         if (!L) {
             L = &p->layers[p->n_layers++];
             L->p = p;
             L->il = il;
             L->first = i;
         }
-        L->t[kind] = t; /* the reader refuses duplicate names, so no slot is set twice */
+        if (r == 1) {
+            L->t[kind] = t; /* the reader refuses duplicate names, so no slot is set twice */
+            L->merged_seen = true;
+        } else if (e + 1 > L->n_split[kind]) {
+            L->n_split[kind] = e + 1;
+        }
     }
     qsort(p->layers, (size_t)p->n_layers, sizeof(layer), cmp_layer);
+    ES_TRY(find_split_tensors(p));
     for (int j = 0; j < p->n_layers; j++) {
         layer *L = &p->layers[j];
         for (int k = 0; k < 3; k++)
             if (!L->t[k])
                 return es_fail(ES_E_FORMAT, "%s: layer %d has expert tensors but no "
                                "blk.%d.ffn_%s_exps.weight", path, L->il, L->il, es_pack_kind_names[k]);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 3 && !L->split[0]; k++) {
             const es_gguf_tensor *t = L->t[k];
             if (t->n_dims != 3 || t->ne[0] < 1 || t->ne[1] < 1 || t->ne[2] < 1)
                 return es_fail(ES_E_FORMAT, "%s: tensor %.*s: expected a non-empty 3-D tensor "
@@ -166,7 +274,7 @@ static es_status find_layers(packer *p)
         }
         const es_gguf_tensor *gt = L->t[ES_PACK_GATE], *ut = L->t[ES_PACK_UP],
                              *dt = L->t[ES_PACK_DOWN];
-        for (int k = 1; k < 3; k++)
+        for (int k = 1; k < 3 && !L->split[0]; k++)
             if (L->t[k]->ne[2] != gt->ne[2])
                 return es_fail(ES_E_FORMAT, "%s: tensor %.*s has %lld experts, but %.*s has "
                                "%lld", path, (int)L->t[k]->name.len, L->t[k]->name.ptr,
@@ -188,8 +296,9 @@ static es_status find_layers(packer *p)
         if (es_gguf_find_tensor(g, name))
             return es_fail(ES_E_FORMAT, "%s: the source already has a tensor %s", path, name);
         /* The reader checked nbytes == row bytes x rows x experts and that it fits the file. */
-        L->n_expert = gt->ne[2];
-        for (int k = 0; k < 3; k++) L->mbytes[k] = L->t[k]->nbytes / (uint64_t)L->n_expert;
+        L->n_expert = L->split[0] ? L->n_split[0] : gt->ne[2];
+        for (int k = 0; k < 3; k++)
+            L->mbytes[k] = L->split[k] ? L->t[k]->nbytes : L->t[k]->nbytes / (uint64_t)L->n_expert;
         L->off[ES_PACK_GATE] = 0;
         L->off[ES_PACK_UP] = align_up64(L->mbytes[ES_PACK_GATE], ES_PACK_MATRIX_ALIGN);
         L->off[ES_PACK_DOWN] =
@@ -217,7 +326,8 @@ static void hash_zeros(XXH3_state_t *s, uint64_t *pos, uint64_t to)
  * tiles in L->conv[k] (one expert per matrix kept, as the writer asks for increasing ranges). */
 static const uint8_t *matrix_out(layer *L, int64_t e, int k)
 {
-    const uint8_t *src = (const uint8_t *)L->t[k]->data + (uint64_t)e * L->mbytes[k];
+    const uint8_t *src = L->split[k] ? (const uint8_t *)L->split[k][e]->data
+                                     : (const uint8_t *)L->t[k]->data + (uint64_t)e * L->mbytes[k];
     if (L->layout[k] == ES_LAYOUT_ROWS) return src;
     if (L->conv_e[k] != e) {
         es_tiles_from_rows(L->t[k]->type, src, L->t[k]->ne[0], L->t[k]->ne[1], L->conv[k]);
@@ -373,8 +483,8 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
     if ((st = check_not_pack(p.g, src_path)) != ES_OK) goto done;
     if ((st = find_layers(&p)) != ES_OK) goto done;
     if (p.n_layers == 0) {
-        st = es_fail(ES_E_UNSUPPORTED, "%s has no expert tensors (blk.N.ffn_gate_exps.weight, "
-                     "...): nothing to pack", src_path);
+        st = es_fail(ES_E_UNSUPPORTED, "%s has no expert tensors (blk.N.ffn_gate_exps.weight "
+                     "or blk.N.ffn_gate.E.weight, ...): nothing to pack", src_path);
         goto done;
     }
     const int64_t nt = es_gguf_n_tensors(p.g);
@@ -406,7 +516,8 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
     for (int64_t i = 0; i < nt; i++) {
         const es_gguf_tensor *t = es_gguf_tensor_at(p.g, i);
         int il, kind;
-        if (parse_expert_name(t->name, &il, &kind) == 0) p.total += t->nbytes;
+        long e;
+        if (parse_expert_name(t->name, &il, &kind, &e) == 0) p.total += t->nbytes;
     }
 
     /* Metadata: the source's keys in their order, then the pack's. */
@@ -432,7 +543,8 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
     for (int64_t i = 0; i < nt; i++) {
         const es_gguf_tensor *t = es_gguf_tensor_at(p.g, i);
         int il, kind;
-        if (parse_expert_name(t->name, &il, &kind) == 0) {
+        long e;
+        if (parse_expert_name(t->name, &il, &kind, &e) == 0) {
             char name[512];
             if (t->name.len >= sizeof(name)) {
                 st = es_fail(ES_E_FORMAT, "%s: tensor name of %zu bytes is too long", src_path,
@@ -476,7 +588,10 @@ done:
     if (p.layers)
         for (int j = 0; j < p.n_layers; j++) {
             free(p.layers[j].sums);
-            for (int k = 0; k < 3; k++) free(p.layers[j].conv[k]);
+            for (int k = 0; k < 3; k++) {
+                free(p.layers[j].conv[k]);
+                free(p.layers[j].split[k]);
+            }
         }
     free(p.layers);
     free(p.res);

@@ -19,18 +19,32 @@ void es_stream_map_group(const es_layer *L, const es_pack_layer *pl, int e0, int
         }
         return;
     }
-    size_t at = 0;
-    g->n_ext = 3;
-    for (int i = 0; i < 3; i++) { /* one tensor slice per matrix kind */
-        const uint64_t start = L->exp_file_off[i] + (uint64_t)e0 * L->exp_stride[i];
-        const uint64_t end = L->exp_file_off[i] + (uint64_t)(e1 - 1) * L->exp_stride[i] +
-                             L->exp_bytes[i];
-        const uint64_t a = start / ES_STREAM_ALIGN * ES_STREAM_ALIGN;
-        const uint64_t b = (end + ES_STREAM_ALIGN - 1) / ES_STREAM_ALIGN * ES_STREAM_ALIGN;
-        g->ext[i] = (es_group_extent){a, (size_t)(b - a), (size_t)(end - a), at};
-        g->mat_bank_off[i] = at + (size_t)(start - a);
+    /* One slice per matrix kind; slices that overlap (a GGUF with one tensor per expert, each
+     * expert's three in turn: every kind's slice spans the others) are read as one extent. */
+    uint64_t s[3], end[3];
+    for (int i = 0; i < 3; i++) {
+        s[i] = L->exp_file_off[i] + (uint64_t)e0 * L->exp_stride[i];
+        end[i] = L->exp_file_off[i] + (uint64_t)(e1 - 1) * L->exp_stride[i] + L->exp_bytes[i];
         g->stride[i] = L->exp_stride[i];
+    }
+    int order[3] = {0, 1, 2}; /* by start */
+    for (int i = 1; i < 3; i++)
+        for (int j = i; j > 0 && s[order[j]] < s[order[j - 1]]; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    size_t at = 0;
+    for (int n = 0; n < 3;) {
+        uint64_t lo = s[order[n]], hi = end[order[n]];
+        int m = n + 1;
+        for (; m < 3 && s[order[m]] < hi; m++) hi = end[order[m]] > hi ? end[order[m]] : hi;
+        const uint64_t a = lo / ES_STREAM_ALIGN * ES_STREAM_ALIGN;
+        const uint64_t b = (hi + ES_STREAM_ALIGN - 1) / ES_STREAM_ALIGN * ES_STREAM_ALIGN;
+        g->ext[g->n_ext++] = (es_group_extent){a, (size_t)(b - a), (size_t)(hi - a), at};
+        for (int j = n; j < m; j++) g->mat_bank_off[order[j]] = at + (size_t)(s[order[j]] - a);
         at += (size_t)(b - a);
+        n = m;
     }
 }
 

@@ -1,7 +1,7 @@
 /*
  * The geometry of expert groups (stream/): where the bytes of G consecutive experts of a sparse
  * layer are in the model's file (one aligned extent of records in a pack, one slice per matrix
- * in a GGUF) and where each matrix lands in a bank. The streamer (pipeline.c), the bandwidth
+ * in a GGUF, slices that overlap merged: one tensor per expert, in turn) and where each matrix lands in a bank. The streamer (pipeline.c), the bandwidth
  * probe (probe.c) and the budget (bank sizes) read groups through it.
  */
 #ifndef ES_STREAM_GEOMETRY_H

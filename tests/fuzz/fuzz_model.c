@@ -11,11 +11,14 @@
  * with one change (a hyperparameter, a token text, a token type, a merge, the tokenizer kind or
  * pre-tokenizer name, a key or tensor dropped, a tensor renamed or its type changed) and hands
  * the rewritten file back. Inputs that do not parse get libFuzzer's own byte mutations.
+ * Each input is also packed (es_pack: the writer reads the expert tensors of either naming),
+ * and a pack that is written must open.
  */
 #include "estream.h"
 #include "gguf/gguf.h"
 #include "quant/qtypes.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
 static int g_fd = -1;        /* memfd the input is written to, opened by path */
 static char g_path[64];      /* "/proc/self/fd/N" */
 static char g_tmp[256];      /* file the mutator's writer writes to */
+static char g_pack[256];     /* the pack of an input */
 static volatile uint64_t sink;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -42,6 +46,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(g_path, sizeof(g_path), "/proc/self/fd/%d", g_fd);
     const char *tmp = getenv("TMPDIR");
     snprintf(g_tmp, sizeof(g_tmp), "%s/fuzz_model.%d.gguf", tmp && *tmp ? tmp : "/tmp",
+             (int)getpid());
+    snprintf(g_pack, sizeof(g_pack), "%s/fuzz_model.%d.pack", tmp && *tmp ? tmp : "/tmp",
              (int)getpid());
     return 0;
 }
@@ -85,6 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (ftruncate(g_fd, 0) != 0 || pwrite(g_fd, data, size, 0) != (ssize_t)size) abort();
     static const unsigned flags[] = {0, ES_OPEN_VOCAB_ONLY};
+    bool opened = false; /* in full */
     for (size_t f = 0; f < 2; f++) {
         es_model *m = (es_model *)1;
         es_status st = es_model_open(g_path, flags[f], &m);
@@ -93,9 +100,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!*es_last_error()) abort(); /* and must say why */
             continue;
         }
+        opened |= flags[f] == 0;
         use_model(m);
         es_model_close(m);
     }
+    if (es_pack(g_path, g_pack, NULL, NULL) != ES_OK) {
+        if (!*es_last_error()) abort(); /* a refusal says why */
+        return 0;
+    }
+    es_model *m = (es_model *)1;
+    if (es_model_open(g_pack, 0, &m) == ES_OK)
+        es_model_close(m);
+    else if (m || !*es_last_error() || opened) /* the pack of a model that opens opens too */
+        abort();
+    unlink(g_pack);
     return 0;
 }
 
@@ -246,9 +264,14 @@ static es_status copy_tensors(es_gguf_writer *w, const es_gguf *g, rng *r, bool 
         uint64_t nbytes = t->nbytes;
         if (i == pick) {
             if (op == 0) continue; /* dropped */
-            if (op == 1) {         /* renamed: another layer */
+            if (op == 1) {         /* renamed: another layer, or another expert's tensor */
                 char *b = strstr(name, "blk.");
-                if (b && b[4] >= '0' && b[4] <= '8') b[4]++;
+                const size_t len = strlen(name);
+                char *e = len > 9 ? name + len - 8 : NULL; /* "<digit>.weight" */
+                if (e && !strcmp(e + 1, ".weight") && e[0] >= '0' && e[0] <= '8' &&
+                    e[-1] == '.' && below(r, 2))
+                    e[0]++;
+                else if (b && b[4] >= '0' && b[4] <= '8') b[4]++;
                 else if (t->name.len + 2 < sizeof(name)) memcpy(name, "x.", 2);
             } else { /* another weight type; the data is zeros of the new size */
                 static const uint32_t types[] = {ES_QTYPE_F32, ES_QTYPE_F16, ES_QTYPE_Q4_0,
