@@ -226,7 +226,8 @@ typedef struct es_file_pack_layer {
 typedef struct es_file_desc {
     uint32_t gguf_version;
     int64_t n_kv, n_tensors;
-    uint64_t file_bytes;
+    uint64_t file_bytes;       /* all its files' bytes */
+    uint32_t n_files;          /* 1, or the parts of a split model (gguf-split) */
     const char *name;          /* general.name, NULL when absent */
     const char *arch;          /* general.architecture, NULL when absent */
     const char *tok_model;     /* tokenizer.ggml.model, NULL when absent */

@@ -22,6 +22,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_impl.h"
 #include "quant/qtypes.h"
+#include "split_parts.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Byte builder
@@ -1373,6 +1374,104 @@ static void test_writer_outputs(void **state)
     es_gguf_writer_destroy(w);
 }
 
+/* A split model (llama.cpp's gguf-split parts, tests/split_parts.h) opens from its first part
+ * as one file would: every tensor of the source by name, with its bytes and the part it is in;
+ * the first part's keys. Another part, a missing part, parts that disagree (split.no, a tensor in
+ * two parts, split.tensors.count) and a first part renamed are refused with the rule named. */
+static void test_split_model(void **state)
+{
+    (void)state;
+    char src[512], prefix[512], moved[600];
+    snprintf(src, sizeof(src), "%s", t_tmp_path("split-src.gguf"));
+    snprintf(prefix, sizeof(prefix), "%s", t_tmp_path("split-model"));
+    es_synth_opts o = {.arch = "olmoe", .preset = "tiny", .type = "q4_0", .seed = 3};
+    if (es_synth(&o, src) != ES_OK) fail_msg("synth: %s", es_last_error());
+    es_gguf *s = NULL, *g = NULL;
+    assert_int_equal(es_gguf_open(src, &s), ES_OK);
+    const int64_t T = es_gguf_n_tensors(s), per = (T + 2) / 3;
+    assert_true(T >= 6);
+    char first[1024];
+    snprintf(first, sizeof(first), "%s", split_parts(src, prefix, 3, PARTS_OK));
+    if (es_gguf_open(first, &g) != ES_OK) fail_msg("open parts: %s", es_last_error());
+    assert_int_equal(es_gguf_n_files(g), 3);
+    assert_int_equal(es_gguf_n_tensors(g), T);
+    uint64_t bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        struct stat sb;
+        assert_int_equal(stat(part_path(prefix, i, 3), &sb), 0);
+        bytes += (uint64_t)sb.st_size;
+        assert_non_null(es_gguf_file(g, (uint32_t)i));
+        assert_int_equal(es_gguf_file_size(es_gguf_file(g, (uint32_t)i)), (uint64_t)sb.st_size);
+    }
+    assert_null(es_gguf_file(g, 3));
+    assert_int_equal(es_gguf_files_size(g), bytes);
+    for (int64_t j = 0; j < T; j++) {
+        const es_gguf_tensor *a = es_gguf_tensor_at(s, j);
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)a->name.len, a->name.ptr);
+        const es_gguf_tensor *b = es_gguf_find_tensor(g, name);
+        if (!b) fail_msg("tensor %s missing", name);
+        assert_int_equal(b->file, (uint32_t)(j / per));
+        assert_int_equal(b->type, a->type);
+        assert_int_equal(b->nbytes, a->nbytes);
+        assert_int_equal(b->ne[0], a->ne[0]);
+        assert_int_equal(b->ne[1], a->ne[1]);
+        assert_int_equal(memcmp(a->data, b->data, a->nbytes), 0);
+        /* the offset is its part's */
+        const es_gguf *part = es_gguf_file(g, b->file);
+        assert_ptr_equal((const uint8_t *)b->data,
+                         (const uint8_t *)es_gguf_tensor_at(part, 0)->data - es_gguf_tensor_at(part, 0)->offset + b->offset);
+    }
+    es_str arch;
+    assert_true(es_gguf_get_str(g, "general.architecture", &arch));
+    assert_true(es_str_eq(arch, "olmoe"));
+    es_gguf_close(g);
+    g = NULL;
+
+    /* another part than the first: names the first */
+    assert_int_equal(es_gguf_open(part_path(prefix, 1, 3), &g), ES_E_INVAL);
+    assert_null(g);
+    assert_non_null(strstr(es_last_error(), "is part 2 of a model split in 3 files"));
+    assert_non_null(strstr(es_last_error(), part_path(prefix, 0, 3)));
+    /* the first part under another name: the others cannot be found */
+    snprintf(moved, sizeof(moved), "%s.gguf", prefix);
+    assert_int_equal(rename(first, moved), 0);
+    assert_int_equal(es_gguf_open(moved, &g), ES_E_FORMAT);
+    assert_non_null(strstr(es_last_error(), "does not end in -00001-of-00003.gguf"));
+    assert_int_equal(rename(moved, first), 0);
+    /* a missing part */
+    assert_int_equal(unlink(part_path(prefix, 2, 3)), 0);
+    assert_int_equal(es_gguf_open(first, &g), ES_E_IO);
+    assert_null(g);
+    assert_non_null(strstr(es_last_error(), "its part 3"));
+    assert_non_null(strstr(es_last_error(), "is not there"));
+    /* parts that disagree */
+    static const struct {
+        enum parts_fault f;
+        const char *msg;
+    } faults[] = {{PARTS_BAD_NO, "should say split.no = 2 and split.count = 3; it says 0 and 3"},
+                  {PARTS_DUP_TENSOR, "is in two parts of the split model"},
+                  {PARTS_BAD_COUNT, "split.tensors.count is"}};
+    for (size_t i = 0; i < T_LEN(faults); i++) {
+        split_parts(src, prefix, 3, faults[i].f);
+        assert_int_equal(es_gguf_open(first, &g), ES_E_FORMAT);
+        assert_null(g);
+        if (!strstr(es_last_error(), faults[i].msg))
+            fail_msg("fault %zu: %s", i, es_last_error());
+    }
+    /* one part (split.count 1) is a plain file */
+    char one[1024];
+    snprintf(one, sizeof(one), "%s", split_parts(src, prefix, 1, PARTS_OK));
+    assert_int_equal(es_gguf_open(one, &g), ES_OK);
+    assert_int_equal(es_gguf_n_files(g), 1);
+    assert_int_equal(es_gguf_n_tensors(g), T);
+    es_gguf_close(g);
+    for (int i = 0; i < 3; i++) unlink(part_path(prefix, i, 3));
+    unlink(one);
+    es_gguf_close(s);
+    unlink(src);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1392,6 +1491,7 @@ int main(void)
         cmocka_unit_test(test_writer_validation),
         cmocka_unit_test(test_writer_failures),
         cmocka_unit_test(test_writer_outputs),
+        cmocka_unit_test(test_split_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

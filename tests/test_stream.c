@@ -25,6 +25,7 @@
 #include "pack/pack.h"
 #include "stream/pipeline.h"
 #include "split_experts.h"
+#include "split_parts.h"
 
 enum { T_LONG = 300, T_SHORT = 3 };
 
@@ -248,6 +249,50 @@ static void test_split_experts(void **state)
     (void)state;
     check_split(&fx_mixtral, T_LONG);
     check_split(&fx_q4, 97);
+}
+
+/* A model split in parts by gguf-split (tests/split_parts.h) runs from its first part as the
+ * whole file does, bit for bit; streaming from the parts is refused with the way out (pack
+ * them), and their pack (one file, without the split keys) runs resident and streamed, bit for
+ * bit. tiny-mixtral in 4 parts. */
+static void test_split_parts(void **state)
+{
+    (void)state;
+    fixture *fx = &fx_mixtral;
+    const int n = T_LONG;
+    const size_t count = (size_t)n * 320;
+    es_session_params p = es_session_default_params();
+    p.n_threads = 2;
+    float *want = logits_of(fx->gguf, &p, fx, n, NULL, "whole file");
+    char prefix[1024], first[1024], pack[1100];
+    snprintf(prefix, sizeof(prefix), "%.900s.parts", fx->gguf);
+    snprintf(first, sizeof(first), "%s", split_parts(fx->gguf, prefix, 4, PARTS_OK));
+    snprintf(pack, sizeof(pack), "%s.pack", first);
+    float *y = logits_of(first, &p, fx, n, NULL, "parts resident");
+    assert_same(want, y, count, "parts resident");
+    free(y);
+    es_session_params ps = p;
+    ps.groups = 3;
+    ps.banks = 2;
+    es_status st = run(first, &ps, NULL, fx->ids, n, &y, NULL);
+    assert_int_equal(st, ES_E_UNSUPPORTED);
+    assert_non_null(strstr(es_last_error(), "split model"));
+    assert_non_null(strstr(es_last_error(), "estream pack"));
+    if (es_pack(first, pack, NULL, NULL) != ES_OK) fail_msg("pack parts: %s", es_last_error());
+    es_gguf *g = NULL;
+    assert_int_equal(es_gguf_open(pack, &g), ES_OK);
+    assert_int_equal(es_gguf_n_files(g), 1);
+    assert_true(es_gguf_find_key(g, "split.count") < 0 && es_gguf_find_key(g, "split.no") < 0);
+    es_gguf_close(g);
+    y = logits_of(pack, &p, fx, n, NULL, "pack of parts");
+    assert_same(want, y, count, "pack of parts");
+    free(y);
+    y = logits_of(pack, &ps, fx, n, NULL, "pack of parts streamed");
+    assert_same(want, y, count, "pack of parts streamed");
+    free(y);
+    for (int i = 0; i < 4; i++) unlink(part_path(prefix, i, 4));
+    unlink(pack);
+    free(want);
 }
 
 /* A 3-token prompt routes 12 of 16 (layer, expert) pairs at most: unrouted groups are skipped
@@ -627,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_identical_f32),
         cmocka_unit_test(test_identical_families),
         cmocka_unit_test(test_split_experts),
+        cmocka_unit_test(test_split_parts),
         cmocka_unit_test(test_unrouted_groups_skipped),
         cmocka_unit_test(test_session_reuse),
         cmocka_unit_test(test_slow_and_short_reads),

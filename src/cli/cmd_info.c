@@ -141,6 +141,7 @@ static void print_file_line(const char *model, const es_file_desc *d)
     printf("file:          %s (GGUF v%u, %lld tensors, %lld metadata keys, ", model,
            d->gguf_version, (long long)d->n_tensors, (long long)d->n_kv);
     print_bytes((double)d->file_bytes);
+    if (d->n_files > 1) printf(" in %u parts", d->n_files);
     printf(")\n");
 }
 

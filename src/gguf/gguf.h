@@ -49,16 +49,23 @@ typedef struct es_gguf_tensor {
     uint32_t n_dims;
     int64_t ne[ES_GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension; unused dims = 1 */
     uint32_t type;                /* ggml type id (es_qtype) */
-    uint64_t offset;              /* relative to the data section */
+    uint64_t offset;              /* relative to the data section (of its file) */
     uint64_t nbytes;              /* validated: offset + nbytes lies inside the file */
     const void *data;             /* points into the mapping (NULL for in-memory builds) */
+    uint32_t file;                /* 0, or in a split model the part that holds it (0-based) */
 } es_gguf_tensor;
 
 typedef struct es_gguf es_gguf; /* opaque */
 
 /* Opens and validates the file. Errors name the file: "model.gguf: tensor blk.0.x runs past the
  * end of the file". ES_E_IO if it cannot be opened/mapped, ES_E_FORMAT if malformed (including
- * tensor types this build does not know). */
+ * tensor types this build does not know).
+ * A split model (llama.cpp's gguf-split: split.count > 1, files <prefix>-00001-of-0000N.gguf ...)
+ * opens from its first part: the other parts are opened and validated too, their tensors are
+ * listed after the first part's (es_gguf_tensor.file says which part), the metadata is the first
+ * part's. ES_E_INVAL for another part than the first (the message names the first), ES_E_IO
+ * for a part that is missing, ES_E_FORMAT for parts that disagree (split.no, split.count,
+ * split.tensors.count, a tensor in two parts). */
 es_status es_gguf_open(const char *path, es_gguf **out);
 /* Same over a caller-owned buffer (tests, fuzzing). buf must outlive the handle. name is used in
  * error messages. */
@@ -72,6 +79,11 @@ uint64_t es_gguf_alignment(const es_gguf *g);
  * (llama.cpp's vocab files do): then this is the file size. */
 uint64_t es_gguf_data_offset(const es_gguf *g);
 uint64_t es_gguf_file_size(const es_gguf *g);
+/* Files of the model: 1, or a split model's parts. es_gguf_file(g, i): part i's handle (0: g
+ * itself; its path, data offset and size through the accessors above; NULL past the parts). */
+uint32_t es_gguf_n_files(const es_gguf *g);
+const es_gguf *es_gguf_file(const es_gguf *g, uint32_t i);
+uint64_t es_gguf_files_size(const es_gguf *g); /* the bytes of all its files */
 
 /* ---- metadata ---- */
 int64_t es_gguf_n_kv(const es_gguf *g);
@@ -130,6 +142,7 @@ static inline bool es_str_eq(es_str s, const char *c)
 typedef struct es_gguf_writer es_gguf_writer;
 es_status es_gguf_writer_create(es_gguf_writer **out);
 void es_gguf_writer_destroy(es_gguf_writer *w); /* NULL is a no-op */
+es_status es_gguf_writer_set_u16(es_gguf_writer *w, const char *key, uint16_t v);
 es_status es_gguf_writer_set_u32(es_gguf_writer *w, const char *key, uint32_t v);
 es_status es_gguf_writer_set_i32(es_gguf_writer *w, const char *key, int32_t v);
 es_status es_gguf_writer_set_u64(es_gguf_writer *w, const char *key, uint64_t v);
@@ -145,6 +158,8 @@ es_status es_gguf_writer_set_arr_str(es_gguf_writer *w, const char *key, const c
 /* Copies every key (including nested arrays) of g whose name starts with prefix ("" = all),
  * replacing keys already set with the same name. Used to copy a tokenizer from a vocab file. */
 es_status es_gguf_writer_copy_kv(es_gguf_writer *w, const es_gguf *g, const char *prefix);
+/* Removes the keys set so far whose names start with prefix (keeping the others' order). */
+void es_gguf_writer_remove_keys(es_gguf_writer *w, const char *prefix);
 /* Sets general.alignment (power of two, default 32). */
 es_status es_gguf_writer_set_alignment(es_gguf_writer *w, uint32_t alignment);
 /* Adds a tensor; ne[0] is the row length. nbytes must equal the size implied by type and ne. */

@@ -17,6 +17,11 @@
  *   table of offsets so es_gguf_arr_str() is O(1); nested arrays are only validated.
  * - Keys and tensor names go into open-addressing hash tables, which also reject duplicates in
  *   O(n). Tensor data regions are sorted by offset to reject overlaps in O(n log n).
+ * - A split model (llama.cpp's gguf-split: `split.count` parts named
+ *   <prefix>-00001-of-0000N.gguf ...) opens from its first part, which holds the metadata: the
+ *   other parts are opened and validated the same way, and their tensors join the first's
+ *   table (the name index spans all, so a name in two parts is refused), each tensor keeping
+ *   its part's mapping and offset (es_gguf_tensor.file). Metadata is the first part's.
  * - After es_gguf_open() returns ES_OK the handle is read-only: any number of threads may call
  *   the getters concurrently.
  */
@@ -75,8 +80,10 @@ struct es_gguf {
     uint64_t data_offset;
     int64_t n_kv, n_tensors;
     kv *kvs;                 /* [n_kv] in file order */
-    es_gguf_tensor *tensors; /* [n_tensors] in file order */
+    es_gguf_tensor *tensors; /* [n_tensors] in file order (a split model's: part by part) */
     name_index kv_index, tensor_index;
+    es_gguf **parts; /* a split model's parts 2 .. n_files (their own tensors, mappings) */
+    uint32_t n_files;
 };
 
 static const uint8_t scalar_size[ES_GGUF_TYPE_COUNT] = {
@@ -566,11 +573,10 @@ es_status es_gguf_open_memory(const void *buf, size_t size, const char *name, es
     return ES_OK;
 }
 
-es_status es_gguf_open(const char *path, es_gguf **out)
+/* Maps and validates one file (no parts). */
+static es_status open_file(const char *path, es_gguf **out)
 {
-    if (!out) return es_fail(ES_E_INVAL, "es_gguf_open: out is NULL");
     *out = NULL;
-    if (!path) return es_fail(ES_E_INVAL, "es_gguf_open: path is NULL");
     es_status st;
     es_gguf *g = NULL;
     /* a FIFO, device or directory is refused before anything can block on it */
@@ -604,6 +610,118 @@ fail:
     return st;
 }
 
+/* Part i (0-based) of a split model whose first part is first (its name checked already):
+ * <prefix>-<i+1, 5 digits>-of-<n, 5 digits>.gguf. */
+static es_status open_part(const es_gguf *first, uint32_t i, uint32_t n, es_gguf **out)
+{
+    const size_t name_len = strlen(first->name), tail = strlen("-00001-of-00000.gguf");
+    char *path = malloc(name_len + 16);
+    if (!path) return es_fail(ES_E_NOMEM, "%s: out of memory", first->name);
+    snprintf(path, name_len + 16, "%.*s-%05u-of-%05u.gguf", (int)(name_len - tail), first->name,
+             i + 1, n);
+    es_status st = access(path, F_OK) == 0
+                       ? open_file(path, out)
+                       : es_fail(ES_E_IO, "%s is part 1 of a model split in %u files "
+                                 "(split.count), but its part %u, %s, is not there", first->name,
+                                 n, i + 1, path);
+    uint32_t no = UINT32_MAX, count = 0;
+    if (st == ES_OK && (!es_gguf_get_u32(*out, "split.no", &no) ||
+                        !es_gguf_get_u32(*out, "split.count", &count) || no != i || count != n))
+        st = es_fail(ES_E_FORMAT, "%s: part %u of %u of %s's split model should say split.no = %u "
+                     "and split.count = %u; it says %d and %u", path, i + 1, n, first->name, i,
+                     n, no == UINT32_MAX ? -1 : (int)no, count);
+    free(path);
+    return st;
+}
+
+/* A split model: opens parts 2 .. n of g (its first part, parsed) and joins their tensors to
+ * g's. Nothing to do for a file without split.count > 1. */
+static es_status open_parts(es_gguf *g)
+{
+    uint32_t n = 0, no = 0;
+    if (es_gguf_find_key(g, "split.count") < 0) return ES_OK;
+    if (!es_gguf_get_u32(g, "split.count", &n) || n == 0 || n > 99999)
+        return es_fail(ES_E_FORMAT, "%s: split.count is not a count of files (1 to 99999)",
+                       g->name);
+    if (n == 1) return ES_OK;
+    if (!es_gguf_get_u32(g, "split.no", &no) || no >= n)
+        return es_fail(ES_E_FORMAT, "%s: split.no is missing or not below split.count (%u)",
+                       g->name, n);
+    char want[32];
+    snprintf(want, sizeof(want), "-%05u-of-%05u.gguf", 1u, n);
+    const size_t len = strlen(g->name), wl = strlen(want);
+    if (no != 0) {
+        char mine[32];
+        snprintf(mine, sizeof(mine), "-%05u-of-%05u.gguf", no + 1, n);
+        const size_t ml = strlen(mine);
+        if (len > ml && !strcmp(g->name + len - ml, mine))
+            return es_fail(ES_E_INVAL, "%s is part %u of a model split in %u files: open its "
+                           "first part, %.*s%s", g->name, no + 1, n, (int)(len - ml), g->name,
+                           want);
+        return es_fail(ES_E_INVAL, "%s is part %u of a model split in %u files (split.no %u): "
+                       "open its first part", g->name, no + 1, n, no);
+    }
+    if (len <= wl || strcmp(g->name + len - wl, want) != 0)
+        return es_fail(ES_E_FORMAT, "%s: split.count says the model is split in %u files, but "
+                       "the name does not end in %s, so the other parts cannot be found (keep "
+                       "the names gguf-split gave them)", g->name, n, want);
+    if (!(g->parts = calloc(n - 1, sizeof(*g->parts))))
+        return es_fail(ES_E_NOMEM, "%s: out of memory", g->name);
+    g->n_files = n;
+    int64_t total = g->n_tensors;
+    for (uint32_t i = 1; i < n; i++) {
+        ES_TRY(open_part(g, i, n, &g->parts[i - 1]));
+        total += g->parts[i - 1]->n_tensors; /* each part's count is bounded by its size */
+    }
+    es_gguf_tensor *all = calloc((size_t)(total ? total : 1), sizeof(*all));
+    name_index ix = {0};
+    if (!all || !index_init(&ix, total)) {
+        free(all);
+        free(ix.slot);
+        return es_fail(ES_E_NOMEM, "%s: out of memory", g->name);
+    }
+    memcpy(all, g->tensors, (size_t)g->n_tensors * sizeof(*all));
+    int64_t at = g->n_tensors;
+    for (uint32_t i = 1; i < n; i++) {
+        const es_gguf *part = g->parts[i - 1];
+        for (int64_t j = 0; j < part->n_tensors; j++) {
+            all[at] = part->tensors[j];
+            all[at++].file = i;
+        }
+    }
+    free(g->tensors);
+    free(g->tensor_index.slot);
+    g->tensors = all;
+    g->tensor_index = ix;
+    g->n_tensors = total;
+    for (int64_t j = 0; j < total; j++)
+        if (index_add(&g->tensor_index, all[j].name, j) >= 0) {
+            char nm[SHOW_MAX + 4];
+            return es_fail(ES_E_FORMAT, "%s: tensor '%s' is in two parts of the split model (part "
+                           "%u and another)", g->name, show(all[j].name, nm), all[j].file + 1);
+        }
+    int64_t want_tensors;
+    if (es_gguf_get_i64(g, "split.tensors.count", &want_tensors) && want_tensors != total)
+        return es_fail(ES_E_FORMAT, "%s: split.tensors.count is %lld, but the %u parts hold %lld "
+                       "tensors", g->name, (long long)want_tensors, n, (long long)total);
+    return ES_OK;
+}
+
+es_status es_gguf_open(const char *path, es_gguf **out)
+{
+    if (!out) return es_fail(ES_E_INVAL, "es_gguf_open: out is NULL");
+    *out = NULL;
+    if (!path) return es_fail(ES_E_INVAL, "es_gguf_open: path is NULL");
+    es_gguf *g = NULL;
+    es_status st = open_file(path, &g);
+    if (st == ES_OK && (st = open_parts(g)) != ES_OK) {
+        es_gguf_close(g);
+        g = NULL;
+    }
+    *out = g;
+    return st;
+}
+
 void es_gguf_close(es_gguf *g)
 {
     if (!g) return;
@@ -614,6 +732,8 @@ void es_gguf_close(es_gguf *g)
     free(g->kv_index.slot);
     free(g->tensor_index.slot);
     if (g->map) munmap(g->map, (size_t)g->size);
+    for (uint32_t i = 0; g->parts && i + 1 < g->n_files; i++) es_gguf_close(g->parts[i]);
+    free(g->parts);
     free(g->name);
     free(g);
 }
@@ -630,6 +750,19 @@ uint32_t es_gguf_version(const es_gguf *g) { return g->version; }
 uint64_t es_gguf_alignment(const es_gguf *g) { return g->alignment; }
 uint64_t es_gguf_data_offset(const es_gguf *g) { return g->data_offset; }
 uint64_t es_gguf_file_size(const es_gguf *g) { return g->size; }
+uint32_t es_gguf_n_files(const es_gguf *g) { return g->n_files ? g->n_files : 1; }
+
+const es_gguf *es_gguf_file(const es_gguf *g, uint32_t i)
+{
+    return i == 0 ? g : i < es_gguf_n_files(g) && g->parts ? g->parts[i - 1] : NULL;
+}
+
+uint64_t es_gguf_files_size(const es_gguf *g)
+{
+    uint64_t n = g->size;
+    for (uint32_t i = 1; i < es_gguf_n_files(g); i++) n += g->parts[i - 1]->size;
+    return n;
+}
 int64_t es_gguf_n_kv(const es_gguf *g) { return g->n_kv; }
 int64_t es_gguf_n_tensors(const es_gguf *g) { return g->n_tensors; }
 

@@ -135,6 +135,11 @@ static es_status put_scalar(es_gguf_writer *w, const char *key, uint32_t t, cons
     return put_kv(w, key, strlen(key), t, v, es_gguf_scalar_size(t));
 }
 
+es_status es_gguf_writer_set_u16(es_gguf_writer *w, const char *key, uint16_t v)
+{
+    return put_scalar(w, key, ES_GGUF_UINT16, &v);
+}
+
 es_status es_gguf_writer_set_u32(es_gguf_writer *w, const char *key, uint32_t v)
 {
     return put_scalar(w, key, ES_GGUF_UINT32, &v);
@@ -240,6 +245,22 @@ es_status es_gguf_writer_set_arr_str(es_gguf_writer *w, const char *key, const c
 
 /* The reader validated g's values (nested arrays included), so their bytes are copied as they
  * are: the copy is faithful whatever the depth. */
+void es_gguf_writer_remove_keys(es_gguf_writer *w, const char *prefix)
+{
+    const size_t pl = strlen(prefix);
+    size_t n = 0;
+    for (size_t i = 0; i < w->n_kv; i++) {
+        wkv *k = &w->kv[i];
+        if (k->key_len >= pl && memcmp(k->key, prefix, pl) == 0) {
+            free(k->key);
+            free(k->val);
+        } else {
+            w->kv[n++] = *k; /* the others keep their order */
+        }
+    }
+    w->n_kv = n;
+}
+
 es_status es_gguf_writer_copy_kv(es_gguf_writer *w, const es_gguf *g, const char *prefix)
 {
     if (!w || !g) return es_fail(ES_E_INVAL, "gguf writer: NULL writer or source");

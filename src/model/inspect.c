@@ -109,7 +109,8 @@ static es_status describe(const es_gguf *g, es_file_desc **out)
     d->gguf_version = es_gguf_version(g);
     d->n_kv = es_gguf_n_kv(g);
     d->n_tensors = es_gguf_n_tensors(g);
-    d->file_bytes = es_gguf_file_size(g);
+    d->file_bytes = es_gguf_files_size(g);
+    d->n_files = es_gguf_n_files(g);
     d->name = meta_str(g, "general.name", &ok);
     d->arch = meta_str(g, "general.architecture", &ok);
     d->tok_model = meta_str(g, "tokenizer.ggml.model", &ok);

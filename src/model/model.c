@@ -131,15 +131,18 @@ static es_status bind_split_experts(es_model *m, int il, es_layer *L)
     es_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     for (int k = 0; k < 3; k++) {
         uint64_t off0 = 0, stride = 0;
+        uint32_t file0 = 0;
         for (int64_t e = 0; e < E; e++) {
             char sfx[48];
             snprintf(sfx, sizeof(sfx), "ffn_%s.%lld", names[k], (long long)e);
             es_tensor te = {0};
             ES_TRY(bind_layer(m, il, sfx, 2, shape[k][0], shape[k][1], 1, false, &te));
-            const uint64_t off = es_gguf_find_tensor(m->gguf, te.name)->offset;
+            const es_gguf_tensor *gt = es_gguf_find_tensor(m->gguf, te.name);
+            const uint64_t off = gt->offset;
             if (e == 0) {
                 *ts[k] = te;
                 off0 = off;
+                file0 = gt->file;
                 stride = te.nbytes;
                 continue;
             }
@@ -150,9 +153,9 @@ static es_status bind_split_experts(es_model *m, int il, es_layer *L)
                                "is %s", path, il, names[k], (long long)e, es_qtype_name(te.type),
                                es_qtype_name(ts[k]->type));
             if (e == 1) stride = off > off0 ? off - off0 : 0;
-            if (stride < ts[k]->nbytes || off != off0 + (uint64_t)e * stride)
+            if (stride < ts[k]->nbytes || off != off0 + (uint64_t)e * stride || gt->file != file0)
                 return es_fail(ES_E_UNSUPPORTED, "%s: layer %d's experts are one tensor each "
-                               "(blk.%d.ffn_%s.E.weight) and not evenly spaced in the file, which "
+                               "(blk.%d.ffn_%s.E.weight) and not evenly spaced in one file, which "
                                "estream needs to read them in groups; pack the file first "
                                "(estream pack -m %s -o model.pack) and run the pack", path, il,
                                il, names[k], path);
@@ -164,7 +167,7 @@ static es_status bind_split_experts(es_model *m, int il, es_layer *L)
         if (!(ts[k]->name = strdup(name)))
             return es_fail(ES_E_NOMEM, "%s: out of memory binding %s", path, name);
         L->exp_data[k] = ts[k]->data;
-        L->exp_file_off[k] = es_gguf_data_offset(m->gguf) + off0;
+        L->exp_file_off[k] = es_gguf_data_offset(es_gguf_file(m->gguf, file0)) + off0;
         L->exp_stride[k] = (size_t)stride;
         L->exp_bytes[k] = ts[k]->nbytes;
         ts[k]->ne[2] = E;
@@ -295,7 +298,7 @@ static es_status bind_tensors(es_model *m)
         for (int i = 0; i < 3; i++) {
             const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, ts[i]->name);
             L->exp_data[i] = ts[i]->data;
-            L->exp_file_off[i] = es_gguf_data_offset(m->gguf) + t->offset;
+            L->exp_file_off[i] = es_gguf_data_offset(es_gguf_file(m->gguf, t->file)) + t->offset;
             L->exp_bytes[i] = L->exp_stride[i] = ts[i]->nbytes / (size_t)ne_;
         }
     }

@@ -525,6 +525,7 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
     base = base ? base + 1 : src_path;
     if ((st = es_gguf_writer_create(&w)) != ES_OK) goto done;
     if ((st = es_gguf_writer_copy_kv(w, p.g, "")) != ES_OK) goto done;
+    es_gguf_writer_remove_keys(w, "split."); /* a split model's parts make one pack */
     if ((st = es_gguf_writer_set_alignment(w, ES_PACK_ALIGN)) != ES_OK) goto done;
     if ((st = es_gguf_writer_set_u32(w, KEY_VERSION, version)) != ES_OK) goto done;
     if ((st = es_gguf_writer_set_str(w, KEY_LAYOUT, version == ES_PACK_VERSION_V1
@@ -532,7 +533,7 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
                                                         : ES_PACK_LAYOUT)) != ES_OK)
         goto done;
     if ((st = es_gguf_writer_set_str(w, KEY_SOURCE, base)) != ES_OK) goto done;
-    if ((st = es_gguf_writer_set_u64(w, KEY_SOURCE_BYTES, es_gguf_file_size(p.g))) != ES_OK)
+    if ((st = es_gguf_writer_set_u64(w, KEY_SOURCE_BYTES, es_gguf_files_size(p.g))) != ES_OK)
         goto done;
     for (int j = 0; j < p.n_layers; j++) {
         hash_layer(&p, &p.layers[j]);
@@ -576,7 +577,7 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
     if (result) {
         result->n_layers = p.n_layers;
         result->record_bytes = p.layers[0].rb;
-        result->source_bytes = es_gguf_file_size(p.g);
+        result->source_bytes = es_gguf_files_size(p.g);
         for (int j = 0; j < p.n_layers; j++) {
             result->n_records += p.layers[j].n_expert;
             result->expert_bytes += p.layers[j].rb * (uint64_t)p.layers[j].n_expert;

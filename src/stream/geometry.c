@@ -48,6 +48,17 @@ void es_stream_map_group(const es_layer *L, const es_pack_layer *pl, int e0, int
     }
 }
 
+es_status es_stream_source_check(const es_model *m)
+{
+    const uint32_t n = es_gguf_n_files(m->gguf);
+    if (n == 1) return ES_OK;
+    const char *path = es_gguf_path(m->gguf);
+    return es_fail(ES_E_UNSUPPORTED, "%s is the first of %u files of a split model, and streaming "
+                   "experts reads them from one file: pack the model first (estream pack -m %s "
+                   "-o model.pack: one file) and run the pack, or run it without a memory budget",
+                   path, n, path);
+}
+
 size_t es_stream_map_bytes(const es_group_map *g)
 {
     size_t n = 0;

@@ -32,6 +32,9 @@ typedef struct es_group_map {
 /* Extents of experts [e0, e1) of layer L (pl: its pack layout, or NULL for a GGUF). */
 void es_stream_map_group(const es_layer *L, const es_pack_layer *pl, int e0, int e1,
                          es_group_map *g);
+/* ES_OK if the streamer can read m's experts: one file (a pack, or a GGUF that is not split in
+ * parts); else ES_E_UNSUPPORTED saying to pack it. */
+es_status es_stream_source_check(const es_model *m);
 /* The bank bytes a group needs: its extents' lengths. */
 size_t es_stream_map_bytes(const es_group_map *g);
 /* Calls fn for every group of G experts of every sparse layer, in order (with the pack layout

@@ -651,6 +651,7 @@ es_status es_stream_create(const es_model *m, const es_stream_params *params, es
         s->banks[b].entry = -1;
         s->free_banks[s->n_free++] = b;
     }
+    if ((st = es_stream_source_check(m)) != ES_OK) goto fail;
     const size_t bank_bytes = es_stream_bank_bytes(m, s->G);
     if (bank_bytes == 0) {
         st = es_fail(ES_E_INVAL, "streaming: no expert bytes to stream");

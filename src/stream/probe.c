@@ -51,6 +51,7 @@ es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p,
     const int G = p->groups < m->hp.n_expert ? p->groups : m->hp.n_expert;
     slot = es_stream_bank_bytes(m, G);
     if (slot == 0) return es_fail(ES_E_INVAL, "probe: the model has no experts");
+    ES_TRY(es_stream_source_check(m));
     probe_state ps = {.Q = Q, .slot_bytes = es_align_up(slot, 4096), .max_bytes = p->max_bytes};
     /* es_alloc_big aligns to 2 MiB (hence 4096, as O_DIRECT needs) only from 2 MiB up */
     const size_t buf_bytes = es_max_size(ps.slot_bytes * (size_t)Q, (size_t)2 << 20);
