@@ -1,7 +1,8 @@
 /* I/O layer (src/io): both backends (io_uring, pread), direct and buffered, against a file of
  * known pseudo-random content whose tail is not aligned (8 MiB + 1234 bytes): random reads at
  * depths 1, 2, 8 checked byte for byte, the unaligned tail, reads past the end of file,
- * injected EIO / short reads / delays, the O_DIRECT fallback, the rate limit, bad arguments,
+ * two files through one queue (a split model's parts), injected EIO / short reads / delays, the
+ * O_DIRECT fallback, the rate limit, bad arguments,
  * close with reads in flight, wake-ups from another thread (during a slow read, pending before
  * a wait, a stream of them during many reads, close with one pending or armed). A backend or
  * mode this machine lacks is skipped with the reason. Run under ThreadSanitizer too (the pread
@@ -243,6 +244,81 @@ static void test_tail_and_eof(void **state)
     random_reads(io, 2, 20, 7, c->name);
     free(b);
     es_io_close(io);
+}
+
+/* ---- several files (a model split in parts) ------------------------------------------------- */
+
+/* Two files read through one queue: the test file and a second one (its bytes reversed, 1 MiB +
+ * 77) opened after it; reads of both interleaved at depth 4 land byte for byte, each file has
+ * its own end, a file index out of range is refused, a missing file fails the open naming it. */
+static void test_several_files(void **state)
+{
+    const cfg *c = *state;
+    const size_t nb = (1u << 20) + 77;
+    uint8_t *rev = malloc(nb);
+    assert_non_null(rev);
+    for (size_t i = 0; i < nb; i++) rev[i] = g_data[FILE_BYTES - 1 - i];
+    char second[512];
+    snprintf(second, sizeof(second), "%s", t_tmp_path("io-second.bin"));
+    FILE *f = fopen(second, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(rev, 1, nb, f), nb);
+    assert_int_equal(fclose(f), 0);
+    const char *paths[2] = {g_path, second};
+    es_io_params p = {.queue_depth = 4, .backend = c->backend, .no_direct = !c->direct};
+    es_io *io = NULL;
+    es_status st = es_io_open_files(paths, 2, &p, &io);
+    if (st == ES_E_UNSUPPORTED && c->backend == ES_IO_URING) {
+        print_message("%s: no io_uring here (%s), skipped\n", c->name, es_last_error());
+        skip();
+    }
+    if (st != ES_OK) fail_msg("%s: open: %s", c->name, es_last_error());
+    uint8_t *b = abuf(16 * 64 * ALIGN);
+    uint64_t tag;
+    es_status rs;
+    int next = 0, done = 0;
+    const int n = 64;
+    while (done < n) {
+        while (next < n && es_io_in_flight(io) < 4) {
+            const int file = next % 2;
+            const uint64_t off = (uint64_t)(next * 7 % 200) * ALIGN;
+            assert_int_equal(es_io_submit_file(io, file, off, 4 * ALIGN, 4 * ALIGN,
+                                               b + (size_t)next * 4 * ALIGN, (uint64_t)next),
+                             ES_OK);
+            next++;
+        }
+        assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+        if (rs != ES_OK) fail_msg("%s: read %llu: %s", c->name, (unsigned long long)tag,
+                                  es_last_error());
+        const uint64_t off = (uint64_t)(tag * 7 % 200) * ALIGN;
+        const uint8_t *got = b + (size_t)tag * 4 * ALIGN;
+        const uint8_t *want = tag % 2 ? rev + off : g_data + off;
+        if (memcmp(got, want, 4 * ALIGN) != 0)
+            fail_msg("%s: read %llu of file %d differs", c->name, (unsigned long long)tag,
+                     (int)(tag % 2));
+        done++;
+    }
+    /* the second file ends at its own size, the first goes on */
+    const uint64_t tail = nb / ALIGN * ALIGN;
+    assert_int_equal(es_io_submit_file(io, 1, tail, ALIGN, 78, b, 1), ES_OK);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_int_equal(rs, ES_E_IO);
+    assert_non_null(strstr(es_last_error(), "file ends at 1048653, 1 bytes short"));
+    assert_int_equal(es_io_submit_file(io, 0, tail, ALIGN, 78, b, 2), ES_OK);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_int_equal(rs, ES_OK);
+    check_bytes(b, tail, 78, c->name);
+    assert_int_equal(es_io_submit_file(io, 2, 0, ALIGN, ALIGN, b, 3), ES_E_INVAL);
+    assert_int_equal(es_io_submit_file(io, -1, 0, ALIGN, ALIGN, b, 3), ES_E_INVAL);
+    es_io_close(io);
+    /* a missing file, and no files */
+    unlink(second);
+    assert_int_equal(es_io_open_files(paths, 2, &p, &io), ES_E_IO);
+    assert_null(io);
+    assert_non_null(strstr(es_last_error(), second));
+    assert_int_equal(es_io_open_files(paths, 0, &p, &io), ES_E_INVAL);
+    free(b);
+    free(rev);
 }
 
 /* ---- injected faults ------------------------------------------------------------------------ */
@@ -744,6 +820,7 @@ int main(void)
         FOR_CFGS(test_random),
         FOR_CFGS(test_sequential),
         FOR_CFGS(test_tail_and_eof),
+        FOR_CFGS(test_several_files),
         FOR_CFGS(test_fault_eio),
         FOR_CFGS(test_fault_short),
         FOR_CFGS(test_fault_delay),

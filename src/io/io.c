@@ -44,7 +44,7 @@ const char *es_io_used_backend(const es_io *io)
     return io->kind == ES_IO_URING ? "io_uring" : "pread";
 }
 int es_io_direct(const es_io *io) { return io->direct; }
-uint64_t es_io_file_bytes(const es_io *io) { return io->file_bytes; }
+uint64_t es_io_file_bytes(const es_io *io) { return io->file_bytes[0]; }
 int es_io_queue_depth(const es_io *io) { return io->p.queue_depth; }
 int es_io_in_flight(const es_io *io) { return io->in_flight; }
 
@@ -79,8 +79,8 @@ static es_status issue(es_io *io, int slot, size_t from, int direct)
     r->op_len = n;
     r->op_direct = direct;
     r->op_start_ns = es_now_ns();
-    es_status st = be_start(io, slot, direct ? io->fd_direct : io->fd_buf, r->off + from, n,
-                            r->dst + from);
+    es_status st = be_start(io, slot, direct ? io->fd_direct[r->file] : io->fd_buf[r->file],
+                            r->off + from, n, r->dst + from);
     if (st == ES_OK) {
         io->ops_in_flight++;
         io->st.reads++;
@@ -90,10 +90,18 @@ static es_status issue(es_io *io, int slot, size_t from, int direct)
 
 es_status es_io_open(const char *path, const es_io_params *p, es_io **out)
 {
+    return es_io_open_files(&path, 1, p, out);
+}
+
+es_status es_io_open_files(const char *const *paths, int n_files, const es_io_params *p,
+                           es_io **out)
+{
     *out = NULL;
     es_io_params q = {0};
     if (p) q = *p;
     if (q.queue_depth == 0) q.queue_depth = 4;
+    if (n_files < 1 || n_files > ES_IO_MAX_FILES)
+        return es_fail(ES_E_INVAL, "io: %d files, not 1..%d", n_files, ES_IO_MAX_FILES);
     if (q.queue_depth < 1 || q.queue_depth > ES_IO_MAX_DEPTH)
         return es_fail(ES_E_INVAL, "io: queue depth %d is outside 1..%d", q.queue_depth,
                        ES_IO_MAX_DEPTH);
@@ -106,35 +114,52 @@ es_status es_io_open(const char *path, const es_io_params *p, es_io **out)
 
     es_status st = ES_OK;
     es_io *io = calloc(1, sizeof(*io));
-    if (!io) return es_fail(ES_E_NOMEM, "io: out of memory opening %s", path);
+    if (!io) return es_fail(ES_E_NOMEM, "io: out of memory opening %s", paths[0]);
     io->p = q;
     atomic_init(&io->wake_pending, 0);
-    io->fd_direct = io->fd_buf = -1;
     io->kind = ES_IO_PREAD;
-
-    io->fd_buf = open(path, O_RDONLY | O_CLOEXEC);
-    if (io->fd_buf < 0) {
-        st = es_fail(ES_E_IO, "open %s: %s", path, strerror(errno));
-        goto fail;
+    io->fd_direct = malloc(sizeof(int) * (size_t)n_files);
+    io->fd_buf = malloc(sizeof(int) * (size_t)n_files);
+    io->file_bytes = calloc((size_t)n_files, sizeof(uint64_t));
+    if (!io->fd_direct || !io->fd_buf || !io->file_bytes) {
+        free(io->fd_direct);
+        free(io->fd_buf);
+        free(io->file_bytes);
+        free(io);
+        return es_fail(ES_E_NOMEM, "io: out of memory opening %s", paths[0]);
     }
-    struct stat sb;
-    if (fstat(io->fd_buf, &sb) != 0) {
-        st = es_fail(ES_E_IO, "stat %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    io->file_bytes = (uint64_t)sb.st_size;
-    if (!q.no_direct) {
-        io->fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-        if (io->fd_direct >= 0) {
-            io->direct = 1;
-        } else if (errno == EINVAL) {
+    for (int f = 0; f < n_files; f++) io->fd_direct[f] = io->fd_buf[f] = -1;
+    io->n_files = n_files;
+    io->direct = !q.no_direct;
+    for (int f = 0; f < n_files; f++) {
+        const char *path = paths[f];
+        io->fd_buf[f] = open(path, O_RDONLY | O_CLOEXEC);
+        if (io->fd_buf[f] < 0) {
+            st = es_fail(ES_E_IO, "open %s: %s", path, strerror(errno));
+            goto fail;
+        }
+        struct stat sb;
+        if (fstat(io->fd_buf[f], &sb) != 0) {
+            st = es_fail(ES_E_IO, "stat %s: %s", path, strerror(errno));
+            goto fail;
+        }
+        io->file_bytes[f] = (uint64_t)sb.st_size;
+        if (!io->direct) continue;
+        io->fd_direct[f] = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (io->fd_direct[f] < 0 && errno == EINVAL) { /* then buffered for every file */
             es_log(ES_LOG_INFO, "io: %s: the file system refuses O_DIRECT; buffered reads",
                    path);
-        } else {
+            io->direct = 0;
+        } else if (io->fd_direct[f] < 0) {
             st = es_fail(ES_E_IO, "open %s (O_DIRECT): %s", path, strerror(errno));
             goto fail;
         }
     }
+    for (int f = 0; !io->direct && f < n_files; f++)
+        if (io->fd_direct[f] >= 0) {
+            close(io->fd_direct[f]);
+            io->fd_direct[f] = -1;
+        }
 
     if (q.backend == ES_IO_URING || q.backend == ES_IO_AUTO) {
         st = es_io_uring_init(io);
@@ -173,15 +198,28 @@ void es_io_close(es_io *io)
     } else if (io->be) {
         es_io_pread_fini(io); /* joins the workers: no read runs after this */
     }
-    if (io->fd_direct >= 0) close(io->fd_direct);
-    if (io->fd_buf >= 0) close(io->fd_buf);
+    for (int f = 0; f < io->n_files; f++) {
+        if (io->fd_direct[f] >= 0) close(io->fd_direct[f]);
+        if (io->fd_buf[f] >= 0) close(io->fd_buf[f]);
+    }
+    free(io->fd_direct);
+    free(io->fd_buf);
+    free(io->file_bytes);
     free(io);
 }
 
 es_status es_io_submit(es_io *io, uint64_t off, size_t len, size_t need, void *dst,
                        uint64_t tag)
 {
+    return es_io_submit_file(io, 0, off, len, need, dst, tag);
+}
+
+es_status es_io_submit_file(es_io *io, int file, uint64_t off, size_t len, size_t need,
+                            void *dst, uint64_t tag)
+{
     const size_t a = ES_IO_ALIGN;
+    if (file < 0 || file >= io->n_files)
+        return es_fail(ES_E_INVAL, "io: file %d of %d", file, io->n_files);
     if (off % a || len % a || (uintptr_t)dst % a)
         return es_fail(ES_E_INVAL,
                        "io: read of %zu bytes at offset %llu into %p: offset, length and buffer "
@@ -204,7 +242,7 @@ es_status es_io_submit(es_io *io, uint64_t off, size_t len, size_t need, void *d
         slot++;
     ES_ASSERT(slot < io->p.queue_depth);
     io_req *r = &io->req[slot];
-    *r = (io_req){.off = off, .len = len, .need = need, .dst = dst, .tag = tag};
+    *r = (io_req){.file = file, .off = off, .len = len, .need = need, .dst = dst, .tag = tag};
     r->inject_eio = io->p.fault_eio_at > 0 && io->n_submits + 1 == (uint64_t)io->p.fault_eio_at;
     es_status st = issue(io, slot, 0, io->direct);
     if (st != ES_OK) return st;
@@ -317,8 +355,9 @@ static int advance(es_io *io, uint64_t *tag, es_status *req_status)
             return 1;
         }
         uint64_t at = r->off + r->done;
-        if (res == 0 || at >= io->file_bytes) {
-            uint64_t eof = at < io->file_bytes ? at : io->file_bytes;
+        const uint64_t file_bytes = io->file_bytes[r->file];
+        if (res == 0 || at >= file_bytes) {
+            uint64_t eof = at < file_bytes ? at : file_bytes;
             es_fail(ES_E_IO, "read of %zu bytes at offset %llu: file ends at %llu, %zu "
                              "bytes short",
                     r->len, (unsigned long long)r->off, (unsigned long long)eof,

@@ -1,6 +1,7 @@
 /*
- * Reads from one file with a bounded number of reads in flight: the layer the expert loader
- * sits on (docs/design.md §5-6: one group of experts = one contiguous extent = one request).
+ * Reads from a file (or the parts of a split model) with a bounded number of reads in flight:
+ * the layer the expert loader sits on (docs/design.md §5-6: one group of experts = one
+ * contiguous extent = one request).
  *
  * DESIGN
  * - Two backends behind one API: io_uring (one ring, one SQE per read, the request slot in
@@ -78,6 +79,12 @@ typedef struct es_io_params {
  * params), ES_E_IO (open/fstat failed), ES_E_UNSUPPORTED (ES_IO_URING asked for and no ring
  * can be created, or the build has no liburing), ES_E_NOMEM; *out is NULL then. */
 es_status es_io_open(const char *path, const es_io_params *p, es_io **out);
+/* The same over n_files files (1..ES_IO_MAX_FILES: a model split in parts), read with
+ * es_io_submit_file(); one queue and one backend for all. O_DIRECT is used for all of them or,
+ * if the file system refuses it for one, for none. */
+#define ES_IO_MAX_FILES 4096
+es_status es_io_open_files(const char *const *paths, int n_files, const es_io_params *p,
+                           es_io **out);
 
 /* NULL is a no-op. Reads still in flight are waited for (a read of a regular file cannot be
  * interrupted halfway), so no buffer is written after close returns; their results are
@@ -88,7 +95,7 @@ void es_io_close(es_io *io);
 const char *es_io_used_backend(const es_io *io); /* "io_uring" or "pread" */
 int es_io_direct(const es_io *io); /* 1 if reads bypass the page cache (O_DIRECT); may turn 0
                                       after the first read (the EINVAL fallback) */
-uint64_t es_io_file_bytes(const es_io *io); /* size at open (fstat) */
+uint64_t es_io_file_bytes(const es_io *io); /* size at open (fstat), of file 0 */
 int es_io_queue_depth(const es_io *io);     /* the depth in use (params' 0 -> 4) */
 size_t es_io_alignment(void); /* 4096: offsets, lengths and buffers of every request */
 
@@ -104,6 +111,10 @@ size_t es_io_alignment(void); /* 4096: offsets, lengths and buffers of every req
  * cannot take the read (ring submit failed). */
 es_status es_io_submit(es_io *io, uint64_t off, size_t len, size_t need, void *dst,
                        uint64_t tag);
+/* es_io_submit() of file `file` (0 .. n_files - 1 of es_io_open_files; ES_E_INVAL otherwise):
+ * es_io_submit is file 0. */
+es_status es_io_submit_file(es_io *io, int file, uint64_t off, size_t len, size_t need,
+                            void *dst, uint64_t tag);
 
 /* Waits for one completion or a wake-up (blocks while requests are in flight).
  * A completion: *tag is the request's tag; *req_status is ES_OK, or ES_E_IO with

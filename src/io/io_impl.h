@@ -32,6 +32,7 @@
 typedef struct io_req {
     int busy;           /* submitted, not yet returned by es_io_wait */
     int inject_eio;     /* fault_eio_at picked this request */
+    int file;           /* which of the files (es_io_open_files) */
     uint64_t off;       /* file offset of dst[0] */
     size_t len, need;
     uint8_t *dst;
@@ -47,11 +48,12 @@ typedef struct io_req {
 
 struct es_io {
     es_io_params p;     /* validated copy; p.queue_depth is the depth in use */
-    int fd_direct;      /* -1 when not direct */
-    int fd_buf;         /* always open: buffered reads and unaligned remainders */
+    int n_files;
+    int *fd_direct;     /* [n_files], -1 when not direct */
+    int *fd_buf;        /* [n_files], always open: buffered reads and unaligned remainders */
     int direct;         /* new reads go to fd_direct */
     int direct_proven;  /* a direct read has succeeded: EINVAL is a real error from now on */
-    uint64_t file_bytes;
+    uint64_t *file_bytes; /* [n_files] */
     es_io_backend kind; /* ES_IO_URING or ES_IO_PREAD */
     void *be;           /* backend state */
     io_req req[ES_IO_MAX_DEPTH];

@@ -167,6 +167,7 @@ static es_status bind_split_experts(es_model *m, int il, es_layer *L)
         if (!(ts[k]->name = strdup(name)))
             return es_fail(ES_E_NOMEM, "%s: out of memory binding %s", path, name);
         L->exp_data[k] = ts[k]->data;
+        L->exp_file[k] = file0;
         L->exp_file_off[k] = es_gguf_data_offset(es_gguf_file(m->gguf, file0)) + off0;
         L->exp_stride[k] = (size_t)stride;
         L->exp_bytes[k] = ts[k]->nbytes;
@@ -298,6 +299,7 @@ static es_status bind_tensors(es_model *m)
         for (int i = 0; i < 3; i++) {
             const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, ts[i]->name);
             L->exp_data[i] = ts[i]->data;
+            L->exp_file[i] = t->file;
             L->exp_file_off[i] = es_gguf_data_offset(es_gguf_file(m->gguf, t->file)) + t->offset;
             L->exp_bytes[i] = L->exp_stride[i] = ts[i]->nbytes / (size_t)ne_;
         }

@@ -112,6 +112,7 @@ typedef struct es_layer {
      * matrix (three tensors; with one tensor per expert, the distance between two experts'
      * tensors); in a pack it is one record [gate | up | down] (pack.h). */
     const uint8_t *exp_data[3];
+    uint32_t exp_file[3]; /* the file exp_file_off is in: a split model's part, else 0 */
     uint64_t exp_file_off[3];
     size_t exp_stride[3];
     size_t exp_bytes[3];  /* one expert's matrix (0 in a dense layer) */

@@ -3,6 +3,7 @@
 
 #include "stream/pipeline.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void es_stream_map_group(const es_layer *L, const es_pack_layer *pl, int e0, int e1, es_group_map *g)
@@ -11,25 +12,28 @@ void es_stream_map_group(const es_layer *L, const es_pack_layer *pl, int e0, int
     if (pl) { /* G consecutive records: one aligned extent */
         const uint64_t start = pl->file_offset + (uint64_t)e0 * pl->record_bytes;
         g->n_ext = 1;
-        g->ext[0] = (es_group_extent){start, (size_t)((uint64_t)(e1 - e0) * pl->record_bytes),
-                             (size_t)((uint64_t)(e1 - e0) * pl->record_bytes), 0};
+        g->ext[0] = (es_group_extent){0, start,
+                                      (size_t)((uint64_t)(e1 - e0) * pl->record_bytes),
+                                      (size_t)((uint64_t)(e1 - e0) * pl->record_bytes), 0};
         for (int i = 0; i < 3; i++) {
             g->mat_bank_off[i] = (size_t)pl->offsets[i];
             g->stride[i] = (size_t)pl->record_bytes;
         }
         return;
     }
-    /* One slice per matrix kind; slices that overlap (a GGUF with one tensor per expert, each
-     * expert's three in turn: every kind's slice spans the others) are read as one extent. */
+    /* One slice per matrix kind (in its file: a split model's part); slices that overlap (a
+     * GGUF with one tensor per expert, each expert's three in turn: every kind's slice spans
+     * the others) are read as one extent. */
     uint64_t s[3], end[3];
     for (int i = 0; i < 3; i++) {
         s[i] = L->exp_file_off[i] + (uint64_t)e0 * L->exp_stride[i];
         end[i] = L->exp_file_off[i] + (uint64_t)(e1 - 1) * L->exp_stride[i] + L->exp_bytes[i];
         g->stride[i] = L->exp_stride[i];
     }
-    int order[3] = {0, 1, 2}; /* by start */
+    int order[3] = {0, 1, 2}; /* by file, then start */
+#define BEFORE(a, b) (L->exp_file[a] != L->exp_file[b] ? L->exp_file[a] < L->exp_file[b] : s[a] < s[b])
     for (int i = 1; i < 3; i++)
-        for (int j = i; j > 0 && s[order[j]] < s[order[j - 1]]; j--) {
+        for (int j = i; j > 0 && BEFORE(order[j], order[j - 1]); j--) {
             const int t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
@@ -38,25 +42,28 @@ void es_stream_map_group(const es_layer *L, const es_pack_layer *pl, int e0, int
     for (int n = 0; n < 3;) {
         uint64_t lo = s[order[n]], hi = end[order[n]];
         int m = n + 1;
-        for (; m < 3 && s[order[m]] < hi; m++) hi = end[order[m]] > hi ? end[order[m]] : hi;
+        const uint32_t file = L->exp_file[order[n]];
+        for (; m < 3 && L->exp_file[order[m]] == file && s[order[m]] < hi; m++)
+            hi = end[order[m]] > hi ? end[order[m]] : hi;
         const uint64_t a = lo / ES_STREAM_ALIGN * ES_STREAM_ALIGN;
         const uint64_t b = (hi + ES_STREAM_ALIGN - 1) / ES_STREAM_ALIGN * ES_STREAM_ALIGN;
-        g->ext[g->n_ext++] = (es_group_extent){a, (size_t)(b - a), (size_t)(hi - a), at};
+        g->ext[g->n_ext++] = (es_group_extent){(int)file, a, (size_t)(b - a), (size_t)(hi - a), at};
         for (int j = n; j < m; j++) g->mat_bank_off[order[j]] = at + (size_t)(s[order[j]] - a);
         at += (size_t)(b - a);
         n = m;
     }
+#undef BEFORE
 }
 
-es_status es_stream_source_check(const es_model *m)
+es_status es_stream_io_open(const es_model *m, const es_io_params *p, es_io **out)
 {
     const uint32_t n = es_gguf_n_files(m->gguf);
-    if (n == 1) return ES_OK;
-    const char *path = es_gguf_path(m->gguf);
-    return es_fail(ES_E_UNSUPPORTED, "%s is the first of %u files of a split model, and streaming "
-                   "experts reads them from one file: pack the model first (estream pack -m %s "
-                   "-o model.pack: one file) and run the pack, or run it without a memory budget",
-                   path, n, path);
+    const char **paths = malloc(sizeof(*paths) * n);
+    if (!paths) return es_fail(ES_E_NOMEM, "streaming: out of memory");
+    for (uint32_t i = 0; i < n; i++) paths[i] = es_gguf_path(es_gguf_file(m->gguf, i));
+    es_status st = es_io_open_files(paths, (int)n, p, out);
+    free(paths);
+    return st;
 }
 
 size_t es_stream_map_bytes(const es_group_map *g)

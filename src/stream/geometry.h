@@ -7,6 +7,7 @@
 #ifndef ES_STREAM_GEOMETRY_H
 #define ES_STREAM_GEOMETRY_H
 
+#include "io/io.h"
 #include "model/model.h"
 #include "pack/pack.h"
 
@@ -16,6 +17,7 @@
 /* One read of a group: file [off, off + len) into bank bytes [bank_off, bank_off + len); the
  * first `need` bytes must exist (the rest is 4 KiB rounding past the data). */
 typedef struct es_group_extent {
+    int file;  /* which file of the model (a split model's part; 0 otherwise) */
     uint64_t off;
     size_t len, need, bank_off;
 } es_group_extent;
@@ -32,9 +34,8 @@ typedef struct es_group_map {
 /* Extents of experts [e0, e1) of layer L (pl: its pack layout, or NULL for a GGUF). */
 void es_stream_map_group(const es_layer *L, const es_pack_layer *pl, int e0, int e1,
                          es_group_map *g);
-/* ES_OK if the streamer can read m's experts: one file (a pack, or a GGUF that is not split in
- * parts); else ES_E_UNSUPPORTED saying to pack it. */
-es_status es_stream_source_check(const es_model *m);
+/* Opens the I/O queue over the model's files (a split model's parts, else its one file). */
+es_status es_stream_io_open(const es_model *m, const es_io_params *p, es_io **out);
 /* The bank bytes a group needs: its extents' lengths. */
 size_t es_stream_map_bytes(const es_group_map *g);
 /* Calls fn for every group of G experts of every sparse layer, in order (with the pack layout

@@ -256,7 +256,7 @@ static void issue_one(es_stream *s)
     const int x = k->next_ext++;
     if (k->next_ext == k->map.n_ext) s->filling = -1;
     const es_group_extent *ex = &k->map.ext[x];
-    es_status st = es_io_submit(s->io, ex->off, ex->len, ex->need,
+    es_status st = es_io_submit_file(s->io, ex->file, ex->off, ex->len, ex->need,
                                 es_arena_bank(s->arena, b) + ex->bank_off,
                                 (uint64_t)b * ES_STREAM_MAX_EXT + (uint64_t)x);
     if (st == ES_OK) {
@@ -651,7 +651,6 @@ es_status es_stream_create(const es_model *m, const es_stream_params *params, es
         s->banks[b].entry = -1;
         s->free_banks[s->n_free++] = b;
     }
-    if ((st = es_stream_source_check(m)) != ES_OK) goto fail;
     const size_t bank_bytes = es_stream_bank_bytes(m, s->G);
     if (bank_bytes == 0) {
         st = es_fail(ES_E_INVAL, "streaming: no expert bytes to stream");
@@ -659,7 +658,7 @@ es_status es_stream_create(const es_model *m, const es_stream_params *params, es
     }
     if ((st = es_arena_create(s->B, bank_bytes, &s->arena))) goto fail;
     es_io_params io = params->io;
-    if ((st = es_io_open(es_gguf_path(m->gguf), &io, &s->io))) goto fail;
+    if ((st = es_stream_io_open(m, &io, &s->io))) goto fail;
     s->st.io_backend = es_io_used_backend(s->io);
     s->st.direct = es_io_direct(s->io);
     s->st.queue_depth = es_io_queue_depth(s->io);

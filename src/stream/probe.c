@@ -33,7 +33,7 @@ static void probe_group(void *u, const es_group_map *g)
             slot = (int)tag;
         }
         const es_group_extent *e = &g->ext[x];
-        ps->st = es_io_submit(ps->io, e->off, e->len, e->need,
+        ps->st = es_io_submit_file(ps->io, e->file, e->off, e->len, e->need,
                               ps->buf + (size_t)slot * ps->slot_bytes, (uint64_t)slot);
         ps->busy_slots |= (uint64_t)1 << slot;
         ps->bytes += e->len;
@@ -51,7 +51,6 @@ es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p,
     const int G = p->groups < m->hp.n_expert ? p->groups : m->hp.n_expert;
     slot = es_stream_bank_bytes(m, G);
     if (slot == 0) return es_fail(ES_E_INVAL, "probe: the model has no experts");
-    ES_TRY(es_stream_source_check(m));
     probe_state ps = {.Q = Q, .slot_bytes = es_align_up(slot, 4096), .max_bytes = p->max_bytes};
     /* es_alloc_big aligns to 2 MiB (hence 4096, as O_DIRECT needs) only from 2 MiB up */
     const size_t buf_bytes = es_max_size(ps.slot_bytes * (size_t)Q, (size_t)2 << 20);
@@ -59,7 +58,7 @@ es_status es_stream_probe_bandwidth(const es_model *m, const es_stream_probe *p,
     if (!ps.buf) return es_fail(ES_E_NOMEM, "probe: out of memory");
     es_io_params io = {.queue_depth = Q, .limit_bytes_per_s = p->limit_bytes_per_s,
                        .no_direct = !p->direct_io, .backend = p->io_backend};
-    es_status st = es_io_open(es_gguf_path(m->gguf), &io, &ps.io);
+    es_status st = es_stream_io_open(m, &io, &ps.io);
     if (st == ES_OK) {
         const uint64_t t0 = es_now_ns();
         st = es_stream_walk_groups(m, G, probe_group, &ps);
