@@ -23,7 +23,7 @@
 #define ALIGN ((size_t)4096)
 
 static uint8_t *g_data; /* the file's content */
-static const char *g_path;
+static char *g_path;
 
 typedef struct cfg {
     es_io_backend backend;
@@ -46,7 +46,8 @@ static int group_setup(void **state)
         uint64_t v = t_next(&r);
         memcpy(g_data + i, &v, es_min_size(8, FILE_BYTES - i));
     }
-    g_path = t_tmp_path("io.bin");
+    g_path = strdup(t_tmp_path("io.bin")); /* t_tmp_path reuses its buffers */
+    if (!g_path) return -1;
     FILE *f = fopen(g_path, "wb");
     if (!f) return -1;
     size_t w = fwrite(g_data, 1, FILE_BYTES, f);
@@ -58,6 +59,7 @@ static int group_teardown(void **state)
 {
     (void)state;
     unlink(g_path);
+    free(g_path);
     free(g_data);
     return 0;
 }
