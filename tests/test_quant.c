@@ -54,7 +54,7 @@ static void test_table(void **state)
         {2, "q4_0", 32, 18, true},        {3, "q4_1", 32, 20, true},
         {6, "q5_0", 32, 22, true},        {7, "q5_1", 32, 24, true},
         {8, "q8_0", 32, 34, true},        {9, "q8_1", 32, 36, false},
-        {10, "q2_K", 256, 84, false},     {11, "q3_K", 256, 110, false},
+        {10, "q2_K", 256, 84, false},     {11, "q3_K", 256, 110, true},
         {12, "q4_K", 256, 144, true},     {13, "q5_K", 256, 176, true},
         {14, "q6_K", 256, 210, true},     {15, "q8_K", 256, 292, true},
         {16, "iq2_xxs", 256, 66, false},  {17, "iq2_xs", 256, 74, false},
@@ -817,6 +817,8 @@ static double rel_rmse(const float *x, const float *y, int n)
  * data the relative RMS error of a b-bit grid spanning [-1, 1] is about (2/(2^b - 1))/sqrt(12)
  * / rms(x) = 1/(2^b - 1) (rms(x) = 1/sqrt 3). We require, per 256 block without outliers:
  *   Q4_K <= 0.09 (grid 1/15 = 0.067)   Q5_K <= 0.045 (1/31 = 0.032)   Q6_K <= 0.025 (1/63 = 0.016)
+ *   Q3_K <= 0.2 (1/7 = 0.14), each element within amax/4 (half its grid step of amax/4 plus
+ *   the 6-bit scale's rounding; amax/8 for the others)
  *   Q8_K: |err| <= |d|/2 per element, exactly (one float scale, round to nearest).
  * Blocks with an outlier may lose more (4-bit grid stretched by 40x the rest); there each element
  * must still be within 1/8 of the block's amax. Constant and zero blocks: error <= 1% / exactly 0.
@@ -828,7 +830,9 @@ static void test_rt_k(void **state)
     static const struct {
         uint32_t type;
         double rel;
-    } cases[] = {{ES_QTYPE_Q4_K, 0.09}, {ES_QTYPE_Q5_K, 0.045}, {ES_QTYPE_Q6_K, 0.025}};
+        float elem; /* each element within amax / elem */
+    } cases[] = {{ES_QTYPE_Q4_K, 0.09, 8}, {ES_QTYPE_Q5_K, 0.045, 8}, {ES_QTYPE_Q6_K, 0.025, 8},
+                 {ES_QTYPE_Q3_K, 0.2, 4}};
     for (int seed = 1; seed <= 3; seed++) {
         make_row(x, RT_N, (uint64_t)seed);
         for (size_t c = 0; c < ES_LEN(cases); c++) {
@@ -850,7 +854,7 @@ static void test_rt_k(void **state)
                     fail_msg("%s seed %d block %d: rel rmse %g > %g", es_qtype_name(cases[c].type),
                              seed, b, r, lim);
                 for (int i = 0; i < 256; i++)
-                    if (!t_near(yb[i], xb[i], amax / 8))
+                    if (!t_near(yb[i], xb[i], amax / cases[c].elem))
                         fail_msg("%s seed %d x[%d]=%g y=%g amax=%g", es_qtype_name(cases[c].type),
                                  seed, 256 * b + i, xb[i], yb[i], amax);
             }
@@ -986,6 +990,18 @@ static void test_golden_ggml(void **state)
         if (fnv1a(y, sizeof(y)) != golden[k].dequant)
             fail_msg("%s: dequantized floats differ from ggml's", es_qtype_name(type));
     }
+    /* Q3_K: dequantization only (estream's quantizer is its own, for synthetic models), the same
+     * random bytes through ggml's dequantize_row_q3_K (llama.cpp 3f545bec's ggml, which gives
+     * the Q6_K hash above too) */
+    const size_t rb = es_qtype_row_bytes(ES_QTYPE_Q3_K, N);
+    t_rng r2 = {77};
+    for (size_t i = 0; i < rb; i++)
+        q[i] = (uint8_t)t_next(&r2);
+    es_dequantize_row(ES_QTYPE_Q3_K, q, y, N);
+    for (int i = 0; i < N; i++)
+        if (isnan(y[i])) y[i] = NAN;
+    if (fnv1a(y, sizeof(y)) != 0x74b8961d3bb7d93cull)
+        fail_msg("q3_K: dequantized floats differ from ggml's");
 }
 
 int main(void)

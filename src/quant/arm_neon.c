@@ -359,6 +359,49 @@ static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
+/* Q3_K super-block: block 4h+j takes bits 2j..2j+1 of qs[32h + l] and bit 4h+j of hmask[l]
+ * for weight l (layout in qtypes.c's dq_q3_K), value q2 + 4 * hbit - 4; its 16 scales of 16
+ * weights placed as Q6_K's halves. Shifts by a vector of counts (vshlq_u8, negative: right),
+ * since j is not a constant expression. */
+static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b += 8) {
+        const uint8_t *sb = W + b / 8 * 110;
+        uint8_t *rec = tile + (b - kb0) * REC;
+        uint8x16_t hm_lo[8], hm_hi[8];
+        tr8x32(sb, wrb, nr, hm_lo, hm_hi);
+        for (int h = 0; h < 2; h++) {
+            uint8x16_t q_lo[8], q_hi[8];
+            tr8x32(sb + 32 + 32 * h, wrb, nr, q_lo, q_hi);
+            for (int j = 0; j < 4; j++) {
+                const int8x16_t qshift = vdupq_n_s8((int8_t)(-2 * j));
+                const int8x16_t hshift = vdupq_n_s8((int8_t)(2 - (4 * h + j))); /* to bit 2 */
+                for (int g = 0; g < 8; g++) {
+                    for (int part = 0; part < 2; part++) {
+                        const uint8x16_t q = part ? q_hi[g] : q_lo[g];
+                        const uint8x16_t hm = part ? hm_hi[g] : hm_lo[g];
+                        const uint8x16_t v = vorrq_u8(and8(vshlq_u8(q, qshift), 3),
+                                                      and8(vshlq_u8(hm, hshift), 4));
+                        vst1q_u8(rec + (4 * h + j) * REC + 32 * g + 16 * part,
+                                 vsubq_u8(v, vdupq_n_u8(4)));
+                    }
+                }
+            }
+        }
+        float s[16][8] = {{0}}; /* [scale index][row] */
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *x = sb + j * wrb;
+            es_f16 hd;
+            memcpy(&hd, x + 108, 2);
+            const float d = es_f16_to_f32(hd);
+            for (int i = 0; i < 16; i++)
+                s[i][j] = d * (float)es_q3k_scale(i, x + 96);
+        }
+        for (int i = 0; i < 16; i++)
+            memcpy(rec + (i / 2) * REC + 256 + 32 * (i % 2), s[i], 32);
+    }
+}
+
 #ifdef ES_I8MM
 /* sdot record -> smmla record, in place: chunk c (bytes 64c .. 64c+63, groups 2c and 2c+1)
  * becomes [pair p][row 2p, then 2p+1][weights 8c .. 8c+7]. zip1/zip2 on dwords interleave the
@@ -646,6 +689,7 @@ GEMM_INT(gemm_q8_0, A_Q80, dec_q8_0, ES_QTYPE_Q8_0)
 GEMM_INT(gemm_q4_K, A_Q4K, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
+GEMM_INT(gemm_q3_K, A_Q6K, dec_q3_K, ES_QTYPE_Q3_K)
 GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
@@ -891,6 +935,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_k, gemm_q4_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_k, gemm_q5_K, scratch_int, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_k, gemm_q6_K, scratch_int, NULL}},
+        {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_k, gemm_q3_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q, gemm_q5_0, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_k, gemm_iq4_xs, scratch_int, NULL}},

@@ -282,6 +282,15 @@ static inline void es_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
     }
 }
 
+/* Q3_K: the signed scale (6-bit value - 32) of sub-block i (0..15, 16 weights each) from the
+ * 12 packed bytes: 4 low bits from byte i (i < 8) or the high nibble of byte i - 8, 2 high bits
+ * from byte 8 + i % 4 at bit 2 * (i / 4). */
+static inline int es_q3k_scale(int i, const uint8_t *s)
+{
+    const int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
+    return (lo | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
+}
+
 /* IQ4_XS: the scale of sub-block j (0..7) of the 136-byte super-block at sb, d * (ls - 32) with
  * the 6-bit ls from scales_l (4 bits) and scales_h (2 bits), as llama.cpp computes it. */
 static inline float es_iq4xs_scale(const uint8_t *sb, int j)

@@ -4,13 +4,13 @@
  *
  * DESIGN: one weight row at a time is decoded to its integer values (the signed value of the
  * quantized weight: q-8 for Q4_0, q for Q8_0, the unsigned 4/5-bit q for Q4_K/Q5_K, q-32 for
- * Q6_K) plus float scales, then multiplied with every token row. The float operations per block
+ * Q6_K, q-4 or q for Q3_K) plus float scales, then multiplied with every token row. The float operations per block
  * are exactly the ones the SIMD micro-kernels do, in the same order, written out with fmaf():
  *
  *   Q4_0, Q8_0   t = (float)dot * d_w;              y = fma(t, d_x, y)
  *   Q4_K, Q5_K   t = (float)dot * (d*sc);           y = fma(t, d_x, y);
  *                                                   y = fma(-(dmin*m), d_x*sum(q_x), y)
- *   Q6_K         t = (float)dot_lo * (d*sc_lo);     t = fma((float)dot_hi, d*sc_hi, t);
+ *   Q6_K, Q3_K   t = (float)dot_lo * (d*sc_lo);     t = fma((float)dot_hi, d*sc_hi, t);
  *                                                   y = fma(t, d_x, y)
  *   F32/F16/BF16 y = fma(w[k], x[k], y) for k = 0, 1, ...
  *
@@ -280,6 +280,20 @@ static void decode_q6_K(const es_block_q6_K *x, int8_t *q, float *s)
     }
 }
 
+/* Q3_K: value ((qs >> 2j) & 3) - (hmask bit ? 0 : 4), s[sub-block of 16] = d * scale (layout
+ * in qtypes.c's dq_q3_K). */
+static void decode_q3_K(const es_block_q3_K *x, int8_t *q, float *s)
+{
+    const float d = es_f16_to_f32(x->d);
+    for (int i = 0; i < 16; i++)
+        s[i] = d * (float)es_q3k_scale(i, x->scales);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int b = 0; b < 32; b++)
+                *q++ = (int8_t)(((x->qs[32 * h + b] >> (2 * j)) & 3) -
+                                ((x->hmask[b] >> (4 * h + j)) & 1 ? 0 : 4));
+}
+
 /* IQ4_NL / IQ4_XS: each nibble indexes llama.cpp's 16 non-linear levels (es_dequantize_row
  * decodes the same); s[block of 32] = d (IQ4_NL) or d * (6-bit scale - 32) (IQ4_XS). */
 static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -338,6 +352,10 @@ static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, flo
         for (int64_t i = 0; i < nsb; i++)
             decode_q6_K((const es_block_q6_K *)w + i, q + 256 * i, s + 16 * i);
         break;
+    case ES_QTYPE_Q3_K:
+        for (int64_t i = 0; i < nsb; i++)
+            decode_q3_K((const es_block_q3_K *)w + i, q + 256 * i, s + 16 * i);
+        break;
     case ES_QTYPE_IQ4_NL:
         decode_iq4_nl(w, nb, q, s);
         break;
@@ -391,7 +409,7 @@ static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t N, int64_t n
                     lo += a[i] * x[i];
                 for (int i = 16; i < 32; i++)
                     hi += a[i] * x[i];
-                if (type == ES_QTYPE_Q6_K) {
+                if (type == ES_QTYPE_Q6_K || type == ES_QTYPE_Q3_K) {
                     float t = (float)lo * ws[2 * b];
                     t = fmaf((float)hi, ws[2 * b + 1], t);
                     y = fmaf(t, xd[b], y);
@@ -438,6 +456,7 @@ GEMM_Q(gemm_q8_0, ES_QTYPE_Q8_0)
 GEMM_Q(gemm_q4_K, ES_QTYPE_Q4_K)
 GEMM_Q(gemm_q5_K, ES_QTYPE_Q5_K)
 GEMM_Q(gemm_q6_K, ES_QTYPE_Q6_K)
+GEMM_Q(gemm_q3_K, ES_QTYPE_Q3_K)
 GEMM_Q(gemm_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_Q(gemm_q5_0, ES_QTYPE_Q5_0)
 GEMM_Q(gemm_q4_1, ES_QTYPE_Q4_1)
@@ -481,6 +500,7 @@ void es_kern_fill_scalar(es_kern *k)
              * 256) and IQ4: tables without a SIMD kernel for them run these */
             {ES_QTYPE_IQ4_NL, gemm_iq4_nl}, {ES_QTYPE_IQ4_XS, gemm_iq4_xs},
             {ES_QTYPE_Q5_0, gemm_q5_0}, {ES_QTYPE_Q4_1, gemm_q4_1}, {ES_QTYPE_Q5_1, gemm_q5_1},
+            {ES_QTYPE_Q3_K, gemm_q3_K},
         },
       f[] = {
           {ES_QTYPE_F32, gemm_f32},
@@ -497,6 +517,7 @@ void es_kern_fill_scalar(es_kern *k)
     k->op[ES_QTYPE_Q4_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q5_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q6_K].act_prepare = act_prepare_k;
+    k->op[ES_QTYPE_Q3_K].act_prepare = act_prepare_k;   /* Q8_K, as llama.cpp's vec_dot */
     k->op[ES_QTYPE_IQ4_XS].act_prepare = act_prepare_k; /* Q8_K, as llama.cpp's vec_dot */
     k->op[ES_QTYPE_Q4_1].act_prepare = act_prepare_q1;  /* Q8_1 */
     k->op[ES_QTYPE_Q5_1].act_prepare = act_prepare_q1;

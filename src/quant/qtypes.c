@@ -60,7 +60,7 @@ static const es_qtype_info type_table[ES_QTYPE_COUNT] = {
     [8] = {"q8_0", 32, 34, true},       /* d, qs[32] */
     [9] = {"q8_1", 32, 36, false},      /* d, s, qs[32] */
     [10] = {"q2_K", 256, 84, false},    /* scales[16], qs[64], d, dmin */
-    [11] = {"q3_K", 256, 110, false},   /* hmask[32], qs[64], scales[12], d */
+    [11] = {"q3_K", 256, 110, true},    /* hmask[32], qs[64], scales[12], d */
     [12] = {"q4_K", 256, 144, true},    /* d, dmin, scales[12], qs[128] */
     [13] = {"q5_K", 256, 176, true},    /* d, dmin, scales[12], qh[32], qs[128] */
     [14] = {"q6_K", 256, 210, true},    /* ql[128], qh[64], scales[16], d */
@@ -283,6 +283,45 @@ static void dq_q6_K(const es_block_q6_K *x, float *y, int64_t nb)
     }
 }
 
+/*
+ * Q3_K: 16 sub-blocks of 16 weights, x = d*(scale - 32)*q with q = 2 low bits from qs and a high
+ * bit from hmask, minus 4 where the high bit is clear (q in -4..3). The 6-bit scales are packed
+ * in 12 bytes as ggml's dequantize_row_q3_K unpacks them: words a0, a1, a2 of the bytes give
+ * scales 0-3 = a0 & 0x0f0f0f0f | (a2 & 0x03030303) << 4, 4-7 = a1 & ... | (a2 >> 2 & ...) << 4,
+ * 8-11 = a0 >> 4 & ... | (a2 >> 4 & ...) << 4, 12-15 = a1 >> 4 & ... | (a2 >> 6 & ...) << 4 (byte
+ * i of a word is scale i). Half h (128 weights) takes qs[32h..32h+31]; its 32-weight block j
+ * (j = 0..3) the bits 2j..2j+1 of qs and bit 4h+j of hmask: elements l = 0..15 from byte l
+ * (scale 8h+2j), 16..31 from byte 16+l (scale 8h+2j+1).
+ */
+static void dq_q3_K(const es_block_q3_K *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = h2f(x[i].d);
+        uint32_t a[4];
+        memcpy(a, x[i].scales, 12);
+        const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303, a2 = a[2];
+        a[2] = ((a[0] >> 4) & m4) | (((a2 >> 4) & m2) << 4);
+        a[3] = ((a[1] >> 4) & m4) | (((a2 >> 6) & m2) << 4);
+        a[0] = (a[0] & m4) | (((a2 >> 0) & m2) << 4);
+        a[1] = (a[1] & m4) | (((a2 >> 2) & m2) << 4);
+        uint8_t sc[16];
+        memcpy(sc, a, 16);
+        const uint8_t *q = x[i].qs, *hm = x[i].hmask;
+        for (int h = 0; h < 2; h++, q += 32) {
+            for (int j = 0; j < 4; j++) {
+                const int shift = 2 * j, bit = 1 << (4 * h + j);
+                for (int half = 0; half < 2; half++) {
+                    const float dl = d * (float)((int)sc[8 * h + 2 * j + half] - 32);
+                    for (int l = 0; l < 16; l++) {
+                        const int b = 16 * half + l;
+                        *y++ = dl * (float)(((q[b] >> shift) & 3) - ((hm[b] & bit) ? 0 : 4));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* Q8_K: float scale, x = d*q. bsums (sums of 16 q's) are only for dot products. */
 /* 16 values of IQ4 nibbles: the low nibbles are values 0..15, the high ones 16..31. */
 static void dq_iq4_32(const uint8_t *qs, float d, float *y)
@@ -364,6 +403,9 @@ void es_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
         break;
     case ES_QTYPE_Q6_K:
         dq_q6_K(src, dst, nb);
+        break;
+    case ES_QTYPE_Q3_K:
+        dq_q3_K(src, dst, nb);
         break;
     case ES_QTYPE_Q8_K:
         dq_q8_K(src, dst, nb);

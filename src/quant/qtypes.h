@@ -56,6 +56,7 @@ typedef struct { es_f16 d; uint8_t qs[ES_QK4_0 / 2]; } es_block_q4_0;
 typedef struct { es_f16 d, dmin; uint8_t scales[ES_K_SCALE_SIZE]; uint8_t qs[ES_QK_K / 2]; } es_block_q4_K;
 typedef struct { es_f16 d, dmin; uint8_t scales[ES_K_SCALE_SIZE]; uint8_t qh[ES_QK_K / 8]; uint8_t qs[ES_QK_K / 2]; } es_block_q5_K;
 typedef struct { uint8_t ql[ES_QK_K / 2]; uint8_t qh[ES_QK_K / 4]; int8_t scales[ES_QK_K / 16]; es_f16 d; } es_block_q6_K;
+typedef struct { uint8_t hmask[ES_QK_K / 8]; uint8_t qs[ES_QK_K / 4]; uint8_t scales[12]; es_f16 d; } es_block_q3_K;
 typedef struct { float d; int8_t qs[ES_QK_K]; int16_t bsums[ES_QK_K / 16]; } es_block_q8_K;
 
 _Static_assert(sizeof(es_block_q8_0) == 34, "q8_0 block");
@@ -63,6 +64,7 @@ _Static_assert(sizeof(es_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(es_block_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(es_block_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(es_block_q6_K) == 210, "q6_K block");
+_Static_assert(sizeof(es_block_q3_K) == 110, "q3_K block");
 _Static_assert(sizeof(es_block_q8_K) == 292, "q8_K block");
 
 typedef struct es_qtype_info {

@@ -392,6 +392,48 @@ static void q_q6_K(const float *x, es_block_q6_K *y, int64_t nb)
     }
 }
 
+/* Q3_K: the fit of Q6_K with 3-bit values (-4..3) and 6-bit signed scales (-32..31), packed as
+ * qtypes.c's dq_q3_K unpacks them. (ggml's quantizer searches the scales more; this one is for
+ * synthetic models and tests, and any valid encoding decodes the same everywhere.) */
+static void q_q3_K(const float *x, es_block_q3_K *y, int64_t nb)
+{
+    uint8_t L[ES_QK_K];
+    float sc[16];
+    for (int64_t i = 0; i < nb; i++, x += ES_QK_K) {
+        float max_sc = 0, max_abs = 0;
+        for (int j = 0; j < 16; j++) {
+            sc[j] = fit_scale_sym(16, 4, x + 16 * j, L + 16 * j);
+            if (fabsf(sc[j]) > max_abs) {
+                max_abs = fabsf(sc[j]);
+                max_sc = sc[j];
+            }
+        }
+        memset(&y[i], 0, sizeof(y[i]));
+        if (max_abs < GROUP_MAX_EPS) continue; /* all-zero block: d = 0 */
+        const float iscale = -32.0f / max_sc;
+        y[i].d = f2h(1.0f / iscale);
+        const float d = h2f(y[i].d);
+        int ls[16];
+        for (int j = 0; j < 16; j++) {
+            ls[j] = clampi(nearest_int(iscale * sc[j]), -32, 31);
+            const float ds = d * (float)ls[j];
+            for (int l = 0; l < 16; l++)
+                L[16 * j + l] = (uint8_t)(4 + (ds ? clampi(nearest_int(x[16 * j + l] / ds), -4, 3)
+                                                  : 0));
+            const int u = ls[j] + 32; /* 0..63 */
+            y[i].scales[j % 8] |= (uint8_t)((u & 15) << (j < 8 ? 0 : 4));
+            y[i].scales[8 + j % 4] |= (uint8_t)((u >> 4) << (2 * (j / 4)));
+        }
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int b = 0; b < 32; b++) {
+                    const int v = L[128 * h + 32 * j + b];
+                    y[i].qs[32 * h + b] |= (uint8_t)((v & 3) << (2 * j));
+                    y[i].hmask[b] |= (uint8_t)((v >> 2) << (4 * h + j));
+                }
+    }
+}
+
 /* Q8_K: the signed extreme maps to -127 (iscale = -127/max), q = min(127, round(x*iscale)),
  * d = 1/iscale; bsums[g] = sum of q over elements 16g..16g+15. */
 static void q_q8_K(const float *x, es_block_q8_K *y, int64_t nb)
@@ -461,6 +503,9 @@ bool es_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
         return true;
     case ES_QTYPE_Q6_K:
         q_q6_K(src, dst, nb);
+        return true;
+    case ES_QTYPE_Q3_K:
+        q_q3_K(src, dst, nb);
         return true;
     case ES_QTYPE_Q8_K:
         q_q8_K(src, dst, nb);

@@ -338,6 +338,7 @@ GEMM_AMX(gemm_q8_0, KQ, dec_q8_0, ES_QTYPE_Q8_0)
 GEMM_AMX(gemm_q4_K, KM, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_AMX(gemm_q5_K, KM, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_AMX(gemm_q6_K, K6, dec_q6_K, ES_QTYPE_Q6_K)
+GEMM_AMX(gemm_q3_K, K6, dec_q3_K, ES_QTYPE_Q3_K)
 GEMM_AMX(gemm_q5_0, KQ, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_AMX(gemm_iq4_nl, KQ, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_AMX(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
@@ -380,6 +381,7 @@ static void fill(es_kern *k)
         {ES_QTYPE_Q4_K, gemm_q4_K, scratch_k},     {ES_QTYPE_Q5_K, gemm_q5_K, scratch_k},
         {ES_QTYPE_Q6_K, gemm_q6_K, scratch_k},     {ES_QTYPE_Q5_0, gemm_q5_0, scratch_q},
         {ES_QTYPE_IQ4_NL, gemm_iq4_nl, scratch_q}, {ES_QTYPE_IQ4_XS, gemm_iq4_xs, scratch_q},
+        {ES_QTYPE_Q3_K, gemm_q3_K, scratch_k},
     };
     for (size_t i = 0; i < ES_LEN(tab); i++) {
         ES_ASSERT(k->op[tab[i].type].act_prepare != NULL); /* the avx512 table is underneath */

@@ -16,6 +16,7 @@
  *               <= 3810, all 8 groups of a block summed in int16 (<= 30480)
  *   Q5_K        0..31: sums of 4 groups (<= 31496)
  *   Q6_K        0..63 (corrected by -32*sum(x) per half): sums of 2 groups (<= 32004)
+ *   Q3_K        0..7 (q + 4, corrected by -4*sum(x) per half): Q6_K's path
  *   Q8_0        signed weights: |w| times x with w's sign moved onto x (vpsignb), each group
  *               widened on its own (pair sums <= 32512); Q5_0 (q5 - 16), IQ4_NL and IQ4_XS
  *               (levels -127..113) are decoded to signed bytes and use this path
@@ -350,6 +351,47 @@ static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
+/* Q3_K: u = q2 | hbit << 2 (0..7; the -4 is in the act correction per half), its 16 scales of
+ * 16 weights placed as Q6_K's halves (layout in qtypes.c's dq_q3_K). */
+static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b += 8) {
+        const uint8_t *sb = W + b / 8 * 110;
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i hm[8];
+        tr8x8(sb, wrb, nr, hm);
+#pragma GCC unroll 16
+        for (int h = 0; h < 2; h++) {
+            __m256i qs[8];
+            tr8x8(sb + 32 + 32 * h, wrb, nr, qs);
+#pragma GCC unroll 16
+            for (int j = 0; j < 4; j++) {
+                const int p = 4 * h + j; /* hmask bit, moved to bit 2 */
+#pragma GCC unroll 16
+                for (int g = 0; g < 8; g++) {
+                    const __m256i q2 = and8(srl16(qs[g], 2 * j), 3);
+                    const __m256i hb = and8(p > 2 ? srl16(hm[g], p - 2) : sll16(hm[g], 2 - p), 4);
+                    _mm256_store_si256((__m256i *)(rec + (4 * h + j) * REC + 32 * g),
+                                       _mm256_or_si256(q2, hb));
+                }
+            }
+        }
+        float s[16][8] = {{0}}; /* [scale index][row] */
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *x = sb + j * wrb;
+            es_f16 hd;
+            memcpy(&hd, x + 108, 2);
+            const float d = es_f16_to_f32(hd);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                s[i][j] = d * (float)es_q3k_scale(i, x + 96);
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            memcpy(rec + (i / 2) * REC + 256 + 32 * (i % 2), s[i], 32);
+    }
+}
+
 /* ---- integer micro-kernel ----------------------------------------------------------------------
  */
 
@@ -670,6 +712,7 @@ GEMM_INT(gemm_q8_0, A_Q80, dec_q8_0, ES_QTYPE_Q8_0)
 GEMM_INT(gemm_q4_K, A_Q4K, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
+GEMM_INT(gemm_q3_K, A_Q6K, dec_q3_K, ES_QTYPE_Q3_K)
 GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
@@ -853,6 +896,10 @@ static void act_q6_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *ac
 {
     act_q8(X, ldx, n, K, act, 8, 0, -32);
 }
+static void act_q3_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, 8, 0, -4);
+}
 
 /* ---- float weights ----------------------------------------------------------------------------
  */
@@ -985,6 +1032,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_k45, gemm_q4_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_k45, gemm_q5_K, scratch_int, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int, NULL}},
+        {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_q3_K, gemm_q3_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q8_0, gemm_q5_0, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q8_0, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_iq4_xs, gemm_iq4_xs, scratch_int, NULL}},

@@ -10,7 +10,8 @@
  * table), with DEC_BIAS 128. vpdpbusd multiplies unsigned bytes (first source) by signed bytes
  * (second source). The weights are the unsigned side: each is stored as (signed value + 128)
  * for Q4_0 (nibble + 120), Q8_0 (q ^ 0x80), Q5_0 (q5 + 112), IQ4_NL / IQ4_XS (level + 128) and
- * Q6_K (q + 96), and the accumulator starts at -128 * sum(x) of the block (Q6_K: of each half),
+ * Q6_K (q + 96), Q3_K (q + 124), and the accumulator starts at -128 * sum(x) of the block (Q6_K
+ * and Q3_K, whose scales are per 16: of each half),
  * which the act preparation stores; Q4_K/Q5_K weights are unsigned already (0..15, 0..31) and
  * start at 0. The int32 result is the exact dot product of the true integer weights with the
  * int8 activations. Micro-kernel: 6 tokens x 2 columns; for each group the 4 activation bytes
@@ -293,6 +294,7 @@ GEMM_INT(gemm_q8_0, KQ, dec_q8_0, ES_QTYPE_Q8_0)
 GEMM_INT(gemm_q4_K, KM, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, KM, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, K6, dec_q6_K, ES_QTYPE_Q6_K)
+GEMM_INT(gemm_q3_K, K6, dec_q3_K, ES_QTYPE_Q3_K)
 GEMM_INT(gemm_q5_0, KQ, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, KQ, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
@@ -510,6 +512,7 @@ void es_kern_fill_avx512(es_kern *k)
         {ES_QTYPE_Q4_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q4_K, scratch_k, NULL}},
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q5_K, scratch_k, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q6_K, scratch_k, NULL}},
+        {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q3_K, scratch_k, NULL}},
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q5_0, scratch_q, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_prepare_q, gemm_iq4_nl, scratch_q, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_prepare_k, gemm_iq4_xs, scratch_q, NULL}},

@@ -475,6 +475,63 @@ static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
+/* Q3_K (hmask[32], qs[64], scales[12], d): block 4h + j of a super-block takes bits 2j..2j+1 of
+ * qs[32h + l] and bit 4h + j of hmask[l] for weight l (layout in qtypes.c's dq_q3_K), value
+ * q2 - 4 + 4 * hbit; u = (q2 | hbit << 2) + DEC_BIAS - 4 (avx512: q + 124). Its 16 signed
+ * scales of 16 weights fill the record as Q6_K's halves do (kind K6). */
+static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    const __m512i off = _mm512_set1_epi8((char)(DEC_BIAS - 4));
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b += 8) {
+            const uint8_t *sb = Wc + b / 8 * 110;
+            uint8_t *rec = tile + (b - kb0) * REC_K + 64 * c;
+            __m512i hm[8];
+            tr16x8(sb, wrb, n, hm);
+#pragma GCC unroll 16
+            for (int h = 0; h < 2; h++) {
+                __m512i qs[8];
+                tr16x8(sb + 32 + 32 * h, wrb, n, qs);
+#pragma GCC unroll 16
+                for (int j = 0; j < 4; j++) {
+                    const int p = 4 * h + j; /* hmask bit, moved to bit 2 */
+#pragma GCC unroll 16
+                    for (int g = 0; g < 8; g++) {
+                        const __m512i q2 = and8(srl16(qs[g], 2 * j), 3);
+                        const __m512i hb = and8(p > 2 ? srl16(hm[g], p - 2) : sll16(hm[g], 2 - p), 4);
+                        _mm512_store_si512(rec + (4 * h + j) * REC_K + 128 * g,
+                                           _mm512_add_epi8(_mm512_or_si512(q2, hb), off));
+                    }
+                }
+            }
+            /* scales[12] at 96, d at 108: the last dword is scales[10..11] + d, never past the
+             * end of the block */
+            const __m512i A = _mm512_i32gather_epi32(ro, sb + 96, 1);
+            const __m512i B = _mm512_i32gather_epi32(ro, sb + 100, 1);
+            const __m512i C = _mm512_i32gather_epi32(ro, sb + 104, 1);
+            const __m512 d = f16_hi(_mm512_i32gather_epi32(ro, sb + 106, 1));
+            const __m512i m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const __m512i w = i % 8 < 4 ? A : B; /* low nibbles: byte i % 8 of A, B */
+                const __m512i lo = _mm512_and_si512(
+                    _mm512_srli_epi32(w, (unsigned)(8 * (i % 4) + (i < 8 ? 0 : 4))), m4);
+                const __m512i hi = _mm512_and_si512(
+                    _mm512_srli_epi32(C, (unsigned)(8 * (i % 4) + 2 * (i / 4))), m2);
+                const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)),
+                                                    _mm512_set1_epi32(32));
+                _mm512_store_ps(rec + (i / 2) * REC_K + 1024 + 128 * (i % 2),
+                                _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+            }
+        }
+    }
+}
+
 /* ---- tiled weights (quant/tiles.h) ----------------------------------------------------------
  *
  * The tile layout stores, per 32-row tile and block, the f16 scales d[nt] and then the qs dwords
