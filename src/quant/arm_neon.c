@@ -345,17 +345,7 @@ static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
                 }
             }
         }
-        float s[16][8] = {{0}}; /* [scale index][row] */
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *x = sb + j * wrb;
-            es_f16 hd;
-            memcpy(&hd, x + 208, 2);
-            const float d = es_f16_to_f32(hd);
-            for (int i = 0; i < 16; i++)
-                s[i][j] = d * (float)(int8_t)x[192 + i];
-        }
-        for (int i = 0; i < 16; i++)
-            memcpy(rec + (i / 2) * REC + 256 + 32 * (i % 2), s[i], 32);
+        es_kern_put_scales16(rec, REC, 256, sb, wrb, nr, es_q6k_row_scales);
     }
 }
 
@@ -388,17 +378,7 @@ static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
                 }
             }
         }
-        float s[16][8] = {{0}}; /* [scale index][row] */
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *x = sb + j * wrb;
-            es_f16 hd;
-            memcpy(&hd, x + 108, 2);
-            const float d = es_f16_to_f32(hd);
-            for (int i = 0; i < 16; i++)
-                s[i][j] = d * (float)es_q3k_scale(i, x + 96);
-        }
-        for (int i = 0; i < 16; i++)
-            memcpy(rec + (i / 2) * REC + 256 + 32 * (i % 2), s[i], 32);
+        es_kern_put_scales16(rec, REC, 256, sb, wrb, nr, es_q3k_row_scales);
     }
 }
 

@@ -291,6 +291,43 @@ static inline int es_q3k_scale(int i, const uint8_t *s)
     return (lo | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
 }
 
+/* The scales of a super-block's 16 sub-blocks of 16 weights as floats: Q6_K (d * signed byte)
+ * and Q3_K (d * es_q3k_scale), x the super-block. */
+static inline void es_q6k_row_scales(const uint8_t *x, float s[16])
+{
+    es_f16 hd;
+    memcpy(&hd, x + 208, 2);
+    const float d = es_f16_to_f32(hd);
+    for (int i = 0; i < 16; i++)
+        s[i] = d * (float)(int8_t)x[192 + i];
+}
+static inline void es_q3k_row_scales(const uint8_t *x, float s[16])
+{
+    es_f16 hd;
+    memcpy(&hd, x + 108, 2);
+    const float d = es_f16_to_f32(hd);
+    for (int i = 0; i < 16; i++)
+        s[i] = d * (float)es_q3k_scale(i, x + 96);
+}
+
+/* Those scales of 8 rows (row j's super-block at sb + j*wrb; rows >= nr get 0) into the records
+ * of the avx2 and AArch64 tables (rec_bytes each, 8 floats by row per scale): sub-block i goes to
+ * block i/2's record at s_off (first half of the block) or s_off + 32 (second). */
+static inline void es_kern_put_scales16(uint8_t *rec, size_t rec_bytes, size_t s_off,
+                                        const uint8_t *sb, size_t wrb, int nr,
+                                        void (*row_scales)(const uint8_t *x, float s[16]))
+{
+    float s[16][8] = {{0}}; /* [scale index][row] */
+    for (int j = 0; j < nr; j++) {
+        float r[16];
+        row_scales(sb + j * wrb, r);
+        for (int i = 0; i < 16; i++)
+            s[i][j] = r[i];
+    }
+    for (int i = 0; i < 16; i++)
+        memcpy(rec + (i / 2) * rec_bytes + s_off + 32 * (i % 2), s[i], 32);
+}
+
 /* IQ4_XS: the scale of sub-block j (0..7) of the 136-byte super-block at sb, d * (ls - 32) with
  * the 6-bit ls from scales_l (4 bits) and scales_h (2 bits), as llama.cpp computes it. */
 static inline float es_iq4xs_scale(const uint8_t *sb, int j)

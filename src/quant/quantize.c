@@ -349,20 +349,25 @@ static void q_q5_K(const float *x, es_block_q5_K *y, int64_t nb)
     }
 }
 
+/* fit_scale_sym over the 16 sub-blocks of 16 of a 256 block (values -nmax..nmax-1 into L,
+ * scales into sc); returns the scale of largest magnitude, with its sign. */
+static float fit_subblocks16(const float *x, int nmax, uint8_t *L, float sc[16])
+{
+    float max_sc = 0;
+    for (int j = 0; j < 16; j++) {
+        sc[j] = fit_scale_sym(16, nmax, x + 16 * j, L + 16 * j);
+        if (fabsf(sc[j]) > fabsf(max_sc)) max_sc = sc[j];
+    }
+    return max_sc;
+}
+
 static void q_q6_K(const float *x, es_block_q6_K *y, int64_t nb)
 {
     uint8_t L[ES_QK_K];
     float sc[16];
     for (int64_t i = 0; i < nb; i++, x += ES_QK_K) {
-        float max_sc = 0, max_abs = 0;
-        for (int j = 0; j < 16; j++) {
-            sc[j] = fit_scale_sym(16, 32, x + 16 * j, L + 16 * j);
-            if (fabsf(sc[j]) > max_abs) {
-                max_abs = fabsf(sc[j]);
-                max_sc = sc[j];
-            }
-        }
-        if (max_abs < GROUP_MAX_EPS) { /* all-zero block */
+        const float max_sc = fit_subblocks16(x, 32, L, sc);
+        if (fabsf(max_sc) < GROUP_MAX_EPS) { /* all-zero block */
             memset(&y[i], 0, sizeof(y[i]));
             continue;
         }
@@ -400,16 +405,9 @@ static void q_q3_K(const float *x, es_block_q3_K *y, int64_t nb)
     uint8_t L[ES_QK_K];
     float sc[16];
     for (int64_t i = 0; i < nb; i++, x += ES_QK_K) {
-        float max_sc = 0, max_abs = 0;
-        for (int j = 0; j < 16; j++) {
-            sc[j] = fit_scale_sym(16, 4, x + 16 * j, L + 16 * j);
-            if (fabsf(sc[j]) > max_abs) {
-                max_abs = fabsf(sc[j]);
-                max_sc = sc[j];
-            }
-        }
+        const float max_sc = fit_subblocks16(x, 4, L, sc);
         memset(&y[i], 0, sizeof(y[i]));
-        if (max_abs < GROUP_MAX_EPS) continue; /* all-zero block: d = 0 */
+        if (fabsf(max_sc) < GROUP_MAX_EPS) continue; /* all-zero block: d = 0 */
         const float iscale = -32.0f / max_sc;
         y[i].d = f2h(1.0f / iscale);
         const float d = h2f(y[i].d);
