@@ -173,6 +173,54 @@ static void test_family_deepseek(void **s)
     family("tiny-deepseek", (limits){INFINITY, 0.15, 3.0, 0.93, INFINITY}, quant_llama);
 }
 
+/* tiny-mixtral-q4_0 cut in 3 parts by llama.cpp's own llama-gguf-split (tests/data/README.md):
+ * from its first part estream gives the whole file's logits bit for bit, resident and streamed
+ * (a group's slices then come from several parts), and so llama.cpp's within its terms (which
+ * gives the same logits for the parts as for the whole file). */
+static void test_gguf_split_parts(void **s)
+{
+    (void)s;
+    size_t n;
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
+    const char *paths[2] = {DATA "tiny-mixtral-q4_0.gguf",
+                            DATA "tiny-mixtral-q4_0-parts-00001-of-00003.gguf"};
+    float *y[2][2];
+    size_t nv = 0;
+    for (int f = 0; f < 2; f++) {
+        es_model *m = open_ok(paths[f]);
+        nv = (size_t)es_model_n_vocab(m);
+        for (int streamed = 0; streamed < 2; streamed++) {
+            es_session_params p = es_session_default_params();
+            p.n_threads = 2;
+            p.stream = streamed;
+            p.groups = p.banks = streamed ? 2 : 0;
+            es_session *ss = NULL;
+            y[f][streamed] = malloc(sizeof(float) * n * nv);
+            if (es_session_create(m, &p, &ss) || es_session_prefill(ss, ids, n, 1, y[f][streamed]))
+                fail_msg("%s: %s", paths[f], es_last_error());
+            es_run_stats rs;
+            es_session_stats(ss, &rs);
+            assert_int_equal(rs.streaming, streamed);
+            es_session_destroy(ss);
+        }
+        es_model_close(m);
+    }
+    for (int streamed = 0; streamed < 2; streamed++)
+        for (size_t i = 0; i < n * nv; i++)
+            if (!isfinite(y[1][streamed][i]) ||
+                memcmp(&y[0][streamed][i], &y[1][streamed][i], sizeof(float)) != 0)
+                fail_msg("parts %s: logit %zu differs (%.9g vs %.9g)",
+                         streamed ? "streamed" : "resident", i, y[1][streamed][i],
+                         y[0][streamed][i]);
+    float *want = read_llama_logits(DATA "tiny-mixtral-q4_0.llama-logits.bin", n, nv);
+    check_limits("parts vs llama.cpp", paths[1], t_compare_logits(y[1][0], want, n, nv),
+                 quant_llama);
+    free(want);
+    for (int f = 0; f < 2; f++)
+        for (int streamed = 0; streamed < 2; streamed++) free(y[f][streamed]);
+    free(ids);
+}
+
 /* lfm2moe: short-convolution blocks beside GQA attention, a dense short-conv first layer, a
  * sigmoid router with an expert bias, a tied head */
 static void test_family_lfm2moe(void **s)
@@ -742,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_yarn_qwen3moe),
         cmocka_unit_test(test_fallback_types),
         cmocka_unit_test(test_family_q4_k_m),
+        cmocka_unit_test(test_gguf_split_parts),
         cmocka_unit_test(test_family_q3_k_m),
         cmocka_unit_test(test_mla_q4_k_m_within_llama_spread),
         cmocka_unit_test(test_small_f32),
