@@ -306,6 +306,11 @@ static void test_several_files(void **state)
     assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
     assert_int_equal(rs, ES_E_IO);
     assert_non_null(strstr(es_last_error(), "file ends at 1048653, 1 bytes short"));
+    /* entirely past the second file's end, inside the first's: the second's end is named */
+    assert_int_equal(es_io_submit_file(io, 1, 2u << 20, ALIGN, 10, b, 4), ES_OK);
+    assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
+    assert_int_equal(rs, ES_E_IO);
+    assert_non_null(strstr(es_last_error(), "file ends at 1048653, 10 bytes short"));
     assert_int_equal(es_io_submit_file(io, 0, tail, ALIGN, 78, b, 2), ES_OK);
     assert_int_equal(es_io_wait(io, &tag, &rs), ES_OK);
     assert_int_equal(rs, ES_OK);
