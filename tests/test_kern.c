@@ -17,36 +17,42 @@
 #include <math.h>
 #include <sys/mman.h>
 
-static const uint32_t all_types[] = {ES_QTYPE_Q4_0,   ES_QTYPE_Q8_0,  ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
-                                     ES_QTYPE_Q6_K,   ES_QTYPE_Q3_K,  ES_QTYPE_Q5_0, ES_QTYPE_IQ4_NL,
-                                     ES_QTYPE_IQ4_XS, ES_QTYPE_F16,   ES_QTYPE_BF16, ES_QTYPE_F32};
+static const uint32_t all_types[] = {ES_QTYPE_Q4_0,   ES_QTYPE_Q8_0, ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
+                                     ES_QTYPE_Q6_K,   ES_QTYPE_Q3_K, ES_QTYPE_Q2_K, ES_QTYPE_Q5_0,
+                                     ES_QTYPE_IQ4_NL, ES_QTYPE_IQ4_XS, ES_QTYPE_F16, ES_QTYPE_BF16,
+                                     ES_QTYPE_F32};
 
 static int is_k_type(uint32_t t) /* blocks of 256 */
 {
     return t == ES_QTYPE_Q4_K || t == ES_QTYPE_Q5_K || t == ES_QTYPE_Q6_K || t == ES_QTYPE_Q3_K ||
-           t == ES_QTYPE_IQ4_XS;
+           t == ES_QTYPE_Q2_K || t == ES_QTYPE_IQ4_XS;
 }
 static int is_iq4(uint32_t t)
 {
     return t == ES_QTYPE_IQ4_NL || t == ES_QTYPE_IQ4_XS;
 }
-/* Random blocks: IQ4 (estream cannot quantize to it) and Q3_K (so that every bit pattern of its
- * packed scales and high-bit masks occurs, which its quantizer's fits need not produce). */
+/* Random blocks: IQ4 (estream cannot quantize to it), Q3_K and Q2_K (so that every bit pattern of
+ * their packed scales, mins and high-bit masks occurs, which their quantizers' fits need not
+ * produce). */
 static int random_blocks(uint32_t t)
 {
-    return is_iq4(t) || t == ES_QTYPE_Q3_K;
+    return is_iq4(t) || t == ES_QTYPE_Q3_K || t == ES_QTYPE_Q2_K;
 }
 
 /* Random bytes for a row of such a type, with each block's F16 scale (Q3_K: its last two bytes,
- * the others: the first) made small and normal. */
+ * Q2_K: its last four, d and dmin; the others: the first) made small and normal. */
 static void random_row(uint32_t type, uint8_t *w, size_t row_bytes, t_rng *r)
 {
     for (size_t b = 0; b < row_bytes; b++) w[b] = (uint8_t)t_next(r);
     const size_t bb = es_qtype_info_get(type)->block_bytes;
-    const size_t at = type == ES_QTYPE_Q3_K ? bb - 2 : 0;
+    const size_t at = type == ES_QTYPE_Q3_K ? bb - 2 : type == ES_QTYPE_Q2_K ? bb - 4 : 0;
     for (size_t b = 0; b < row_bytes; b += bb) {
         const es_f16 d = es_f32_to_f16(0.0005f * (float)(1 + t_next(r) % 7));
         memcpy(w + b + at, &d, 2);
+        if (type == ES_QTYPE_Q2_K) {
+            const es_f16 dmin = es_f32_to_f16(0.0003f * (float)(1 + t_next(r) % 5));
+            memcpy(w + b + at + 2, &dmin, 2);
+        }
     }
 }
 static int is_float_type(uint32_t t)

@@ -54,7 +54,7 @@ static void test_table(void **state)
         {2, "q4_0", 32, 18, true},        {3, "q4_1", 32, 20, true},
         {6, "q5_0", 32, 22, true},        {7, "q5_1", 32, 24, true},
         {8, "q8_0", 32, 34, true},        {9, "q8_1", 32, 36, false},
-        {10, "q2_K", 256, 84, false},     {11, "q3_K", 256, 110, true},
+        {10, "q2_K", 256, 84, true},      {11, "q3_K", 256, 110, true},
         {12, "q4_K", 256, 144, true},     {13, "q5_K", 256, 176, true},
         {14, "q6_K", 256, 210, true},     {15, "q8_K", 256, 292, true},
         {16, "iq2_xxs", 256, 66, false},  {17, "iq2_xs", 256, 74, false},
@@ -819,6 +819,8 @@ static double rel_rmse(const float *x, const float *y, int n)
  *   Q4_K <= 0.09 (grid 1/15 = 0.067)   Q5_K <= 0.045 (1/31 = 0.032)   Q6_K <= 0.025 (1/63 = 0.016)
  *   Q3_K <= 0.2 (1/7 = 0.14), each element within amax/4 (half its grid step of amax/4 plus
  *   the 6-bit scale's rounding; amax/8 for the others)
+ *   Q2_K <= 0.45 (1/3 = 0.33), each element within amax/2 (half its grid step of 2*amax/3 plus
+ *   the 4-bit scale's and min's rounding)
  *   Q8_K: |err| <= |d|/2 per element, exactly (one float scale, round to nearest).
  * Blocks with an outlier may lose more (4-bit grid stretched by 40x the rest); there each element
  * must still be within 1/8 of the block's amax. Constant and zero blocks: error <= 1% / exactly 0.
@@ -832,7 +834,7 @@ static void test_rt_k(void **state)
         double rel;
         float elem; /* each element within amax / elem */
     } cases[] = {{ES_QTYPE_Q4_K, 0.09, 8}, {ES_QTYPE_Q5_K, 0.045, 8}, {ES_QTYPE_Q6_K, 0.025, 8},
-                 {ES_QTYPE_Q3_K, 0.2, 4}};
+                 {ES_QTYPE_Q3_K, 0.2, 4}, {ES_QTYPE_Q2_K, 0.45, 2}};
     for (int seed = 1; seed <= 3; seed++) {
         make_row(x, RT_N, (uint64_t)seed);
         for (size_t c = 0; c < ES_LEN(cases); c++) {
@@ -990,18 +992,24 @@ static void test_golden_ggml(void **state)
         if (fnv1a(y, sizeof(y)) != golden[k].dequant)
             fail_msg("%s: dequantized floats differ from ggml's", es_qtype_name(type));
     }
-    /* Q3_K: dequantization only (estream's quantizer is its own, for synthetic models), the same
-     * random bytes through ggml's dequantize_row_q3_K (llama.cpp 3f545bec's ggml, which gives
-     * the Q6_K hash above too) */
-    const size_t rb = es_qtype_row_bytes(ES_QTYPE_Q3_K, N);
-    t_rng r2 = {77};
-    for (size_t i = 0; i < rb; i++)
-        q[i] = (uint8_t)t_next(&r2);
-    es_dequantize_row(ES_QTYPE_Q3_K, q, y, N);
-    for (int i = 0; i < N; i++)
-        if (isnan(y[i])) y[i] = NAN;
-    if (fnv1a(y, sizeof(y)) != 0x74b8961d3bb7d93cull)
-        fail_msg("q3_K: dequantized floats differ from ggml's");
+    /* Q3_K and Q2_K: dequantization only (estream's quantizers are its own, for synthetic
+     * models), the same random bytes through ggml's dequantize_row_q3_K / _q2_K (llama.cpp
+     * 3f545bec's ggml, which gives the Q6_K hash above too) */
+    static const struct {
+        uint32_t type;
+        uint64_t dequant;
+    } dq_only[] = {{ES_QTYPE_Q3_K, 0x74b8961d3bb7d93cull}, {ES_QTYPE_Q2_K, 0x086a680cb2201fd2ull}};
+    for (size_t k = 0; k < ES_LEN(dq_only); k++) {
+        const size_t rb = es_qtype_row_bytes(dq_only[k].type, N);
+        t_rng r2 = {77};
+        for (size_t i = 0; i < rb; i++)
+            q[i] = (uint8_t)t_next(&r2);
+        es_dequantize_row(dq_only[k].type, q, y, N);
+        for (int i = 0; i < N; i++)
+            if (isnan(y[i])) y[i] = NAN;
+        if (fnv1a(y, sizeof(y)) != dq_only[k].dequant)
+            fail_msg("%s: dequantized floats differ from ggml's", es_qtype_name(dq_only[k].type));
+    }
 }
 
 int main(void)

@@ -4,18 +4,23 @@
  *
  * DESIGN: one weight row at a time is decoded to its integer values (the signed value of the
  * quantized weight: q-8 for Q4_0, q for Q8_0, the unsigned 4/5-bit q for Q4_K/Q5_K, q-32 for
- * Q6_K, q-4 or q for Q3_K) plus float scales, then multiplied with every token row. The float operations per block
- * are exactly the ones the SIMD micro-kernels do, in the same order, written out with fmaf():
+ * Q6_K, q-4 or q for Q3_K, sc*q for Q2_K) plus float scales, then multiplied with every token row.
+ * The float operations per block are exactly the ones the SIMD micro-kernels do, in the same
+ * order, written out with fmaf():
  *
  *   Q4_0, Q8_0   t = (float)dot * d_w;              y = fma(t, d_x, y)
  *   Q4_K, Q5_K   t = (float)dot * (d*sc);           y = fma(t, d_x, y);
  *                                                   y = fma(-(dmin*m), d_x*sum(q_x), y)
  *   Q6_K, Q3_K   t = (float)dot_lo * (d*sc_lo);     t = fma((float)dot_hi, d*sc_hi, t);
  *                                                   y = fma(t, d_x, y)
+ *   Q2_K         t = (float)dot * d;                t = fma((float)sum_lo(q_x), -(dmin*m_lo), t);
+ *                t = fma((float)sum_hi(q_x), -(dmin*m_hi), t);   y = fma(t, d_x, y)
  *   F32/F16/BF16 y = fma(w[k], x[k], y) for k = 0, 1, ...
  *
- * where dot is the exact int32 sum over the block of 32 (Q6_K: over each half of 16). y starts
- * at 0, or at the old Y when accumulating.
+ * where dot is the exact int32 sum over the block of 32 (Q6_K: over each half of 16; Q2_K folds
+ * each half's 4-bit scale into the weights, sc*q <= 45, so one sum and the super-block's d serve
+ * the block, and its per-half mins take the act's sums of each half). y starts at 0, or at the
+ * old Y when accumulating.
  */
 #include "quant/kern.h"
 
@@ -148,7 +153,7 @@ void es_act_bf16r_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K
 
 static void act_prepare_q(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    /* The scalar kernel computes dot products directly and ignores c/c2; the values match the
+    /* The scalar kernel computes dot products (and Q2_K's half sums) directly and ignores c/c2; the values match the
      * AVX-512 encoding so the buffers are comparable byte for byte in tests. */
     es_act_q8_prepare(X, ldx, n, K, act, -128, -128);
 }
@@ -324,6 +329,24 @@ static void decode_iq4_xs(const uint8_t *w, int64_t nsb, int8_t *q, float *s)
     }
 }
 
+/* Q2_K: value sc*q (scale nibble times the 2-bit value, layout in qtypes.c's dq_q2_K); per block
+ * of 32, d in m[block] and the halves' -(dmin*min) in s[2*block], s[2*block + 1]. */
+static void decode_q2_K(const es_block_q2_K *x, int8_t *q, float *s, float *m)
+{
+    const float d = es_f16_to_f32(x->d), dmin = es_f16_to_f32(x->dmin);
+    for (int b = 0; b < 8; b++) {
+        const int h = b / 4, j = b % 4;
+        m[b] = d;
+        for (int half = 0; half < 2; half++) {
+            const uint8_t sc = x->scales[2 * b + half];
+            s[2 * b + half] = -(dmin * (float)(sc >> 4));
+            for (int l = 0; l < 16; l++)
+                q[32 * b + 16 * half + l] =
+                    (int8_t)((sc & 15) * ((x->qs[32 * h + 16 * half + l] >> (2 * j)) & 3));
+        }
+    }
+}
+
 static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, float *s, float *m)
 {
     const int64_t nb = K / 32, nsb = K / 256;
@@ -355,6 +378,10 @@ static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, flo
     case ES_QTYPE_Q3_K:
         for (int64_t i = 0; i < nsb; i++)
             decode_q3_K((const es_block_q3_K *)w + i, q + 256 * i, s + 16 * i);
+        break;
+    case ES_QTYPE_Q2_K:
+        for (int64_t i = 0; i < nsb; i++)
+            decode_q2_K((const es_block_q2_K *)w + i, q + 256 * i, s + 16 * i, m + 8 * i);
         break;
     case ES_QTYPE_IQ4_NL:
         decode_iq4_nl(w, nb, q, s);
@@ -409,7 +436,15 @@ static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t N, int64_t n
                     lo += a[i] * x[i];
                 for (int i = 16; i < 32; i++)
                     hi += a[i] * x[i];
-                if (type == ES_QTYPE_Q6_K || type == ES_QTYPE_Q3_K) {
+                if (type == ES_QTYPE_Q2_K) {
+                    int32_t slo = 0, shi = 0;
+                    for (int i = 0; i < 16; i++)
+                        slo += x[i], shi += x[16 + i];
+                    float t = (float)(lo + hi) * wm[b];
+                    t = fmaf((float)slo, ws[2 * b], t);
+                    t = fmaf((float)shi, ws[2 * b + 1], t);
+                    y = fmaf(t, xd[b], y);
+                } else if (type == ES_QTYPE_Q6_K || type == ES_QTYPE_Q3_K) {
                     float t = (float)lo * ws[2 * b];
                     t = fmaf((float)hi, ws[2 * b + 1], t);
                     y = fmaf(t, xd[b], y);
@@ -457,6 +492,7 @@ GEMM_Q(gemm_q4_K, ES_QTYPE_Q4_K)
 GEMM_Q(gemm_q5_K, ES_QTYPE_Q5_K)
 GEMM_Q(gemm_q6_K, ES_QTYPE_Q6_K)
 GEMM_Q(gemm_q3_K, ES_QTYPE_Q3_K)
+GEMM_Q(gemm_q2_K, ES_QTYPE_Q2_K)
 GEMM_Q(gemm_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_Q(gemm_q5_0, ES_QTYPE_Q5_0)
 GEMM_Q(gemm_q4_1, ES_QTYPE_Q4_1)
@@ -500,7 +536,7 @@ void es_kern_fill_scalar(es_kern *k)
              * 256) and IQ4: tables without a SIMD kernel for them run these */
             {ES_QTYPE_IQ4_NL, gemm_iq4_nl}, {ES_QTYPE_IQ4_XS, gemm_iq4_xs},
             {ES_QTYPE_Q5_0, gemm_q5_0}, {ES_QTYPE_Q4_1, gemm_q4_1}, {ES_QTYPE_Q5_1, gemm_q5_1},
-            {ES_QTYPE_Q3_K, gemm_q3_K},
+            {ES_QTYPE_Q3_K, gemm_q3_K}, {ES_QTYPE_Q2_K, gemm_q2_K},
         },
       f[] = {
           {ES_QTYPE_F32, gemm_f32},
@@ -518,6 +554,7 @@ void es_kern_fill_scalar(es_kern *k)
     k->op[ES_QTYPE_Q5_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q6_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_Q3_K].act_prepare = act_prepare_k;   /* Q8_K, as llama.cpp's vec_dot */
+    k->op[ES_QTYPE_Q2_K].act_prepare = act_prepare_k;
     k->op[ES_QTYPE_IQ4_XS].act_prepare = act_prepare_k; /* Q8_K, as llama.cpp's vec_dot */
     k->op[ES_QTYPE_Q4_1].act_prepare = act_prepare_q1;  /* Q8_1 */
     k->op[ES_QTYPE_Q5_1].act_prepare = act_prepare_q1;

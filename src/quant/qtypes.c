@@ -59,7 +59,7 @@ static const es_qtype_info type_table[ES_QTYPE_COUNT] = {
     [7] = {"q5_1", 32, 24, true},       /* d, m, qh[4], qs[16] */
     [8] = {"q8_0", 32, 34, true},       /* d, qs[32] */
     [9] = {"q8_1", 32, 36, false},      /* d, s, qs[32] */
-    [10] = {"q2_K", 256, 84, false},    /* scales[16], qs[64], d, dmin */
+    [10] = {"q2_K", 256, 84, true},     /* scales[16], qs[64], d, dmin */
     [11] = {"q3_K", 256, 110, true},    /* hmask[32], qs[64], scales[12], d */
     [12] = {"q4_K", 256, 144, true},    /* d, dmin, scales[12], qs[128] */
     [13] = {"q5_K", 256, 176, true},    /* d, dmin, scales[12], qh[32], qs[128] */
@@ -322,6 +322,29 @@ static void dq_q3_K(const es_block_q3_K *x, float *y, int64_t nb)
     }
 }
 
+/*
+ * Q2_K: 16 sub-blocks of 16 weights, x = d*(sc & 15)*q - dmin*(sc >> 4) with q the 2-bit value
+ * and sc the sub-block's byte of scales[16] (a 4-bit scale and a 4-bit min). Half h (128
+ * weights) takes qs[32h..32h+31]; its 32-weight block j (j = 0..3) the bits 2j..2j+1: elements
+ * l = 0..15 from byte l (scale 8h+2j), 16..31 from byte 16+l (scale 8h+2j+1). The operations
+ * are ggml's dequantize_row_q2_K's: dl = d*sc, ml = dmin*m, y = dl*q - ml (not fused).
+ */
+static void dq_q2_K(const es_block_q2_K *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+        const uint8_t *q = x[i].qs;
+        for (int h = 0; h < 2; h++, q += 32)
+            for (int j = 0; j < 4; j++)
+                for (int half = 0; half < 2; half++) {
+                    const uint8_t sc = x[i].scales[8 * h + 2 * j + half];
+                    const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+                    for (int l = 0; l < 16; l++)
+                        *y++ = dl * (float)((q[16 * half + l] >> (2 * j)) & 3) - ml;
+                }
+    }
+}
+
 /* Q8_K: float scale, x = d*q. bsums (sums of 16 q's) are only for dot products. */
 /* 16 values of IQ4 nibbles: the low nibbles are values 0..15, the high ones 16..31. */
 static void dq_iq4_32(const uint8_t *qs, float d, float *y)
@@ -406,6 +429,9 @@ void es_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
         break;
     case ES_QTYPE_Q3_K:
         dq_q3_K(src, dst, nb);
+        break;
+    case ES_QTYPE_Q2_K:
+        dq_q2_K(src, dst, nb);
         break;
     case ES_QTYPE_Q8_K:
         dq_q8_K(src, dst, nb);

@@ -57,6 +57,7 @@ typedef struct { es_f16 d, dmin; uint8_t scales[ES_K_SCALE_SIZE]; uint8_t qs[ES_
 typedef struct { es_f16 d, dmin; uint8_t scales[ES_K_SCALE_SIZE]; uint8_t qh[ES_QK_K / 8]; uint8_t qs[ES_QK_K / 2]; } es_block_q5_K;
 typedef struct { uint8_t ql[ES_QK_K / 2]; uint8_t qh[ES_QK_K / 4]; int8_t scales[ES_QK_K / 16]; es_f16 d; } es_block_q6_K;
 typedef struct { uint8_t hmask[ES_QK_K / 8]; uint8_t qs[ES_QK_K / 4]; uint8_t scales[12]; es_f16 d; } es_block_q3_K;
+typedef struct { uint8_t scales[ES_QK_K / 16]; uint8_t qs[ES_QK_K / 4]; es_f16 d, dmin; } es_block_q2_K;
 typedef struct { float d; int8_t qs[ES_QK_K]; int16_t bsums[ES_QK_K / 16]; } es_block_q8_K;
 
 _Static_assert(sizeof(es_block_q8_0) == 34, "q8_0 block");
@@ -65,6 +66,7 @@ _Static_assert(sizeof(es_block_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(es_block_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(es_block_q6_K) == 210, "q6_K block");
 _Static_assert(sizeof(es_block_q3_K) == 110, "q3_K block");
+_Static_assert(sizeof(es_block_q2_K) == 84, "q2_K block");
 _Static_assert(sizeof(es_block_q8_K) == 292, "q8_K block");
 
 typedef struct es_qtype_info {
@@ -103,8 +105,9 @@ es_bf16 es_f32_to_bf16(float f);
 void es_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Quantizes n floats to type (every supported type but IQ4_NL and IQ4_XS, which estream decodes
- * only: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K), with ggml's reference algorithms (quantize_row_*_ref; the output is
- * byte-identical to ggml's, except that an all-zero Q8_K block gets zero bsums). dst holds
+ * only: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K with ggml's reference
+ * algorithms (quantize_row_*_ref; the output is byte-identical to ggml's, except that an all-zero
+ * Q8_K block gets zero bsums); Q2_K and Q3_K with simpler fits of their own, for synthetic data). dst holds
  * es_qtype_row_bytes(type, n) bytes. Returns false if the type has no quantizer; n not a multiple
  * of the block size aborts (ES_ASSERT). Thread-safe. */
 bool es_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);

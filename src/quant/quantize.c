@@ -432,6 +432,45 @@ static void q_q3_K(const float *x, es_block_q3_K *y, int64_t nb)
     }
 }
 
+/* Q2_K: per sub-block of 16, the range [min(x, 0), max(x)] on the 2-bit grid (scale (max -
+ * min) / 3, min -min(x, 0) >= 0), then both to 4 bits against the super-block's d = max scale / 15
+ * and dmin = max min / 15, packed as qtypes.c's dq_q2_K unpacks them. (ggml's quantizer searches
+ * each sub-block's scale and min; this one is for synthetic models and tests.) */
+static void q_q2_K(const float *x, es_block_q2_K *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += ES_QK_K) {
+        float scale[16], min[16], max_scale = 0, max_min = 0;
+        for (int j = 0; j < 16; j++) {
+            float lo = 0, hi = x[16 * j];
+            for (int l = 0; l < 16; l++) {
+                lo = fminf(lo, x[16 * j + l]);
+                hi = fmaxf(hi, x[16 * j + l]);
+            }
+            scale[j] = hi > lo ? (hi - lo) / 3.0f : 0.0f;
+            min[j] = -lo;
+            max_scale = fmaxf(max_scale, scale[j]);
+            max_min = fmaxf(max_min, min[j]);
+        }
+        memset(&y[i], 0, sizeof(y[i]));
+        y[i].d = f2h(max_scale / 15.0f);
+        y[i].dmin = f2h(max_min / 15.0f);
+        const float d = h2f(y[i].d), dmin = h2f(y[i].dmin);
+        for (int j = 0; j < 16; j++) {
+            const int sc = d > 0 ? clampi(nearest_int(scale[j] / d), 0, 15) : 0;
+            const int m = dmin > 0 ? clampi(nearest_int(min[j] / dmin), 0, 15) : 0;
+            y[i].scales[j] = (uint8_t)(sc | m << 4);
+            const float dl = d * (float)sc, ml = dmin * (float)m;
+            /* element 16j + l is block 4h + k's element 16(j % 2) + l, in qs[32h + 16(j % 2) + l] at
+             * bits 2k */
+            const int h = j / 8, k = (j % 8) / 2;
+            for (int l = 0; l < 16; l++) {
+                const int q = dl > 0 ? clampi(nearest_int((x[16 * j + l] + ml) / dl), 0, 3) : 0;
+                y[i].qs[32 * h + 16 * (j % 2) + l] |= (uint8_t)(q << (2 * k));
+            }
+        }
+    }
+}
+
 /* Q8_K: the signed extreme maps to -127 (iscale = -127/max), q = min(127, round(x*iscale)),
  * d = 1/iscale; bsums[g] = sum of q over elements 16g..16g+15. */
 static void q_q8_K(const float *x, es_block_q8_K *y, int64_t nb)
@@ -504,6 +543,9 @@ bool es_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
         return true;
     case ES_QTYPE_Q3_K:
         q_q3_K(src, dst, nb);
+        return true;
+    case ES_QTYPE_Q2_K:
+        q_q2_K(src, dst, nb);
         return true;
     case ES_QTYPE_Q8_K:
         q_q8_K(src, dst, nb);
