@@ -238,9 +238,9 @@ int main(int argc, char **argv)
         "      act = es_act_prepare of all rows on 1 thread, and its share of the 1-thread GEMM\n",
         reps);
 
-    static const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0, ES_QTYPE_Q4_K,
-                                     ES_QTYPE_Q5_K, ES_QTYPE_Q6_K, ES_QTYPE_Q3_K,
-                                     ES_QTYPE_F16,  ES_QTYPE_BF16, ES_QTYPE_F32};
+    static const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0, ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
+                                     ES_QTYPE_Q6_K, ES_QTYPE_Q3_K, ES_QTYPE_Q2_K, ES_QTYPE_F16,
+                                     ES_QTYPE_BF16, ES_QTYPE_F32};
     const shape shapes_full[] = {
         {2048, 1024, 128}, {1024, 2048, 128}, {2048, 2048, 512}, {2048, 1024, 16}};
     const shape shapes_quick[] = {{2048, 1024, 128}};

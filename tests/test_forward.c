@@ -310,10 +310,14 @@ static void test_family_q3_k_m(void **s)
 /* Q2_K files as llama-quantize writes them of small-qwen3moe and small-mixtral
  * (tests/data/README.md): Q2_K for the expert gate/up, attn_q and the embedding, Q3_K for the
  * expert down, with Q5_K, Q6_K and Q8_0 elsewhere. The fast path agrees with llama.cpp's logits
- * to float noise (measured on x86, every table: median 2.4e-6 / 1.9e-6, max 0.10 / 0.079, KL
- * 3.2e-5 / 3.6e-6, top-1 100 %), held tighter than quant_llama in median and KL. Against the
- * reference's float activations, 2-bit weights move the logits more (mixtral: a router flip,
- * max 3.55, top-1 95.6 %, KL 8.6e-3). */
+ * to float noise (measured on x86, scalar, avx512 and amx tables: median 2.4e-6 / 1.9e-6, max
+ * 0.10 / 0.079, KL 3.2e-5 / 3.6e-6, top-1 100 %), so the median is held at 1e-4. On the avx2 and
+ * avxvnni tables, whose element-wise steps sum in another order (8 lanes), one router near-tie
+ * of small-mixtral falls the other way and moves the positions after it (max 1.46, top-1
+ * 97.4 %, KL 2.4e-3, median still 1.9e-6; the same numbers with the scalar Q2_K kernel inside
+ * that table, so not a Q2_K kernel's doing): that file's max, top-1 and KL allow one flip.
+ * Against the reference's float activations, 2-bit weights move the logits more (mixtral: a
+ * router flip, max 3.55, top-1 95.6 %, KL 8.6e-3). */
 static void test_family_q2_k(void **s)
 {
     (void)s;
@@ -325,6 +329,7 @@ static void test_family_q2_k(void **s)
         limits llama = quant_llama;
         llama.median = 1e-4;
         llama.kl = 1e-4;
+        if (i == 1) llama = (limits){1e-4, 0.15, 2.0, 0.96, 5e-3}; /* one router flip */
         compare_lim(model, (limits){INFINITY, 0.2, 4.0, 0.93, 0.012}, golden, llama);
     }
 }

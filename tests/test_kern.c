@@ -964,7 +964,7 @@ static void test_init_forcing(void **state)
     assert_false(es_kern_isa_available(NULL));
     for (size_t i = 0; i < ES_LEN(all_types); i++)
         assert_true(es_kern_supports(es_kern_default(), all_types[i]));
-    assert_false(es_kern_supports(es_kern_default(), ES_QTYPE_Q2_K));
+    assert_false(es_kern_supports(es_kern_default(), 16 /* iq2_xxs */));
     assert_false(es_kern_supports(es_kern_default(), 9999));
 }
 

@@ -17,6 +17,8 @@
  *   Q5_K        0..31: sums of 4 groups (<= 31496)
  *   Q6_K        0..63 (corrected by -32*sum(x) per half): sums of 2 groups (<= 32004)
  *   Q3_K        0..7 (q + 4, corrected by -4*sum(x) per half): Q6_K's path
+ *   Q2_K        sc*q, 0..45 (its 4-bit scale folded in): sums of 2 groups (<= 22860); its mins
+ *               per half take the act's half sums of x (c2 with multiplier 1)
  *   Q8_0        signed weights: |w| times x with w's sign moved onto x (vpsignb), each group
  *               widened on its own (pair sums <= 32512); Q5_0 (q5 - 16), IQ4_NL and IQ4_XS
  *               (levels -127..113) are decoded to signed bytes and use this path
@@ -31,7 +33,8 @@
  * Without the int16 partial sums it has registers for 6 token rows instead of 5.
  *
  * Tile record per block of 32 (REC bytes): u8 q[8 groups][8 rows][4], f32 s[8], f32 m[8]
- * (Q4_K/Q5_K: -(dmin*m); Q6_K: second-half scale). Float weights: tiles of 16 rows x K-slice,
+ * (Q4_K/Q5_K: -(dmin*m); Q6_K: second-half scale); Q2_K's (REC2) s = d, m and a third f32 [8]
+ * are the halves' -(dmin*m). Float weights: tiles of 16 rows x K-slice,
  * [k][16] floats, 6 tokens x 2 vectors of accumulators.
  */
 #include "quant/kern.h"
@@ -55,9 +58,11 @@
 #define NRF 16  /* output rows per float tile: two ymm */
 #define TBMAX 6 /* most token rows per register block */
 #define REC 320 /* record bytes per block */
+#define REC2 352 /* Q2_K's: a third float slot for its second half's mins */
 #define ACT256 416
 
-enum { A_Q40, A_Q80, A_Q4K, A_Q5K, A_Q6K };
+enum { A_Q40, A_Q80, A_Q4K, A_Q5K, A_Q6K, A_Q2K };
+#define REC_OF(kind) ((kind) == A_Q2K ? REC2 : REC)
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -368,6 +373,50 @@ static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
+/* Q2_K: u = sc * q (0..45: the 4-bit scale folded in, so one sum and d serve the block; layout
+ * in qtypes.c's dq_q2_K), by one vpmullw per two bytes (q_even + 256 q_odd times sc keeps each
+ * product in its byte); record floats d, then each half's -(dmin*m) (REC2). */
+static void dec_q2_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b += 8) {
+        const uint8_t *sb = W + b / 8 * 84;
+        uint8_t *rec = tile + (b - kb0) * REC2;
+        _Alignas(32) int32_t sc[16][8] = {{0}}; /* [sub-block][row]: sc in both 16-bit halves */
+        _Alignas(32) float d[8] = {0}, m[16][8] = {{0}};
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *x = sb + j * wrb;
+            es_f16 hd, hm;
+            memcpy(&hd, x + 80, 2);
+            memcpy(&hm, x + 82, 2);
+            const float dmin = es_f16_to_f32(hm);
+            d[j] = es_f16_to_f32(hd);
+            for (int i = 0; i < 16; i++) {
+                sc[i][j] = (x[i] & 15) * 0x10001;
+                m[i][j] = -(dmin * (float)(x[i] >> 4));
+            }
+        }
+#pragma GCC unroll 16
+        for (int h = 0; h < 2; h++) {
+            __m256i qs[8];
+            tr8x8(sb + 16 + 32 * h, wrb, nr, qs);
+#pragma GCC unroll 16
+            for (int j = 0; j < 4; j++) {
+                const int blk = 4 * h + j;
+                uint8_t *r = rec + blk * REC2;
+#pragma GCC unroll 16
+                for (int g = 0; g < 8; g++) {
+                    const __m256i s = _mm256_load_si256((const __m256i *)sc[2 * blk + g / 4]);
+                    _mm256_store_si256((__m256i *)(r + 32 * g),
+                                       _mm256_mullo_epi16(and8(srl16(qs[g], 2 * j), 3), s));
+                }
+                memcpy(r + 256, d, 32);
+                memcpy(r + 288, m[2 * blk], 32);
+                memcpy(r + 320, m[2 * blk + 1], 32);
+            }
+        }
+    }
+}
+
 /* ---- integer micro-kernel ----------------------------------------------------------------------
  */
 
@@ -393,6 +442,7 @@ static inline int tb_of(int kind)
     case A_Q80:
         return 5;
     case A_Q5K:
+    case A_Q2K:
         return 4;
     default:
         return 3;
@@ -402,7 +452,10 @@ static inline int tb_of(int kind)
 static inline __attribute__((always_inline)) void mk_int(const int kind, const int T,
                                                          const es_kern_block *a)
 {
-    const int gs = kind == A_Q40 || kind == A_Q4K ? 8 : kind == A_Q5K ? 4 : kind == A_Q6K ? 2 : 1;
+    const int gs = kind == A_Q40 || kind == A_Q4K   ? 8
+                   : kind == A_Q5K                  ? 4
+                   : kind == A_Q6K || kind == A_Q2K ? 2
+                                                    : 1;
     const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
     const int64_t oc = es_act_q8_off_c(K) + 4 * kb0, oc2 = es_act_q8_off_c2(K) + 8 * kb0;
@@ -415,7 +468,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
         y[t] = a->load_y ? _mm256_maskload_ps(a->yp[t], m) : _mm256_setzero_ps();
     }
     const uint8_t *rec = a->tile;
-    for (int64_t b = 0; b < nbs; b++, rec += REC) {
+    for (int64_t b = 0; b < nbs; b++, rec += REC_OF(kind)) {
         const int64_t oq = 32 * (kb0 + b);
         if (a->pf) es_kern_prefetch_step(a, b, NR);
         __m256i acc[TBMAX], s16[TBMAX];
@@ -476,6 +529,12 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
             else
                 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]),
                                   _mm256_load_ps((const float *)(rec + 256)));
+            if (kind == A_Q2K) { /* the act's c2 holds the halves' sums of x */
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b)),
+                                    _mm256_load_ps((const float *)(rec + 288)), f);
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b + 4)),
+                                    _mm256_load_ps((const float *)(rec + 320)), f);
+            }
             y[t] = _mm256_fmadd_ps(f, xd, y[t]);
             if (kind == A_Q4K || kind == A_Q5K)
                 y[t] = _mm256_fmadd_ps(_mm256_load_ps((const float *)(rec + 288)),
@@ -498,14 +557,15 @@ MK_ALL(A_Q80)
 MK_ALL(A_Q4K)
 MK_ALL(A_Q5K)
 MK_ALL(A_Q6K)
+MK_ALL(A_Q2K)
 typedef void (*mk_fn)(const es_kern_block *a);
 #define MK_ROW(kind)                                                                               \
     {                                                                                              \
         NULL, mk_##kind##_1, mk_##kind##_2, mk_##kind##_3, mk_##kind##_4, mk_##kind##_5,           \
             mk_##kind##_6                                                                          \
     }
-static const mk_fn mk_table[5][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
-                                             MK_ROW(A_Q5K), MK_ROW(A_Q6K)};
+static const mk_fn mk_table[6][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
+                                             MK_ROW(A_Q5K), MK_ROW(A_Q6K), MK_ROW(A_Q2K)};
 
 /* ---- two columns per tile (AVX2 without VNNI; Q4_0 and Q4_K) ---------------------------------
  *
@@ -626,8 +686,9 @@ RUN(A_Q80)
 RUN(A_Q4K)
 RUN(A_Q5K)
 RUN(A_Q6K)
-static void (*const run_table[5])(const es_kern_block *) = {run_A_Q40, run_A_Q80, run_A_Q4K,
-                                                            run_A_Q5K, run_A_Q6K};
+RUN(A_Q2K)
+static void (*const run_table[6])(const es_kern_block *) = {run_A_Q40, run_A_Q80, run_A_Q4K,
+                                                            run_A_Q5K, run_A_Q6K, run_A_Q2K};
 
 static es_kern_tiling int_tiling(int kind, int tiled,
                                  void (*decode)(const es_kern_tile *, uint8_t *))
@@ -635,7 +696,7 @@ static es_kern_tiling int_tiling(int kind, int tiled,
     const int cols = COLUMNS(kind);
     return (es_kern_tiling){.tile_rows = cols * NR,
                             .unit = 256,
-                            .tile_bytes = 8 * (size_t)cols * REC,
+                            .tile_bytes = 8 * (size_t)cols * REC_OF(kind),
                             .act_bytes = ACT256,
                             .act_row_bytes = es_act_q8_row_bytes,
                             .tb = cols == 2 ? TB2 : tb_of(kind),
@@ -662,7 +723,7 @@ static inline __attribute__((always_inline)) void decode_rows(decode_fn dec, con
 static size_t scratch_int(int64_t K)
 {
     size_t most = 0;
-    for (int kind = A_Q40; kind <= A_Q6K; kind++) {
+    for (int kind = A_Q40; kind <= A_Q2K; kind++) {
         const es_kern_tiling tl = int_tiling(kind, 0, NULL);
         const size_t s = es_kern_drive_scratch(&tl, K);
         most = s > most ? s : most;
@@ -689,6 +750,7 @@ GEMM_INT(gemm_q4_K, A_Q4K, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
 GEMM_INT(gemm_q3_K, A_Q6K, dec_q3_K, ES_QTYPE_Q3_K)
+GEMM_INT(gemm_q2_K, A_Q2K, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
@@ -876,6 +938,11 @@ static void act_q3_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *ac
 {
     act_q8(X, ldx, n, K, act, 8, 0, -4);
 }
+/* Q2_K: c2 holds the halves' sums of x themselves, which its mins multiply */
+static void act_q2_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, 8, 0, 1);
+}
 
 /* ---- float weights ----------------------------------------------------------------------------
  */
@@ -1009,6 +1076,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_k45, gemm_q5_K, scratch_int, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int, NULL}},
         {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_q3_K, gemm_q3_K, scratch_int, NULL}},
+        {ES_QTYPE_Q2_K, {es_act_q8_row_bytes, act_q2_K, gemm_q2_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q8_0, gemm_q5_0, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q8_0, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_iq4_xs, gemm_iq4_xs, scratch_int, NULL}},

@@ -13,7 +13,8 @@
  * Q6_K (q + 96), Q3_K (q + 124), and the accumulator starts at -128 * sum(x) of the block (Q6_K
  * and Q3_K, whose scales are per 16: of each half),
  * which the act preparation stores; Q4_K/Q5_K weights are unsigned already (0..15, 0..31) and
- * start at 0. The int32 result is the exact dot product of the true integer weights with the
+ * start at 0, as do Q2_K's (sc * q, 0..45; its act stores the halves' sums of x themselves in
+ * c2, for its per-half mins). The int32 result is the exact dot product of the true integer weights with the
  * int8 activations. Micro-kernel: 6 tokens x 2 columns; for each group the 4 activation bytes
  * of a token are broadcast once and feed one vpdpbusd per column (a broadcast per vpdpbusd made
  * the loads the bottleneck); per block and token, 16 vpdpbusd (1024 MACs) and 6 float ops
@@ -44,7 +45,8 @@
 #define NRF 32 /* output rows per float tile: two zmm */
 #define ACT256_Q 416 /* act bytes per 256 k of a row: q 256, d ds c 32 each, c2 64 */
 
-enum { KQ, KM, K6 }; /* kernel kinds: offset-128 weights; unsigned + mins; Q6_K halves */
+/* kernel kinds: offset-128 weights; unsigned + mins; Q6_K halves; Q2_K (unsigned, halves' mins) */
+enum { KQ, KM, K6, K2 };
 
 /* The loops around the micro-kernels (slices, row groups, tiles, register blocks): the driver
  * every table shares, es_kern_drive() (kern_drive.c). */
@@ -115,13 +117,14 @@ static inline int tb_of(int kind, int C)
  * correction the act stores (KQ: -128*sum(x); K6: per half; KM: 0), take 8 vpdpbusd (groups g,
  * outer loop, so T*C independent chains run side by side), then per column and token:
  * f = (float)acc * s; y = fma(f, d_x, y) [KM: y = fma(-(dmin*m), d_x*sum(q_x), y)]
- * [K6: f = (float)acc_lo * s_lo; f = fma((float)acc_hi, s_hi, f)]. With two columns the 4
+ * [K6: f = (float)acc_lo * s_lo; f = fma((float)acc_hi, s_hi, f)]
+ * [K2: f = (float)acc * d; f = fma((float)sum_lo(x), -(dmin*m_lo), f); the same for hi]. With two columns the 4
  * activation bytes are broadcast once into a register and feed two vpdpbusd, halving the loads.
  */
 static inline __attribute__((always_inline)) void mk_int(const int kind, const int C, const int T,
                                                          const es_kern_block *a)
 {
-    const size_t bs = kind == KQ ? REC_Q : REC_K;
+    const size_t bs = kind == KQ ? REC_Q : kind == K2 ? REC_K2 : REC_K;
     const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
     const __mmask16 m[2] = {lane_range(a->lo, a->hi), lane_range(a->lo - 16, a->hi - 16)};
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
@@ -179,10 +182,19 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const __m512 xd = bcstf(xr[t] + od + 4 * b);
+            __m512 slo = xd, shi = xd; /* K2: the halves' sums of x (the act's c2, times 1) */
+            if (kind == K2) {
+                slo = _mm512_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b));
+                shi = _mm512_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b + 4));
+            }
 #pragma GCC unroll 2
             for (int c = 0; c < C; c++) {
                 const __m512 s = _mm512_load_ps(rec + 1024 + 64 * c);
                 __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][t]), s);
+                if (kind == K2) {
+                    f = _mm512_fmadd_ps(slo, _mm512_load_ps(rec + 1152 + 64 * c), f);
+                    f = _mm512_fmadd_ps(shi, _mm512_load_ps(rec + 1280 + 64 * c), f);
+                }
                 if (kind == K6)
                     f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc2[c][t]),
                                         _mm512_load_ps(rec + 1152 + 64 * c), f);
@@ -213,6 +225,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
 MK_ALL(KQ)
 MK_ALL(KM)
 MK_ALL(K6)
+MK_ALL(K2)
 typedef void (*mk_fn)(const es_kern_block *a);
 #define MK_ROW(kind, C)                                                                            \
     {                                                                                              \
@@ -232,10 +245,13 @@ static void mk_none(const es_kern_block *a)
 #define mk_K6_2_8 mk_none
 #define mk_K6_2_5 mk_none
 #define mk_K6_2_6 mk_none
-static const mk_fn mk_table[3][2][TB + 1] = {
+#define mk_K2_2_7 mk_none
+#define mk_K2_2_8 mk_none
+static const mk_fn mk_table[4][2][TB + 1] = {
     {MK_ROW(KQ, 1), MK_ROW(KQ, 2)},
     {MK_ROW(KM, 1), MK_ROW(KM, 2)},
     {MK_ROW(K6, 1), MK_ROW(K6, 2)},
+    {MK_ROW(K2, 1), MK_ROW(K2, 2)},
 };
 
 /* The micro-kernel of each kind for the driver: one column if the wanted rows end in the first. */
@@ -247,14 +263,17 @@ static const mk_fn mk_table[3][2][TB + 1] = {
 RUN(KQ)
 RUN(KM)
 RUN(K6)
-static void (*const run_table[3])(const es_kern_block *) = {run_KQ, run_KM, run_K6};
+RUN(K2)
+static void (*const run_table[4])(const es_kern_block *) = {run_KQ, run_KM, run_K6, run_K2};
 
 static es_kern_tiling int_tiling(int kind, int tiled,
                                  void (*decode)(const es_kern_tile *, uint8_t *))
 {
     return (es_kern_tiling){.tile_rows = NRI,
                             .unit = 256,
-                            .tile_bytes = 8 * (size_t)(kind == KQ ? REC_Q : REC_K),
+                            .tile_bytes = 8 * (size_t)(kind == KQ   ? REC_Q
+                                                       : kind == K2 ? REC_K2
+                                                                    : REC_K),
                             .act_bytes = ACT256_Q,
                             .act_row_bytes = es_act_q8_row_bytes,
                             .tb = tb_of(kind, 2),
@@ -273,6 +292,11 @@ static size_t scratch_q(int64_t K)
 static size_t scratch_k(int64_t K)
 {
     const es_kern_tiling tl = int_tiling(KM, 0, NULL);
+    return es_kern_drive_scratch(&tl, K);
+}
+static size_t scratch_k2(int64_t K)
+{
+    const es_kern_tiling tl = int_tiling(K2, 0, NULL);
     return es_kern_drive_scratch(&tl, K);
 }
 
@@ -295,6 +319,7 @@ GEMM_INT(gemm_q4_K, KM, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, KM, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, K6, dec_q6_K, ES_QTYPE_Q6_K)
 GEMM_INT(gemm_q3_K, K6, dec_q3_K, ES_QTYPE_Q3_K)
+GEMM_INT(gemm_q2_K, K2, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_INT(gemm_q5_0, KQ, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, KQ, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
@@ -322,7 +347,8 @@ GEMM_TILED(gemm_tiled_q8_0, dec_t_q8_0, ES_QTYPE_Q8_0)
 /* Bit-identical to es_act_q8_prepare() (gb = 1: one scale per block of 32) and to
  * es_act_q8k_prepare() (gb = 8: one per 256): max|x| is exact in any order, the scale is the same
  * IEEE operations, and vcvtps2dq rounds to nearest even like lrintf. */
-static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act, int gb)
+static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act, int gb,
+                   int32_t c2_mult)
 {
     ES_ASSERT(K % (32 * gb) == 0);
     const int64_t nb = K / 32;
@@ -353,8 +379,8 @@ static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void 
                 d[b] = db;
                 ds[b] = db * (float)(s0 + s1);
                 c[b] = -128 * (s0 + s1);
-                c2[2 * b] = -128 * s0;
-                c2[2 * b + 1] = -128 * s1;
+                c2[2 * b] = c2_mult * s0;
+                c2[2 * b + 1] = c2_mult * s1;
             }
         }
         const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
@@ -363,12 +389,17 @@ static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void 
 }
 static void act_prepare_q(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
 {
-    act_q8(X, ldx, n_rows, K, act, 1);
+    act_q8(X, ldx, n_rows, K, act, 1, -128);
 }
 /* K-quant weights: one scale per 256 values, as llama.cpp's Q8_K (kern.h) */
 static void act_prepare_k(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
 {
-    act_q8(X, ldx, n_rows, K, act, 8);
+    act_q8(X, ldx, n_rows, K, act, 8, -128);
+}
+/* Q2_K: c2 holds the halves' sums themselves, which its mins multiply (kind K2) */
+static void act_prepare_k2(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
+{
+    act_q8(X, ldx, n_rows, K, act, 8, 1);
 }
 
 /* ---- float weights -----------------------------------------------------------------------------
@@ -513,6 +544,7 @@ void es_kern_fill_avx512(es_kern *k)
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q5_K, scratch_k, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q6_K, scratch_k, NULL}},
         {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_prepare_k, gemm_q3_K, scratch_k, NULL}},
+        {ES_QTYPE_Q2_K, {es_act_q8_row_bytes, act_prepare_k2, gemm_q2_K, scratch_k2, NULL}},
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q5_0, scratch_q, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_prepare_q, gemm_iq4_nl, scratch_q, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_prepare_k, gemm_iq4_xs, scratch_q, NULL}},

@@ -18,8 +18,10 @@
  *                        g = 0..7, column c = 0, 1); column c of all 8 groups, 128 bytes apart,
  *                        is also an 8-row x 64-byte AMX B tile (K = 32 weights x N = 16 rows)
  *   rec + 1024 + 64*c    f32 [16]: per-row scale (Q4_0/Q8_0/Q5_0/IQ4_NL: d; IQ4_XS:
- *                        d*(ls-32); Q4_K/Q5_K: d*sc; Q6_K: d*sc of half 0)
- *   rec + 1152 + 64*c    f32 [16]: Q4_K/Q5_K -(dmin*m); Q6_K d*sc of half 1 (REC_K only)
+ *                        d*(ls-32); Q4_K/Q5_K: d*sc; Q6_K: d*sc of half 0; Q2_K: d)
+ *   rec + 1152 + 64*c    f32 [16]: Q4_K/Q5_K -(dmin*m); Q6_K d*sc of half 1 (REC_K only);
+ *                        Q2_K -(dmin*m) of half 0
+ *   rec + 1280 + 64*c    f32 [16]: Q2_K -(dmin*m) of half 1 (REC_K2 only)
  * A column with no rows is not written (no kernel reads it).
  *
  * Decoding: 16 rows of 16 bytes (4 dwords) are loaded 4 to a register and transposed with one
@@ -43,6 +45,7 @@
 #define NRI 32     /* output rows per integer tile: two zmm of 16 int32 lanes ("columns" c = 0, 1) */
 #define REC_Q 1152 /* record bytes per block: q 8 groups x 2 columns x 64, scales 2 x 64 */
 #define REC_K 1280 /* ... plus 2 x 64 of mins (Q4_K/Q5_K) or second-half scales (Q6_K) */
+#define REC_K2 1408 /* Q2_K: scales (d), then 2 x 64 of first-half and 2 x 64 of second-half mins */
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -527,6 +530,59 @@ static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
                                                     _mm512_set1_epi32(32));
                 _mm512_store_ps(rec + (i / 2) * REC_K + 1024 + 128 * (i % 2),
                                 _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+            }
+        }
+    }
+}
+
+/* Q2_K (scales[16], qs[64], d, dmin): block 4h + j of a super-block takes bits 2j..2j+1 of
+ * qs[32h + l] (layout in qtypes.c's dq_q2_K); u = sc * q (0..45, the same bytes in both
+ * encodings: DEC_BIAS unused) with sc the low nibble of its half's scale byte, so one sum and d
+ * serve the block; the high nibbles give the halves' mins (kind K2). sc * q by one vpmullw per
+ * two bytes: q_even + 256 q_odd times sc leaves each product in its own byte (<= 45). */
+__attribute__((unused)) static void dec_q2_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0,
+                                             int64_t kb1, uint8_t *tile)
+{
+    const __m512i m4 = _mm512_set1_epi32(15);
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b += 8) {
+            const uint8_t *sb = Wc + b / 8 * 84;
+            uint8_t *rec = tile + (b - kb0) * REC_K2 + 64 * c;
+            const __m512i dd = _mm512_i32gather_epi32(ro, sb + 80, 1); /* d, dmin */
+            const __m512 d = f16_lo(dd), dmin = f16_hi(dd);
+            __m512i sc[4]; /* scale bytes 4i..4i+3 */
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                sc[i] = _mm512_i32gather_epi32(ro, sb + 4 * i, 1);
+#pragma GCC unroll 16
+            for (int h = 0; h < 2; h++) {
+                __m512i qs[8];
+                tr16x8(sb + 16 + 32 * h, wrb, n, qs);
+#pragma GCC unroll 16
+                for (int j = 0; j < 4; j++) {
+                    uint8_t *r = rec + (4 * h + j) * REC_K2;
+                    _mm512_store_ps(r + 1024, d);
+#pragma GCC unroll 2
+                    for (int half = 0; half < 2; half++) {
+                        const int i = 8 * h + 2 * j + half; /* sub-block of 16 */
+                        const __m512i byte = _mm512_srli_epi32(sc[i / 4], (unsigned)(8 * (i % 4)));
+                        const __m512i s = _mm512_and_si512(byte, m4);
+                        const __m512i s16 = _mm512_or_si512(s, _mm512_slli_epi32(s, 16));
+                        const __m512 m =
+                            _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(byte, 4), m4));
+                        _mm512_store_ps(r + 1152 + 128 * half,
+                                        _mm512_xor_ps(_mm512_mul_ps(dmin, m), _mm512_set1_ps(-0.0f)));
+#pragma GCC unroll 4
+                        for (int g = 4 * half; g < 4 * half + 4; g++)
+                            _mm512_store_si512(r + 128 * g,
+                                               _mm512_mullo_epi16(and8(srl16(qs[g], 2 * j), 3), s16));
+                    }
+                }
             }
         }
     }
