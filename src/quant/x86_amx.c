@@ -30,7 +30,8 @@
  * with 16-byte A rows and 4-row B tiles into two C tiles. The int32 sums are then exactly the
  * avx512 table's accumulators, and the float epilogue is its float code, operation for
  * operation: f = (float)C[t] * s; [Q6_K: f = fma((float)C_hi[t], s_hi, f)]; y = fma(f, d_x, y);
- * [Q4_K/Q5_K: y = fma(-(dmin*m), d_x * sum(q_x), y)], block after block in increasing k. So the
+ * [Q4_K/Q5_K: y = fma(-(dmin*m), d_x * sum(q_x), y)] [Q2_K: before that y, f = fma(sum_lo(x),
+ * -(dmin*m_lo), f) and the same for hi], block after block in increasing k. So the
  * table's outputs are bit-identical to avx512's and scalar's for every weight kind (tests:
  * test_kern, test_tiles, test_forward, test_batch, test_plan compare them bit for bit).
  *
@@ -73,7 +74,8 @@
 #define PACK_BLOCK 640 /* an A tile and its rows' d and ds (16 floats each): 16 rows x 40 */
 #define ACT256_Q 416   /* act bytes per 256 k of a row (kern.h's integer act rows) */
 
-enum { KQ, KM, K6 }; /* kinds as in x86_avx512.c: one scale per block; + mins; Q6_K halves */
+/* kinds as in x86_avx512.c: one scale per block; + mins; Q6_K halves; Q2_K (+ the halves' mins) */
+enum { KQ, KM, K6, K2 };
 
 /* Tile numbers. C0/C1 alternate between blocks (Q6_K: its two halves); A and B hold one block
  * of 32 k; Q6_K uses AL/BL and AH/BH for its halves of 16 k. */
@@ -206,8 +208,9 @@ static void pack_rows(const void *act, size_t arb, int64_t K, const int32_t *row
 static inline __attribute__((always_inline)) void mk_tiles(const int kind, const es_kern_block *a)
 {
     tiles_ready();
-    const size_t bs = kind == KQ ? REC_Q : REC_K;
+    const size_t bs = kind == KQ ? REC_Q : kind == K2 ? REC_K2 : REC_K;
     const int64_t nbs = a->nk / 32, unit_blocks = a->tl->unit / 32;
+    const int64_t oc2 = es_act_q8_off_c2(a->K) + 8 * (a->k0 / 32);
     const int T = a->T;
     _Alignas(64) int32_t cb[2][TT * 16];
     const int columns = a->hi > 16 ? 2 : 1;
@@ -233,9 +236,23 @@ static inline __attribute__((always_inline)) void mk_tiles(const int kind, const
             }
             const __m512 s = _mm512_load_ps(rec + 1024 + 64 * c);
             const __m512 s2 = kind == KQ ? s : _mm512_load_ps(rec + 1152 + 64 * c);
+            /* K2: each token's sums of the block's halves (the act's c2, times 1), 0 past T */
+            _Alignas(64) float sl[TT], sh[TT];
+            if (kind == K2)
+                for (int t = 0; t < TT; t++) {
+                    int32_t v[2] = {0, 0};
+                    if (t < T) memcpy(v, a->xr[t] + oc2 + 8 * b, sizeof(v));
+                    sl[t] = (float)v[0];
+                    sh[t] = (float)v[1];
+                }
 #pragma GCC unroll 16
             for (int t = 0; t < TT; t++) {
                 __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(lo + 16 * t)), s);
+                if (kind == K2) {
+                    f = _mm512_fmadd_ps(_mm512_set1_ps(sl[t]), s2, f);
+                    f = _mm512_fmadd_ps(_mm512_set1_ps(sh[t]), _mm512_load_ps(rec + 1280 + 64 * c),
+                                        f);
+                }
                 if (kind == K6)
                     f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(hi + 16 * t)), s2, f);
                 y[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(dx[t]), y[t]);
@@ -265,14 +282,20 @@ static void mk_K6(const es_kern_block *a)
 {
     mk_tiles(K6, a);
 }
-static void (*const mk_table[3])(const es_kern_block *) = {mk_KQ, mk_KM, mk_K6};
+static void mk_K2(const es_kern_block *a)
+{
+    mk_tiles(K2, a);
+}
+static void (*const mk_table[4])(const es_kern_block *) = {mk_KQ, mk_KM, mk_K6, mk_K2};
 
 static es_kern_tiling tile_tiling(int kind, int tiled,
                                   void (*decode)(const es_kern_tile *, uint8_t *))
 {
     return (es_kern_tiling){.tile_rows = NRI,
                             .unit = 256,
-                            .tile_bytes = 8 * (size_t)(kind == KQ ? REC_Q : REC_K),
+                            .tile_bytes = 8 * (size_t)(kind == KQ   ? REC_Q
+                                                       : kind == K2 ? REC_K2
+                                                                    : REC_K),
                             .act_bytes = ACT256_Q,
                             .act_row_bytes = es_act_q8_row_bytes,
                             .tb = TT,
@@ -315,6 +338,10 @@ static size_t scratch_k(int64_t K)
 {
     return scratch_of(KM, ES_QTYPE_Q4_K, K);
 }
+static size_t scratch_k2(int64_t K)
+{
+    return scratch_of(K2, ES_QTYPE_Q2_K, K);
+}
 
 #define GEMM_AMX(name, kind, dec, type)                                                            \
     static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
@@ -339,6 +366,7 @@ GEMM_AMX(gemm_q4_K, KM, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_AMX(gemm_q5_K, KM, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_AMX(gemm_q6_K, K6, dec_q6_K, ES_QTYPE_Q6_K)
 GEMM_AMX(gemm_q3_K, K6, dec_q3_K, ES_QTYPE_Q3_K)
+GEMM_AMX(gemm_q2_K, K2, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_AMX(gemm_q5_0, KQ, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_AMX(gemm_iq4_nl, KQ, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_AMX(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
@@ -381,7 +409,7 @@ static void fill(es_kern *k)
         {ES_QTYPE_Q4_K, gemm_q4_K, scratch_k},     {ES_QTYPE_Q5_K, gemm_q5_K, scratch_k},
         {ES_QTYPE_Q6_K, gemm_q6_K, scratch_k},     {ES_QTYPE_Q5_0, gemm_q5_0, scratch_q},
         {ES_QTYPE_IQ4_NL, gemm_iq4_nl, scratch_q}, {ES_QTYPE_IQ4_XS, gemm_iq4_xs, scratch_q},
-        {ES_QTYPE_Q3_K, gemm_q3_K, scratch_k},
+        {ES_QTYPE_Q3_K, gemm_q3_K, scratch_k},     {ES_QTYPE_Q2_K, gemm_q2_K, scratch_k2},
     };
     for (size_t i = 0; i < ES_LEN(tab); i++) {
         ES_ASSERT(k->op[tab[i].type].act_prepare != NULL); /* the avx512 table is underneath */

@@ -540,8 +540,7 @@ static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
  * encodings: DEC_BIAS unused) with sc the low nibble of its half's scale byte, so one sum and d
  * serve the block; the high nibbles give the halves' mins (kind K2). sc * q by one vpmullw per
  * two bytes: q_even + 256 q_odd times sc leaves each product in its own byte (<= 45). */
-__attribute__((unused)) static void dec_q2_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0,
-                                             int64_t kb1, uint8_t *tile)
+static void dec_q2_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
     const __m512i m4 = _mm512_set1_epi32(15);
 #pragma GCC unroll 16
