@@ -679,8 +679,8 @@ static float *all_logits(es_model *m, const es_session_params *p, const int32_t 
 
 /*
  * The amx table against avx512, bit for bit: every logit of the 114-token prompt on files whose
- * integer kinds span the table (Q4_0, Q8_0, Q5_0 and IQ4_NL at hidden 64; Q4_K, Q5_K, Q6_K and
- * IQ4_XS at 256; shared experts and dense layers in the deepseek files), resident on 1 and 3
+ * integer kinds span the table (Q4_0, Q8_0, Q5_0 and IQ4_NL at hidden 64; Q4_K, Q5_K, Q6_K,
+ * Q3_K, Q2_K and IQ4_XS at 256; shared experts and dense layers in the deepseek files), resident on 1 and 3
  * threads (each worker configures its own tiles) and streamed on 2, from the GGUF and from a
  * pack (its tile layout for Q4_0 experts). The expert, attention-projection and head products
  * of 16 rows or more run on the tiles, the smaller ones on the avx512 kernels.
@@ -697,7 +697,7 @@ static void test_amx_bit_identical(void **state)
     const char *models[] = {DATA "tiny-q4_0.gguf",           DATA "tiny-q8_0.gguf",
                             DATA "tiny-deepseek-q4_k_m.gguf", DATA "tiny-deepseek-iq4_xs.gguf",
                             DATA "small-qwen3moe-iq4_xs.gguf", DATA "small-deepseek-q4_k_m.gguf",
-                            DATA "small-mixtral-q3_k_m.gguf"};
+                            DATA "small-mixtral-q3_k_m.gguf", DATA "small-mixtral-q2_k.gguf"};
     const char *pack = t_tmp_path("amx.pack");
     assert_int_equal(es_pack(models[0], pack, NULL, NULL), ES_OK);
     for (size_t mi = 0; mi <= T_LEN(models); mi++) {
