@@ -243,6 +243,23 @@ static void test_family_deepseek2(void **s)
     family("tiny-deepseek2-joined", quant_self, quant_llama);
 }
 
+/* deepseek2 files of DeepSeek-V3's kind (DeepSeek-V3/R1, Kimi-K2, GLM-4.7-Flash): queries
+ * through q LoRA (rmsnorm(h Wq_a) Wq_b), a sigmoid router whose selection adds exp_probs_b and
+ * keeps to the best 2 of 4 expert groups, weights renormalised and scaled by 2.5. The fast path
+ * agrees with llama.cpp to float noise (measured, every x86 table: F16 max 0.006, KL 4.4e-7;
+ * Q4_0 max 1.9e-6, KL 7e-14), held tighter than f16_llama / quant_llama; the reference's float
+ * activations flip one router choice in each file (max 2.9 / 3.3 from both), which the self
+ * limits allow. */
+static void test_family_deepseek3(void **s)
+{
+    (void)s;
+    const limits self = {INFINITY, 0.15, 4.0, 0.99, 0.012};
+    compare_lim(DATA "tiny-deepseek3-f16.gguf", self, DATA "tiny-deepseek3-f16.llama-logits.bin",
+                (limits){0.005, 0.01, 0.02, 1.0, 1e-6});
+    compare_lim(DATA "tiny-deepseek3-q4_0.gguf", self,
+                DATA "tiny-deepseek3-q4_0.llama-logits.bin", (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
+}
+
 /* YaRN rope scaling on another family: tiny-qwen3moe's weights with rope.scaling x4 of 64
  * positions (which moves llama.cpp's logits by 1.5 at the median from the unscaled file). */
 static void test_yarn_qwen3moe(void **s)
@@ -814,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_family_deepseek),
         cmocka_unit_test(test_family_lfm2moe),
         cmocka_unit_test(test_family_deepseek2),
+        cmocka_unit_test(test_family_deepseek3),
         cmocka_unit_test(test_yarn_qwen3moe),
         cmocka_unit_test(test_fallback_types),
         cmocka_unit_test(test_family_q4_k_m),

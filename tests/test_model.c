@@ -62,6 +62,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-deepseek2", "q4_0", DATA "tiny-deepseek2-q4_0.gguf"},
         {"tiny-deepseek2-joined", "f16", DATA "tiny-deepseek2-joined-f16.gguf"},
         {"tiny-deepseek2-joined", "q4_0", DATA "tiny-deepseek2-joined-q4_0.gguf"},
+        {"tiny-deepseek3", "f16", DATA "tiny-deepseek3-f16.gguf"},
+        {"tiny-deepseek3", "q4_0", DATA "tiny-deepseek3-q4_0.gguf"},
         {"tiny-qwen3moe-yarn", "f16", DATA "tiny-qwen3moe-yarn-f16.gguf"},
         {"tiny-qwen3moe-yarn", "q4_0", DATA "tiny-qwen3moe-yarn-q4_0.gguf"},
     };
@@ -134,7 +136,7 @@ static void test_hparams(void **state)
     assert_null(m->layers[0].gate_inp.data);
     assert_int_equal(m->hp.n_ff_shexp, 64);
     assert_int_equal(m->layers[2].gate_shexp.ne[1], 64);
-    assert_true(m->hp.expert_weights_scale == 1.5f);
+    assert_true(m->hp.router.scale == 1.5f);
     assert_int_equal(es_model_expert_bytes(m, 0), 0);
     es_model_close(m);
 
@@ -183,12 +185,37 @@ static void test_hparams(void **state)
     const double ms = 1.0 + 0.1 * 0.707 * log(40.0);
     assert_true(fabs(m->hp.attn_scale - ms * ms / sqrt(48.0)) < 1e-6);
     assert_true(m->hp.rope_corr[0] == 2.0f && m->hp.rope_corr[1] == 6.0f);
-    assert_false(m->hp.topk_renorm);
+    assert_false(m->hp.router.renorm);
     es_model_close(m);
     m = open_ok(DATA "tiny-deepseek2-joined-f16.gguf");
     assert_false(m->hp.mla_split);
     assert_int_equal(m->layers[2].wkv_b.ne[1], 4 * (32 + 32));
     assert_null(m->layers[2].wk_b.data);
+    es_model_close(m);
+    /* DeepSeek-V3's kind: q LoRA, a sigmoid router with its selection bias and expert groups,
+     * renormalised and scaled; the V2 file keeps a softmax router without bias or groups */
+    m = open_ok(DATA "tiny-deepseek3-f16.gguf");
+    assert_int_equal(m->hp.n_lora_q, 64);
+    assert_null(m->layers[2].wq.data);
+    assert_int_equal(m->layers[2].wq_a.ne[1], 64);
+    assert_int_equal(m->layers[2].q_a_norm.ne[0], 64);
+    assert_int_equal(m->layers[2].wq_b.ne[0], 64);
+    assert_int_equal(m->layers[2].wq_b.ne[1], 4 * 48);
+    assert_true(m->hp.router.gating == ES_GATING_SIGMOID);
+    assert_true(m->hp.router.renorm);
+    assert_true(m->hp.router.scale == 2.5f);
+    assert_int_equal(m->hp.router.n_group, 4);
+    assert_int_equal(m->hp.router.n_group_used, 2);
+    assert_int_equal(m->layers[2].exp_probs_b.ne[0], 16);
+    assert_null(m->layers[0].exp_probs_b.data); /* the dense layer */
+    assert_int_equal(m->hp.n_layer, 3);
+    assert_int_equal(m->hp.n_layer_nextn, 0);
+    es_model_close(m);
+    m = open_ok(DATA "tiny-deepseek2-f16.gguf");
+    assert_true(m->hp.router.gating == ES_GATING_SOFTMAX);
+    assert_int_equal(m->hp.router.n_group, 0);
+    assert_null(m->layers[2].exp_probs_b.data);
+    assert_int_equal(m->hp.n_lora_q, 0);
     es_model_close(m);
     /* YaRN on qwen3moe: cos/sin scaled by 1 + 0.1 ln 4, no mscale in the softmax scale */
     m = open_ok(DATA "tiny-qwen3moe-yarn-f16.gguf");
@@ -397,6 +424,75 @@ static void test_ppl_matches_llama_cpp(void **state)
     free(text);
 }
 
+/* src copied to dst with nextn_predict_layers = 1 and one more block (blk.L, a copy of the
+ * last block's tensors), as GGUFs of DeepSeek-V3's kind carry their multi-token-prediction
+ * layer. */
+static void write_with_nextn(const char *src, const char *dst)
+{
+    es_gguf *g = NULL;
+    assert_int_equal(es_gguf_open(src, &g), ES_OK);
+    es_gguf_writer *w = NULL;
+    assert_int_equal(es_gguf_writer_create(&w), ES_OK);
+    for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
+        char key[256];
+        es_str k = es_gguf_key(g, i);
+        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
+        assert_int_equal(es_gguf_writer_copy_kv(w, g, key), ES_OK);
+    }
+    int64_t L = 0;
+    assert_true(es_gguf_get_i64(g, "deepseek2.block_count", &L));
+    assert_int_equal(es_gguf_writer_set_u32(w, "deepseek2.block_count", (uint32_t)L + 1), ES_OK);
+    assert_int_equal(es_gguf_writer_set_u32(w, "deepseek2.nextn_predict_layers", 1), ES_OK);
+    char last[32];
+    snprintf(last, sizeof(last), "blk.%d.", (int)L - 1);
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+            const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+            if (pass == 1) { /* the extra block: the last one's tensors under blk.L */
+                if (strncmp(name, last, strlen(last))) continue;
+                char renamed[256];
+                snprintf(renamed, sizeof(renamed), "blk.%d.%s", (int)L, name + strlen(last));
+                snprintf(name, sizeof(name), "%s", renamed);
+            }
+            assert_int_equal(es_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne,
+                                                       t->data, t->nbytes), ES_OK);
+        }
+    assert_int_equal(es_gguf_writer_write(w, dst), ES_OK); /* reads the tensors from g */
+    es_gguf_writer_destroy(w);
+    es_gguf_close(g);
+}
+
+/* A deepseek2 file's multi-token-prediction blocks (nextn_predict_layers) are not part of the
+ * forward pass (llama.cpp's n_layer() excludes them): the file with one gives the same logits as
+ * without, bit for bit, on both paths. */
+static void test_nextn_layers_skipped(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-deepseek3-q4_0.gguf", *dst = t_tmp_path("nextn.gguf");
+    write_with_nextn(src, dst);
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = (int32_t)((i * 37 + 11) % 300);
+    es_model *a = open_ok(src), *b = open_ok(dst);
+    assert_int_equal(b->hp.n_layer, 3);
+    assert_int_equal(b->hp.n_layer_nextn, 1);
+    const size_t nv = (size_t)es_model_n_vocab(a);
+    float *ya = malloc(sizeof(float) * 40 * nv), *yb = malloc(sizeof(float) * 40 * nv);
+    for (int reference = 0; reference < 2; reference++) {
+        es_session_params o = es_session_default_params();
+        o.reference = reference;
+        assert_int_equal(es_prefill(a, ids, 40, &o, 1, ya), ES_OK);
+        assert_int_equal(es_prefill(b, ids, 40, &o, 1, yb), ES_OK);
+        assert_memory_equal(ya, yb, sizeof(float) * 40 * nv);
+    }
+    free(ya);
+    free(yb);
+    es_model_close(a);
+    es_model_close(b);
+    unlink(dst);
+}
+
 static void test_open_errors(void **state)
 {
     (void)state;
@@ -445,13 +541,31 @@ static void expect_meta_error(const char *skip, es_status (*set)(es_gguf_writer 
     expect_meta_error_in("tests/data/tiny-f32.gguf", skip, set, want);
 }
 
-static es_status q_lora_512(es_gguf_writer *w)
+static es_status q_lora_huge(es_gguf_writer *w)
 {
-    return es_gguf_writer_set_u32(w, "deepseek2.attention.q_lora_rank", 512);
+    return es_gguf_writer_set_u32(w, "deepseek2.attention.q_lora_rank", 100000);
 }
-static es_status gating_sigmoid(es_gguf_writer *w)
+static es_status gating_3(es_gguf_writer *w)
 {
-    return es_gguf_writer_set_u32(w, "deepseek2.expert_gating_func", 2);
+    return es_gguf_writer_set_u32(w, "deepseek2.expert_gating_func", 3);
+}
+static es_status temperature(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_f32(w, "deepseek2.attention.temperature_scale", 0.1f);
+}
+static es_status groups_3(es_gguf_writer *w) /* 8 experts in 3 groups */
+{
+    es_status st = es_gguf_writer_set_u32(w, "deepseek2.expert_group_count", 3);
+    return st ? st : es_gguf_writer_set_u32(w, "deepseek2.expert_group_used_count", 1);
+}
+static es_status groups_all_used(es_gguf_writer *w)
+{
+    es_status st = es_gguf_writer_set_u32(w, "deepseek2.expert_group_count", 4);
+    return st ? st : es_gguf_writer_set_u32(w, "deepseek2.expert_group_used_count", 4);
+}
+static es_status nextn_all(es_gguf_writer *w) /* every block a prediction head */
+{
+    return es_gguf_writer_set_u32(w, "deepseek2.nextn_predict_layers", 3);
 }
 static es_status rope_longrope(es_gguf_writer *w)
 {
@@ -520,11 +634,16 @@ static void test_metadata_types(void **state)
     expect_meta_error("olmoe.expert_count", NULL, "estream runs mixture-of-experts models only");
     expect_meta_error(NULL, value_heads_8, "value heads of 8 differ from key heads of 16");
     expect_meta_error(NULL, heads_7, "not a multiple of 7 heads");
-    /* deepseek2: q LoRA (the full V2/V3), a sigmoid router, an unknown rope scaling, a rotary
-     * part that leaves no q_nope, a missing latent rank */
+    /* deepseek2: a q LoRA rank out of range; an unknown router, attention
+     * temperature tuning, expert groups that do not fit, prediction layers that leave none to
+     * run, an unknown rope scaling, a rotary part that leaves no q_nope, a missing latent rank */
     const char *ds2 = DATA "tiny-deepseek2-f16.gguf";
-    expect_meta_error_in(ds2, NULL, q_lora_512, "q_lora_rank = 512: queries through a low-rank");
-    expect_meta_error_in(ds2, NULL, gating_sigmoid, "softmax router (1) only");
+    expect_meta_error_in(ds2, NULL, q_lora_huge, "q_lora_rank = 100000 is out of range");
+    expect_meta_error_in(ds2, NULL, gating_3, "the softmax (1) or sigmoid (2) router");
+    expect_meta_error_in(ds2, NULL, temperature, "attention temperature tuning is not supported");
+    expect_meta_error_in(ds2, NULL, groups_3, "3 expert groups with 1 used cannot hold 2 of 8");
+    expect_meta_error_in(ds2, NULL, groups_all_used, "4 expert groups with 4 used cannot hold");
+    expect_meta_error_in(ds2, NULL, nextn_all, "nextn_predict_layers = 3 is out of range");
     expect_meta_error_in(ds2, NULL, rope_longrope, "'longrope': estream supports none, linear");
     expect_meta_error_in(ds2, NULL, rope_dims_48, "below the key head size 48");
     expect_meta_error_in(ds2, "deepseek2.attention.kv_lora_rank", NULL,
@@ -541,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_session_default_params),
         cmocka_unit_test(test_prefill_rejects_bad_input),
         cmocka_unit_test(test_ppl_matches_llama_cpp),
+        cmocka_unit_test(test_nextn_layers_skipped),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_metadata_types),
     };

@@ -675,11 +675,11 @@ static void test_q_unsupported(void **state)
     float x[256] = {0};
     uint8_t y[512];
     assert_false(es_quantize_row(ES_QTYPE_Q8_1, x, y, 32));
-    assert_false(es_quantize_row(ES_QTYPE_Q2_K, x, y, 256));
+    assert_false(es_quantize_row(17, x, y, 256));            /* iq2_xs */
     assert_false(es_quantize_row(16, x, y, 256));            /* iq2_xxs */
     assert_false(es_quantize_row(4, x, y, 32));              /* retired id */
     assert_false(es_quantize_row(ES_QTYPE_COUNT, x, y, 32)); /* unknown */
-    assert_false(es_quantize_row(ES_QTYPE_Q2_K, x, y, 7));   /* no quantizer beats bad length */
+    assert_false(es_quantize_row(16, x, y, 7));   /* no quantizer beats bad length */
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -33,11 +33,14 @@ static const es_arch families[] = {
      .rope = ES_ROPE_NEOX, .topk_renorm = true, .output_optional = true, .dense_lead = true,
      .gating = ES_GATING_SIGMOID, .expert_bias = true, .conv_layers = true,
      .output_norm = "token_embd_norm.weight", .synth_pre = "lfm2"},
-    /* DeepSeek-V2 (-Lite): multi-head latent attention without q LoRA, normal RoPE (with YaRN
-     * in the released models) on the rope part of each head, a leading dense layer, shared
-     * experts, softmax top-k scaled by expert_weights_scale and renormalised only where the
-     * file sets expert_weights_norm. */
-    {.name = "deepseek2", .model_names = "DeepSeek-V2-Lite", .qk_norm = ES_QK_NORM_NONE,
+    /* DeepSeek-V2 (-Lite) and files of DeepSeek-V3's kind (V3/R1, Kimi-K2, Moonlight):
+     * multi-head latent attention (with q LoRA where q_lora_rank is set), normal RoPE (with
+     * YaRN in the released models) on the rope part of each head, leading dense layers, shared
+     * experts, a softmax router, or a sigmoid one (expert_gating_func 2) whose choice adds
+     * exp_probs_b and may keep to expert groups; top-k scaled by expert_weights_scale and
+     * renormalised where the file sets expert_weights_norm; nextn_predict_layers trailing
+     * blocks (multi-token prediction) are not run. */
+    {.name = "deepseek2", .model_names = "DeepSeek-V2/V3", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
      .shared_experts = true, .weights_scale = true, .mla = true, .synth_pre = "deepseek-llm"},
 };
@@ -52,13 +55,41 @@ const es_arch *es_arch_find(const char *name)
 const char *es_arch_supported(void)
 {
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
-           "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2-Lite)";
+           "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3)";
 }
 
-void es_arch_route(const es_arch *a, bool renorm, const float *logits, int n_expert, int k,
-                   float scale, const float *bias, float *probs, int *chosen, float *weight)
+/* With groups: marks eligible[e] for the experts of the n_group_used groups whose two best
+ * selection scores sum highest (llama.cpp's group choice for DeepSeek-V3). */
+static void route_groups(const es_router *r, const float *score, int n_expert, bool *eligible)
 {
-    if (a->gating == ES_GATING_SIGMOID) {
+    const int per = n_expert / r->n_group;
+    float gs[ES_ROUTE_MAX_GROUPS];
+    bool used[ES_ROUTE_MAX_GROUPS] = {false};
+    for (int g = 0; g < r->n_group; g++) {
+        float a = -INFINITY, b = -INFINITY; /* the best two of the group */
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            if (score[e] > a) {
+                b = a;
+                a = score[e];
+            } else if (score[e] > b) {
+                b = score[e];
+            }
+        }
+        gs[g] = a + b;
+    }
+    for (int j = 0; j < r->n_group_used; j++) {
+        int best = -1;
+        for (int g = 0; g < r->n_group; g++)
+            if (!used[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        used[best] = true;
+    }
+    for (int e = 0; e < n_expert; e++) eligible[e] = used[e / per];
+}
+
+void es_arch_route(const es_router *r, const float *logits, int n_expert, int k, const float *bias,
+                   float *probs, int *chosen, float *weight)
+{
+    if (r->gating == ES_GATING_SIGMOID) {
         for (int e = 0; e < n_expert; e++) probs[e] = 1.0f / (1.0f + expf(-logits[e]));
     } else {
         float mx = -INFINITY;
@@ -70,27 +101,29 @@ void es_arch_route(const es_arch *a, bool renorm, const float *logits, int n_exp
         }
         for (int e = 0; e < n_expert; e++) probs[e] = (float)(probs[e] / sum);
     }
+    float score[ES_ROUTE_MAX_EXPERTS];
+    bool eligible[ES_ROUTE_MAX_EXPERTS];
+    for (int e = 0; e < n_expert; e++) {
+        score[e] = bias ? probs[e] + bias[e] : probs[e];
+        eligible[e] = true;
+    }
+    if (r->n_group > 1) route_groups(r, score, n_expert, eligible);
     for (int j = 0; j < k; j++) { /* selection: k is small */
         int best = -1;
-        float best_score = 0.0f;
         for (int e = 0; e < n_expert; e++) {
-            bool taken = false;
+            bool taken = !eligible[e];
             for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
-            const float score = bias ? probs[e] + bias[e] : probs[e];
-            if (!taken && (best < 0 || score > best_score)) {
-                best = e;
-                best_score = score;
-            }
+            if (!taken && (best < 0 || score[e] > score[best])) best = e;
         }
         chosen[j] = best;
         weight[j] = probs[best];
     }
-    if (renorm) {
+    if (r->renorm) {
         float wsum = 0.0f;
         for (int j = 0; j < k; j++) wsum += weight[j];
         wsum = wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;
         for (int j = 0; j < k; j++) weight[j] /= wsum;
     }
-    if (scale != 0.0f && scale != 1.0f)
-        for (int j = 0; j < k; j++) weight[j] *= scale;
+    if (r->scale != 0.0f && r->scale != 1.0f)
+        for (int j = 0; j < k; j++) weight[j] *= r->scale;
 }

@@ -29,7 +29,8 @@ typedef enum es_rope_kind {
 /* How the router turns logits into the probabilities it ranks (llama.cpp's gating func). */
 typedef enum es_gating {
     ES_GATING_SOFTMAX, /* softmax over the experts (olmoe, qwen3moe, Mixtral, deepseek) */
-    ES_GATING_SIGMOID, /* each expert's own sigmoid (lfm2moe) */
+    ES_GATING_SIGMOID, /* each expert's own sigmoid (lfm2moe; deepseek2 files of DeepSeek-V3's
+                        * kind: DeepSeek-V3/R1, Kimi-K2, Moonlight, GLM-4.7-Flash) */
 } es_gating;
 
 typedef struct es_arch {
@@ -51,8 +52,8 @@ typedef struct es_arch {
     bool conv_layers;         /* layers whose attention.head_count_kv entry is 0 are LFM2
                                * short-convolution blocks (shortconv.in_proj, a causal depthwise
                                * convolution of shortconv.l_cache taps, shortconv.out_proj) */
-    bool mla;                 /* DeepSeek-V2 multi-head latent attention (without q LoRA): q =
-                               * h Wq, one compressed KV row [c | k_pe] = h Wkv_a per token (c
+    bool mla;                 /* DeepSeek-V2/V3 multi-head latent attention: q = h Wq, or
+                               * with q LoRA q = rmsnorm(h Wq_a) Wq_b, one compressed KV row [c | k_pe] = h Wkv_a per token (c
                                * RMS-normed, k_pe one RoPE key shared by all heads), keys and
                                * values decompressed per head from c by attn_k_b / attn_v_b (or
                                * the older joined attn_kv_b); RoPE on the last n_rot dims only;
@@ -67,14 +68,28 @@ const es_arch *es_arch_find(const char *name);
 /* "olmoe (OLMoE), qwen3moe (...), ...": the supported architectures, for messages. */
 const char *es_arch_supported(void);
 
+#define ES_ROUTE_MAX_EXPERTS 4096 /* expert_count above this is refused (hparams.c) */
+#define ES_ROUTE_MAX_GROUPS 256
+
+/* How a model's router chooses and weighs its experts (hparams.c fills it from the family and
+ * the file, as llama.cpp's build_moe_ffn reads them). */
+typedef struct es_router {
+    es_gating gating;   /* softmax over the experts, or a sigmoid each */
+    bool renorm;        /* the chosen weights divided by their sum (norm_w) */
+    float scale;        /* then multiplied by this (0 or 1: not at all) */
+    int n_group;        /* expert_group_count: experts in n_group equal groups (0, 1: none) */
+    int n_group_used;   /* expert_group_used_count: the groups the choice may come from */
+} es_router;
+
 /* The router's decision for one token, shared by the reference and the fast path because it is
- * the spec: the family's gating of the n_expert logits (softmax, or a sigmoid each), the k
- * experts with the largest probability (plus bias[e] where bias is not NULL; ties to the lower
- * id) in that order in chosen[], their probabilities (unbiased) in weight[], divided by their
- * sum (at least 2^-14, as llama.cpp clamps it) where renorm (the family's topk_renorm, or the
- * file's expert_weights_norm where the family reads it), then multiplied
- * by scale unless it is 0 or 1. probs: scratch of n_expert floats. */
-void es_arch_route(const es_arch *a, bool renorm, const float *logits, int n_expert, int k,
-                   float scale, const float *bias, float *probs, int *chosen, float *weight);
+ * the spec: r's gating of the n_expert logits (softmax, or a sigmoid each); with groups, only
+ * the n_group_used groups whose two best experts score most (their sum; ties to the lower
+ * group) stay eligible; then the k eligible experts with the largest probability (plus bias[e]
+ * where bias is not NULL: DeepSeek-V3's selection bias; ties to the lower id) in that order in
+ * chosen[], their probabilities (unbiased) in weight[], divided by their sum (at least 2^-14,
+ * as llama.cpp clamps it) where r->renorm, then multiplied by r->scale unless it is 0 or 1.
+ * probs: scratch of n_expert floats. */
+void es_arch_route(const es_router *r, const float *logits, int n_expert, int k, const float *bias,
+                   float *probs, int *chosen, float *weight);
 
 #endif

@@ -70,7 +70,8 @@ static es_status read_head_count_kv(es_model *m)
     if (!m->family->conv_layers)
         return es_fail(ES_E_UNSUPPORTED, "%s: %s is an array (per-layer KV heads), which %s does "
                        "not have", path, full, m->arch);
-    if ((et != ES_GGUF_INT32 && et != ES_GGUF_UINT32) || n != (uint64_t)hp->n_layer)
+    if ((et != ES_GGUF_INT32 && et != ES_GGUF_UINT32) ||
+        n != (uint64_t)(hp->n_layer + hp->n_layer_nextn))
         return es_fail(ES_E_FORMAT, "%s: %s must be %d 32-bit integers (one per layer)", path,
                        full, hp->n_layer);
     int common = 0;
@@ -134,12 +135,14 @@ static es_status read_mla_heads(es_model *m)
 {
     es_hparams *hp = &m->hp;
     const char *path = es_gguf_path(m->gguf);
-    int q_lora = 0; /* absent (-Lite) or 0: the queries have one projection, attn_q */
-    ES_TRY(get_int(m, "attention.q_lora_rank", false, 0, 1 << 16, &q_lora));
-    if (q_lora)
-        return es_fail(ES_E_UNSUPPORTED, "%s: %s.attention.q_lora_rank = %d: queries through a "
-                       "low-rank projection (DeepSeek-V2/V3, not -Lite) are not supported", path,
-                       m->arch, q_lora);
+    /* absent (-Lite) or 0: the queries have one projection, attn_q; else attn_q_a, its norm
+     * and attn_q_b (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash) */
+    ES_TRY(get_int(m, "attention.q_lora_rank", false, 0, 1 << 14, &hp->n_lora_q));
+    float temp_scale = 0.0f; /* llama.cpp's attention temperature tuning (Mistral-Large-3) */
+    ES_TRY(get_float(m, "attention.temperature_scale", 0.0f, 1e6f, &temp_scale));
+    if (temp_scale != 0.0f)
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s.attention.temperature_scale = %g: attention "
+                       "temperature tuning is not supported", path, m->arch, temp_scale);
     ES_TRY(get_int(m, "attention.kv_lora_rank", true, 1, 1 << 14, &hp->n_lora_kv));
     int key_len = 0, val_len = 0;
     ES_TRY(get_int(m, "attention.key_length", true, 2, 1 << 14, &key_len));
@@ -255,12 +258,64 @@ void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs)
     }
 }
 
+/* deepseek2's router (llama.cpp's rule): expert_gating_func 1 softmax (DeepSeek-V2), 2 sigmoid
+ * (DeepSeek-V3, Kimi-K2, Moonlight); absent or 0 (files from before the key): softmax, except
+ * GLM-4.7's lite model (47 or 48 layers and a 154,880-token vocabulary), which is sigmoid. */
+static es_status read_mla_gating(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    int gating = 0;
+    ES_TRY(get_int(m, "expert_gating_func", false, 0, 1 << 16, &gating));
+    if (gating == 0) {
+        es_gguf_type et;
+        uint64_t n_vocab = 0;
+        if (!es_gguf_get_arr(m->gguf, "tokenizer.ggml.tokens", &et, &n_vocab)) n_vocab = 0;
+        gating = (hp->n_layer == 47 || hp->n_layer == 48) && n_vocab == 154880 ? 2 : 1;
+    }
+    if (gating != 1 && gating != 2)
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_gating_func = %d: estream runs %s with "
+                       "the softmax (1) or sigmoid (2) router", es_gguf_path(m->gguf), m->arch,
+                       gating, m->arch);
+    hp->router.gating = gating == 2 ? ES_GATING_SIGMOID : ES_GATING_SOFTMAX;
+    return ES_OK;
+}
+
+/* Expert groups (any family, as llama.cpp reads them): expert_group_count groups of equal size,
+ * expert_group_used_count of them eligible per token (llama.cpp's limits: fewer groups than
+ * experts, fewer used than groups), with room for the k experts. */
+static es_status read_expert_groups(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    es_router *r = &hp->router;
+    const char *path = es_gguf_path(m->gguf);
+    r->n_group = r->n_group_used = 0;
+    ES_TRY(get_int(m, "expert_group_count", false, 0, ES_ROUTE_MAX_GROUPS, &r->n_group));
+    ES_TRY(get_int(m, "expert_group_used_count", false, 0, ES_ROUTE_MAX_GROUPS,
+                   &r->n_group_used));
+    if (r->n_group <= 1) return ES_OK;
+    if (r->n_group >= hp->n_expert || hp->n_expert % r->n_group ||
+        r->n_group_used < 1 || r->n_group_used >= r->n_group ||
+        (int64_t)r->n_group_used * (hp->n_expert / r->n_group) < hp->n_expert_used ||
+        hp->n_expert / r->n_group < 2)
+        return es_fail(ES_E_FORMAT, "%s: %d expert groups with %d used cannot hold %d of %d "
+                       "experts (the groups must divide the experts, at least two each, and "
+                       "fewer be used than there are)", path, r->n_group, r->n_group_used,
+                       hp->n_expert_used, hp->n_expert);
+    return ES_OK;
+}
+
 es_status es_hparams_read(es_model *m)
 {
     es_hparams *hp = &m->hp;
     ES_TRY(get_int(m, "context_length", true, 1, 1 << 24, &hp->n_ctx));
     ES_TRY(get_int(m, "embedding_length", true, 1, 1 << 16, &hp->n_embd));
     ES_TRY(get_int(m, "block_count", true, 1, 1024, &hp->n_layer));
+    if (m->family->mla) { /* llama.cpp's deepseek2: the last nextn_predict_layers blocks are
+                           * multi-token-prediction heads, not part of the forward pass */
+        ES_TRY(get_int(m, "nextn_predict_layers", false, 0, hp->n_layer - 1,
+                       &hp->n_layer_nextn));
+        hp->n_layer -= hp->n_layer_nextn;
+    }
     ES_TRY(get_int(m, "feed_forward_length", true, 1, 1 << 18, &hp->n_ff));
     hp->n_ff_exp = hp->n_ff;
     ES_TRY(get_int(m, "expert_feed_forward_length", false, 1, 1 << 18, &hp->n_ff_exp));
@@ -272,8 +327,8 @@ es_status es_hparams_read(es_model *m)
     if (es_gguf_find_key(m->gguf, key) < 0)
         return es_fail(ES_E_UNSUPPORTED, "%s: a dense %s model (no %s): estream runs mixture-of-"
                        "experts models only", path, m->arch, key);
-    ES_TRY(get_int(m, "expert_count", true, 1, 4096, &hp->n_expert));
-    ES_TRY(get_int(m, "expert_used_count", true, 1, 4096, &hp->n_expert_used));
+    ES_TRY(get_int(m, "expert_count", true, 1, ES_ROUTE_MAX_EXPERTS, &hp->n_expert));
+    ES_TRY(get_int(m, "expert_used_count", true, 1, ES_ROUTE_MAX_EXPERTS, &hp->n_expert_used));
     const es_arch *fam = m->family;
     if (fam->dense_lead)
         ES_TRY(get_int(m, "leading_dense_block_count", false, 0, hp->n_layer,
@@ -295,21 +350,17 @@ es_status es_hparams_read(es_model *m)
             return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_gating_func = %d: estream runs %s "
                            "with the sigmoid router (2) only", path, m->arch, gating, m->arch);
     }
-    if (fam->mla) { /* deepseek2 reads the gating function (absent: softmax) and the norm */
-        int gating = 1;
-        ES_TRY(get_int(m, "expert_gating_func", false, 0, 1 << 16, &gating));
-        if (gating != 0 && gating != 1)
-            return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_gating_func = %d: estream runs %s "
-                           "with the softmax router (1) only", path, m->arch, gating, m->arch);
-    }
-    hp->topk_renorm = fam->topk_renorm;
+    es_router *r = &hp->router;
+    r->gating = fam->gating;
+    if (fam->mla) ES_TRY(read_mla_gating(m));
+    r->renorm = fam->topk_renorm;
     snprintf(key, sizeof(key), "%s.expert_weights_norm", m->arch);
     if (fam->mla && es_gguf_find_key(m->gguf, key) >= 0 &&
-        !es_gguf_get_bool(m->gguf, key, &hp->topk_renorm))
+        !es_gguf_get_bool(m->gguf, key, &r->renorm))
         return es_fail(ES_E_FORMAT, "%s: %s must be a bool", path, key);
-    hp->expert_weights_scale = 0.0f; /* none; read only where llama.cpp's graph uses it */
-    if (fam->weights_scale) ES_TRY(get_float(m, "expert_weights_scale", 0.0f, 1e6f,
-                                             &hp->expert_weights_scale));
+    r->scale = 0.0f; /* none; read only where llama.cpp's graph uses it */
+    if (fam->weights_scale) ES_TRY(get_float(m, "expert_weights_scale", 0.0f, 1e6f, &r->scale));
+    ES_TRY(read_expert_groups(m));
     if (hp->n_head % hp->n_head_kv)
         return es_fail(ES_E_FORMAT, "%s: %d heads are not a multiple of %d KV heads", path,
                        hp->n_head, hp->n_head_kv);

@@ -192,8 +192,8 @@ void es_model_describe(const es_model *m, es_model_desc *out)
     out->n_expert = hp->n_expert;
     out->n_expert_used = hp->n_expert_used;
     out->n_ff_exp = hp->n_ff_exp;
-    out->gating_sigmoid = m->family && m->family->gating == ES_GATING_SIGMOID;
-    out->topk_renorm = m->family && m->family->topk_renorm;
+    out->gating_sigmoid = hp->router.gating == ES_GATING_SIGMOID;
+    out->topk_renorm = hp->router.renorm;
     out->n_expert_shared = hp->n_expert_shared;
     out->n_ff_shexp = hp->n_ff_shexp;
     out->n_layer_dense_lead = hp->n_layer_dense_lead;

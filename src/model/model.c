@@ -211,7 +211,13 @@ static es_status bind_mla(es_model *m, int il, es_layer *L)
     const es_hparams *hp = &m->hp;
     const int64_t d = hp->n_embd, kv = hp->n_lora_kv, nh = hp->n_head;
     const int64_t nope = hp->n_embd_head - hp->n_rot, dv = hp->n_embd_head_v;
-    ES_TRY(bind_layer(m, il, "attn_q", 2, d, hp->n_embd_q, 1, false, &L->wq));
+    if (hp->n_lora_q) { /* q LoRA: rmsnorm(h Wq_a) Wq_b */
+        ES_TRY(bind_layer(m, il, "attn_q_a", 2, d, hp->n_lora_q, 1, false, &L->wq_a));
+        ES_TRY(bind_layer(m, il, "attn_q_a_norm", 1, hp->n_lora_q, 1, 1, true, &L->q_a_norm));
+        ES_TRY(bind_layer(m, il, "attn_q_b", 2, hp->n_lora_q, hp->n_embd_q, 1, false, &L->wq_b));
+    } else {
+        ES_TRY(bind_layer(m, il, "attn_q", 2, d, hp->n_embd_q, 1, false, &L->wq));
+    }
     ES_TRY(bind_layer(m, il, "attn_kv_a_mqa", 2, d, kv + hp->n_rot, 1, false, &L->wkv_a));
     ES_TRY(bind_layer(m, il, "attn_kv_a_norm", 1, kv, 1, 1, true, &L->kv_a_norm));
     if (hp->mla_split) {
@@ -275,11 +281,12 @@ static es_status bind_tensors(es_model *m)
             continue;
         }
         ES_TRY(bind_layer(m, il, "ffn_gate_inp", 2, d, ne_, 1, false, &L->gate_inp));
-        if (m->family->expert_bias) {
-            char name[64];
-            snprintf(name, sizeof(name), "blk.%d.exp_probs_b.bias", il);
+        char bname[64];
+        snprintf(bname, sizeof(bname), "blk.%d.exp_probs_b.bias", il);
+        /* deepseek2 files of DeepSeek-V3's kind have it (llama.cpp: optional there) */
+        if (m->family->expert_bias || (m->family->mla && es_gguf_find_tensor(m->gguf, bname))) {
             const int64_t nb[1] = {ne_};
-            ES_TRY(bind(m, name, 1, nb, true, &L->exp_probs_b));
+            ES_TRY(bind(m, bname, 1, nb, true, &L->exp_probs_b));
         }
         if (hp->n_expert_shared > 0)
             ES_TRY(bind_ffn(m, il, "_shexp", hp->n_ff_shexp, &L->gate_shexp, &L->up_shexp,

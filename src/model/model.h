@@ -20,7 +20,8 @@ typedef struct es_hparams {
     int n_vocab;
     int n_ctx;          /* training context length: prompts longer than this are refused */
     int n_embd;         /* hidden size */
-    int n_layer;
+    int n_layer;        /* the layers of the forward pass (block_count less n_layer_nextn) */
+    int n_layer_nextn;  /* deepseek2: trailing multi-token-prediction blocks, never run */
     int n_head;
     int n_head_kv;
     int n_embd_head;    /* key (and query) head size: attention.key_length, by default
@@ -33,6 +34,7 @@ typedef struct es_hparams {
     int n_rot;          /* rotary dimensions per head: n_embd_head, or in MLA the last qk_rope
                          * dims of each query head and the shared k_pe */
     int n_lora_kv;      /* MLA: kv_lora_rank, the compressed KV row (0: not MLA) */
+    int n_lora_q;       /* MLA: q_lora_rank, queries through attn_q_a and attn_q_b (0: attn_q) */
     bool mla_split;     /* MLA: attn_k_b / attn_v_b (the file has key_length_mla and
                          * value_length_mla, as llama.cpp decides it); else one attn_kv_b */
     int n_ff;           /* feed_forward_length: the dense FFN of dense layers */
@@ -42,10 +44,9 @@ typedef struct es_hparams {
     int n_layer_dense_lead; /* layers [0, this) have a dense FFN instead of experts */
     int n_expert_shared;    /* shared experts of each MoE layer: one FFN of n_ff_shexp */
     int n_ff_shexp;         /* n_expert_shared * n_ff_exp (0: none) */
-    float expert_weights_scale; /* routed weights multiplied by this (0 or 1: not at all) */
     int n_conv_taps;    /* shortconv.l_cache: taps of the short convolution (conv families) */
     int n_conv_layers;  /* layers that are short-convolution blocks instead of attention */
-    bool topk_renorm;   /* the chosen experts' weights are renormalised (es_arch_route) */
+    es_router router;   /* how the router chooses and weighs the experts (es_arch_route) */
     float rope_freq_base;
     float rope_freq_scale;  /* 1 / rope.scaling.factor (1: no scaling) */
     float rope_ext_factor;  /* YaRN's extrapolation mix (1 with YaRN scaling, else 0) */
@@ -84,7 +85,11 @@ typedef struct es_layer {
     es_tensor q_norm;     /* ES_QK_NORM_WHOLE: [n_embd_q]; ES_QK_NORM_HEAD: [n_embd_head];
                            * ES_QK_NORM_NONE: absent (data NULL) */
     es_tensor k_norm;     /* the same for K: [n_embd_kv], [n_embd_head] or absent */
-    /* MLA (deepseek2) layers have wq and wo (of n_embd_att) and, instead of wk and wv: */
+    /* MLA (deepseek2) layers have wq (or with q LoRA wq_a, q_a_norm and wq_b) and wo (of
+     * n_embd_att) and, instead of wk and wv: */
+    es_tensor wq_a;       /* [n_embd] x n_lora_q rows */
+    es_tensor q_a_norm;   /* [n_lora_q] f32 */
+    es_tensor wq_b;       /* [n_lora_q] x n_embd_q rows */
     es_tensor wkv_a;      /* [n_embd] x (n_lora_kv + n_rot) rows: [c | k_pe] */
     es_tensor kv_a_norm;  /* [n_lora_kv] f32 */
     es_tensor wk_b;       /* [qk_nope, n_lora_kv, n_head]: key decompression, transposed */
@@ -103,7 +108,8 @@ typedef struct es_layer {
     es_tensor gate_shexp, up_shexp; /* [n_embd] x n_ff_shexp rows (absent: data NULL) */
     es_tensor down_shexp; /* [n_ff_shexp] x n_embd rows */
     es_tensor gate_inp;   /* router: [n_embd] x n_expert rows */
-    es_tensor exp_probs_b; /* [n_expert] f32 selection bias (families with expert_bias) */
+    es_tensor exp_probs_b; /* [n_expert] f32 selection bias (families with expert_bias; in
+                            * deepseek2 files where they have it, DeepSeek-V3's kind) */
     es_tensor gate_exps;  /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor up_exps;    /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor down_exps;  /* [n_ff_exp] x n_embd rows x n_expert */
@@ -123,27 +129,29 @@ static inline bool es_layer_is_moe(const es_layer *L) { return L->exp_bytes[0] >
 
 /* A layer's matrices that the dense kernels multiply whole (everything but the norms, MLA's
  * per-head attn_k_b / attn_v_b and the routed experts), in this order: wq, wk, wv, wo, MLA's
- * wkv_a and wkv_b, the short convolution's in and out projections, the router, the dense FFN's
- * gate/up/down, the shared experts' gate/up/down. Those a layer's kind lacks are listed with
- * data NULL. The FFN ones (index >= ES_LAYER_FIRST_FFN) run a bounded number of rows at a
- * time. */
-enum { ES_LAYER_N_MATRICES = 15, ES_LAYER_FIRST_FFN = 9 };
+ * wkv_a, wkv_b, wq_a and wq_b, the short convolution's in and out projections, the router, the
+ * dense FFN's gate/up/down, the shared experts' gate/up/down. Those a layer's kind lacks are
+ * listed with data NULL. The FFN ones (index >= ES_LAYER_FIRST_FFN) run a bounded number of
+ * rows at a time. */
+enum { ES_LAYER_N_MATRICES = 17, ES_LAYER_FIRST_FFN = 11 };
 static inline void es_layer_matrices(const es_layer *L, const es_tensor *out[ES_LAYER_N_MATRICES])
 {
     const es_tensor *ts[ES_LAYER_N_MATRICES] = {
         &L->wq,       &L->wk,       &L->wv,         &L->wo,       &L->wkv_a,
-        &L->wkv_b,    &L->conv_in,  &L->conv_out,   &L->gate_inp, &L->ffn_gate,
-        &L->ffn_up,   &L->ffn_down, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+        &L->wkv_b,    &L->wq_a,     &L->wq_b,       &L->conv_in,  &L->conv_out,
+        &L->gate_inp, &L->ffn_gate, &L->ffn_up,     &L->ffn_down, &L->gate_shexp,
+        &L->up_shexp, &L->down_shexp};
     for (int i = 0; i < ES_LAYER_N_MATRICES; i++) out[i] = ts[i];
 }
 
 /* Every tensor a layer keeps resident: its norms, convolution taps, expert bias, MLA's
  * decompression matrices and es_layer_matrices(). */
-enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 9 };
+enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 10 };
 static inline void es_layer_resident(const es_layer *L, const es_tensor *out[ES_LAYER_N_RESIDENT])
 {
-    const es_tensor *ts[] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->conv,
-                             &L->exp_probs_b, &L->kv_a_norm, &L->wk_b, &L->wv_b};
+    const es_tensor *ts[] = {&L->attn_norm, &L->q_norm,    &L->k_norm, &L->ffn_norm,
+                             &L->conv,      &L->exp_probs_b, &L->kv_a_norm, &L->q_a_norm,
+                             &L->wk_b,      &L->wv_b};
     _Static_assert(sizeof(ts) / sizeof(ts[0]) + ES_LAYER_N_MATRICES == ES_LAYER_N_RESIDENT,
                    "resident list");
     for (int i = 0; i < ES_LAYER_N_RESIDENT - ES_LAYER_N_MATRICES; i++) out[i] = ts[i];

@@ -159,7 +159,20 @@ static es_status mla_ref(const es_model *m, const es_layer *L, const float *h, i
         st = es_fail(ES_E_NOMEM, "reference forward: out of memory for %lld tokens", (long long)T);
         goto done;
     }
-    matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, dq, d, h, d, T, q, dq, wt, row);
+    if (hp->n_lora_q) { /* q = rmsnorm(h Wq_a) * q_a_norm, then Wq_b */
+        const int64_t r = hp->n_lora_q;
+        float *qa = malloc(sizeof(float) * (size_t)(T * r));
+        if (!qa) {
+            st = es_fail(ES_E_NOMEM, "reference forward: out of memory for %lld tokens", (long long)T);
+            goto done;
+        }
+        matmul_ref(L->wq_a.data, L->wq_a.type, L->wq_a.row_bytes, r, d, h, d, T, qa, r, wt, row);
+        for (int64_t t = 0; t < T; t++) rmsnorm(qa + t * r, qa + t * r, L->q_a_norm.data, r, hp->rms_eps);
+        matmul_ref(L->wq_b.data, L->wq_b.type, L->wq_b.row_bytes, dq, r, qa, r, T, q, dq, wt, row);
+        free(qa);
+    } else {
+        matmul_ref(L->wq.data, L->wq.type, L->wq.row_bytes, dq, d, h, d, T, q, dq, wt, row);
+    }
     matmul_ref(L->wkv_a.data, L->wkv_a.type, L->wkv_a.row_bytes, dc, d, h, d, T, ckv, dc, wt, row);
     for (int64_t t = 0; t < T; t++) {
         float *c = ckv + t * dc;
@@ -305,6 +318,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
     dmax = dmax > hp->n_embd_att ? dmax : hp->n_embd_att;
     int64_t kmax = dmax > ffmax ? dmax : ffmax; /* longest weight row */
     kmax = kmax > hp->n_lora_kv ? kmax : hp->n_lora_kv;
+    kmax = kmax > hp->n_lora_q ? kmax : hp->n_lora_q;
     const int E = hp->n_expert, K = hp->n_expert_used;
     es_status st = ES_OK;
 
@@ -367,8 +381,8 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         for (int64_t t = 0; t < T; t++) {
             matmul_ref(L->gate_inp.data, L->gate_inp.type, L->gate_inp.row_bytes, E, d, h + t * d,
                        d, 1, rl, E, wt, row);
-            es_arch_route(m->family, hp->topk_renorm, rl, E, K, hp->expert_weights_scale, L->exp_probs_b.data,
-                          rl + E, chosen + t * K, cw + t * K);
+            es_arch_route(&hp->router, rl, E, K, L->exp_probs_b.data, rl + E, chosen + t * K,
+                          cw + t * K);
         }
         memset(att, 0, sizeof(float) * (size_t)(T * d)); /* att holds moe[] now */
         for (int e = 0; e < E; e++) {

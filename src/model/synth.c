@@ -43,6 +43,10 @@ typedef struct preset {
     float yarn_mscale_all;      /* mscale_all_dim (written as 0.1 x, as the converter does) */
     bool mla_joined;            /* one attn_kv_b per layer, as converters before the split wrote
                                  * (no _mla keys; key/value_length are the per-head sizes) */
+    int q_lora;                 /* MLA: queries through attn_q_a / attn_q_b of this rank (0: attn_q) */
+    bool v3_router;             /* DeepSeek-V3's router: sigmoid gating (expert_gating_func 2), a
+                                 * selection bias exp_probs_b, weights renormalised */
+    int n_group, n_group_used;  /* expert_group_count / _used_count (0: no groups) */
 } preset;
 
 /* Sizes from each model's config.json on Hugging Face where a preset is named after a model. */
@@ -157,6 +161,26 @@ static const preset presets[] = {
      .n_ff = 512, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 256,
      .qk_rope = 64, .v_head = 128, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096,
      .yarn_mscale_all = 0.707f},
+    /* tiny-deepseek3: DeepSeek-V3's kind of deepseek2 file (DeepSeek-V3/R1, Kimi-K2, GLM-4.7-
+     * Flash): queries through q LoRA (rank 64), a sigmoid router with a selection bias whose
+     * top-4 of 16 experts come from the best 2 of 4 groups, renormalised and scaled by 2.5, one
+     * shared expert, YaRN x40 of 4,096 (mscale_all_dim 0.707, V2-Lite's: with DeepSeek-V3's 1.0
+     * this file's Q4_0 logits meet activation-rounding near-ties against llama.cpp's, one to
+     * three positions per seed, as llama.cpp's own builds do among themselves) */
+    {.name = "tiny-deepseek3", .arch = "deepseek2", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_embd_head = 48, .n_ff_exp = 32,
+     .n_expert = 16, .n_expert_used = 4, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128,
+     .n_dense_lead = 1, .n_shared = 1, .weights_scale = 2.5f, .kv_lora = 64, .qk_rope = 16,
+     .v_head = 32, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096, .yarn_mscale_all = 0.707f,
+     .q_lora = 64, .v3_router = true, .n_group = 4, .n_group_used = 2},
+    /* Moonlight-16B-A3B (Kimi's DeepSeek-V3-kind model without q LoRA): 27 layers (the first
+     * dense), 16 heads of 128 + 64 rope, latent 512, values of 128, 64 experts top-6 + 2 shared,
+     * sigmoid router with selection bias, renormalised, x2.446 */
+    {.name = "moonlight-16b-a3b", .arch = "deepseek2", .n_vocab = 163840, .n_ctx = 8192,
+     .n_embd = 2048, .n_layer = 27, .n_head = 16, .n_head_kv = 16, .n_embd_head = 192,
+     .n_ff_exp = 1408, .n_expert = 64, .n_expert_used = 6, .rope_base = 5e4f, .rms_eps = 1e-5f,
+     .n_ff = 11264, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 2.446f, .kv_lora = 512,
+     .qk_rope = 64, .v_head = 128, .v3_router = true},
     /* DeepSeek-V2-Lite: 27 layers (the first dense), 16 heads of 128 + 64 rope, latent 512,
      * values of 128, 64 experts top-6 + 2 shared, YaRN x40 of 4,096 */
     {.name = "deepseek-v2-lite", .arch = "deepseek2", .n_vocab = 102400, .n_ctx = 163840,
@@ -171,7 +195,8 @@ static const char *const preset_names[] = {
     "tiny-qwen3moe-vocab", "qwen3-30b-a3b",
     "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
-    "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "deepseek-v2-lite", NULL};
+    "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
+    "moonlight-16b-a3b", "deepseek-v2-lite", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
@@ -407,7 +432,8 @@ static es_status set_mla(es_gguf_writer *w, const preset *p)
 {
     const char *a = p->arch;
     es_status st = ES_OK;
-    if (p->n_layer != 26 && p->n_layer != 27) st = set_arch_u32(w, a, "attention.q_lora_rank", 0);
+    if (p->q_lora || (p->n_layer != 26 && p->n_layer != 27))
+        st = set_arch_u32(w, a, "attention.q_lora_rank", (uint32_t)p->q_lora);
     if (!st) st = set_arch_u32(w, a, "attention.kv_lora_rank", (uint32_t)p->kv_lora);
     if (p->mla_joined) {
         if (!st) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)p->n_embd_head);
@@ -462,8 +488,14 @@ static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
         st = es_gguf_writer_set_arr(w, name, ES_GGUF_INT32, kv, (uint64_t)p->n_layer);
         if (!st) st = set_arch_u32(w, a, "shortconv.l_cache", 3);
     }
-    if (!st && es_arch_find(a)->gating == ES_GATING_SIGMOID)
+    if (!st && (es_arch_find(a)->gating == ES_GATING_SIGMOID || p->v3_router))
         st = set_arch_u32(w, a, "expert_gating_func", 2);
+    if (!st && p->v3_router) {
+        snprintf(name, sizeof(name), "%s.expert_weights_norm", a);
+        st = es_gguf_writer_set_bool(w, name, true);
+    }
+    if (!st && p->n_group) st = set_arch_u32(w, a, "expert_group_count", (uint32_t)p->n_group);
+    if (!st && p->n_group) st = set_arch_u32(w, a, "expert_group_used_count", (uint32_t)p->n_group_used);
     if (!st && p->kv_lora) st = set_mla(w, p);
     if (!st && p->yarn_factor > 0.0f) st = set_yarn(w, p);
     if (!st && p->n_embd_head && !p->kv_lora) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)p->n_embd_head);
@@ -505,7 +537,8 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     if (es_qtype_row_bytes(wtype, p->n_embd) == 0 || es_qtype_row_bytes(wtype, p->n_ff_exp) == 0 ||
         es_qtype_row_bytes(wtype, datt) == 0 ||
         (p->kv_lora && (es_qtype_row_bytes(wtype, p->kv_lora) == 0 ||
-                        es_qtype_row_bytes(wtype, dh - p->qk_rope) == 0)))
+                        es_qtype_row_bytes(wtype, dh - p->qk_rope) == 0)) ||
+        (p->q_lora && es_qtype_row_bytes(wtype, p->q_lora) == 0))
         return es_fail(ES_E_INVAL, "synth: preset %s rows do not fit type %s", p->name, o->type);
     /* llama-quantize keeps a Q4_0 model's output head in Q6_K; do the same where rows allow. */
     uint32_t out_type = wtype;
@@ -526,7 +559,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         st = es_gguf_writer_set_str(w, "tokenizer.chat_template", o->chat_template);
     if (st) goto done;
 
-    c.cap_gens = 3 + 16 * L;
+    c.cap_gens = 3 + 20 * L;
     c.gens = calloc((size_t)c.cap_gens, sizeof(gen));
     c.common = malloc(sizeof(float) * (size_t)d);
     c.bias = malloc(sizeof(float) * (size_t)(L * E));
@@ -559,7 +592,13 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         if (p->kv_lora) { /* multi-head latent attention */
             const int kv = p->kv_lora, nope = dh - p->qk_rope;
             const float skv = 1.0f / sqrtf((float)kv);
-            GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, dq, 1, sd, o->seed);
+            if (p->q_lora) {
+                GEN(LNAME("attn_q_a"), GEN_NORMAL, wtype, 2, d, p->q_lora, 1, sd, o->seed);
+                GEN(LNAME("attn_q_a_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, p->q_lora, 1, 1, 1.0f, o->seed);
+                GEN(LNAME("attn_q_b"), GEN_NORMAL, wtype, 2, p->q_lora, dq, 1, 1.0f / sqrtf((float)p->q_lora), o->seed);
+            } else {
+                GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, dq, 1, sd, o->seed);
+            }
             GEN(LNAME("attn_kv_a_mqa"), GEN_NORMAL, wtype, 2, d, kv + p->qk_rope, 1, sd, o->seed);
             GEN(LNAME("attn_kv_a_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, kv, 1, 1, 1.0f, o->seed);
             if (p->mla_joined) {
@@ -598,11 +637,12 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         }
         /* a sigmoid router ranks sigmoid(logit) + bias, which squeezes logit gaps by 4 near
          * 0.5: wider logits keep its choices as clear as a softmax router's */
-        const float rs = fam->gating == ES_GATING_SIGMOID ? 3.0f * sd : sd;
+        const float rs = fam->gating == ES_GATING_SIGMOID || p->v3_router ? 3.0f * sd : sd;
         GEN(LNAME("ffn_gate_inp"), GEN_ROUTER, ES_QTYPE_F32, 2, d, E, 1, rs, o->seed);
         g->common = c.common;
         g->bias = c.bias + il * E;
-        if (fam->expert_bias) { /* the selection bias: small next to sigmoid probabilities */
+        if (fam->expert_bias || p->v3_router) { /* the selection bias: small next to sigmoid
+                                                    * probabilities */
             snprintf(name, sizeof(name), "blk.%d.exp_probs_b.bias", il);
             GEN(name, GEN_NORMAL, ES_QTYPE_F32, 1, E, 1, 1, 0.02f, o->seed);
         }

@@ -29,9 +29,15 @@ static int64_t att_width(const es_hparams *hp)
     return es_mla_latent_values(hp) ? (int64_t)hp->n_head * hp->n_lora_kv : hp->n_embd_att;
 }
 
+/* f->q's row: the queries, or with q LoRA first h Wq_a (mla.c), whichever is wider */
+static int64_t q_width(const es_hparams *hp)
+{
+    return hp->n_embd_q > hp->n_lora_q ? hp->n_embd_q : hp->n_lora_q;
+}
+
 static void free_buffers(es_fast *f, const es_hparams *hp)
 {
-    const int64_t T = f->t_cap, d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
+    const int64_t T = f->t_cap, d = hp->n_embd, dq = q_width(hp), dkv = hp->n_embd_kv;
     es_free_big(f->x, fbytes(T, d));
     es_free_big(f->h, fbytes(T, d));
     es_free_big(f->q, fbytes(T, dq));
@@ -115,7 +121,7 @@ static int64_t ffn_width(const es_model *m)
 static es_status alloc_buffers(es_fast *f, const es_model *m, int64_t T, int n_seq)
 {
     const es_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
+    const int64_t d = hp->n_embd, dq = q_width(hp), dkv = hp->n_embd_kv;
     free_buffers(f, hp);
     f->t_cap = T;
     f->seq_cap = n_seq;

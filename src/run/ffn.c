@@ -114,9 +114,8 @@ static void route_worker(void *arg, int ith, int nth)
     int64_t r0, r1;
     if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
     for (int64_t t = r0; t < r1; t++) {
-        es_arch_route(j->m->family, hp->topk_renorm, f->router + t * E, E, K,
-                      hp->expert_weights_scale,
-                      j->L->exp_probs_b.data, probs, chosen, weight);
+        es_arch_route(&hp->router, f->router + t * E, E, K, j->L->exp_probs_b.data, probs,
+                      chosen, weight);
         for (int jj = 0; jj < K; jj++) {
             /* store per token; sorted by expert afterwards */
             es_route *r = &f->routes[t * K + jj];

@@ -48,6 +48,19 @@ static void mla_w_worker(void *arg, int ith, int nth)
     }
 }
 
+/* es_layer_rows job (q LoRA): each row of h Wq_a (n_lora_q wide at the start of f->q) RMS-normed
+ * and multiplied by q_a_norm, in place. */
+static void mla_q_norm_worker(void *arg, int ith, int nth)
+{
+    const es_layer_rows *j = arg;
+    const int64_t r = j->m->hp.n_lora_q;
+    int64_t r0, r1;
+    if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
+    for (int64_t t = r0; t < r1; t++)
+        j->f->kern->rmsnorm(j->f->q + t * r, j->f->q + t * r, j->L->q_a_norm.data, r,
+                            j->m->hp.rms_eps);
+}
+
 /* es_layer_rows job: c = rmsnorm(c) * kv_a_norm in f->mla_ckv; RoPE on k_pe and on each query
  * head's last n_rot in f->q; each head's q_nope rounded as llama.cpp's product with attn_k_b
  * rounds it (its q_nope . (Wk c) is our (Wk^T q_nope) . c). */
@@ -112,17 +125,27 @@ void es_mla_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
         mla_w_job wj = {f, hp, L};
         es_pool_run(f->pool, mla_w_worker, &wj);
     }
-    es_fast_prepare(f, f->h, d, L->wq.type, 0, T);
-    if (L->wq.type == L->wkv_a.type) {
-        es_gemm_task qc[2] = {{&L->wq, f->act, f->q, hp->n_embd_q, T},
-                              {&L->wkv_a, f->act, f->mla_ckv, dc, T}};
+    /* with q LoRA the first product is h Wq_a (n_lora_q wide, into the start of f->q) */
+    const es_tensor *wq = hp->n_lora_q ? &L->wq_a : &L->wq;
+    const int64_t dq0 = hp->n_lora_q ? hp->n_lora_q : hp->n_embd_q;
+    es_fast_prepare(f, f->h, d, wq->type, 0, T);
+    if (wq->type == L->wkv_a.type) {
+        es_gemm_task qc[2] = {{wq, f->act, f->q, dq0, T}, {&L->wkv_a, f->act, f->mla_ckv, dc, T}};
         es_fast_gemms(f, qc, 2);
     } else {
-        es_gemm_task q = {&L->wq, f->act, f->q, hp->n_embd_q, T};
+        es_gemm_task q = {wq, f->act, f->q, dq0, T};
         es_fast_gemms(f, &q, 1);
         es_fast_prepare(f, f->h, d, L->wkv_a.type, 0, T);
         es_gemm_task c = {&L->wkv_a, f->act, f->mla_ckv, dc, T};
         es_fast_gemms(f, &c, 1);
+    }
+    if (hp->n_lora_q) { /* q = rmsnorm(h Wq_a) Wq_b: the act takes the rows before f->q is
+                         * written again */
+        es_fast_phase(f, ES_PHASE_NORM);
+        es_fast_layer_rows(f, m, L, T, mla_q_norm_worker);
+        es_fast_prepare_ld(f, f->q, hp->n_lora_q, hp->n_lora_q, L->wq_b.type, 0, T);
+        es_gemm_task qb = {&L->wq_b, f->act, f->q, hp->n_embd_q, T};
+        es_fast_gemms(f, &qb, 1);
     }
     es_fast_phase(f, ES_PHASE_NORM);
     es_fast_layer_rows(f, m, L, T, mla_rope_worker);
