@@ -309,19 +309,27 @@ static void test_family_q4_k_m(void **s)
  * 1.5e-13), so the median and KL are held tighter than quant_llama's. The reference keeps float
  * activations: against 3-bit weights that is a larger error than for Q4_K_M (a router flip in
  * each file: max 3.5 / 2.5, top-1 98.2 % / 95.6 %, KL 8.9e-3 / 2.7e-3). */
-static void test_family_q3_k_m(void **s)
+/* The small-qwen3moe and small-mixtral files of llama-quantize's mix `mix` (a file name part)
+ * against llama.cpp's logits within llama[i] (i: the stem), and the reference within the
+ * low-bit self limits. */
+static void small_mix(const char *mix, const limits llama[2])
 {
-    (void)s;
     static const char *const stems[] = {"small-qwen3moe", "small-mixtral"};
     for (size_t i = 0; i < T_LEN(stems); i++) {
         char model[128], golden[128];
-        snprintf(model, sizeof(model), DATA "%s-q3_k_m.gguf", stems[i]);
-        snprintf(golden, sizeof(golden), DATA "%s-q3_k_m.llama-logits.bin", stems[i]);
-        limits llama = quant_llama;
-        llama.median = 1e-4;
-        llama.kl = 2e-5;
-        compare_lim(model, (limits){INFINITY, 0.2, 4.0, 0.93, 0.012}, golden, llama);
+        snprintf(model, sizeof(model), DATA "%s-%s.gguf", stems[i], mix);
+        snprintf(golden, sizeof(golden), DATA "%s-%s.llama-logits.bin", stems[i], mix);
+        compare_lim(model, (limits){INFINITY, 0.2, 4.0, 0.93, 0.012}, golden, llama[i]);
     }
+}
+
+static void test_family_q3_k_m(void **s)
+{
+    (void)s;
+    limits llama = quant_llama;
+    llama.median = 1e-4;
+    llama.kl = 2e-5;
+    small_mix("q3_k_m", (limits[2]){llama, llama});
 }
 
 /* Q2_K files as llama-quantize writes them of small-qwen3moe and small-mixtral
@@ -338,17 +346,10 @@ static void test_family_q3_k_m(void **s)
 static void test_family_q2_k(void **s)
 {
     (void)s;
-    static const char *const stems[] = {"small-qwen3moe", "small-mixtral"};
-    for (size_t i = 0; i < T_LEN(stems); i++) {
-        char model[128], golden[128];
-        snprintf(model, sizeof(model), DATA "%s-q2_k.gguf", stems[i]);
-        snprintf(golden, sizeof(golden), DATA "%s-q2_k.llama-logits.bin", stems[i]);
-        limits llama = quant_llama;
-        llama.median = 1e-4;
-        llama.kl = 1e-4;
-        if (i == 1) llama = (limits){1e-4, 0.15, 2.0, 0.96, 5e-3}; /* one router flip */
-        compare_lim(model, (limits){INFINITY, 0.2, 4.0, 0.93, 0.012}, golden, llama);
-    }
+    limits qwen = quant_llama;
+    qwen.median = 1e-4;
+    qwen.kl = 1e-4;
+    small_mix("q2_k", (limits[2]){qwen, {1e-4, 0.15, 2.0, 0.96, 5e-3} /* one router flip */});
 }
 
 /* small-deepseek2 in Q4_K_M: a file on which llama.cpp disagrees with itself beyond the issue's

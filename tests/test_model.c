@@ -424,6 +424,21 @@ static void test_ppl_matches_llama_cpp(void **state)
     free(text);
 }
 
+/* A writer holding g's metadata, but the key `skip` (NULL: every key). */
+static es_gguf_writer *copy_keys(const es_gguf *g, const char *skip)
+{
+    es_gguf_writer *w = NULL;
+    assert_int_equal(es_gguf_writer_create(&w), ES_OK);
+    for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
+        char key[256];
+        es_str k = es_gguf_key(g, i);
+        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
+        if (skip && strcmp(key, skip) == 0) continue;
+        assert_int_equal(es_gguf_writer_copy_kv(w, g, key), ES_OK);
+    }
+    return w;
+}
+
 /* src copied to dst with nextn_predict_layers = 1 and one more block (blk.L, a copy of the
  * last block's tensors), as GGUFs of DeepSeek-V3's kind carry their multi-token-prediction
  * layer. */
@@ -431,14 +446,7 @@ static void write_with_nextn(const char *src, const char *dst)
 {
     es_gguf *g = NULL;
     assert_int_equal(es_gguf_open(src, &g), ES_OK);
-    es_gguf_writer *w = NULL;
-    assert_int_equal(es_gguf_writer_create(&w), ES_OK);
-    for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
-        char key[256];
-        es_str k = es_gguf_key(g, i);
-        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
-        assert_int_equal(es_gguf_writer_copy_kv(w, g, key), ES_OK);
-    }
+    es_gguf_writer *w = copy_keys(g, NULL);
     int64_t L = 0;
     assert_true(es_gguf_get_i64(g, "deepseek2.block_count", &L));
     assert_int_equal(es_gguf_writer_set_u32(w, "deepseek2.block_count", (uint32_t)L + 1), ES_OK);
@@ -515,15 +523,7 @@ static void expect_meta_error_in(const char *src, const char *skip,
     const char *path = t_tmp_path("meta.gguf");
     es_gguf *g = NULL;
     assert_int_equal(es_gguf_open(src, &g), ES_OK);
-    es_gguf_writer *w = NULL;
-    assert_int_equal(es_gguf_writer_create(&w), ES_OK);
-    for (int64_t i = 0; i < es_gguf_n_kv(g); i++) {
-        char key[256];
-        es_str k = es_gguf_key(g, i);
-        snprintf(key, sizeof(key), "%.*s", (int)k.len, k.ptr);
-        if (skip && strcmp(key, skip) == 0) continue;
-        assert_int_equal(es_gguf_writer_copy_kv(w, g, key), ES_OK);
-    }
+    es_gguf_writer *w = copy_keys(g, skip);
     es_gguf_close(g);
     if (set) assert_int_equal(set(w), ES_OK);
     assert_int_equal(es_gguf_writer_write(w, path), ES_OK);
