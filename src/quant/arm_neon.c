@@ -12,20 +12,23 @@
  * rows of the call.
  *
  * Weights are decoded to their SIGNED values (q-8 for Q4_0, q for Q8_0, q-16 for Q5_0, the
- * non-linear levels for IQ4_NL/IQ4_XS, 0..15 / 0..31 for Q4_K/Q5_K, q-32 for Q6_K): sdot and smmla
- * multiply signed bytes by signed bytes, so unlike x86 (vpdpbusd wants unsigned weights) no
- * correction term is needed, and the act's c and c2 are 0 (c_mult = c2_mult = 0). Every int32 block
- * sum is the exact dot product (|w| <= 128, |x| <= 127, 32 terms), and the float operations per
- * block are those of kern_scalar.c in the same order (vfmaq is a fused multiply-add like fmaf): the
- * tables match scalar bit for bit.
+ * non-linear levels for IQ4_NL/IQ4_XS, 0..15 / 0..31 for Q4_K/Q5_K, q-32 for Q6_K, q-4 or q for
+ * Q3_K, sc*q for Q2_K): sdot and smmla multiply signed bytes by signed bytes, so unlike x86
+ * (vpdpbusd wants unsigned weights) no correction term is needed, and the act's c and c2 are 0
+ * (c_mult = c2_mult = 0), except for Q2_K, whose mins take the act's half sums: its c2 holds them
+ * (c2_mult = 1). Every int32 block sum is the exact dot product (|w| <= 128, |x| <= 127, 32
+ * terms), and the float operations per block are those of kern_scalar.c in the same order (vfmaq
+ * is a fused multiply-add like fmaf): the tables match scalar bit for bit.
  *
  * sdot (neon): vdotq_laneq_s32(acc, w, x, l) adds, in lane i, the dot product of bytes 4i..4i+3
  * of w with bytes 4l..4l+3 of x. With w = dword g (weights 4g..4g+3) of 4 output rows and x = 16
  * activation bytes of one token, one instruction does 4 rows x 4 weights; a block of 32 is 8
  * groups x 2 vectors (rows 0-3, 4-7) per token. Tile record per block of 32 (REC bytes):
  *     i8  q[8 groups][8 rows][4]   (bytes 32g .. 32g+15: rows 0-3; 32g+16 .. 32g+31: rows 4-7)
- *     f32 s[8]                     block scale per row (Q6_K: the first half's)
- *     f32 m[8]                     Q4_K/Q5_K: -(dmin*m); Q6_K: the second half's scale
+ *     f32 s[8]                     block scale per row (Q6_K: the first half's; Q2_K: d)
+ *     f32 m[8]                     Q4_K/Q5_K: -(dmin*m); Q6_K: the second half's scale; Q2_K:
+ *                                  the first half's -(dmin*m)
+ *     f32 m2[8]                    Q2_K only (REC2 = REC + 32 bytes): the second half's
  * Register block: 4 tokens (3 for Q6_K, which keeps a float partial per half). asimd: the same
  * record; each sdot becomes dup + 2 smull + 2 sadalp into two pair-sum accumulators per 4 rows
  * (exact: int16 products, int32 sums), hence 3 tokens (2 for Q6_K).
@@ -78,13 +81,19 @@
 #define DOT_LANE(acc, pr, w, x, L) ((acc) = vdotq_laneq_s32((acc), (w), (x), (L)))
 #endif
 
-#define NR 8    /* output rows per integer tile */
-#define NRF 16  /* output rows per float tile: four q registers */
-#define TBMAX 4 /* most token rows per register block */
-#define REC 320 /* record bytes per block of 32 */
+#define NR 8     /* output rows per integer tile */
+#define NRF 16   /* output rows per float tile: four q registers */
+#define TBMAX 4  /* most token rows per register block */
+#define REC 320  /* record bytes per block of 32 */
+#define REC2 352 /* Q2_K's: a third float slot of 8 */
 #define ACT256 416
 
-enum { A_Q40, A_Q80, A_Q4K, A_Q5K, A_Q6K };
+enum { A_Q40, A_Q80, A_Q4K, A_Q5K, A_Q6K, A_Q2K, A_N };
+
+static inline size_t rec_of(int kind)
+{
+    return kind == A_Q2K ? REC2 : REC;
+}
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -382,14 +391,69 @@ static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
+/* Q2_K super-block (scales[16], qs[64], d, dmin): block 4h+j takes bits 2j..2j+1 of qs[32h + l]
+ * for weight l (layout in qtypes.c's dq_q2_K), times the low nibble of scales[2b] (l < 16) or
+ * scales[2b+1]: sc*q <= 45, a signed byte as it is. The record (REC2 bytes) holds d at 256 and
+ * the halves' -(dmin*m) at 288 and 320, as kern_scalar.c computes them. */
+static inline uint32x4_t q2k_nibble(uint32x4_t v, int shift) /* (v >> shift) & 15 per dword */
+{
+    return vandq_u32(vshlq_u32(v, vdupq_n_s32(-shift)), vdupq_n_u32(15));
+}
+
+static void dec_q2_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b += 8) {
+        const uint8_t *sb = W + b / 8 * 84;
+        uint8_t *rec = tile + (b - kb0) * REC2;
+        uint8x16_t scb[2][4]; /* the 16 scale bytes: [rows 0-3, 4-7][dword] */
+        tr8x16(sb, wrb, nr, scb[0], scb[1]);
+        float d[8], dmin[8];
+        put_f16x8(sb + 80, wrb, nr, d);
+        put_f16x8(sb + 82, wrb, nr, dmin);
+        for (int i = 0; i < 16; i++) { /* sub-block i: byte i % 4 of dword i / 4 of each row */
+            uint8_t *r = rec + (i / 2) * REC2;
+            for (int part = 0; part < 2; part++) {
+                const uint32x4_t v = vreinterpretq_u32_u8(scb[part][i / 4]);
+                const float32x4_t m = vcvtq_f32_u32(q2k_nibble(v, 8 * (i % 4) + 4));
+                const float32x4_t mn = vnegq_f32(vmulq_f32(vld1q_f32(dmin + 4 * part), m));
+                vst1q_f32((float *)(r + 288 + 32 * (i % 2)) + 4 * part, mn);
+            }
+        }
+        for (int j = 0; j < 8; j++)
+            memcpy(rec + j * REC2 + 256, d, 32);
+        for (int h = 0; h < 2; h++) {
+            uint8x16_t q_lo[8], q_hi[8];
+            tr8x32(sb + 16 + 32 * h, wrb, nr, q_lo, q_hi);
+            for (int j = 0; j < 4; j++) {
+                const int blk = 4 * h + j;
+                const int8x16_t qshift = vdupq_n_s8((int8_t)(-2 * j));
+                uint8x16_t sc[2][2]; /* [half][part]: the row's scale in each of its 4 bytes */
+                for (int half = 0; half < 2; half++)
+                    for (int part = 0; part < 2; part++) {
+                        const int i = 2 * blk + half;
+                        const uint32x4_t v = vreinterpretq_u32_u8(scb[part][i / 4]);
+                        sc[half][part] = vreinterpretq_u8_u32(
+                            vmulq_n_u32(q2k_nibble(v, 8 * (i % 4)), 0x01010101u));
+                    }
+                for (int g = 0; g < 8; g++)
+                    for (int part = 0; part < 2; part++) {
+                        const uint8x16_t q = and8(vshlq_u8(part ? q_hi[g] : q_lo[g], qshift), 3);
+                        vst1q_u8(rec + blk * REC2 + 32 * g + 16 * part,
+                                 vmulq_u8(q, sc[g / 4][part]));
+                    }
+            }
+        }
+    }
+}
+
 #ifdef ES_I8MM
 /* sdot record -> smmla record, in place: chunk c (bytes 64c .. 64c+63, groups 2c and 2c+1)
  * becomes [pair p][row 2p, then 2p+1][weights 8c .. 8c+7]. zip1/zip2 on dwords interleave the
  * two groups row by row, which is exactly that. */
-static void to_mmla(uint8_t *tile, int64_t nbs)
+static void to_mmla(uint8_t *tile, int64_t nbs, size_t rec_bytes)
 {
     for (int64_t b = 0; b < nbs; b++) {
-        uint8_t *rec = tile + b * REC;
+        uint8_t *rec = tile + b * rec_bytes;
         for (int c = 0; c < 4; c++) {
             uint8_t *p = rec + 64 * c;
             const uint32x4_t a0 = vreinterpretq_u32_u8(vld1q_u8(p));
@@ -461,6 +525,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
 {
     const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
+    const int64_t oc2 = es_act_q8_off_c2(K) + 8 * kb0;
     float32x4_t y[TBMAX][2];
     const uint8_t *xr[TBMAX];
     for (int t = 0; t < T; t++) {
@@ -468,7 +533,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
         load_y(a, t, y[t]);
     }
     const uint8_t *rec = a->tile;
-    for (int64_t b = 0; b < nbs; b++, rec += REC) {
+    for (int64_t b = 0; b < nbs; b++, rec += rec_of(kind)) {
         const int64_t oq = 32 * (kb0 + b);
         int32x4_t acc[TBMAX][2]; /* per token: rows 0-3, rows 4-7 */
         float32x4_t flo[TBMAX][2];
@@ -576,6 +641,12 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
                     f = vfmaq_f32(flo[t][h], vcvtq_f32_s32(acc[t][h]), m);
                 else
                     f = vmulq_f32(vcvtq_f32_s32(acc[t][h]), s);
+                if (kind == A_Q2K) { /* the halves' mins times the act's half sums (c2) */
+                    const float32x2_t sx =
+                        vcvt_f32_s32(vld1_s32((const int32_t *)(xr[t] + oc2) + 2 * b));
+                    f = vfmaq_lane_f32(f, m, sx, 0);
+                    f = vfmaq_lane_f32(f, vld1q_f32((const float *)(rec + 320) + 4 * h), sx, 1);
+                }
                 y[t][h] = vfmaq_f32(y[t][h], f, xd);
                 if (kind == A_Q4K || kind == A_Q5K)
                     y[t][h] = vfmaq_f32(y[t][h], m, vdupq_n_f32(ldf(xr[t] + ods + 4 * b)));
@@ -597,13 +668,14 @@ MK_ALL(A_Q80)
 MK_ALL(A_Q4K)
 MK_ALL(A_Q5K)
 MK_ALL(A_Q6K)
+MK_ALL(A_Q2K)
 typedef void (*mk_fn)(const es_kern_block *a);
 #define MK_ROW(kind)                                                                               \
     {                                                                                              \
         NULL, mk_##kind##_1, mk_##kind##_2, mk_##kind##_3, mk_##kind##_4                           \
     }
-static const mk_fn mk_table[5][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
-                                             MK_ROW(A_Q5K), MK_ROW(A_Q6K)};
+static const mk_fn mk_table[A_N][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
+                                               MK_ROW(A_Q5K), MK_ROW(A_Q6K), MK_ROW(A_Q2K)};
 
 #define RUN(kind)                                                                                  \
     static void run_##kind(const es_kern_block *b)                                                 \
@@ -615,15 +687,16 @@ RUN(A_Q80)
 RUN(A_Q4K)
 RUN(A_Q5K)
 RUN(A_Q6K)
-static void (*const run_table[5])(const es_kern_block *) = {run_A_Q40, run_A_Q80, run_A_Q4K,
-                                                            run_A_Q5K, run_A_Q6K};
+RUN(A_Q2K)
+static void (*const run_table[A_N])(const es_kern_block *) = {run_A_Q40, run_A_Q80, run_A_Q4K,
+                                                              run_A_Q5K, run_A_Q6K, run_A_Q2K};
 
 static es_kern_tiling int_tiling(int kind, int tiled,
                                  void (*decode)(const es_kern_tile *, uint8_t *))
 {
     return (es_kern_tiling){.tile_rows = NR,
                             .unit = 256,
-                            .tile_bytes = 8 * REC,
+                            .tile_bytes = 8 * rec_of(kind),
                             .act_bytes = ACT256,
                             .act_row_bytes = es_act_q8_row_bytes,
                             .tb = tb_of(kind),
@@ -635,18 +708,25 @@ static es_kern_tiling int_tiling(int kind, int tiled,
 
 static size_t scratch_int(int64_t K)
 {
-    const es_kern_tiling tl = int_tiling(A_Q40, 0, NULL); /* one record size for every kind */
+    const es_kern_tiling tl = int_tiling(A_Q40, 0, NULL); /* REC: every kind but Q2_K */
+    return es_kern_drive_scratch(&tl, K);
+}
+
+static size_t scratch_q2k(int64_t K)
+{
+    const es_kern_tiling tl = int_tiling(A_Q2K, 0, NULL); /* REC2 */
     return es_kern_drive_scratch(&tl, K);
 }
 
 /* The decoded tile in the smmla order (i8mm), else as decoded. */
-static inline void finish_tile(uint8_t *tile, const es_kern_tile *t)
+static inline void finish_tile(uint8_t *tile, const es_kern_tile *t, size_t rec_bytes)
 {
 #ifdef ES_I8MM
-    to_mmla(tile, (t->k1 - t->k0) / 32);
+    to_mmla(tile, (t->k1 - t->k0) / 32, rec_bytes);
 #else
     (void)tile;
     (void)t;
+    (void)rec_bytes;
 #endif
 }
 
@@ -654,7 +734,7 @@ static inline void finish_tile(uint8_t *tile, const es_kern_tile *t)
     static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
         dec((const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0 / 32, t->k1 / 32, tile);  \
-        finish_tile(tile, t);                                                                      \
+        finish_tile(tile, t, rec_of(kind));                                                        \
     }                                                                                              \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
@@ -670,6 +750,7 @@ GEMM_INT(gemm_q4_K, A_Q4K, dec_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
 GEMM_INT(gemm_q3_K, A_Q6K, dec_q3_K, ES_QTYPE_Q3_K)
+GEMM_INT(gemm_q2_K, A_Q2K, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
@@ -735,7 +816,7 @@ static void dec_t_q8_0(const uint8_t *Wt, int nt, int s, int64_t kb0, int64_t kb
         const int64_t t0 = t->nt / ES_TILE_ROWS * ES_TILE_ROWS;                                    \
         dec((const uint8_t *)t->W + t0 * t->wrb, es_tile_rows(t->N, t0), (int)(t->nt - t0) / NR,   \
             t->k0 / 32, t->k1 / 32, tile);                                                         \
-        finish_tile(tile, t);                                                                      \
+        finish_tile(tile, t, REC);                                                                 \
     }                                                                                              \
     static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1, const void *act, \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
@@ -760,6 +841,11 @@ static void act_q(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 static void act_k(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
     es_act_q8k_prepare(X, ldx, n, K, act, 0, 0);
+}
+/* Q2_K: c2 holds each half block's sum of q (c2_mult = 1), the kernel's sum for the mins */
+static void act_q2k(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    es_act_q8k_prepare(X, ldx, n, K, act, 0, 1);
 }
 
 /* ---- float weights ----------------------------------------------------------------------------
@@ -916,6 +1002,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q5_K, {es_act_q8_row_bytes, act_k, gemm_q5_K, scratch_int, NULL}},
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_k, gemm_q6_K, scratch_int, NULL}},
         {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_k, gemm_q3_K, scratch_int, NULL}},
+        {ES_QTYPE_Q2_K, {es_act_q8_row_bytes, act_q2k, gemm_q2_K, scratch_q2k, NULL}},
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q, gemm_q5_0, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_k, gemm_iq4_xs, scratch_int, NULL}},

@@ -28,11 +28,10 @@
  * k; within a block the integer sum is exact), with the same float operations whatever the split
  * of [0, N) into [n0, n1) ranges, the number or order of rows, the gather list or the K-slice
  * size. So results are bit-identical across thread counts and row orders for one kernel table.
- * The SIMD tables do the scalar table's float operations in the same order, so today all tables
- * agree bit for bit; tests still allow a small per-type tolerance between ISAs, so a future
- * kernel may reorder float work (it must stay deterministic within its own table). The amx
- * table is held to bit identity with scalar and avx512 (its int32 block sums are exact whatever
- * engine computes them, and its float work is avx512's).
+ * The SIMD tables do the scalar table's float operations in the same order, so all tables agree
+ * bit for bit, and test_kern holds every table to it (a faster kernel that changes an output
+ * is a bug). The amx table's int32 block sums are exact whatever engine computes them, and its
+ * float work is avx512's.
  *
  * Thread-safety: es_kern_init() writes es_kern_active and must run before other threads use the
  * kernels (es_gemm etc. call it with NULL on first use if nobody did). Everything else is
