@@ -66,6 +66,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-deepseek3", "q4_0", DATA "tiny-deepseek3-q4_0.gguf"},
         {"tiny-qwen3moe-yarn", "f16", DATA "tiny-qwen3moe-yarn-f16.gguf"},
         {"tiny-qwen3moe-yarn", "q4_0", DATA "tiny-qwen3moe-yarn-q4_0.gguf"},
+        {"tiny-gptoss", "f16", DATA "tiny-gptoss-f16.gguf"},
+        {"tiny-gptoss", "q4_0", DATA "tiny-gptoss-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -501,6 +503,122 @@ static void test_nextn_layers_skipped(void **state)
     unlink(dst);
 }
 
+/* src copied to dst with set (NULL: none) applied to its metadata and tensor `drop` (NULL:
+ * none) left out. */
+static void rewrite(const char *src, const char *dst, es_status (*set)(es_gguf_writer *),
+                    const char *drop)
+{
+    es_gguf *g = NULL;
+    assert_int_equal(es_gguf_open(src, &g), ES_OK);
+    es_gguf_writer *w = copy_keys(g, NULL);
+    if (set) assert_int_equal(set(w), ES_OK);
+    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        if (drop && strcmp(name, drop) == 0) continue;
+        assert_int_equal(es_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data,
+                                                   t->nbytes), ES_OK);
+    }
+    assert_int_equal(es_gguf_writer_write(w, dst), ES_OK);
+    es_gguf_writer_destroy(w);
+    es_gguf_close(g);
+}
+
+static es_status swa_pattern_3(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "gpt-oss.attention.sliding_window_pattern", 3);
+}
+static es_status swa_none(es_gguf_writer *w) /* a pattern of 1: no layer slides */
+{
+    return es_gguf_writer_set_u32(w, "gpt-oss.attention.sliding_window_pattern", 1);
+}
+static es_status swa_wide(es_gguf_writer *w) /* a window wider than any prompt below */
+{
+    return es_gguf_writer_set_u32(w, "gpt-oss.attention.sliding_window", 1000);
+}
+
+/* Logits of every position of ids[0..n) from path, on the reference or the fast path. */
+static float *logits_of(const char *path, const int32_t *ids, size_t n, int reference)
+{
+    es_model *m = open_ok(path);
+    float *y = malloc(sizeof(float) * n * (size_t)es_model_n_vocab(m));
+    es_session_params o = es_session_default_params();
+    o.reference = reference;
+    o.n_threads = 2;
+    assert_int_equal(es_prefill(m, ids, n, &o, 1, y), ES_OK);
+    es_model_close(m);
+    return y;
+}
+
+/* gpt-oss's sliding windows (llama.cpp's set_swa_pattern): which layers slide, and what a window
+ * changes. On both paths: a window wider than the prompt gives the logits of no window at all,
+ * bit for bit; the file's window of 40 gives the same logits for the first 40 positions (they
+ * see no further back) and other ones after. The attention biases are optional but the output
+ * projection's and the sinks are not. */
+static void test_gptoss_windows(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-gptoss-q4_0.gguf";
+    const char *p3 = t_tmp_path("swa3.gguf"), *none = t_tmp_path("swa-none.gguf");
+    const char *wide = t_tmp_path("swa-wide.gguf");
+    es_model *m = open_ok(src);
+    assert_int_equal(m->hp.n_swa, 40);
+    assert_int_equal(m->hp.swa_period, 2);
+    assert_true(m->layers[0].is_swa && !m->layers[1].is_swa && m->layers[2].is_swa);
+    assert_true(m->hp.router.gating == ES_GATING_SOFTMAX_WEIGHT);
+    assert_int_equal(m->layers[1].sinks.ne[0], 4);
+    assert_int_equal(m->layers[1].bq.ne[0], 128);
+    assert_int_equal(m->layers[1].bo.ne[0], 64);
+    assert_int_equal(m->layers[1].gate_inp_b.ne[0], 8);
+    assert_int_equal(m->layers[1].down_exps_b.ne[0], 64);
+    assert_int_equal(m->layers[1].down_exps_b.ne[1], 8);
+    es_model_close(m);
+    rewrite(src, p3, swa_pattern_3, NULL);
+    m = open_ok(p3);
+    assert_true(m->layers[0].is_swa && m->layers[1].is_swa && !m->layers[2].is_swa);
+    es_model_close(m);
+    rewrite(src, none, swa_none, NULL);
+    rewrite(src, wide, swa_wide, NULL);
+    enum { N = 100 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 11) % 300);
+    for (int reference = 0; reference < 2; reference++) {
+        float *y = logits_of(src, ids, N, reference), *yn = logits_of(none, ids, N, reference);
+        float *yw = logits_of(wide, ids, N, reference);
+        const size_t nv = 320;
+        assert_memory_equal(yn, yw, sizeof(float) * N * nv);
+        assert_memory_equal(y, yn, sizeof(float) * 40 * nv);
+        for (size_t t = 40; t < N; t++) {
+            double mx = 0;
+            for (size_t i = 0; i < nv; i++) mx = fmax(mx, fabs(y[t * nv + i] - yn[t * nv + i]));
+            if (mx < 1e-3) fail_msg("position %zu: the window changed nothing (%g)", t, mx);
+        }
+        free(y);
+        free(yn);
+        free(yw);
+    }
+    const char *bad = t_tmp_path("gptoss-bad.gguf");
+    rewrite(src, bad, NULL, "blk.1.attn_q.bias");
+    m = open_ok(bad);
+    assert_null(m->layers[1].bq.data);
+    assert_non_null(m->layers[0].bq.data);
+    es_model_close(m);
+    static const char *const required[] = {"blk.1.attn_output.bias", "blk.2.attn_sinks.weight",
+                                           "blk.0.ffn_gate_inp.bias", "blk.1.ffn_down_exps.bias"};
+    for (size_t i = 0; i < T_LEN(required); i++) {
+        rewrite(src, bad, NULL, required[i]);
+        m = NULL;
+        assert_int_not_equal(es_model_open(bad, 0, &m), ES_OK);
+        if (!strstr(es_last_error(), required[i]))
+            fail_msg("error '%s' does not name %s", es_last_error(), required[i]);
+    }
+    unlink(p3);
+    unlink(none);
+    unlink(wide);
+    unlink(bad);
+}
+
 static void test_open_errors(void **state)
 {
     (void)state;
@@ -576,6 +694,17 @@ static es_status rope_dims_48(es_gguf_writer *w) /* no room left for q_nope */
     return es_gguf_writer_set_u32(w, "deepseek2.rope.dimension_count", 48);
 }
 
+static es_status swa_pattern_arr(es_gguf_writer *w)
+{
+    const uint8_t pat[3] = {1, 0, 1};
+    return es_gguf_writer_set_arr(w, "gpt-oss.attention.sliding_window_pattern", ES_GGUF_BOOL,
+                                  pat, 3);
+}
+static es_status swa_base(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_f32(w, "gpt-oss.rope.freq_base_swa", 1e4f);
+}
+
 static es_status arch_u32(es_gguf_writer *w)
 {
     return es_gguf_writer_set_u32(w, "general.architecture", 7);
@@ -648,6 +777,13 @@ static void test_metadata_types(void **state)
     expect_meta_error_in(ds2, NULL, rope_dims_48, "below the key head size 48");
     expect_meta_error_in(ds2, "deepseek2.attention.kv_lora_rank", NULL,
                          "missing key deepseek2.attention.kv_lora_rank");
+    /* gpt-oss: the window is required; a per-layer pattern and a RoPE base of their own for
+     * the sliding layers are refused by name */
+    const char *go = DATA "tiny-gptoss-f16.gguf";
+    expect_meta_error_in(go, "gpt-oss.attention.sliding_window", NULL,
+                         "missing key gpt-oss.attention.sliding_window");
+    expect_meta_error_in(go, NULL, swa_pattern_arr, "sliding_window_pattern is an array");
+    expect_meta_error_in(go, NULL, swa_base, "a separate RoPE base for the sliding-window layers");
 }
 
 int main(void)
@@ -661,6 +797,7 @@ int main(void)
         cmocka_unit_test(test_prefill_rejects_bad_input),
         cmocka_unit_test(test_ppl_matches_llama_cpp),
         cmocka_unit_test(test_nextn_layers_skipped),
+        cmocka_unit_test(test_gptoss_windows),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_metadata_types),
     };

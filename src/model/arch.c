@@ -43,6 +43,15 @@ static const es_arch families[] = {
     {.name = "deepseek2", .model_names = "DeepSeek-V2/V3", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
      .shared_experts = true, .weights_scale = true, .mla = true, .synth_pre = "deepseek-llm"},
+    /* gpt-oss (llama.cpp's openai-moe): NEOX RoPE (YaRN in the released models), biases on the
+     * attention projections, a sink logit per head, sliding-window attention on every other
+     * layer, a router with a bias whose k largest logits are chosen and weighed by a softmax over
+     * those k, biased experts with the clamped SwiGLU, the FFN norm post_attention_norm. */
+    {.name = "gpt-oss", .model_names = "gpt-oss", .qk_norm = ES_QK_NORM_NONE,
+     .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false,
+     .gating = ES_GATING_SOFTMAX_WEIGHT, .attn_bias = true, .attn_sinks = true, .swa = true,
+     .router_bias = true, .expert_out_bias = true, .glu_oai = true,
+     .ffn_norm = "post_attention_norm", .synth_pre = "gpt-4o"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -91,6 +100,8 @@ void es_arch_route(const es_router *r, const float *logits, int n_expert, int k,
 {
     if (r->gating == ES_GATING_SIGMOID) {
         for (int e = 0; e < n_expert; e++) probs[e] = 1.0f / (1.0f + expf(-logits[e]));
+    } else if (r->gating == ES_GATING_SOFTMAX_WEIGHT) { /* ranked by logit; softmax below */
+        for (int e = 0; e < n_expert; e++) probs[e] = logits[e];
     } else {
         float mx = -INFINITY;
         for (int e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
@@ -117,6 +128,17 @@ void es_arch_route(const es_router *r, const float *logits, int n_expert, int k,
         }
         chosen[j] = best;
         weight[j] = probs[best];
+    }
+    if (r->gating == ES_GATING_SOFTMAX_WEIGHT) { /* as ggml's soft_max over the k (max first) */
+        float mx = -INFINITY;
+        for (int j = 0; j < k; j++) mx = weight[j] > mx ? weight[j] : mx;
+        double sum = 0.0;
+        for (int j = 0; j < k; j++) {
+            weight[j] = expf(weight[j] - mx);
+            sum += weight[j];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < k; j++) weight[j] *= inv;
     }
     if (r->renorm) {
         float wsum = 0.0f;

@@ -11,6 +11,7 @@
 #ifndef ES_ARCH_H
 #define ES_ARCH_H
 
+#include <math.h>
 #include <stdbool.h>
 
 /* RMS normalisation of the query and key projections before RoPE. */
@@ -31,6 +32,8 @@ typedef enum es_gating {
     ES_GATING_SOFTMAX, /* softmax over the experts (olmoe, qwen3moe, Mixtral, deepseek) */
     ES_GATING_SIGMOID, /* each expert's own sigmoid (lfm2moe; deepseek2 files of DeepSeek-V3's
                         * kind: DeepSeek-V3/R1, Kimi-K2, Moonlight, GLM-4.7-Flash) */
+    ES_GATING_SOFTMAX_WEIGHT, /* the k largest logits chosen, their weights a softmax over
+                               * those k alone (gpt-oss) */
 } es_gating;
 
 typedef struct es_arch {
@@ -58,6 +61,20 @@ typedef struct es_arch {
                                * values decompressed per head from c by attn_k_b / attn_v_b (or
                                * the older joined attn_kv_b); RoPE on the last n_rot dims only;
                                * YaRN's log multiplier is its mscale (kq scale mscale^2/sqrt) */
+    /* gpt-oss (llama.cpp's openai-moe graph) has these: */
+    bool attn_bias;           /* attn_q/k/v.bias added where the file has them, attn_output.bias
+                               * always */
+    bool attn_sinks;          /* attn_sinks.weight [n_head]: a learned logit per head that joins
+                               * every softmax's denominator (and takes no value) */
+    bool swa;                 /* attention.sliding_window: the layers sliding_window_pattern
+                               * marks (by default every other one, from layer 0) see only the
+                               * last n_swa positions, their own included */
+    bool router_bias;         /* ffn_gate_inp.bias [n_expert] added to the router's logits */
+    bool expert_out_bias;     /* ffn_{gate,up,down}_exps.bias: one bias row per expert added to
+                               * its gate, up and down outputs */
+    bool glu_oai;             /* the experts' GLU is gpt-oss's clamped one:
+                               * min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1) */
+    const char *ffn_norm;     /* the FFN norm's tensor suffix (NULL: ffn_norm) */
     const char *output_norm;  /* the final norm's tensor name (NULL: output_norm.weight) */
     const char *synth_pre;    /* tokenizer.ggml.pre of the synthetic models' built-in BPE */
 } es_arch;
@@ -82,14 +99,25 @@ typedef struct es_router {
 } es_router;
 
 /* The router's decision for one token, shared by the reference and the fast path because it is
- * the spec: r's gating of the n_expert logits (softmax, or a sigmoid each); with groups, only
+ * the spec: r's gating of the n_expert logits (softmax, a sigmoid each, or for softmax-weight
+ * the logits themselves); with groups, only
  * the n_group_used groups whose two best experts score most (their sum; ties to the lower
  * group) stay eligible; then the k eligible experts with the largest probability (plus bias[e]
  * where bias is not NULL: DeepSeek-V3's selection bias; ties to the lower id) in that order in
- * chosen[], their probabilities (unbiased) in weight[], divided by their sum (at least 2^-14,
+ * chosen[], their probabilities (unbiased) in weight[] (softmax-weight: the softmax of the k
+ * chosen logits), divided by their sum (at least 2^-14,
  * as llama.cpp clamps it) where r->renorm, then multiplied by r->scale unless it is 0 or 1.
  * probs: scratch of n_expert floats. */
 void es_arch_route(const es_router *r, const float *logits, int n_expert, int k, const float *bias,
                    float *probs, int *chosen, float *weight);
+
+/* gpt-oss's clamped SwiGLU of one gate and up value (ggml's swiglu_oai with llama.cpp's alpha
+ * 1.702 and limit 7), the spec the reference and the expert operator both call. */
+static inline float es_arch_glu_oai(float g, float u)
+{
+    const float x = g < 7.0f ? g : 7.0f;
+    const float y = u < -7.0f ? -7.0f : u > 7.0f ? 7.0f : u;
+    return x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+}
 
 #endif

@@ -304,6 +304,33 @@ static es_status read_expert_groups(es_model *m)
     return ES_OK;
 }
 
+/* Sliding-window attention (gpt-oss, llama.cpp's rule): attention.sliding_window positions,
+ * on the layers sliding_window_pattern marks (2 where absent: the even ones); a separate RoPE
+ * base for those layers is refused, since every layer here shares one rotation. */
+static es_status read_swa(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    char key[96];
+    ES_TRY(get_int(m, "attention.sliding_window", true, 1, 1 << 24, &hp->n_swa));
+    snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", m->arch);
+    es_gguf_type et;
+    uint64_t n;
+    if (es_gguf_get_arr(m->gguf, key, &et, &n))
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s is an array (a per-layer pattern), which "
+                       "estream does not read for %s", path, key, m->arch);
+    hp->swa_period = 2;
+    ES_TRY(get_int(m, "attention.sliding_window_pattern", false, 0, 1 << 16, &hp->swa_period));
+    float base_swa = hp->rope_freq_base;
+    ES_TRY(get_float(m, "rope.freq_base_swa", 1.0f, 1e12f, &base_swa));
+    if (base_swa != hp->rope_freq_base)
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s.rope.freq_base_swa = %g differs from "
+                       "rope.freq_base = %g: a separate RoPE base for the sliding-window layers "
+                       "is not supported", path, m->arch, (double)base_swa,
+                       (double)hp->rope_freq_base);
+    return ES_OK;
+}
+
 es_status es_hparams_read(es_model *m)
 {
     es_hparams *hp = &m->hp;
@@ -372,5 +399,6 @@ es_status es_hparams_read(es_model *m)
     hp->rms_eps = 1e-5f;
     ES_TRY(get_float(m, "rope.freq_base", 1.0f, 1e12f, &hp->rope_freq_base));
     ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->rms_eps));
+    if (fam->swa) ES_TRY(read_swa(m));
     return read_rope_scaling(m);
 }

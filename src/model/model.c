@@ -59,6 +59,36 @@ static es_status bind_layer(es_model *m, int il, const char *suffix, uint32_t n_
     return bind(m, name, n_dims, ne, want_f32, out);
 }
 
+/* An f32 tensor blk.<il>.<stem>.<kind> of shape [ne0] or [ne0, ne1]; absent and not required:
+ * left unbound (data NULL). */
+static es_status bind_f32(es_model *m, int il, const char *stem, const char *kind, int64_t ne0,
+                          int64_t ne1, bool required, es_tensor *out)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "blk.%d.%s.%s", il, stem, kind);
+    if (!required && !es_gguf_find_tensor(m->gguf, name)) return ES_OK;
+    const int64_t ne[2] = {ne0, ne1};
+    return bind(m, name, ne1 > 1 ? 2 : 1, ne, true, out);
+}
+
+/* gpt-oss's attention extras (arch.h): q/k/v biases where present, the output bias, the sinks,
+ * and whether the layer slides (llama.cpp's set_swa_pattern). */
+static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
+{
+    const es_hparams *hp = &m->hp;
+    if (m->family->attn_bias) {
+        ES_TRY(bind_f32(m, il, "attn_q", "bias", hp->n_embd_q, 1, false, &L->bq));
+        ES_TRY(bind_f32(m, il, "attn_k", "bias", hp->n_embd_kv, 1, false, &L->bk));
+        ES_TRY(bind_f32(m, il, "attn_v", "bias", hp->n_embd_kv, 1, false, &L->bv));
+        ES_TRY(bind_f32(m, il, "attn_output", "bias", hp->n_embd, 1, true, &L->bo));
+    }
+    if (m->family->attn_sinks)
+        ES_TRY(bind_f32(m, il, "attn_sinks", "weight", hp->n_head, 1, true, &L->sinks));
+    const int period = hp->swa_period;
+    L->is_swa = m->family->swa && (period == 0 || il % period < period - 1);
+    return ES_OK;
+}
+
 /* A pack layer: one record per expert (pack.h). The three matrices become tensor views whose
  * data is expert 0's matrix; the stride between experts is the record size. */
 static es_status bind_pack_layer(es_model *m, int il, es_layer *L)
@@ -274,13 +304,22 @@ static es_status bind_tensors(es_model *m)
             ES_TRY(bind_layer(m, il, "attn_v", 2, d, dkv, 1, false, &L->wv));
             ES_TRY(bind_layer(m, il, "attn_output", 2, dq, d, 1, false, &L->wo));
             ES_TRY(bind_qk_norms(m, il, L));
+            ES_TRY(bind_attn_extras(m, il, L));
         }
-        ES_TRY(bind_layer(m, il, "ffn_norm", 1, d, 1, 1, true, &L->ffn_norm));
+        const char *ffn_norm = m->family->ffn_norm ? m->family->ffn_norm : "ffn_norm";
+        ES_TRY(bind_layer(m, il, ffn_norm, 1, d, 1, 1, true, &L->ffn_norm));
         if (il < hp->n_layer_dense_lead) {
             ES_TRY(bind_ffn(m, il, "", hp->n_ff, &L->ffn_gate, &L->ffn_up, &L->ffn_down));
             continue;
         }
         ES_TRY(bind_layer(m, il, "ffn_gate_inp", 2, d, ne_, 1, false, &L->gate_inp));
+        if (m->family->router_bias)
+            ES_TRY(bind_f32(m, il, "ffn_gate_inp", "bias", ne_, 1, true, &L->gate_inp_b));
+        if (m->family->expert_out_bias) { /* resident rows, in a pack as in the GGUF */
+            ES_TRY(bind_f32(m, il, "ffn_gate_exps", "bias", ff, ne_, true, &L->gate_exps_b));
+            ES_TRY(bind_f32(m, il, "ffn_up_exps", "bias", ff, ne_, true, &L->up_exps_b));
+            ES_TRY(bind_f32(m, il, "ffn_down_exps", "bias", d, ne_, true, &L->down_exps_b));
+        }
         char bname[64];
         snprintf(bname, sizeof(bname), "blk.%d.exp_probs_b.bias", il);
         /* deepseek2 files of DeepSeek-V3's kind have it (llama.cpp: optional there) */

@@ -53,6 +53,9 @@ typedef struct es_hparams {
     float rope_cs_scale;    /* multiplies every RoPE cos and sin (YaRN's magnitude) */
     float rope_corr[2];     /* YaRN's correction range of pair indices */
     float attn_scale;       /* the softmax scale of q.k: 1/sqrt(n_embd_head), MLA's mscale^2 */
+    int n_swa;              /* sliding window of the layers with is_swa (families with swa) */
+    int swa_period;         /* sliding_window_pattern: layer il slides where il % period <
+                             * period - 1 (0: every layer), llama.cpp's set_swa_pattern */
     float rms_eps;
 } es_hparams;
 
@@ -85,6 +88,11 @@ typedef struct es_layer {
     es_tensor q_norm;     /* ES_QK_NORM_WHOLE: [n_embd_q]; ES_QK_NORM_HEAD: [n_embd_head];
                            * ES_QK_NORM_NONE: absent (data NULL) */
     es_tensor k_norm;     /* the same for K: [n_embd_kv], [n_embd_head] or absent */
+    /* families with attn_bias (gpt-oss), f32, absent: data NULL */
+    es_tensor bq, bk, bv; /* [n_embd_q], [n_embd_kv], [n_embd_kv]: where the file has them */
+    es_tensor bo;         /* [n_embd]: added to the output projection */
+    es_tensor sinks;      /* attn_sinks: [n_head] f32, each head's sink logit (or absent) */
+    bool is_swa;          /* sliding-window attention: sees the last hp.n_swa positions only */
     /* MLA (deepseek2) layers have wq (or with q LoRA wq_a, q_a_norm and wq_b) and wo (of
      * n_embd_att) and, instead of wk and wv: */
     es_tensor wq_a;       /* [n_embd] x n_lora_q rows */
@@ -108,11 +116,15 @@ typedef struct es_layer {
     es_tensor gate_shexp, up_shexp; /* [n_embd] x n_ff_shexp rows (absent: data NULL) */
     es_tensor down_shexp; /* [n_ff_shexp] x n_embd rows */
     es_tensor gate_inp;   /* router: [n_embd] x n_expert rows */
+    es_tensor gate_inp_b; /* [n_expert] f32 added to the router's logits (router_bias) */
     es_tensor exp_probs_b; /* [n_expert] f32 selection bias (families with expert_bias; in
                             * deepseek2 files where they have it, DeepSeek-V3's kind) */
     es_tensor gate_exps;  /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor up_exps;    /* [n_embd] x n_ff_exp rows x n_expert */
     es_tensor down_exps;  /* [n_ff_exp] x n_embd rows x n_expert */
+    /* expert_out_bias families: f32 rows, one per expert, added to its outputs (absent: NULL) */
+    es_tensor gate_exps_b, up_exps_b; /* [n_ff_exp] x n_expert */
+    es_tensor down_exps_b;            /* [n_embd] x n_expert */
     /* Where expert e's gate (0), up (1) and down (2) matrices are: exp_data[i] + e * exp_stride
      * in the mapping, exp_file_off[i] + e * exp_stride in the file. In a GGUF the stride is one
      * matrix (three tensors; with one tensor per expert, the distance between two experts'
@@ -144,14 +156,16 @@ static inline void es_layer_matrices(const es_layer *L, const es_tensor *out[ES_
     for (int i = 0; i < ES_LAYER_N_MATRICES; i++) out[i] = ts[i];
 }
 
-/* Every tensor a layer keeps resident: its norms, convolution taps, expert bias, MLA's
+/* Every tensor a layer keeps resident: its norms, convolution taps, biases and sinks, MLA's
  * decompression matrices and es_layer_matrices(). */
-enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 10 };
+enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 19 };
 static inline void es_layer_resident(const es_layer *L, const es_tensor *out[ES_LAYER_N_RESIDENT])
 {
-    const es_tensor *ts[] = {&L->attn_norm, &L->q_norm,    &L->k_norm, &L->ffn_norm,
-                             &L->conv,      &L->exp_probs_b, &L->kv_a_norm, &L->q_a_norm,
-                             &L->wk_b,      &L->wv_b};
+    const es_tensor *ts[] = {&L->attn_norm,   &L->q_norm,      &L->k_norm,    &L->ffn_norm,
+                             &L->conv,        &L->exp_probs_b, &L->kv_a_norm, &L->q_a_norm,
+                             &L->wk_b,        &L->wv_b,        &L->bq,        &L->bk,
+                             &L->bv,          &L->bo,          &L->sinks,     &L->gate_inp_b,
+                             &L->gate_exps_b, &L->up_exps_b,   &L->down_exps_b};
     _Static_assert(sizeof(ts) / sizeof(ts[0]) + ES_LAYER_N_MATRICES == ES_LAYER_N_RESIDENT,
                    "resident list");
     for (int i = 0; i < ES_LAYER_N_RESIDENT - ES_LAYER_N_MATRICES; i++) out[i] = ts[i];

@@ -6,16 +6,21 @@
  * does). One token row at a time where that reads most plainly; the only concession to speed is
  * that matrix products dequantize a chunk of weight rows once and reuse it for every token.
  *
- * Per layer (llama.cpp's graphs for olmoe, qwen3moe, llama with experts, deepseek, lfm2moe):
+ * Per layer (llama.cpp's graphs for olmoe, qwen3moe, llama with experts, deepseek, lfm2moe,
+ * deepseek2 (mla_ref below) and gpt-oss):
  *   h   = rmsnorm(x) * attn_norm
  *   q,k,v = h Wq^T, h Wk^T, h Wv^T;  q, k normed as the family says (none, over the whole
  *   projection, or per head);  rope (NEOX: pairs (i, i + n_rot/2); normal: (2i, 2i + 1)) on q, k;
- *   causal GQA attention, scale 1/sqrt(d_head)
- *   x  += attn Wo^T
+ *   (gpt-oss: q, k, v plus their biases first); causal GQA attention, scale 1/sqrt(d_head)
+ *   (gpt-oss: a sink logit per head in the softmax, and on sliding layers the last n_swa
+ *   positions only)
+ *   x  += attn Wo^T (+ its bias)
  *   or, in an LFM2 short-convolution layer, x += conv_ref(h) (below)
  *   h   = rmsnorm(x) * ffn_norm;  p = softmax(h Wr^T);  top-k experts by p (es_arch_route: the
  *   weights w_e = p_e, or p_e / sum of the chosen p where the family renormalises)
  *   x  += moe, moe = sum over chosen e (increasing e) of w_e * down_e(silu(gate_e h) * up_e h)
+ *         (gpt-oss: the router's logits plus a bias, w the softmax of the k chosen logits,
+ *         each expert's outputs plus its biases, its GLU es_arch_glu_oai)
  *         (+ the shared experts' FFN, down(silu(gate h) * up h), where the family has them)
  *   or, in a dense layer, x += down(silu(gate h) * up h)
  * then logits = (rmsnorm(x) * output_norm) Wout^T.
@@ -110,6 +115,12 @@ static void qk_norm_ref(const es_model *m, const es_layer *L, float *q, float *k
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* y[i] += b[i] for i < n, where the bias exists (b not NULL). */
+static void add_bias(float *y, const float *b, int64_t n)
+{
+    for (int64_t i = 0; b && i < n; i++) y[i] += b[i];
+}
+
 /* out[t] = down(silu(gate h_t) * up h_t) for t < T: a dense FFN (a dense layer's, or the shared
  * experts'). g, u: scratch of [T][ff]. */
 static void ffn_ref(const es_tensor *gate, const es_tensor *up, const es_tensor *down,
@@ -123,10 +134,11 @@ static void ffn_ref(const es_tensor *gate, const es_tensor *up, const es_tensor 
     matmul_ref(down->data, down->type, down->row_bytes, d, ff, g, ff, T, out, d, wt, row);
 }
 
-/* scores[s] = exp(scores[s] - mx) for s < n; returns 1 / their sum (summed in double). */
-static float exp_scores(float *scores, int64_t n, float mx)
+/* scores[s] = exp(scores[s] - mx) for s < n; returns 1 / (extra + their sum) (summed in
+ * double). */
+static float exp_scores(float *scores, int64_t n, float mx, double extra)
 {
-    double sum = 0.0;
+    double sum = extra;
     for (int64_t s = 0; s < n; s++) {
         scores[s] = expf(scores[s] - mx);
         sum += scores[s];
@@ -212,7 +224,7 @@ static es_status mla_ref(const es_model *m, const es_layer *L, const float *h, i
                 scores[s] = dot * hp->attn_scale;
                 if (scores[s] > mx) mx = scores[s];
             }
-            const float inv = exp_scores(scores, t + 1, mx);
+            const float inv = exp_scores(scores, t + 1, mx, 0.0);
             for (int64_t c = 0; c < kv; c++) oc[c] = 0.0f;
             for (int64_t s = 0; s <= t; s++)
                 for (int64_t c = 0; c < kv; c++) oc[c] += scores[s] * inv * ckv[s * dc + c];
@@ -228,10 +240,13 @@ done:
     return st;
 }
 
-/* Causal attention for all heads: out[t][h*dh..] from q [T][n_head*dh], k,v [T][n_kv*dh].
- * scores is scratch of T floats. */
+/* Causal attention for all heads: out[t][h*dh..] from q [T][n_head*dh], k,v [T][n_kv*dh];
+ * with a window (n_swa > 0) position t sees s > t - n_swa only; with sinks, head h's sink logit
+ * joins each softmax's max and denominator (ggml's soft_max with sinks). scores is scratch of T
+ * floats. */
 static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const float *k,
-                          const float *v, float *out, float *scores)
+                          const float *v, float *out, float *scores, int n_swa,
+                          const float *sinks)
 {
     const int dh = hp->n_embd_head, nq = hp->n_head, group = hp->n_head / hp->n_head_kv;
     const int64_t ldq = (int64_t)nq * dh, ldkv = (int64_t)hp->n_head_kv * dh;
@@ -240,18 +255,21 @@ static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const
         const int hk = h / group;
         for (int64_t t = 0; t < T; t++) {
             const float *qt = q + t * ldq + h * dh;
+            const int64_t s0 = n_swa > 0 && t - n_swa + 1 > 0 ? t - n_swa + 1 : 0;
             float mx = -INFINITY;
-            for (int64_t s = 0; s <= t; s++) {
+            for (int64_t s = s0; s <= t; s++) {
                 const float *ks = k + s * ldkv + hk * dh;
                 float d = 0.0f;
                 for (int i = 0; i < dh; i++) d += qt[i] * ks[i];
                 scores[s] = d * scale;
                 if (scores[s] > mx) mx = scores[s];
             }
-            const float inv = exp_scores(scores, t + 1, mx);
+            if (sinks && sinks[h] > mx) mx = sinks[h];
+            const float inv = exp_scores(scores + s0, t + 1 - s0, mx,
+                                         sinks ? (double)expf(sinks[h] - mx) : 0.0);
             float *ot = out + t * ldq + h * dh;
             for (int i = 0; i < dh; i++) ot[i] = 0.0f;
-            for (int64_t s = 0; s <= t; s++) {
+            for (int64_t s = s0; s <= t; s++) {
                 const float p = scores[s] * inv;
                 const float *vs = v + s * ldkv + hk * dh;
                 for (int i = 0; i < dh; i++) ot[i] += p * vs[i];
@@ -298,12 +316,15 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
     matmul_ref(L->wv.data, L->wv.type, L->wv.row_bytes, dkv, d, h, d, T, vv, dkv, wt, row);
     const es_rope_kind rk = m->family->rope;
     for (int64_t t = 0; t < T; t++) {
+        add_bias(q + t * dq, L->bq.data, dq);
+        add_bias(kk + t * dkv, L->bk.data, dkv);
+        add_bias(vv + t * dkv, L->bv.data, dkv);
         qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
         es_rope_cos_sin(hp, t, cs);
         for (int hh = 0; hh < hp->n_head; hh++) rope(rk, q + t * dq + hh * hp->n_embd_head, hp->n_rot, cs);
         for (int hh = 0; hh < hp->n_head_kv; hh++) rope(rk, kk + t * dkv + hh * hp->n_embd_head, hp->n_rot, cs);
     }
-    attention_ref(hp, T, q, kk, vv, att, scores);
+    attention_ref(hp, T, q, kk, vv, att, scores, L->is_swa ? hp->n_swa : 0, L->sinks.data);
 }
 
 es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
@@ -366,6 +387,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
             }
             matmul_ref(L->wo.data, L->wo.type, L->wo.row_bytes, d, hp->n_embd_att, att,
                        hp->n_embd_att, T, q, d, wt, row);
+            for (int64_t t = 0; t < T; t++) add_bias(q + t * d, L->bo.data, d);
         }
         for (int64_t i = 0; i < T * d; i++) x[i] += q[i];
 
@@ -381,6 +403,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         for (int64_t t = 0; t < T; t++) {
             matmul_ref(L->gate_inp.data, L->gate_inp.type, L->gate_inp.row_bytes, E, d, h + t * d,
                        d, 1, rl, E, wt, row);
+            add_bias(rl, L->gate_inp_b.data, E);
             es_arch_route(&hp->router, rl, E, K, L->exp_probs_b.data, rl + E, chosen + t * K,
                           cw + t * K);
         }
@@ -402,9 +425,18 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
                          d, xe, d, R, g, ff, wt, row);
             matmul_ref_l(wu, L->up_exps.type, L->up_exps.layout, L->up_exps.row_bytes, ff, d, xe,
                          d, R, u, ff, wt, row);
-            for (int64_t i = 0; i < R * ff; i++) g[i] = silu(g[i]) * u[i];
+            const float *bg = L->gate_exps_b.data ? (const float *)L->gate_exps_b.data + e * ff : NULL;
+            const float *bu = L->up_exps_b.data ? (const float *)L->up_exps_b.data + e * ff : NULL;
+            const float *bd = L->down_exps_b.data ? (const float *)L->down_exps_b.data + e * d : NULL;
+            for (int64_t r = 0; r < R; r++) {
+                add_bias(g + r * ff, bg, ff);
+                add_bias(u + r * ff, bu, ff);
+            }
+            for (int64_t i = 0; i < R * ff; i++)
+                g[i] = m->family->glu_oai ? es_arch_glu_oai(g[i], u[i]) : silu(g[i]) * u[i];
             matmul_ref_l(wd, L->down_exps.type, L->down_exps.layout, L->down_exps.row_bytes, d,
                          ff, g, ff, R, xe, d, wt, row);
+            for (int64_t r = 0; r < R; r++) add_bias(xe + r * d, bd, d);
             for (int64_t r = 0; r < R; r++)
                 for (int64_t i = 0; i < d; i++) att[rows[r] * d + i] += rw[r] * xe[r * d + i];
         }

@@ -47,6 +47,7 @@ typedef struct preset {
     bool v3_router;             /* DeepSeek-V3's router: sigmoid gating (expert_gating_func 2), a
                                  * selection bias exp_probs_b, weights renormalised */
     int n_group, n_group_used;  /* expert_group_count / _used_count (0: no groups) */
+    int n_swa;                  /* attention.sliding_window (families with swa) */
 } preset;
 
 /* Sizes from each model's config.json on Hugging Face where a preset is named after a model. */
@@ -189,6 +190,20 @@ static const preset presets[] = {
      .n_ff = 10944, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 512,
      .qk_rope = 64, .v_head = 128, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096,
      .yarn_mscale_all = 0.707f},
+    /* tiny-gptoss: gpt-oss's graph in small: 4 query heads of 32 over 2 KV heads (wider than
+     * the hidden size, as gpt-oss's 64 x 64 over 2,880), a window of 40 positions on layer 0 (and
+     * 2), YaRN x4 of 128, top-2 of 8 biased experts; the expert biases are wide enough that the
+     * clamped SwiGLU's limits of 7 are met. */
+    {.name = "tiny-gptoss", .arch = "gpt-oss", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1.5e5f, .rms_eps = 1e-5f, .n_ff = 64,
+     .yarn_factor = 4.0f, .yarn_orig_ctx = 128, .n_swa = 40},
+    /* gpt-oss-20b: 24 layers of 2,880, 64 heads of 64 over 8 KV heads, 32 experts of 2,880
+     * top-4, windows of 128 on every other layer, YaRN x32 of 4,096 (config.json) */
+    {.name = "gpt-oss-20b", .arch = "gpt-oss", .n_vocab = 201088, .n_ctx = 131072,
+     .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8, .n_embd_head = 64,
+     .n_ff_exp = 2880, .n_expert = 32, .n_expert_used = 4, .rope_base = 1.5e5f,
+     .rms_eps = 1e-5f, .n_ff = 2880, .yarn_factor = 32.0f, .yarn_orig_ctx = 4096, .n_swa = 128},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -196,7 +211,7 @@ static const char *const preset_names[] = {
     "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
-    "moonlight-16b-a3b", "deepseek-v2-lite", NULL};
+    "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-gptoss", "gpt-oss-20b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
@@ -504,6 +519,7 @@ static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
     if (!st) st = set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", p->rms_eps);
     if (!st) st = set_arch_u32(w, a, "expert_count", (uint32_t)p->n_expert);
     if (!st) st = set_arch_u32(w, a, "expert_used_count", (uint32_t)p->n_expert_used);
+    if (!st && p->n_swa) st = set_arch_u32(w, a, "attention.sliding_window", (uint32_t)p->n_swa);
     return st;
 }
 
@@ -614,13 +630,23 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         GEN(LNAME("attn_k"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
         GEN(LNAME("attn_v"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
         GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, dq, d, 1, 0.7f * sdq * res, o->seed);
+#define BNAME(stem, kind) (snprintf(name, sizeof(name), "blk.%d." stem "." kind, il), name)
+        if (fam->attn_bias) {
+            GEN(BNAME("attn_q", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dq, 1, 1, 0.3f, o->seed);
+            GEN(BNAME("attn_k", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dkv, 1, 1, 0.3f, o->seed);
+            GEN(BNAME("attn_v", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dkv, 1, 1, 0.3f, o->seed);
+            GEN(BNAME("attn_output", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, d, 1, 1, 0.1f, o->seed);
+        }
+        if (fam->attn_sinks) /* logits a softmax's own scores are of the order of */
+            GEN(LNAME("attn_sinks"), GEN_NORMAL, ES_QTYPE_F32, 1, p->n_head, 1, 1, 1.5f, o->seed);
         if (fam->qk_norm != ES_QK_NORM_NONE) {
             const bool head = fam->qk_norm == ES_QK_NORM_HEAD;
             GEN(LNAME("attn_q_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, head ? dh : dq, 1, 1, 1.0f, o->seed);
             GEN(LNAME("attn_k_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, head ? dh : dkv, 1, 1, 1.0f, o->seed);
         }
     ffn:
-        GEN(LNAME("ffn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+        snprintf(name, sizeof(name), "blk.%d.%s.weight", il, fam->ffn_norm ? fam->ffn_norm : "ffn_norm");
+        GEN(name, GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
         if (il < p->n_dense_lead) { /* a dense FFN instead of experts */
             const float sff = 1.0f / sqrtf((float)p->n_ff);
             GEN(LNAME("ffn_gate"), GEN_NORMAL, wtype, 2, d, p->n_ff, 1, sd, o->seed);
@@ -646,9 +672,17 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             snprintf(name, sizeof(name), "blk.%d.exp_probs_b.bias", il);
             GEN(name, GEN_NORMAL, ES_QTYPE_F32, 1, E, 1, 1, 0.02f, o->seed);
         }
+        if (fam->router_bias)
+            GEN(BNAME("ffn_gate_inp", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, E, 1, 1, 0.5f, o->seed);
         GEN(LNAME("ffn_gate_exps"), GEN_NORMAL, wtype, 3, d, p->n_ff_exp, E, sd, o->seed);
         GEN(LNAME("ffn_down_exps"), GEN_NORMAL, wtype, 3, p->n_ff_exp, d, E, 1.5f * sf * res, o->seed);
         GEN(LNAME("ffn_up_exps"), GEN_NORMAL, wtype, 3, d, p->n_ff_exp, E, sd, o->seed);
+        if (fam->expert_out_bias) { /* wide: some gate and up values pass the GLU's limits */
+            GEN(BNAME("ffn_gate_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, p->n_ff_exp, E, 1, 2.5f, o->seed);
+            GEN(BNAME("ffn_up_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, p->n_ff_exp, E, 1, 2.5f, o->seed);
+            GEN(BNAME("ffn_down_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, d, E, 1, 0.1f, o->seed);
+        }
+#undef BNAME
 #undef LNAME
     }
     GEN(fam->output_norm ? fam->output_norm : "output_norm.weight", GEN_NORM_WEIGHT,

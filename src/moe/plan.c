@@ -61,6 +61,7 @@ struct es_plan {
     float *g, *u;        /* [ROW_BLOCK][n_ff] */
     void *h_act;         /* es_act_bytes(p->k, down_type, ROW_BLOCK, n_ff) */
     thread_buf *tb;      /* [n_threads] */
+    es_expert_extras extras; /* es_plan_set_extras */
     /* invocation arguments for the job */
     const es_expert_slot *slots;
     float *Y;
@@ -167,6 +168,34 @@ void es_plan_destroy(es_plan *p)
 
 int es_plan_capacity(const es_plan *p) { return p->capacity; }
 
+void es_plan_set_extras(es_plan *p, const es_expert_extras *x)
+{
+    p->extras = x ? *x : (es_expert_extras){0};
+}
+
+/* y[i] += b[i] for i < n (b not NULL). */
+static void add_bias(float *y, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += b[i];
+}
+
+/* The GLU of n_rows rows of columns [j0, j1) of the gate (g) and up (u) blocks of expert e,
+ * their biases first where the extras have them; g receives the result. */
+static void glu_rows(const es_plan *p, int32_t e, int64_t n_rows, int64_t j0, int64_t j1)
+{
+    const es_expert_extras *x = &p->extras;
+    const int64_t ff = p->shape.n_ff, n = j1 - j0;
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *g = p->g + r * ff + j0, *u = p->u + r * ff + j0;
+        if (x->gate_b) add_bias(g, x->gate_b + (size_t)e * (size_t)ff + (size_t)j0, n);
+        if (x->up_b) add_bias(u, x->up_b + (size_t)e * (size_t)ff + (size_t)j0, n);
+        if (x->glu == ES_GLU_OAI)
+            for (int64_t j = 0; j < n; j++) g[j] = es_arch_glu_oai(g[j], u[j]);
+        else
+            p->k->swiglu(g, u, n);
+    }
+}
+
 typedef struct prep_job { es_plan *p; const float *x; int64_t ldx, T; } prep_job;
 
 static void prep_worker(void *arg, int ith, int nth)
@@ -239,7 +268,7 @@ static void invoke_worker(void *arg, int ith, int nth)
             mat_gemm(p, 1, s->up_type, slot->up, d, ff, j0, j1, x_up, rows, n, p->u, ff,
                      tb->scratch);
             CLOCK(ES_PHASE_EXPERT_GATE_UP);
-            for (int64_t r = 0; r < n; r++) p->k->swiglu(p->g + r * ff + j0, p->u + r * ff + j0, j1 - j0);
+            glu_rows(p, p->slot_owner[blk->slot], n, j0, j1);
             CLOCK(ES_PHASE_SWIGLU);
         }
         es_pool_barrier(p->pool);
@@ -261,6 +290,10 @@ static void invoke_worker(void *arg, int ith, int nth)
             mat_gemm(p, 2, s->down_type, slot->down, ff, d, c0, c1, p->h_act, NULL, n,
                      tb->tile - c0, p->out_chunk, tb->scratch);
             CLOCK(ES_PHASE_EXPERT_DOWN);
+            const float *bd = p->extras.down_b; /* llama.cpp: (down + bias) * weight */
+            for (int64_t r = 0; bd && r < n; r++)
+                add_bias(tb->tile + r * p->out_chunk,
+                         bd + (size_t)p->slot_owner[blk->slot] * (size_t)d + (size_t)c0, c1 - c0);
             for (int64_t r = 0; r < n; r++)
                 p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * p->out_chunk,
                            c1 - c0);

@@ -24,6 +24,7 @@
 #define ES_PLAN_H
 
 #include "core/util.h"
+#include "model/arch.h"
 #include "quant/kern.h"
 #include "core/pool.h"
 
@@ -63,11 +64,29 @@ es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, 
 void es_plan_destroy(es_plan *p); /* NULL is a no-op */
 int es_plan_capacity(const es_plan *p);
 
+/* What each expert computes besides its three products, the same for a whole layer: the GLU
+ * between gate and up, and biases added to its gate, up and down outputs (gpt-oss). Zero
+ * (es_plan_set_extras(p, NULL)): SwiGLU and no biases. */
+typedef enum es_glu {
+    ES_GLU_SWIGLU, /* silu(g) u */
+    ES_GLU_OAI,    /* gpt-oss's clamped one (es_arch_glu_oai) */
+} es_glu;
+typedef struct es_expert_extras {
+    es_glu glu;
+    const float *gate_b, *up_b; /* [n_expert][n_ff] rows added to gate and up outputs, or NULL */
+    const float *down_b;        /* [n_expert][n_embd] row added to down's output, or NULL */
+} es_expert_extras;
+
+/* The extras of the following invocations (copied; x NULL: none), until the next call. */
+void es_plan_set_extras(es_plan *p, const es_expert_extras *x);
+
 /* Prepares X [T][n_embd] (row stride ldx floats) once per layer in the form the gate/up kernels
  * read; every later invocation on this X gathers its rows from it. T <= t_max. */
 void es_plan_set_input(es_plan *p, const float *x, int64_t ldx, int64_t T);
 
-/* Y[t] += sum over routes r with token t of weight_r * down_e(silu(gate_e x_t) * up_e x_t).
+/* Y[t] += sum over routes r with token t of weight_r * down_e(silu(gate_e x_t) * up_e x_t)
+ * (with the extras of es_plan_set_extras: weight_r * (down_e(glu(gate_e x_t + bg_e, up_e x_t +
+ * bu_e)) + bd_e)).
  * routes[0..R) with R <= capacity; phi[e] in [0, n_slots) is the slot of expert e (entries of
  * experts without routes are not read); slots[phi[e]] holds its weights. Y: [T][ldy] floats.
  * Returns ES_E_INVAL for R > capacity or a route whose token or expert is out of range. */

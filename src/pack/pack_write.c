@@ -109,8 +109,10 @@ static long parse_index(const char **s)
 
 /* Parses an expert tensor's name: "blk.<N>.ffn_<gate|up|down>_exps.weight" returns 1 and sets
  * *il, *kind; "blk.<N>.ffn_<gate|up|down>.<E>.weight" (a tensor per expert) returns 2 and also
- * sets *e. 0 for a name that is not an expert tensor; -1 for a name with "_exps" in it that pack
- * does not know (merged gate_up, biases, ...), which must not be copied as a resident tensor. */
+ * sets *e. 0 for a name that is not an expert tensor (the experts' output biases
+ * "blk.<N>.ffn_<gate|up|down>_exps.bias" among them: a row per expert, copied resident); -1 for
+ * a name with "_exps" in it that pack does not know (merged gate_up, ...), which must not be
+ * copied as a resident tensor. */
 static int parse_expert_name(es_str name, int *il, int *kind, long *e)
 {
     char buf[128];
@@ -128,6 +130,8 @@ static int parse_expert_name(es_str name, int *il, int *kind, long *e)
             *kind = k;
             return 1;
         }
+        snprintf(want, sizeof(want), ".ffn_%s_exps.bias", es_pack_kind_names[k]);
+        if (strcmp(s, want) == 0) return 0;
         snprintf(want, sizeof(want), ".ffn_%s.", es_pack_kind_names[k]);
         const size_t wl = strlen(want);
         const char *x = s + wl;

@@ -40,6 +40,8 @@ struct es_attn {
     const int64_t *seq_start; /* [n_seq + 1] */
     int n_seq;
     float scale;
+    int64_t window;      /* keys a query sees, its own included (0: all before it) */
+    const float *sinks;  /* [n_head] sink logits, or NULL */
     es_pool_counter next;
 };
 
@@ -210,20 +212,28 @@ static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
     memset(t->o, 0, sizeof(float) * (size_t)(nq * dv));
     /* the sequence's keys: its rows of the head's key matrix, numbered from its start */
     const float *kh = a->kh + ((size_t)hk * (size_t)a->t_max + (size_t)r0) * (size_t)dk;
-    const int64_t last_q = q0 + nq - 1;
-    for (int64_t s0 = 0; s0 <= last_q; s0 += ATTN_BK) {
+    const int64_t last_q = q0 + nq - 1, W = a->window;
+    /* with a window, the first key block any row of this query block sees */
+    const int64_t first_key = W > 0 && q0 - W + 1 > 0 ? q0 - W + 1 : 0;
+    for (int64_t s0 = first_key / ATTN_BK * ATTN_BK; s0 <= last_q; s0 += ATTN_BK) {
         const int64_t s1 = s0 + ATTN_BK; /* padded keys beyond T are masked below */
         const int64_t s_end = s1 < T ? s1 : T;
         es_gemm(a->k, ES_QTYPE_F32, kh, dk, s0, s_end, t->q_act, NULL, nq, t->s - s0, ATTN_BK, 0,
                 t->scratch);
         for (int64_t i = 0; i < nq; i++) {
             float *srow = t->s + i * ATTN_BK;
-            const int64_t q = q0 + i, valid = (q + 1 < s_end ? q + 1 : s_end) - s0;
-            const float bmx = a->k->scale_max(srow, a->scale, valid);
+            const int64_t q = q0 + i, hi = (q + 1 < s_end ? q + 1 : s_end) - s0;
+            const int64_t lo = W > 0 && q - W + 1 > s0 ? q - W + 1 - s0 : 0;
+            if (lo >= hi) { /* none of this block's keys: the row's state stays */
+                memset(srow, 0, sizeof(float) * ATTN_BK);
+                continue;
+            }
+            const float bmx = a->k->scale_max(srow + lo, a->scale, hi - lo);
             const float mx = bmx > t->m[i] ? bmx : t->m[i];
-            const float alpha = expf(t->m[i] - mx); /* 0 on the first block (m = -inf) */
-            const float sum = a->k->exp_sum(srow, mx, valid);
-            for (int64_t j = valid > 0 ? valid : 0; j < ATTN_BK; j++) srow[j] = 0.0f;
+            const float alpha = expf(t->m[i] - mx); /* 0 on the row's first block (m = -inf) */
+            const float sum = a->k->exp_sum(srow + lo, mx, hi - lo);
+            for (int64_t j = 0; j < lo; j++) srow[j] = 0.0f;
+            for (int64_t j = hi; j < ATTN_BK; j++) srow[j] = 0.0f;
             t->l[i] = t->l[i] * alpha + sum;
             t->m[i] = mx;
             float *orow = t->o + i * dv;
@@ -235,7 +245,12 @@ static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
         es_gemm(a->k, ES_QTYPE_F32, vt, ATTN_BK, 0, dv, t->p_act, NULL, nq, t->o, dv, 1, t->scratch);
     }
     for (int64_t i = 0; i < nq; i++) {
-        const float inv = 1.0f / t->l[i];
+        float inv = 1.0f / t->l[i];
+        if (a->sinks) { /* the sink joins the denominator (ggml's soft_max with sinks) */
+            const float sk = a->sinks[h], mx = sk > t->m[i] ? sk : t->m[i];
+            const float alpha = expf(t->m[i] - mx);
+            inv = alpha / (t->l[i] * alpha + expf(sk - mx));
+        }
         float *dst = a->out + (r0 + q0 + i) * ldo + h * dv;
         for (int k = 0; k < dv; k++) dst[k] = t->o[i * dv + k] * inv;
     }
@@ -255,12 +270,15 @@ static void attn_worker(void *arg, int ith, int nth)
 }
 
 void es_attn_run(es_attn *a, const float *q, float *out, const int64_t *seq_start, int n_seq,
-                 float scale)
+                 float scale, int64_t window, const float *sinks)
 {
     ES_ASSERT(seq_start == a->seq_start && n_seq == a->n_seq); /* es_attn_set_kv's batch */
+    ES_ASSERT(window >= 0);
     a->q = q;
     a->out = out;
     a->scale = scale;
+    a->window = window;
+    a->sinks = sinks;
     es_pool_counter_set(&a->next, 0);
     es_pool_run(a->pool, attn_worker, a);
 }

@@ -43,8 +43,10 @@ void es_attn_set_kv(es_attn *a, const float *k, const float *v, const int64_t *s
                     int n_seq);
 
 /* out[t][h*dv + i] = sum_{s<=t, s in t's sequence} softmax_s(q_t . k_s * scale) v_s[i], q:
- * [T][n_head*dk]; the batch of the last es_attn_set_kv. */
+ * [T][n_head*dk]; the batch of the last es_attn_set_kv. window > 0: only the keys s > t - window
+ * (sliding-window attention); sinks (NULL: none): head h's softmax has sinks[h] as one more
+ * logit in its denominator, with no value (gpt-oss's attention sinks). */
 void es_attn_run(es_attn *a, const float *q, float *out, const int64_t *seq_start, int n_seq,
-                 float scale);
+                 float scale, int64_t window, const float *sinks);
 
 #endif

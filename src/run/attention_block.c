@@ -27,7 +27,15 @@ static void qk_norm(const es_fast *f, const es_model *m, const es_layer *L, floa
     }
 }
 
-/* es_layer_rows job: f->q and f->k normalised as the family says, then rotated. */
+/* y[i] += b[i] for i < n, where the bias exists (b not NULL). */
+static void add_bias(float *y, const void *b, int64_t n)
+{
+    const float *bf = b;
+    for (int64_t i = 0; bf && i < n; i++) y[i] += bf[i];
+}
+
+/* es_layer_rows job: f->q, f->k and f->v with their biases where the layer has them; f->q and
+ * f->k normalised as the family says, then rotated. */
 static void qk_rope_worker(void *arg, int ith, int nth)
 {
     const es_layer_rows *j = arg;
@@ -39,6 +47,9 @@ static void qk_rope_worker(void *arg, int ith, int nth)
     if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
     for (int64_t t = r0; t < r1; t++) {
         float *q = f->q + t * dq, *k = f->k + t * dkv;
+        add_bias(q, j->L->bq.data, dq);
+        add_bias(k, j->L->bk.data, dkv);
+        add_bias(f->v + t * dkv, j->L->bv.data, dkv);
         qk_norm(f, j->m, j->L, q, k);
         const float *cs = f->rope_cs + t * hp->n_rot;
         for (int hh = 0; hh < hp->n_head; hh++)
@@ -70,8 +81,10 @@ void es_attention_block(es_fast *f, const es_model *m, const es_layer *L, int64_
     }
     es_fast_phase(f, ES_PHASE_NORM);
     es_fast_layer_rows(f, m, L, T, qk_rope_worker);
-    es_fast_attention(f, hp->n_head, hp->n_embd_head, hp->n_embd_head_v);
+    const int64_t window = L->is_swa ? hp->n_swa : 0;
+    es_fast_attention(f, hp->n_head, hp->n_embd_head, hp->n_embd_head_v, window);
     es_attn_set_kv(f->attn, f->k, f->v, f->seq_start, f->n_seq);
-    es_attn_run(f->attn, f->q, f->att, f->seq_start, f->n_seq, m->hp.attn_scale);
+    es_attn_run(f->attn, f->q, f->att, f->seq_start, f->n_seq, m->hp.attn_scale, window,
+                L->sinks.data);
     es_fast_project_out(f, m, L, f->att, T);
 }

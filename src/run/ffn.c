@@ -1,8 +1,9 @@
 /*
  * The FFN of the fast forward pass: a dense SwiGLU FFN (dense layers, and the shared experts of a
- * MoE layer), the router (gate logits, the family's top-k, routes sorted by expert), the mixture
- * of experts through the expert plan, and the all-resident expert provider it uses when the
- * session streams nothing.
+ * MoE layer), the router (gate logits plus the layer's router bias, the family's top-k, routes
+ * sorted by expert), the mixture of experts through the expert plan (with the layer's expert
+ * biases and the family's GLU as the plan's extras), and the all-resident expert provider it
+ * uses when the session streams nothing.
  *
  * DESIGN: a dense FFN runs FFN_ROWS token rows at a time, which bounds its gate and up buffers
  * whatever the prompt length. The routes are stored per token by the route job, then counting-
@@ -113,9 +114,11 @@ static void route_worker(void *arg, int ith, int nth)
     const int E = hp->n_expert, K = hp->n_expert_used;
     int64_t r0, r1;
     if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
+    const float *bias = j->L->gate_inp_b.data; /* the router's bias (gpt-oss), or NULL */
     for (int64_t t = r0; t < r1; t++) {
-        es_arch_route(&hp->router, f->router + t * E, E, K, j->L->exp_probs_b.data, probs,
-                      chosen, weight);
+        float *logits = f->router + t * E;
+        for (int e = 0; bias && e < E; e++) logits[e] += bias[e];
+        es_arch_route(&hp->router, logits, E, K, j->L->exp_probs_b.data, probs, chosen, weight);
         for (int jj = 0; jj < K; jj++) {
             /* store per token; sorted by expert afterwards */
             es_route *r = &f->routes[t * K + jj];
@@ -168,6 +171,10 @@ es_status es_ffn_moe(es_fast *f, const es_model *m, es_expert_provider *prov, in
     const int64_t *counts = f->route_counts + (size_t)il * (size_t)E;
     es_fast_phase(f, ES_PHASE_EXPERT_WAIT);
     if (prov->layer_routed) ES_TRY(prov->layer_routed(prov, il, counts));
+    const es_layer *L = &m->layers[il];
+    const es_expert_extras extras = {m->family->glu_oai ? ES_GLU_OAI : ES_GLU_SWIGLU,
+                                     L->gate_exps_b.data, L->up_exps_b.data, L->down_exps_b.data};
+    es_plan_set_extras(plan, &extras);
     es_fast_phase(f, ES_PHASE_ACT_QUANT);
     es_plan_set_input(plan, f->h, d, T);
     es_fast_phase(f, ES_PHASE_OTHER);

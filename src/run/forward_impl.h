@@ -105,8 +105,9 @@ static inline void es_fast_phase(es_fast *f, int phase)
     f->prof_cur = phase;
 }
 /* Switches to ES_PHASE_ATTN and counts the float work of attention over the running batch's
- * sequences for n_head heads of key size dk and value size dv. */
-void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv);
+ * sequences for n_head heads of key size dk and value size dv, each query seeing window keys at
+ * most (0: all before it). */
+void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv, int64_t window);
 /* The phase of the products es_fast_gemms() runs from now on (the block's kind). */
 static inline void es_fast_gemm_phase(es_fast *f, int phase) { f->gemm_phase = phase; }
 
@@ -161,7 +162,8 @@ void es_fast_prepare(es_fast *f, const float *src, int64_t K, uint32_t wtype, in
 /* dst[t][i] += src[t][i] for T rows of n_embd (dst = f->x: the residual stream). */
 void es_fast_add(es_fast *f, const es_model *m, const float *src, float *dst, int64_t T);
 
-/* The attention output src [T][n_embd_att] projected by Wo and added to the residual stream. */
+/* The attention output src [T][n_embd_att] projected by Wo (plus its bias where the layer has
+ * one) and added to the residual stream. */
 void es_fast_project_out(es_fast *f, const es_model *m, const es_layer *L, const float *src,
                          int64_t T);
 

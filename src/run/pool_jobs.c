@@ -101,8 +101,8 @@ void es_fast_prepare(es_fast *f, const float *src, int64_t K, uint32_t wtype, in
     es_fast_prepare_ld(f, src, K, K, wtype, r_begin, T);
 }
 
-/* Residual adds: dst += src over T rows of d. */
-typedef struct add_job { const float *src; float *dst; int64_t d, T; } add_job;
+/* Residual adds: dst += src (+ bias, where not NULL) over T rows of d. */
+typedef struct add_job { const float *src, *bias; float *dst; int64_t d, T; } add_job;
 
 static void add_worker(void *arg, int ith, int nth)
 {
@@ -111,14 +111,23 @@ static void add_worker(void *arg, int ith, int nth)
     int64_t r0, r1;
     if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
     for (int64_t t = r0; t < r1; t++)
-        for (int64_t i = 0; i < d; i++) j->dst[t * d + i] += j->src[t * d + i];
+        if (j->bias) /* llama.cpp adds the bias to the product, then the product to dst */
+            for (int64_t i = 0; i < d; i++) j->dst[t * d + i] += j->src[t * d + i] + j->bias[i];
+        else
+            for (int64_t i = 0; i < d; i++) j->dst[t * d + i] += j->src[t * d + i];
+}
+
+static void add_rows(es_fast *f, const es_model *m, const float *src, const float *bias,
+                     float *dst, int64_t T)
+{
+    es_fast_phase(f, ES_PHASE_NORM);
+    add_job j = {src, bias, dst, m->hp.n_embd, T};
+    es_pool_run(f->pool, add_worker, &j);
 }
 
 void es_fast_add(es_fast *f, const es_model *m, const float *src, float *dst, int64_t T)
 {
-    es_fast_phase(f, ES_PHASE_NORM);
-    add_job j = {src, dst, m->hp.n_embd, T};
-    es_pool_run(f->pool, add_worker, &j);
+    add_rows(f, m, src, NULL, dst, T);
 }
 
 void es_fast_layer_rows(es_fast *f, const es_model *m, const es_layer *L, int64_t T,
@@ -135,15 +144,18 @@ void es_fast_project_out(es_fast *f, const es_model *m, const es_layer *L, const
     es_fast_prepare(f, src, hp->n_embd_att, L->wo.type, 0, T);
     es_gemm_task o = {&L->wo, f->act, f->tmp, hp->n_embd, T};
     es_fast_gemms(f, &o, 1);
-    es_fast_add(f, m, f->tmp, f->x, T);
+    add_rows(f, m, f->tmp, L->bo.data, f->x, T);
 }
 
-void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv)
+void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv, int64_t window)
 {
     es_fast_phase(f, ES_PHASE_ATTN);
     for (int i = 0; i < f->n_seq; i++) {
         const double L = (double)(f->seq_start[i + 1] - f->seq_start[i]);
-        f->prof.float_ops[ES_PHASE_ATTN] += 2.0 * n_head * (double)(dk + dv) * L * (L + 1) / 2;
+        double pairs = L * (L + 1) / 2; /* (query, key) pairs */
+        if (window > 0 && L > (double)window) /* the first window queries, then window each */
+            pairs = (double)window * ((double)window + 1) / 2 + (L - (double)window) * (double)window;
+        f->prof.float_ops[ES_PHASE_ATTN] += 2.0 * n_head * (double)(dk + dv) * pairs;
     }
 }
 
