@@ -6,13 +6,14 @@
  * list of messages.json, with and without add_generation_prompt, must render byte for byte what
  * jinja2 rendered, or fail where jinja2 raised (raise_exception's message included); and each
  * small template of units.json (one construct each: literals, operators, statements, loop
- * variables, scoping, whitespace control, every filter, test and string method implemented)
- * the same. Then what the golden data cannot show because jinja2 accepts it: the strict
- * refusals (unsupported filters, tags, methods, printing what Python prints with addresses) name
- * the construct and the line; syntax errors give their line; the limits (nesting, iterations,
- * output, memory, work) end hostile templates with a clear error. es_chat_render: the model's
- * BOS/EOS text, a short buffer (ES_E_SHORT_BUFFER and the size needed), a model without a
- * template (ES_E_UNSUPPORTED) and one with a template in its metadata.
+ * variables, scoping, whitespace control, every filter, test and string method implemented;
+ * and real templates with variables the message lists lack, such as gpt-oss's with tools)
+ * the same, strftime_now reading make_expected.py's fixed clock. Then what the golden data cannot
+ * show because jinja2 accepts it: the strict refusals (unsupported filters, tags, methods, printing
+ * what Python prints with addresses) name the construct and the line; syntax errors give their
+ * line; the limits (nesting, iterations, output, memory, work) end hostile templates with a clear
+ * error. es_chat_render: the model's BOS/EOS text, a short buffer (ES_E_SHORT_BUFFER and the size
+ * needed), a model without a template (ES_E_UNSUPPORTED) and one with a template in its metadata.
  */
 #include <jansson.h>
 #include <pthread.h>
@@ -189,6 +190,18 @@ static es_jinja_vars *chat_vars(json_t *messages, bool agp, const char *bos, con
     return v;
 }
 
+/* The limits of the golden renders: the defaults with make_expected.py's fixed clock for
+ * strftime_now (2025-08-05 12:00:00, read in UTC), so a template printing the date (gpt-oss's)
+ * renders what jinja2 rendered whatever day the test runs. */
+static es_jinja_limits golden_limits(void)
+{
+    es_jinja_limits lim = es_jinja_default_limits();
+    lim.now = 1754395200;
+    setenv("TZ", "UTC", 1);
+    tzset();
+    return lim;
+}
+
 static json_t *find_named(json_t *arr, const char *key, const char *name)
 {
     size_t i;
@@ -203,6 +216,7 @@ static void test_templates_match_jinja2(void **state)
 {
     (void)state;
     json_t *templates = load_json(DATA "templates.json"), *lists = load_json(DATA "messages.json");
+    const es_jinja_limits lim = golden_limits();
     int total = 0, same = 0, errors = 0;
     size_t i;
     json_t *t;
@@ -229,7 +243,7 @@ static void test_templates_match_jinja2(void **state)
                                          json_string_value(json_object_get(t, "eos_token")));
             char *out;
             size_t n;
-            es_status st = es_jinja_render(tmpl, v, NULL, &out, &n);
+            es_status st = es_jinja_render(tmpl, v, &lim, &out, &n);
             char what[256];
             snprintf(what, sizeof(what), "%s x %s, add_generation_prompt=%d", name, ml, agp);
             bool ok = check_case(what, st, out, n, c);
@@ -258,6 +272,7 @@ static void test_units_match_jinja2(void **state)
     snprintf(path, sizeof(path), "%s/units.json", expected_dir());
     json_t *units = load_json(DATA "units.json"), *exp = load_json(path);
     json_t *cases = json_object_get(exp, "cases"), *u;
+    const es_jinja_limits lim = golden_limits();
     size_t i;
     int bad = 0;
     assert_int_equal(json_array_size(units), json_array_size(cases));
@@ -272,12 +287,21 @@ static void test_units_match_jinja2(void **state)
         const char *k;
         json_object_foreach(vars, k, x)
             assert_int_equal(es_jinja_vars_set(v, k, from_json(v, x)), ES_OK);
+        /* the template's text, or a template file of DATA ("file": a real template rendered
+         * with variables the message lists lack, such as tools and tool calls) */
         json_t *src = json_object_get(u, "template");
-        char *out;
-        size_t n;
-        es_status st = render(json_string_value(src), json_string_length(src), v, NULL, &out, &n);
+        char *file = NULL, *out;
+        size_t n, len = json_string_length(src);
+        if (!src) {
+            char fpath[512];
+            snprintf(fpath, sizeof(fpath), DATA "%s",
+                     json_string_value(json_object_get(u, "file")));
+            file = read_file(fpath, &len);
+        }
+        es_status st = render(file ? file : json_string_value(src), len, v, &lim, &out, &n);
         bad += !check_case(name, st, out, n, c);
         free(out);
+        free(file);
         es_jinja_vars_destroy(v);
     }
     print_message("  %zu unit templates, %d differ from jinja2\n", json_array_size(units), bad);
@@ -352,6 +376,11 @@ static void test_strict_refusals(void **state)
         {"{{ namespace(a=1) }}", "printing a Namespace object"},
         {"{{ loop }}{% for i in l %}{{ loop }}{% endfor %}", "printing a LoopContext object"},
         {"{{ x.upper }}", "printing a builtin_function_or_method object"},
+        /* a class's attributes and a macro's fields exist in Python (x.upper.y is undefined) */
+        {"{{ dict.fromkeys }}", "attribute 'fromkeys' of a type value is not supported"},
+        {"{% macro m() %}{% endmacro %}{{ m.name }}",
+         "attribute 'name' of a Macro value is not supported"},
+        {"{{ x.upper.__self__ }}", "access to attribute '__self__'"},
         {"{% for i in l recursive %}{% endfor %}", "recursive loops are not supported"},
         {"{{ '10'|int(base=16) }}", "base argument of int"},
         {"{{ '\\N{EM DASH}' }}", "named unicode escapes"},

@@ -18,6 +18,7 @@
 #include "jinja/jinja_int.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,23 +33,23 @@ es_status jr_getattr(jr *R, jv obj, const char *name, jv *out)
         return jr_loop_attr(R, obj, name, out);
     case JV_NS: {
         const jv *v = ja_dict_get(obj.d, name, strlen(name));
-        *out = v ? *v : jr_undef(R, name, JV_NS);
+        *out = v ? *v : jr_undef(R, name, obj);
         return ES_OK;
     }
     case JV_NONE:
-        *out = jr_undef(R, name, JV_NONE);
+        *out = jr_undef(R, name, obj);
         return ES_OK;
     case JV_DICT: {
         ES_TRY(jr_method(R, obj, name, out, &found));
         if (found) return ES_OK;
         const jv *v = ja_dict_get(obj.d, name, strlen(name));
-        *out = v ? *v : jr_undef(R, name, JV_DICT);
+        *out = v ? *v : jr_undef(R, name, obj);
         return ES_OK;
     }
     case JV_STR:
     case JV_LIST:
         ES_TRY(jr_method(R, obj, name, out, &found));
-        if (!found) *out = jr_undef(R, name, obj.k);
+        if (!found) *out = jr_undef(R, name, obj);
         return ES_OK;
     }
     /* numbers: Python's int and float attributes are refused, anything else is undefined */
@@ -64,8 +65,25 @@ es_status jr_getattr(jr *R, jv obj, const char *name, jv *out)
         if (name[0] == '_' && name[1] == '_')
             return jr_fail(R, "access to attribute '%s' of '%s' object is unsafe", name,
                            ja_type_name(obj));
-        *out = jr_undef(R, name, obj.k);
+        *out = jr_undef(R, name, obj);
         return ES_OK;
+    }
+    /* functions, methods and macros: Python's have only dunder attributes (refused as the
+     * sandbox refuses them), except a class's methods and a jinja2 Macro's fields (refused:
+     * not implemented); any other name is undefined, as Python's getattr fails */
+    static const char *const macro_attrs[] = {"name",          "arguments", "catch_kwargs",
+                                              "catch_varargs", "caller",    "explicit_caller"};
+    if (obj.k == JV_FUNC || obj.k == JV_MACRO) {
+        if (name[0] == '_' && (name[1] == '_' || obj.k == JV_MACRO))
+            return jr_fail(R, "access to attribute '%s' of '%s' object is unsafe", name,
+                           ja_type_name(obj));
+        bool has = obj.k == JV_FUNC && ja_func_has_attr(obj.fn, name);
+        for (size_t i = 0; obj.k == JV_MACRO && i < sizeof(macro_attrs) / sizeof(*macro_attrs); i++)
+            has = has || !strcmp(name, macro_attrs[i]);
+        if (!has) {
+            *out = jr_undef(R, name, obj);
+            return ES_OK;
+        }
     }
     return jr_fail(R, "attribute '%s' of a %s value is not supported", name, ja_type_name(obj));
 }
@@ -102,9 +120,59 @@ static es_status slice_idx(jr *R, const jv *p, int64_t len, int64_t *start, int6
     return ES_OK;
 }
 
+/* Whether jinja2's optimizer folds e at compile time: a literal, or a list, tuple or dict of
+ * literals (the cases where folding changes what a slice gives). */
+static bool is_const(const jnode *e)
+{
+    if (!e) return true; /* an omitted slice part */
+    switch (e->k) {
+    case N_CONST:
+        return true;
+    case N_NOT:
+    case N_NEG:
+    case N_POS:
+        return is_const(e->a);
+    case N_LIST:
+    case N_TUPLE:
+    case N_DICT:
+        for (int i = 0; i < e->nv; i++)
+            if (!is_const(e->v[i]) || (e->k == N_DICT && !is_const(e->w[i]))) return false;
+        return true;
+    }
+    return false;
+}
+
+/* What slicing obj (which Python cannot slice) gives: jinja2 subscribes the object directly,
+ * a TypeError; but a slice of constants its optimizer folded at compile time went through the
+ * sandbox's getitem: undefined ("None has no element slice(1, None, None)"). */
+static es_status unsliceable(jr *R, jv obj, const jv *p, bool folded, jv *out)
+{
+    if (!folded) {
+        if (obj.k == JV_DICT) return jr_fail(R, "unhashable type: 'slice'");
+        if (obj.k == JV_FUNC && !strcmp(ja_type_name(obj), "type")) /* a generic alias */
+            return jr_fail(R, "slicing a type value is not supported");
+        return jr_fail(R, "'%s' object is not subscriptable", ja_type_name(obj));
+    }
+    jv key;
+    jbuf b = {0};
+    es_status st = jr_buf_put(R, &b, "slice(", 6);
+    for (int i = 0; i < 3 && st == ES_OK; i++) {
+        if (i) st = jr_buf_put(R, &b, ", ", 2);
+        if (st == ES_OK) st = jr_tostr(R, p[i], &b);
+    }
+    if (st == ES_OK) st = jr_buf_put(R, &b, ")", 1);
+    /* the folded parts are numbers or None: the slice's repr prints them as str does */
+    if (st == ES_OK) st = jr_str(R, b.p, b.n, &key);
+    ja_buf_free(&b);
+    ES_TRY(st);
+    *out = jr_undef_item(R, obj, key);
+    return ES_OK;
+}
+
 /* obj[a:b:c] (s: N_SLICE): substrings by code points, sublists of the same kind (a tuple
- * stays a tuple); what Python cannot slice is undefined, as jinja2's getitem makes it. */
-static es_status slice(jr *R, jv obj, const jnode *s, jv *out)
+ * stays a tuple); what Python cannot slice is a TypeError (folded: true if jinja2 computed
+ * the slice at compile time, see unsliceable). */
+static es_status slice(jr *R, jv obj, const jnode *s, bool folded, jv *out)
 {
     jv p[3] = {jv_none(), jv_none(), jv_none()};
     const jnode *parts[3] = {s->a, s->b, s->c};
@@ -147,11 +215,7 @@ static es_status slice(jr *R, jv obj, const jnode *s, jv *out)
         *out = jv_list(l, obj.sub);
         return ES_OK;
     }
-    if (obj.k == JV_NONE || obj.k == JV_DICT || obj.k == JV_LIST) { /* TypeError: undefined */
-        *out = jr_undef_hint(R, "slicing this value gives undefined");
-        return ES_OK;
-    }
-    return jr_fail(R, "slicing a %s value is not supported", ja_type_name(obj));
+    return unsliceable(R, obj, p, folded, out);
 }
 
 es_status jr_getitem(jr *R, jv obj, jv key, jv *out)
@@ -187,10 +251,10 @@ es_status jr_getitem(jr *R, jv obj, jv key, jv *out)
         bool found;
         ES_TRY(jr_method(R, obj, key.s->b, out, &found));
         if (found) return ES_OK;
-        *out = jr_undef(R, key.s->b, JV_DICT);
+        *out = jr_undef(R, key.s->b, obj);
         return ES_OK;
     }
-    *out = jr_undef_hint(R, "undefined item");
+    *out = jr_undef_item(R, obj, key);
     return ES_OK;
 }
 
@@ -466,6 +530,18 @@ es_status jr_unknown(jr *R, const jnode *e)
     return jr_fail(R, "No filter named '%s' found.", e->name);
 }
 
+/* An inline if without else whose test was false: undefined, with jinja2's message. */
+static es_status cond_undef(jr *R, const jnode *e, jv *out)
+{
+    static const char fmt[] = "the inline if-expression on line %d evaluated to false and no "
+                              "else section was defined.";
+    char *m = ja_alloc(&R->a, sizeof(fmt) + 16);
+    if (!m) return jr_oom(R);
+    snprintf(m, sizeof(fmt) + 16, fmt, e->fid);
+    *out = jr_undef_hint(R, m);
+    return ES_OK;
+}
+
 /* The value of e (jr_eval without the recursion accounting). */
 static es_status eval(jr *R, const jnode *e, jv *out)
 {
@@ -486,7 +562,10 @@ static es_status eval(jr *R, const jnode *e, jv *out)
         return jr_getattr(R, a, e->name, out);
     case N_GETITEM:
         ES_TRY(jr_eval(R, e->a, &a));
-        if (e->b->k == N_SLICE) return slice(R, a, e->b, out);
+        if (e->b->k == N_SLICE)
+            return slice(
+                R, a, e->b,
+                is_const(e->a) && is_const(e->b->a) && is_const(e->b->b) && is_const(e->b->c), out);
         ES_TRY(jr_eval(R, e->b, &b));
         R->line = e->line;
         return jr_getitem(R, a, b, out);
@@ -557,8 +636,7 @@ static es_status eval(jr *R, const jnode *e, jv *out)
         ES_TRY(jr_eval(R, e->a, &a));
         if (ja_truthy(a)) return jr_eval(R, e->b, out);
         if (e->c) return jr_eval(R, e->c, out);
-        *out = jr_undef_hint(R, "the inline if had no else");
-        return ES_OK;
+        return cond_undef(R, e, out);
     case N_LIST:
         return seq(R, e, JL_LIST, out);
     case N_TUPLE:

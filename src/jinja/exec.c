@@ -58,7 +58,7 @@ jv jr_lookup(jr *R, const char *name)
         for (size_t i = R->vars->n; i-- > 0;)
             if (!strcmp(R->vars->names[i], name)) return R->vars->vals[i];
     jv g = ja_global(name);
-    return g.k != JV_UNDEF ? g : jr_undef(R, name, JV_UNDEF);
+    return g.k != JV_UNDEF ? g : jr_undef(R, name, jv_undef());
 }
 
 /* Assigns v to a target: a name, a namespace attribute, or a tuple of them (unpacking). */
@@ -377,8 +377,12 @@ es_status jr_call_macro(jr *R, const jmacro *m, const jv *argv, int argc, const 
         jv v;
         if (d->w[i])
             st = jr_eval(R, d->w[i], &v);
-        else
-            v = jr_undef_hint(R, "a parameter of the macro was not provided");
+        else { /* jinja2's message: "parameter 'a' was not provided" */
+            size_t n = strlen(d->names[i]) + 32;
+            char *msg = ja_alloc(&R->a, n);
+            if (msg) snprintf(msg, n, "parameter '%s' was not provided", d->names[i]);
+            v = jr_undef_hint(R, msg ? msg : "a parameter of the macro was not provided");
+        }
         if (st == ES_OK) st = scope_set(R, ms, d->names[i], v);
     }
     R->out = &buf;

@@ -69,14 +69,16 @@ typedef struct jfunc jfunc;
 typedef struct jloop jloop;
 typedef struct jmacro jmacro;
 typedef struct jundef {
-    const char *name; /* the variable, attribute or key that was missing (NULL: see hint) */
-    const char *hint; /* a full message instead (NULL: built from name and sub) */
+    const char *name;  /* the variable, attribute or key that was missing (NULL: see hint) */
+    const char *hint;  /* a full message instead (NULL: built from name and owner) */
+    const char *owner; /* the type of the object name was looked up in, as jinja2 names it in
+                        * its message ("dict", "jinja2.utils.Namespace", "None"); NULL: a
+                        * plain variable */
 } jundef;
 
 typedef struct jv {
     uint8_t k;   /* JV_* */
-    uint8_t sub; /* JV_LIST: JL_*; JV_UNDEF: the kind of object the name was looked up in
-                  * (JV_UNDEF = a plain variable) */
+    uint8_t sub; /* JV_LIST: JL_* */
     union {
         int64_t i; /* JV_INT, JV_BOOL */
         double f;
@@ -196,7 +198,8 @@ struct jnode {
     int nv, nw;
     const char *name; /* N_NAME, N_GETATTR, N_NSREF (the namespace), filter/test names */
     const char *attr; /* N_NSREF: the attribute */
-    int fid;          /* N_FILTER / N_TEST: the filter or test */
+    int fid;          /* N_FILTER / N_TEST: the filter or test; N_COND: the line the
+                       * conditional expression starts on (jinja2's message names it) */
     jv cv;            /* N_CONST, N_DATA (a string) */
 };
 
@@ -310,8 +313,11 @@ const jv *ja_dict_find(const jdict *d, jv key);
 /* Whether key can be a dict key: str, numbers, None and tuples of them; TypeError for what
  * Python cannot hash (lists, dicts), ES_E_FORMAT for hashable objects not supported as keys. */
 es_status jr_key_check(jr *R, jv key);
-jv jr_undef(jr *R, const char *name,
-            int objkind); /* "'name' is undefined" / "... has no attribute" */
+/* Undefined: the variable name (owner JV_UNDEF: "'name' is undefined"), or the attribute or
+ * string key name of owner ("'dict object' has no attribute 'name'"). */
+jv jr_undef(jr *R, const char *name, jv owner);
+/* Undefined: the item key of owner, with jinja2's message ("list object has no element 3"). */
+jv jr_undef_item(jr *R, jv owner, jv key);
 jv jr_undef_hint(jr *R, const char *hint);
 const char *ja_undef_msg(jv u, char *buf, size_t cap); /* the message raising u gives */
 const char *ja_type_name(jv x); /* Python's type name: "str", "int", "NoneType", ... */
@@ -395,6 +401,10 @@ es_status jr_call_func(jr *R, const jfunc *f, const jv *argv, int argc, const ch
                        const jv *kwv, int kwc, jv *out);
 es_status jr_loop_attr(jr *R, jv loop, const char *name, jv *out);
 const char *ja_func_name(const jfunc *f);
+const char *ja_func_type(const jfunc *f); /* Python's type name: "builtin_function_or_method" */
+/* Whether Python's object for f has a public attribute name (then obj.name is refused, not
+ * undefined): a type (dict, namespace) has its methods; functions and methods have none. */
+bool ja_func_has_attr(const jfunc *f, const char *name);
 /* str.replace(old, new, count) (count < 0: all); an empty old inserts new around every code
  * point, as Python does. */
 es_status jr_replace(jr *R, const jstr *s, const jstr *old, const jstr *new_, int64_t count,

@@ -137,6 +137,31 @@ const char *ja_func_name(const jfunc *f)
     return f->id == JM_CYCLE ? "cycle" : f->id == JM_CHANGED ? "changed" : "function";
 }
 
+const char *ja_func_type(const jfunc *f)
+{
+    switch (f->id) {
+    case JM_RANGE: /* the sandbox's safe_range */
+    case JM_RAISE:
+    case JM_STRFTIME:
+        return "function";
+    case JM_NAMESPACE: /* classes */
+    case JM_DICT:
+        return "type";
+    case JM_CYCLE: /* methods of jinja2's LoopContext, written in Python */
+    case JM_CHANGED:
+        return "method";
+    }
+    return "builtin_function_or_method"; /* the methods of str and dict */
+}
+
+bool ja_func_has_attr(const jfunc *f, const char *name)
+{
+    /* a class has public attributes (dict.fromkeys, type.mro; dict['x'] is even a generic
+     * alias): all refused. Functions and bound methods have only dunder attributes. */
+    (void)name;
+    return f->id == JM_NAMESPACE || f->id == JM_DICT;
+}
+
 /* ---- the loop object --------------------------------------------------------------------------
  */
 es_status jr_loop_attr(jr *R, jv loop, const char *name, jv *out)
@@ -171,7 +196,7 @@ es_status jr_loop_attr(jr *R, jv loop, const char *name, jv *out)
     else if (!strcmp(name, "changed"))
         return bound(R, JM_CHANGED, loop, out);
     else
-        *out = jr_undef(R, name, JV_LOOP);
+        *out = jr_undef(R, name, loop);
     return ES_OK;
 }
 

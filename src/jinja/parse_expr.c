@@ -585,6 +585,7 @@ static es_status or_(ps *P, jnode **out)
 
 es_status ja_p_expression(ps *P, bool condexpr, jnode **out)
 {
+    int start = cur(P)->line; /* jinja2's lineno of the conditional expression */
     ES_TRY(or_(P, out));
     while (condexpr && is_name(cur(P), "if")) {
         int line = cur(P)->line;
@@ -598,9 +599,10 @@ es_status ja_p_expression(ps *P, bool condexpr, jnode **out)
             P->depth--;
         }
         MK(P, e, N_COND, line);
-        e->a = test, e->b = *out, e->c = other;
+        e->a = test, e->b = *out, e->c = other, e->fid = start;
         ES_TRY(ja_p_fin(P, e));
         *out = e;
+        start = cur(P)->line;
     }
     return ES_OK;
 }

@@ -235,12 +235,50 @@ es_status jr_dict_set(jr *R, jdict *d, jv key, jv val)
 }
 
 /* ---- undefined ---------------------------------------------------------------------------- */
-jv jr_undef(jr *R, const char *name, int objkind)
+/* The type of x as jinja2's object_type_repr names it before " object" ("None" for None):
+ * Python's type name for builtins, the qualified name for jinja2's own classes. */
+static const char *owner_name(jv x)
+{
+    switch (x.k) {
+    case JV_UNDEF:
+        return NULL;
+    case JV_NONE:
+        return "None";
+    case JV_NS:
+        return "jinja2.utils.Namespace";
+    case JV_LOOP:
+        return "jinja2.runtime.LoopContext";
+    case JV_MACRO:
+        return "jinja2.runtime.Macro";
+    }
+    return ja_type_name(x);
+}
+
+jv jr_undef(jr *R, const char *name, jv owner)
 {
     jundef *u = ja_zalloc(&R->a, sizeof(*u));
-    jv r = {.k = JV_UNDEF, .sub = (uint8_t)objkind, .u = u};
-    if (u) u->name = name; /* out of memory: a nameless undefined, still correct to use */
+    jv r = {.k = JV_UNDEF, .u = u};
+    if (u) /* out of memory: a nameless undefined, still correct to use */
+        u->name = name, u->owner = owner_name(owner);
     return r;
+}
+
+jv jr_undef_item(jr *R, jv owner, jv key)
+{
+    /* jinja2: "{object_type_repr(obj)} has no element {key!r}"; the keys that get here are
+     * not strings (a string key is looked up as an attribute), so their repr is their str
+     * (a string key is the repr of a slice, printed as it is) */
+    const char *o = owner_name(owner),
+               *mid = owner.k == JV_NONE ? " has no element " : " object has no element ";
+    jbuf b = {0};
+    es_status st = jr_buf_put(R, &b, o, strlen(o));
+    if (st == ES_OK) st = jr_buf_put(R, &b, mid, strlen(mid));
+    if (st == ES_OK)
+        st = key.k == JV_UNDEF ? jr_buf_put(R, &b, "Undefined", 9) : jr_tostr(R, key, &b);
+    const jstr *m = st == ES_OK ? ja_str_new(&R->a, b.p, b.n) : NULL;
+    ja_buf_free(&b);
+    /* a key whose repr is not reproduced (non-ASCII text in a tuple) gets a plainer message */
+    return jr_undef_hint(R, m ? m->b : "undefined item");
 }
 
 jv jr_undef_hint(jr *R, const char *hint)
@@ -283,7 +321,7 @@ const char *ja_type_name(jv x)
     case JV_NS:
         return "Namespace";
     case JV_FUNC:
-        return "builtin_function_or_method";
+        return ja_func_type(x.fn);
     case JV_LOOP:
         return "LoopContext";
     case JV_MACRO:
@@ -297,14 +335,12 @@ const char *ja_undef_msg(jv u, char *buf, size_t cap)
     const jundef *d = u.u;
     if (d && d->hint) return d->hint;
     if (!d || !d->name) return "undefined value";
-    if (u.sub == JV_UNDEF)
+    if (!d->owner)
         snprintf(buf, cap, "'%s' is undefined", d->name);
-    else if (u.sub == JV_NONE)
+    else if (!strcmp(d->owner, "None"))
         snprintf(buf, cap, "'None' has no attribute '%s'", d->name);
-    else {
-        jv t = {.k = u.sub};
-        snprintf(buf, cap, "'%s object' has no attribute '%s'", ja_type_name(t), d->name);
-    }
+    else
+        snprintf(buf, cap, "'%s object' has no attribute '%s'", d->owner, d->name);
     return buf;
 }
 

@@ -3,7 +3,8 @@
 and without add_generation_prompt, in Python's jinja2 set up as Hugging Face's
 apply_chat_template sets it up, and writes what it rendered (or the error it raised) to
 expected/<template>.json; then renders the small templates of units.json (each with its own
-variables) into expected/units.json. tests/test_chat.c holds estream's renderer to these files
+variables; a unit with "file" instead of "template" renders that template file of this folder)
+into expected/units.json. tests/test_chat.c holds estream's renderer to these files
 byte for byte; tools/chat-check.sh re-runs this script so the committed files cannot drift.
 
 The environment (transformers' chat_template_utils, 2025-2026):
@@ -11,7 +12,7 @@ The environment (transformers' chat_template_utils, 2025-2026):
   extension and a {% generation %} tag that renders its body; tojson replaced by
   json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) with those
   four arguments open to the template; the globals raise_exception (raises TemplateError with
-  the message) and strftime_now. The render gets messages (dicts of role and content, in that
+  the message) and strftime_now (with a fixed clock, NOW below). The render gets messages (dicts of role and content, in that
   order), tools=None, documents=None, add_generation_prompt, bos_token and eos_token.
 
 Usage: python3 make_expected.py [OUT_DIR]    (default: expected/ beside this script)
@@ -47,8 +48,15 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
                       sort_keys=sort_keys)
 
 
+# The clock strftime_now reads. transformers passes datetime.now(); here it is fixed, so that a
+# template printing the date (gpt-oss's "Current date: ...") renders the same text whatever day
+# this script and test_chat run. test_chat renders with the same moment (es_jinja_limits.now =
+# 1754395200, TZ=UTC).
+NOW = datetime(2025, 8, 5, 12, 0, 0)
+
+
 def strftime_now(fmt):
-    return datetime.now().strftime(fmt)
+    return NOW.strftime(fmt)
 
 
 def environment():
@@ -93,8 +101,13 @@ def main():
     cases = []
     for u in units:
         case = {"name": u["name"]}
+        if "template" in u:
+            src = u["template"]
+        else:  # a real template of this folder, with variables the message lists lack
+            with open(os.path.join(here, u["file"]), encoding="utf-8", newline="") as f:
+                src = f.read()
         try:
-            case["text"] = env.from_string(u["template"]).render(**u.get("vars", {}))
+            case["text"] = env.from_string(src).render(**u.get("vars", {}))
         except Exception as e:  # what jinja2 raises, whatever its class: the C side must fail too
             case["error_type"] = type(e).__name__
             case["error"] = str(e)
