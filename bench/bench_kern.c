@@ -102,7 +102,15 @@ static int bench_one(const es_kern *k, const es_kern *ks, uint32_t type, shape s
     for (int64_t n = 0; n < s.N; n++) {
         for (int64_t i = 0; i < s.K; i++)
             tmp[i] = 0.05f * urand();
-        es_quantize_row(type, tmp, W + n * wrb, s.K);
+        if (es_quantize_row(type, tmp, W + n * wrb, s.K)) continue;
+        /* IQ4_NL (estream reads it, never writes it): random nibbles, each block's F16 d 0.001 */
+        for (size_t b = 0; b < wrb; b++)
+            W[n * wrb + b] = (uint8_t)(urand() * 128.0f + 128.0f);
+        const size_t bb = es_qtype_info_get(type)->block_bytes;
+        for (size_t b = 0; b < wrb; b += bb) {
+            const es_f16 d = es_f32_to_f16(0.001f);
+            memcpy(W + n * wrb + b, &d, 2);
+        }
     }
     for (int64_t i = 0; i < s.R * s.K; i++)
         X[i] = urand() * (i % 331 == 0 ? 200.0f : 2.0f);
@@ -238,9 +246,10 @@ int main(int argc, char **argv)
         "      act = es_act_prepare of all rows on 1 thread, and its share of the 1-thread GEMM\n",
         reps);
 
-    static const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0, ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
-                                     ES_QTYPE_Q6_K, ES_QTYPE_Q3_K, ES_QTYPE_Q2_K, ES_QTYPE_F16,
-                                     ES_QTYPE_BF16, ES_QTYPE_F32};
+    static const uint32_t types[] = {ES_QTYPE_Q4_0,   ES_QTYPE_Q8_0,  ES_QTYPE_Q4_K,
+                                     ES_QTYPE_Q5_K,   ES_QTYPE_Q6_K,  ES_QTYPE_Q3_K,
+                                     ES_QTYPE_Q2_K,   ES_QTYPE_IQ4_NL, ES_QTYPE_MXFP4,
+                                     ES_QTYPE_F16,    ES_QTYPE_BF16,  ES_QTYPE_F32};
     const shape shapes_full[] = {
         {2048, 1024, 128}, {1024, 2048, 128}, {2048, 2048, 512}, {2048, 1024, 16}};
     const shape shapes_quick[] = {{2048, 1024, 128}};

@@ -278,6 +278,21 @@ static void test_family_gptoss(void **s)
                 (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
 }
 
+/* MXFP4 (gpt-oss's expert format; llama-quantize's MXFP4_MOE mix: experts MXFP4, every other
+ * matrix Q8_0) on gpt-oss and on qwen3moe (tests/data/README.md). The fast path agrees with
+ * llama.cpp's logits to float noise (measured, scalar, avx2 and avx512 tables alike: median
+ * 9.5e-7 for both, max 1.4e-6 / 0.068), so the median and KL are held tight; the reference's
+ * float activations are the usual 8-bit error (a router flip allowed). */
+static void test_mxfp4_files(void **s)
+{
+    (void)s;
+    const limits llama = {1e-5, 0.05, 0.15, 0.99, 2e-5};
+    compare_lim(DATA "tiny-gptoss-mxfp4_moe.gguf", (limits){INFINITY, 0.2, 6.0, 0.93, 0.02},
+                DATA "tiny-gptoss-mxfp4_moe.llama-logits.bin", llama);
+    compare_lim(DATA "small-qwen3moe-mxfp4_moe.gguf", (limits){INFINITY, 0.2, 4.0, 0.93, 0.012},
+                DATA "small-qwen3moe-mxfp4_moe.llama-logits.bin", llama);
+}
+
 /* YaRN rope scaling on another family: tiny-qwen3moe's weights with rope.scaling x4 of 64
  * positions (which moves llama.cpp's logits by 1.5 at the median from the unscaled file). */
 static void test_yarn_qwen3moe(void **s)
@@ -734,7 +749,8 @@ static void test_amx_bit_identical(void **state)
                             DATA "tiny-deepseek-q4_k_m.gguf", DATA "tiny-deepseek-iq4_xs.gguf",
                             DATA "small-qwen3moe-iq4_xs.gguf", DATA "small-deepseek-q4_k_m.gguf",
                             DATA "small-mixtral-q3_k_m.gguf", DATA "small-mixtral-q2_k.gguf",
-                            DATA "tiny-gptoss-q4_0.gguf"};
+                            DATA "tiny-gptoss-q4_0.gguf", DATA "tiny-gptoss-mxfp4_moe.gguf",
+                            DATA "small-qwen3moe-mxfp4_moe.gguf"};
     const char *pack = t_tmp_path("amx.pack");
     assert_int_equal(es_pack(models[0], pack, NULL, NULL), ES_OK);
     for (size_t mi = 0; mi <= T_LEN(models); mi++) {
@@ -853,6 +869,7 @@ int main(void)
         cmocka_unit_test(test_family_deepseek2),
         cmocka_unit_test(test_family_deepseek3),
         cmocka_unit_test(test_family_gptoss),
+        cmocka_unit_test(test_mxfp4_files),
         cmocka_unit_test(test_yarn_qwen3moe),
         cmocka_unit_test(test_fallback_types),
         cmocka_unit_test(test_family_q4_k_m),

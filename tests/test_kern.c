@@ -18,10 +18,11 @@
 #include <math.h>
 #include <sys/mman.h>
 
-static const uint32_t all_types[] = {ES_QTYPE_Q4_0,   ES_QTYPE_Q8_0, ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
-                                     ES_QTYPE_Q6_K,   ES_QTYPE_Q3_K, ES_QTYPE_Q2_K, ES_QTYPE_Q5_0,
-                                     ES_QTYPE_IQ4_NL, ES_QTYPE_IQ4_XS, ES_QTYPE_F16, ES_QTYPE_BF16,
-                                     ES_QTYPE_F32};
+static const uint32_t all_types[] = {ES_QTYPE_Q4_0,   ES_QTYPE_Q8_0,   ES_QTYPE_Q4_K,
+                                     ES_QTYPE_Q5_K,   ES_QTYPE_Q6_K,   ES_QTYPE_Q3_K,
+                                     ES_QTYPE_Q2_K,   ES_QTYPE_Q5_0,   ES_QTYPE_IQ4_NL,
+                                     ES_QTYPE_IQ4_XS, ES_QTYPE_MXFP4,  ES_QTYPE_F16,
+                                     ES_QTYPE_BF16,   ES_QTYPE_F32};
 
 static int is_k_type(uint32_t t) /* blocks of 256 */
 {
@@ -34,20 +35,26 @@ static int is_iq4(uint32_t t)
 }
 /* Random blocks: IQ4 (estream cannot quantize to it), Q3_K and Q2_K (so that every bit pattern of
  * their packed scales, mins and high-bit masks occurs, which their quantizers' fits need not
- * produce). */
+ * produce), MXFP4 (every nibble in every position, and exponents its quantizer would not pick
+ * for these rows). */
 static int random_blocks(uint32_t t)
 {
-    return is_iq4(t) || t == ES_QTYPE_Q3_K || t == ES_QTYPE_Q2_K;
+    return is_iq4(t) || t == ES_QTYPE_Q3_K || t == ES_QTYPE_Q2_K || t == ES_QTYPE_MXFP4;
 }
 
 /* Random bytes for a row of such a type, with each block's F16 scale (Q3_K: its last two bytes,
- * Q2_K: its last four, d and dmin; the others: the first) made small and normal. */
+ * Q2_K: its last four, d and dmin; the others: the first) made small and normal; MXFP4's E8M0
+ * byte made moderate, 118..136 (scales 2^-10 .. 2^8, so that products stay finite). */
 static void random_row(uint32_t type, uint8_t *w, size_t row_bytes, t_rng *r)
 {
     for (size_t b = 0; b < row_bytes; b++) w[b] = (uint8_t)t_next(r);
     const size_t bb = es_qtype_info_get(type)->block_bytes;
     const size_t at = type == ES_QTYPE_Q3_K ? bb - 2 : type == ES_QTYPE_Q2_K ? bb - 4 : 0;
     for (size_t b = 0; b < row_bytes; b += bb) {
+        if (type == ES_QTYPE_MXFP4) {
+            w[b] = (uint8_t)(118 + t_next(r) % 19);
+            continue;
+        }
         const es_f16 d = es_f32_to_f16(0.0005f * (float)(1 + t_next(r) % 7));
         memcpy(w + b + at, &d, 2);
         if (type == ES_QTYPE_Q2_K) {
@@ -220,17 +227,19 @@ static void test_scalar_vs_float(void **state)
     }
 }
 
-/* The types of llama-quantize's fallbacks (Q5_0, Q4_1, Q5_1, IQ4_NL) and IQ4_XS (random block
- * bytes for IQ4: estream has no quantizer for them), through every table this CPU runs: the
- * product equals the dequantized weights times the activations as es_act_round rounds them
- * (Q4_1 / Q5_1: plus the F16 rounding of Q8_1's block sums), and es_act_round equals what each
- * table's preparation holds, for these and the other integer types. */
+/* The types of llama-quantize's fallbacks (Q5_0, Q4_1, Q5_1, IQ4_NL), IQ4_XS and MXFP4 (random
+ * block bytes for IQ4, which estream cannot quantize to, and for MXFP4), through every table this
+ * CPU runs: the product equals the dequantized weights times the activations as es_act_round
+ * rounds them (Q4_1 / Q5_1: plus the F16 rounding of Q8_1's block sums), and es_act_round equals
+ * what each table's preparation holds, for these and the other integer types (MXFP4: Q8_0's
+ * rounding, llama.cpp's vec_dot_type for it). */
 static void test_iq4_and_act_round(void **state)
 {
     (void)state;
     static const uint32_t types[] = {ES_QTYPE_IQ4_NL, ES_QTYPE_IQ4_XS, ES_QTYPE_Q5_0,
                                      ES_QTYPE_Q4_1,   ES_QTYPE_Q5_1,   ES_QTYPE_Q4_0,
-                                     ES_QTYPE_Q8_0,   ES_QTYPE_Q4_K,   ES_QTYPE_Q6_K};
+                                     ES_QTYPE_Q8_0,   ES_QTYPE_Q4_K,   ES_QTYPE_Q6_K,
+                                     ES_QTYPE_MXFP4};
     int ran = 0;
     for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
         es_kern k;
@@ -281,6 +290,65 @@ static void test_iq4_and_act_round(void **state)
         }
     }
     assert_true(ran >= 1);
+}
+
+/*
+ * MXFP4's whole exponent range through every table this CPU runs, bit for bit against scalar:
+ * the other tests keep its E8M0 bytes at 118..136; here rows take every e in 0..200 (65 blocks
+ * a row, e = (65 n + b) % 201), and every third row only e = 0, 1, 2, the subnormal scales
+ * 2^-128, 2^-127 and the smallest normal one, which the SIMD decoders build by another branch
+ * (0x00200000 << e); odd token rows are scaled by 2^-24, so that with those weight rows the
+ * block products and the outputs are subnormal (a wrong subnormal scale cannot hide behind the
+ * larger blocks of a row). 3 token rows (avx512's kernels in the amx table) and 21 (its tiles).
+ * Exponents above 200 make 12 * 2^(e-128) times the activations overflow; their bits are the same
+ * formula as these.
+ */
+static void test_mxfp4_scales(void **state)
+{
+    (void)state;
+    es_kern ks;
+    assert_true(es_kern_get("scalar", &ks));
+    const int64_t K = 2080, N = 37, nx = 21, ldx = K + 1;
+    mat m = make_mat(ES_QTYPE_MXFP4, N, K, 4711);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < K / 32; b++)
+            m.w[n * m.row_bytes + 17 * b] =
+                (uint8_t)(n % 3 == 0 ? (n / 3 + b) % 3 : (65 * n + b) % 201);
+    float *X = make_x(nx, K, ldx, 5);
+    for (int64_t r = 1; r < nx; r += 2) /* odd token rows tiny: subnormal outputs and products */
+        for (int64_t i = 0; i < K; i++) X[r * ldx + i] *= 0x1p-24f;
+    static const int64_t nrs[] = {3, 21};
+    int ran = 0;
+    for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
+        es_kern k;
+        if (!es_kern_get(es_kern_isa_names[ii], &k) || !strcmp(es_kern_isa_names[ii], "scalar"))
+            continue;
+        ran++;
+        for (size_t ri = 0; ri < ES_LEN(nrs); ri++) {
+            const int64_t nr = nrs[ri];
+            run us = {&ks, &m, X, ldx, nr}, uv = {&k, &m, X, ldx, nr};
+            void *as = prep_act(&us), *av = prep_act(&uv);
+            float *Ys = aalloc(sizeof(float) * nr * N), *Yv = aalloc(sizeof(float) * nr * N);
+            do_gemm(&us, as, 0, N, NULL, nr, Ys, N, 0);
+            do_gemm(&uv, av, 0, N, NULL, nr, Yv, N, 0);
+            long subnormal = 0;
+            for (int64_t j = 0; j < nr * N; j++) {
+                subnormal += fpclassify(Ys[j]) == FP_SUBNORMAL;
+                if (memcmp(&Ys[j], &Yv[j], 4))
+                    fail_msg("%s mxfp4 rows=%ld: Y[%ld][%ld] = %.9g (%a), scalar %.9g (%a)",
+                             es_kern_isa_names[ii], (long)nr, (long)(j / N), (long)(j % N),
+                             Yv[j], Yv[j], Ys[j], Ys[j]);
+            }
+            assert_true(subnormal > 0); /* the small rows' outputs reach the subnormal range */
+            free(Ys);
+            free(Yv);
+            free(as);
+            free(av);
+        }
+    }
+    print_message("mxfp4 exponents 0..200: %d tables bit-identical to scalar\n", ran);
+    free(X);
+    free_mat(&m);
 }
 
 /*
@@ -1015,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_cpu),
         cmocka_unit_test(test_act_quant),
         cmocka_unit_test(test_iq4_and_act_round),
+        cmocka_unit_test(test_mxfp4_scales),
         cmocka_unit_test(test_scalar_vs_float),
         cmocka_unit_test(test_act_identical),
         cmocka_unit_test(test_avx2_vs_scalar),

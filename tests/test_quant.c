@@ -65,7 +65,7 @@ static void test_table(void **state)
         {26, "i32", 1, 4, false},         {27, "i64", 1, 8, false},
         {28, "f64", 1, 8, false},         {29, "iq1_m", 256, 56, false},
         {30, "bf16", 1, 2, true},         {34, "tq1_0", 256, 54, false},
-        {35, "tq2_0", 256, 66, false},    {39, "mxfp4", 32, 17, false},
+        {35, "tq2_0", 256, 66, false},    {39, "mxfp4", 32, 17, true},
     };
     /* clang-format on */
     bool seen[ES_QTYPE_COUNT] = {0};
@@ -145,7 +145,9 @@ static void test_row_bytes(void **state)
     assert_int_equal(es_qtype_row_bytes(ES_QTYPE_Q4_K, 257), 0);
     assert_int_equal(es_qtype_row_bytes(ES_QTYPE_Q4_K, 32), 0); /* a Q4_0 block is not enough */
     assert_int_equal(es_qtype_row_bytes(ES_QTYPE_Q6_K, 14336), 56 * 210);
-    assert_int_equal(es_qtype_row_bytes(39, 64), 34); /* mxfp4: sizes known though unsupported */
+    assert_int_equal(es_qtype_row_bytes(ES_QTYPE_MXFP4, 2880), 90 * 17); /* gpt-oss's rows */
+    assert_int_equal(es_qtype_row_bytes(ES_QTYPE_MXFP4, 48), 0);
+    assert_int_equal(es_qtype_row_bytes(16, 512), 132); /* iq2_xxs: known though unsupported */
     assert_int_equal(es_qtype_row_bytes(4, 32), 0);   /* retired id */
     assert_int_equal(es_qtype_row_bytes(ES_QTYPE_COUNT, 32), 0);
     assert_int_equal(es_qtype_row_bytes(28, INT64_MAX), 0); /* 8 * INT64_MAX overflows size_t */
@@ -669,6 +671,41 @@ static void test_dq_iq4(void **state)
     assert_false(es_quantize_row(ES_QTYPE_IQ4_XS, x, y, 256));
 }
 
+/* MXFP4 by hand-built blocks: each nibble picks one of ggml's kvalues_mxfp4 (E2M1 doubled), the
+ * low nibbles values 0..15 and the high ones 16..31, times 2^(e-128) from the E8M0 byte: the
+ * subnormal scales of e = 0 and 1, the normal ones up to e = 255 (2^127, finite). */
+static void test_dq_mxfp4(void **state)
+{
+    (void)state;
+    static const float lv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    static const uint8_t es[] = {0, 1, 2, 100, 127, 128, 129, 200, 254, 255};
+    uint8_t blk[ES_LEN(es)][17];
+    for (size_t i = 0; i < ES_LEN(es); i++) {
+        blk[i][0] = es[i];
+        for (int j = 0; j < 16; j++)
+            blk[i][1 + j] = (uint8_t)(((j + i) & 15) | ((7 * j + i) & 15) << 4);
+    }
+    float y[ES_LEN(es) * 32];
+    es_dequantize_row(ES_QTYPE_MXFP4, blk, y, (int64_t)ES_LEN(es) * 32);
+    for (size_t i = 0; i < ES_LEN(es); i++) {
+        const float d = ldexpf(1.0f, es[i] - 128);
+        assert_true(es_e8m0_half(es[i]) == d);
+        assert_true(d > 0 && isfinite(d));
+        for (int j = 0; j < 16; j++) {
+            const float lo = lv[(j + i) & 15] * d, hi = lv[(7 * j + i) & 15] * d;
+            if (memcmp(&y[32 * i + j], &lo, 4) || memcmp(&y[32 * i + 16 + j], &hi, 4))
+                fail_msg("mxfp4 e=%d j=%d: %g %g, want %g %g", es[i], j, y[32 * i + j],
+                         y[32 * i + 16 + j], lo, hi);
+        }
+    }
+    assert_true(es_e8m0_half(0) == 0x1p-128f && es_e8m0_half(1) == 0x1p-127f);
+    assert_true(es_e8m0_half(255) == 0x1p127f);
+    /* 12 * 2^127 overflows: inf, as ggml's float product gives */
+    uint8_t big[17] = {255, 0x07};
+    es_dequantize_row(ES_QTYPE_MXFP4, big, y, 32);
+    assert_true(isinf(y[0]) && y[0] > 0 && y[16] == 0.0f && y[1] == 0.0f);
+}
+
 static void test_q_unsupported(void **state)
 {
     (void)state;
@@ -810,6 +847,67 @@ static double rel_rmse(const float *x, const float *y, int n)
         s += (double)x[i] * x[i];
     }
     return s > 0 ? sqrt(e / s) : (e > 0 ? INFINITY : 0);
+}
+
+/*
+ * MXFP4 (ggml's quantize_row_mxfp4_ref): per block of 32 with amax = max |x| > 0, the exponent byte
+ * is floor(log2(amax)) + 125, so d = 2^(e-128) has 2^(e-125) <= amax < 2^(e-124) (a log2f that
+ * rounds up just below a power of two may give one more: checked with a 2^-20 margin), and each
+ * value takes the nearest level of {0, +-1, +-2, +-3, +-4, +-6, +-8, +-12} * d: no level is
+ * closer to x than y, and |x - y| <= amax / 4 (half the top gap 4d <= amax / 4 below 12 d =
+ * 1.5 * 2^(e-125); above it x clamps to 12 d, by less than 2^(e-124) - 12 d <= amax / 4). An
+ * all-zero block is e = 0 and zeros; a block whose max is below 2^-125 (ggml's byte conversion is
+ * undefined there) gets e = 0 and its nearest levels. Blocks without outliers keep a relative
+ * RMS error under 0.2: for values uniform in [-a, a] it is 0.10 to 0.14 as a / 2^floor(log2 a)
+ * goes from 1 to 2 (the levels' steps grow toward 12 d, and past 12 d = 1.5 * 2^floor(log2 a)
+ * values clamp), and a block holds only 32 of them.
+ */
+static void test_rt_mxfp4(void **state)
+{
+    (void)state;
+    static const float lv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    static float x[RT_N], y[RT_N];
+    static uint8_t q[RT_N / 32 * 17];
+    double worst = 0;
+    for (int seed = 1; seed <= 3; seed++) {
+        make_row(x, RT_N, (uint64_t)seed);
+        for (int i = 32; i < 64; i++) x[i] = 0.0f; /* block 1: tiny, below 2^-125 */
+        x[40] = 0x1p-130f;
+        x[41] = -0x1p-127f;
+        roundtrip(ES_QTYPE_MXFP4, x, y, RT_N);
+        assert_true(es_quantize_row(ES_QTYPE_MXFP4, x, q, RT_N));
+        for (int b = 0; b < RT_N / 32; b++) {
+            const float *xb = x + 32 * b, *yb = y + 32 * b;
+            const int e = q[17 * b];
+            const float d = es_e8m0_half((uint8_t)e);
+            float amax = 0;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            if (amax == 0.0f || b == 1) {
+                assert_int_equal(e, 0);
+                for (int j = 0; j < 32; j++)
+                    assert_true(yb[j] == (b == 1 && j == 9 ? -0x1p-127f : 0.0f)); /* x[41] */
+                continue;
+            }
+            const bool e_ok = ldexpf(1.0f, e - 125) <= amax * (1 + 0x1p-20f) &&
+                              amax < ldexpf(1.0f, e - 124) * (1 + 0x1p-20f);
+            if (!e_ok) fail_msg("mxfp4 seed %d block %d: e = %d for max |x| %g", seed, b, e, amax);
+            for (int j = 0; j < 32; j++) {
+                const float err = fabsf(xb[j] - yb[j]);
+                for (int l = 0; l < 16; l++)
+                    if (fabsf(lv[l] * d - xb[j]) < err)
+                        fail_msg("mxfp4 seed %d x[%d] = %g: y = %g, but %g is nearer", seed,
+                                 32 * b + j, xb[j], yb[j], lv[l] * d);
+                if (!t_near(yb[j], xb[j], amax / 4))
+                    fail_msg("mxfp4 seed %d x[%d] = %g: y = %g, beyond amax/4 (%g)", seed,
+                             32 * b + j, xb[j], yb[j], amax / 4);
+            }
+            const double rel = rel_rmse(xb, yb, 32);
+            if (b == 9 || b == 31) continue; /* make_row's outliers: x[300], x[1000] */
+            worst = rel > worst ? rel : worst;
+            if (rel > 0.2) fail_msg("mxfp4 seed %d block %d: rel rmse %g", seed, b, rel);
+        }
+    }
+    print_message("mxfp4: worst relative rmse of a block %.3f\n", worst);
 }
 
 /*
@@ -965,6 +1063,12 @@ static void test_golden_ggml(void **state)
         {ES_QTYPE_Q5_K, 0x7431b836a4abd506ull, 0x326ba4e90c78684full},
         {ES_QTYPE_Q6_K, 0x4125b012db87d19eull, 0x146575ddd264741bull},
         {ES_QTYPE_Q8_K, 0x5216c91b2eade618ull, 0x0de3441636d9afe6ull},
+        /* MXFP4: from llama.cpp 3f545bec's ggml (quantize_row_mxfp4_ref, dequantize_row_mxfp4
+         * through ggml_get_type_traits, a small program linked with its libggml-base, not
+         * committed), on the same inputs; the random bytes keep their E8M0 bytes raw: every e
+         * gives a finite 2^(e-128), and 26 of the 2048 values (|level| * 2^(e-128) >= 2^128,
+         * at e >= 253) overflow to inf in both */
+        {ES_QTYPE_MXFP4, 0xbae8378ae6599b11ull, 0x87afd4340d8cc97eull},
     };
     /* clang-format on */
     enum { N = 2048 };
@@ -1036,8 +1140,10 @@ int main(void)
         cmocka_unit_test(test_q_q4_1_rounding),
         cmocka_unit_test(test_q_unsupported),
         cmocka_unit_test(test_dq_iq4),
+        cmocka_unit_test(test_dq_mxfp4),
         cmocka_unit_test(test_rt_float),
         cmocka_unit_test(test_rt_32),
+        cmocka_unit_test(test_rt_mxfp4),
         cmocka_unit_test(test_rt_k),
         cmocka_unit_test(test_rt_k_edge),
         cmocka_unit_test(test_golden_ggml),

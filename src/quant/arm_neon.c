@@ -12,13 +12,14 @@
  * rows of the call.
  *
  * Weights are decoded to their SIGNED values (q-8 for Q4_0, q for Q8_0, q-16 for Q5_0, the
- * non-linear levels for IQ4_NL/IQ4_XS, 0..15 / 0..31 for Q4_K/Q5_K, q-32 for Q6_K, q-4 or q for
- * Q3_K, sc*q for Q2_K): sdot and smmla multiply signed bytes by signed bytes, so unlike x86
- * (vpdpbusd wants unsigned weights) no correction term is needed, and the act's c and c2 are 0
- * (c_mult = c2_mult = 0), except for Q2_K, whose mins take the act's half sums: its c2 holds them
- * (c2_mult = 1). Every int32 block sum is the exact dot product (|w| <= 128, |x| <= 127, 32
- * terms), and the float operations per block are those of kern_scalar.c in the same order (vfmaq
- * is a fused multiply-add like fmaf): the tables match scalar bit for bit.
+ * non-linear levels for IQ4_NL/IQ4_XS, -12..12 for MXFP4, 0..15 / 0..31 for Q4_K/Q5_K, q-32 for
+ * Q6_K, q-4 or q for Q3_K, sc*q for Q2_K): sdot and smmla multiply signed bytes by signed
+ * bytes, so unlike x86 (vpdpbusd wants unsigned weights) no correction term is needed, and the
+ * act's c and c2 are 0 (c_mult = c2_mult = 0), except for Q2_K, whose mins take the act's half
+ * sums: its c2 holds them (c2_mult = 1). Every int32 block sum is the exact dot product
+ * (|w| <= 128, |x| <= 127, 32 terms), and the float operations per block are those of
+ * kern_scalar.c in the same order (vfmaq is a fused multiply-add like fmaf): the tables match
+ * scalar bit for bit.
  *
  * sdot (neon): vdotq_laneq_s32(acc, w, x, l) adds, in lane i, the dot product of bytes 4i..4i+3
  * of w with bytes 4l..4l+3 of x. With w = dword g (weights 4g..4g+3) of 4 output rows and x = 16
@@ -218,12 +219,17 @@ static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
-/* IQ4_NL / IQ4_XS nibbles of 8 rows (transposed in lo/hi) -> llama.cpp's 16 signed levels
- * (kern_scalar.c) in the record's 8 groups. */
-static inline void iq4_groups(const uint8x16_t lo[4], const uint8x16_t hi[4], uint8_t *rec)
-{
-    static const int8_t levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+/* The 16 signed levels a nibble picks (kern_scalar.c's tables): IQ4_NL / IQ4_XS (llama.cpp's
+ * non-linear ones) and MXFP4 (E2M1 doubled, -12..12). */
+static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
+static const int8_t mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Nibbles of 8 rows (transposed in lo/hi) -> their levels in the record's 8 groups (low
+ * nibbles: weights 0..15, high: 16..31). */
+static inline void nib_groups(const int8_t levels[16], const uint8x16_t lo[4],
+                              const uint8x16_t hi[4], uint8_t *rec)
+{
     const uint8x16_t lut = vreinterpretq_u8_s8(vld1q_s8(levels));
     for (int g = 0; g < 4; g++) {
         put_group(rec, g, vqtbl1q_u8(lut, and8(lo[g], 15)), vqtbl1q_u8(lut, and8(hi[g], 15)), 0);
@@ -239,7 +245,7 @@ static void dec_iq4_nl(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
         uint8_t *rec = tile + (b - kb0) * REC;
         uint8x16_t lo[4], hi[4];
         tr8x16(W + b * 18 + 2, wrb, nr, lo, hi);
-        iq4_groups(lo, hi, rec);
+        nib_groups(iq4_levels, lo, hi, rec);
         put_f16x8(W + b * 18, wrb, nr, (float *)(rec + 256));
     }
 }
@@ -255,10 +261,27 @@ static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
         uint8_t *rec = tile + (b - kb0) * REC;
         uint8x16_t lo[4], hi[4];
         tr8x16(sb + 8 + 16 * j, wrb, nr, lo, hi);
-        iq4_groups(lo, hi, rec);
+        nib_groups(iq4_levels, lo, hi, rec);
         float sc[8] = {0};
         for (int r = 0; r < nr; r++)
             sc[r] = es_iq4xs_scale(sb + r * wrb, j);
+        memcpy(rec + 256, sc, sizeof(sc));
+    }
+}
+
+/* MXFP4 (e, qs[16]): the levels -12..12; scale 2^(e-128) per row from its E8M0 byte
+ * (es_e8m0_half, as kern_scalar.c). */
+static void dec_mxfp4(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
+                      uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        uint8x16_t lo[4], hi[4];
+        tr8x16(W + b * 17 + 1, wrb, nr, lo, hi);
+        nib_groups(mxfp4_levels, lo, hi, rec);
+        float sc[8] = {0};
+        for (int r = 0; r < nr; r++)
+            sc[r] = es_e8m0_half(W[b * 17 + r * wrb]);
         memcpy(rec + 256, sc, sizeof(sc));
     }
 }
@@ -754,6 +777,7 @@ GEMM_INT(gemm_q2_K, A_Q2K, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
+GEMM_INT(gemm_mxfp4, A_Q80, dec_mxfp4, ES_QTYPE_MXFP4)
 
 /* ---- tiled weights (quant/tiles.h) ----------------------------------------------------------
  *
@@ -1006,6 +1030,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q, gemm_q5_0, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_k, gemm_iq4_xs, scratch_int, NULL}},
+        {ES_QTYPE_MXFP4, {es_act_q8_row_bytes, act_q, gemm_mxfp4, scratch_int, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},

@@ -4,10 +4,12 @@
  *   Y[r][n] (+)= sum_k X[rows[r]][k] * W[n][k]      n in [n0, n1), r in [0, n_rows)
  *
  * W is N rows of K weights in GGUF layout (row stride es_qtype_row_bytes(wtype, K)), of type
- * Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16 or F32. X is first turned into an "act" buffer by
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, F16, BF16
+ * or F32 (every table has them all). X is first turned into an "act" buffer by
  * es_act_prepare(): for the integer weight types each row is quantized per block of 32 values to
- * int8 with one float scale per block (like Q8_0; per 256 for K-quant weights, like Q8_K; never
- * per tensor: residual streams reach several hundred), plus per-block sums the kernels need; for float weight types the act holds
+ * int8 with one float scale per block (like Q8_0; per 256 for K-quant weights and IQ4_XS, like
+ * Q8_K: llama.cpp's activation format for each type; never per tensor: residual streams reach
+ * several hundred), plus per-block sums the kernels need; for float weight types the act holds
  * the floats. The act format is private to the kernel table that prepared it: prepare and
  * multiply with the same table (es_kern_active).
  *
@@ -209,8 +211,8 @@ void es_gemm_tiled(const es_kern *k, uint32_t wtype, const void *W, int64_t K, i
  *   int8  q[K]          x / d rounded to nearest even, |q| <= 127
  *   float d[nb]         block scale: max|x| / 127 rounded to F16 (0 for an all-zero block;
  *                       es_act_q8_scale); q is x * (127 / max|x|) rounded. For K-quant
- *                       weights (Q4_K, Q5_K, Q6_K) the max and the scale are taken over each
- *                       256 values and repeated in its 8 blocks, as a float 1 / (127 / max).
+ *                       weights (Q2_K..Q6_K) and IQ4_XS the max and the scale are taken over
+ *                       each 256 values and repeated in its 8 blocks, as a float 1 / (127 / max).
  *                       Both are llama.cpp's activation formats (Q8_0 and Q8_K) to the bit: its
  *                       rounding errors are then the ones estream makes, and the logits of a
  *                       quantized file agree with llama.cpp's far more closely than exact

@@ -4,11 +4,13 @@
  *
  * DESIGN: one weight row at a time is decoded to its integer values (the signed value of the
  * quantized weight: q-8 for Q4_0, q for Q8_0, the unsigned 4/5-bit q for Q4_K/Q5_K, q-32 for
- * Q6_K, q-4 or q for Q3_K, sc*q for Q2_K) plus float scales, then multiplied with every token row.
+ * Q6_K, q-4 or q for Q3_K, sc*q for Q2_K, the level a nibble picks for IQ4_NL/IQ4_XS/MXFP4) plus
+ * float scales, then multiplied with every token row.
  * The float operations per block are exactly the ones the SIMD micro-kernels do, in the same
  * order, written out with fmaf():
  *
  *   Q4_0, Q8_0   t = (float)dot * d_w;              y = fma(t, d_x, y)
+ *   (also Q5_0, IQ4_NL, IQ4_XS and MXFP4, with d_w = 2^(e-128) for MXFP4)
  *   Q4_K, Q5_K   t = (float)dot * (d*sc);           y = fma(t, d_x, y);
  *                                                   y = fma(-(dmin*m), d_x*sum(q_x), y)
  *   Q6_K, Q3_K   t = (float)dot_lo * (d*sc_lo);     t = fma((float)dot_hi, d*sc_hi, t);
@@ -299,15 +301,18 @@ static void decode_q3_K(const es_block_q3_K *x, int8_t *q, float *s)
                                 ((x->hmask[b] >> (4 * h + j)) & 1 ? 0 : 4));
 }
 
-/* IQ4_NL / IQ4_XS: each nibble indexes llama.cpp's 16 non-linear levels (es_dequantize_row
- * decodes the same); s[block of 32] = d (IQ4_NL) or d * (6-bit scale - 32) (IQ4_XS). */
+/* IQ4_NL / IQ4_XS / MXFP4: each nibble indexes one of 16 levels, llama.cpp's non-linear ones
+ * (IQ4) or MXFP4's E2M1 values doubled, 0 1 2 3 4 6 8 12 and their negatives (es_dequantize_row
+ * decodes the same); s[block of 32] = d (IQ4_NL), d * (6-bit scale - 32) (IQ4_XS) or 2^(e-128)
+ * from the E8M0 byte (MXFP4, es_e8m0_half). */
 static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
-static void decode_iq4_32(const uint8_t *qs, int8_t *q)
+static const int8_t mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+static void decode_nib_32(const int8_t *levels, const uint8_t *qs, int8_t *q)
 {
     for (int j = 0; j < 16; j++) {
-        q[j] = iq4_levels[qs[j] & 15];
-        q[j + 16] = iq4_levels[qs[j] >> 4];
+        q[j] = levels[qs[j] & 15];
+        q[j + 16] = levels[qs[j] >> 4];
     }
 }
 static void decode_iq4_nl(const uint8_t *w, int64_t nb, int8_t *q, float *s)
@@ -316,7 +321,7 @@ static void decode_iq4_nl(const uint8_t *w, int64_t nb, int8_t *q, float *s)
         es_f16 d;
         memcpy(&d, w, 2);
         s[b] = es_f16_to_f32(d);
-        decode_iq4_32(w + 2, q);
+        decode_nib_32(iq4_levels, w + 2, q);
     }
 }
 static void decode_iq4_xs(const uint8_t *w, int64_t nsb, int8_t *q, float *s)
@@ -324,8 +329,15 @@ static void decode_iq4_xs(const uint8_t *w, int64_t nsb, int8_t *q, float *s)
     for (int64_t i = 0; i < nsb; i++, w += 136) {
         for (int b = 0; b < 8; b++, q += 32) {
             s[8 * i + b] = es_iq4xs_scale(w, b);
-            decode_iq4_32(w + 8 + 16 * b, q);
+            decode_nib_32(iq4_levels, w + 8 + 16 * b, q);
         }
+    }
+}
+static void decode_mxfp4(const uint8_t *w, int64_t nb, int8_t *q, float *s)
+{
+    for (int64_t b = 0; b < nb; b++, w += 17, q += 32) {
+        s[b] = es_e8m0_half(w[0]);
+        decode_nib_32(mxfp4_levels, w + 1, q);
     }
 }
 
@@ -395,6 +407,9 @@ static void decode_row_q(uint32_t type, const void *w, int64_t K, int8_t *q, flo
         break;
     case ES_QTYPE_IQ4_XS:
         decode_iq4_xs(w, nsb, q, s);
+        break;
+    case ES_QTYPE_MXFP4:
+        decode_mxfp4(w, nb, q, s);
         break;
     default:
         ES_ASSERT(0);
@@ -498,6 +513,7 @@ GEMM_Q(gemm_q5_0, ES_QTYPE_Q5_0)
 GEMM_Q(gemm_q4_1, ES_QTYPE_Q4_1)
 GEMM_Q(gemm_q5_1, ES_QTYPE_Q5_1)
 GEMM_Q(gemm_iq4_xs, ES_QTYPE_IQ4_XS)
+GEMM_Q(gemm_mxfp4, ES_QTYPE_MXFP4)
 
 #define GEMM_T(name, type)                                                                         \
     static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,                 \
@@ -537,6 +553,7 @@ void es_kern_fill_scalar(es_kern *k)
             {ES_QTYPE_IQ4_NL, gemm_iq4_nl}, {ES_QTYPE_IQ4_XS, gemm_iq4_xs},
             {ES_QTYPE_Q5_0, gemm_q5_0}, {ES_QTYPE_Q4_1, gemm_q4_1}, {ES_QTYPE_Q5_1, gemm_q5_1},
             {ES_QTYPE_Q3_K, gemm_q3_K}, {ES_QTYPE_Q2_K, gemm_q2_K},
+            {ES_QTYPE_MXFP4, gemm_mxfp4}, /* gpt-oss's experts; llama.cpp's Q8_0 act, as IQ4_NL */
         },
       f[] = {
           {ES_QTYPE_F32, gemm_f32},

@@ -83,7 +83,7 @@ static const es_qtype_info type_table[ES_QTYPE_COUNT] = {
     [30] = {"bf16", 1, 2, true},
     [34] = {"tq1_0", 256, 54, false}, /* qs[48], qh[4], d */
     [35] = {"tq2_0", 256, 66, false}, /* qs[64], d */
-    [39] = {"mxfp4", 32, 17, false},  /* u8 e (E8M0 scale), qs[16] */
+    [39] = {"mxfp4", 32, 17, true},   /* u8 e (E8M0 scale), qs[16] */
 };
 
 const es_qtype_info *es_qtype_info_get(uint32_t type)
@@ -374,6 +374,18 @@ static void dq_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb)
     }
 }
 
+/* MXFP4: ggml's dequantize_row_mxfp4, x0 * d with the int8 level converted to float. */
+static void dq_mxfp4(const block_mxfp4 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += QK_MXFP4) {
+        const float d = es_e8m0_half(x[i].e);
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            y[j] = (float)mxfp4_levels[x[i].qs[j] & 0x0F] * d;
+            y[j + QK_MXFP4 / 2] = (float)mxfp4_levels[x[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
 static void dq_q8_K(const es_block_q8_K *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, y += ES_QK_K)
@@ -441,6 +453,9 @@ void es_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n)
         break;
     case ES_QTYPE_IQ4_XS:
         dq_iq4_xs(src, dst, nb);
+        break;
+    case ES_QTYPE_MXFP4:
+        dq_mxfp4(src, dst, nb);
         break;
     default:
         ES_ASSERT(!"supported type without a decoder");

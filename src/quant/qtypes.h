@@ -11,6 +11,9 @@
  *   Q5_K : { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128] }   256 elems / 176 bytes
  *   Q6_K : { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d }             256 elems / 210 bytes
  *   Q8_K : { float d; i8 qs[256]; i16 bsums[16] }  256 elems / 292 bytes (activations only)
+ *   MXFP4: { u8 e; u8 qs[16] }                      32 elems / 17 bytes, x = kv[nibble] * d with
+ *          kv = ggml's kvalues_mxfp4 (E2M1 doubled: 0 1 2 3 4 6 8 12, then their negatives) and
+ *          d = 2^(e-128) (es_e8m0_half); nibbles laid out as in Q4_0
  *   I8   : int8_t                                   1 elem / 1 byte (storage only: the byte
  *          array holding a pack's expert records; supported == false, so no model binds it)
  * The K-quant sub-block scale packing is documented in qtypes_int.h (k4_scale_min).
@@ -20,6 +23,7 @@
 
 #include "core/util.h"
 #include <stdbool.h>
+#include <string.h>
 
 typedef enum es_qtype {
     ES_QTYPE_F32 = 0,
@@ -40,6 +44,7 @@ typedef enum es_qtype {
     ES_QTYPE_IQ4_XS = 23,
     ES_QTYPE_I8 = 24, /* storage only (packed expert records): no dequantizer, no kernels */
     ES_QTYPE_BF16 = 30,
+    ES_QTYPE_MXFP4 = 39,
     ES_QTYPE_COUNT = 40 /* size of tables indexed by type id */
 } es_qtype;
 
@@ -97,6 +102,18 @@ es_f16 es_f32_to_f16(float f);
 float es_bf16_to_f32(es_bf16 h);
 es_bf16 es_f32_to_bf16(float f);
 
+/* The scale of an MXFP4 block from its E8M0 byte e: 2^(e-128), half the E8M0 value 2^(e-127)
+ * (its levels are E2M1 values doubled), as ggml's ggml_e8m0_to_fp32_half builds the float's bits:
+ * e >= 2 a normal float of exponent e - 1, e = 0 and 1 the subnormals 2^-128 and 2^-127. Every
+ * e is finite (255 gives 2^127). Exact; the kernel tables use this or the same bits in SIMD. */
+static inline float es_e8m0_half(uint8_t e)
+{
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* Dequantizes n elements (a multiple of the block size) of type from src to dst (float).
  * Scalar reference code, the oracle for every SIMD path; bit-exact with ggml's dequantize_row_*.
  * type must have supported == true and n a multiple of block_elems: anything else is a caller
@@ -105,9 +122,11 @@ es_bf16 es_f32_to_bf16(float f);
 void es_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Quantizes n floats to type (every supported type but IQ4_NL and IQ4_XS, which estream decodes
- * only: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K with ggml's reference
- * algorithms (quantize_row_*_ref; the output is byte-identical to ggml's, except that an all-zero
- * Q8_K block gets zero bsums); Q2_K and Q3_K with simpler fits of their own, for synthetic data). dst holds
+ * only: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4 with ggml's
+ * reference algorithms (quantize_row_*_ref; the output is byte-identical to ggml's, except that an
+ * all-zero Q8_K block gets zero bsums, and MXFP4 blocks whose max |x| is below 2^-125, where
+ * ggml's conversion of a negative exponent byte is undefined, get e = 0); Q2_K and Q3_K with
+ * simpler fits of their own, for synthetic data). dst holds
  * es_qtype_row_bytes(type, n) bytes. Returns false if the type has no quantizer; n not a multiple
  * of the block size aborts (ES_ASSERT). Thread-safe. */
 bool es_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);

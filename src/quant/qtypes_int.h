@@ -30,6 +30,19 @@ _Static_assert(sizeof(block_q4_1) == 20, "q4_1 block");
 _Static_assert(sizeof(block_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(block_q5_1) == 24, "q5_1 block");
 
+/* MXFP4 (decoded by qtypes.c, written by quantize.c): x = d * kv[q] with d = 2^(e-128)
+ * (es_e8m0_half) and ggml's kvalues_mxfp4 below, the E2M1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6
+ * doubled so that they are integers, then their negatives (hence d is half the E8M0 scale
+ * 2^(e-127)); the nibbles laid out as in Q4_0: value j < 16 in the low nibble of qs[j], j + 16
+ * in its high one. */
+#define QK_MXFP4 32
+typedef struct {
+    uint8_t e; /* E8M0: a biased exponent, no sign, no mantissa */
+    uint8_t qs[QK_MXFP4 / 2];
+} block_mxfp4;
+_Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 block");
+static const int8_t mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 static inline float h2f(es_f16 h)
 {
     return es_f16_to_f32(h);

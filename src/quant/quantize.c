@@ -494,6 +494,46 @@ static void q_q8_K(const float *x, es_block_q8_K *y, int64_t nb)
     }
 }
 
+/* MXFP4: ggml's quantize_row_mxfp4_ref. The block's E8M0 byte is floor(log2(amax)) - 2 + 127
+ * (so d = 2^(e-128) puts the top level 12 d at 1.5 * 2^floor(log2(amax)): values up to amax
+ * clamp at most to it), then each value takes the level nearest it, the first of equal ones
+ * (ggml's best_index_mxfp4: |kv[i] * d - x| in index order, a strict <). log2f as ggml calls
+ * it, so blocks whose max lies a rounding below a power of two get ggml's exponent too. Where
+ * ggml's cast of the exponent to a byte is undefined (max |x| below 2^-125: negative; inf: too
+ * large), e is clamped to 0 / 254; an all-zero block is e = 0, qs = 0 (zeros). */
+static int mxfp4_nearest(float x, float d)
+{
+    int best = 0;
+    float best_err = fabsf((float)mxfp4_levels[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        const float err = fabsf((float)mxfp4_levels[i] * d - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+static void q_mxfp4(const float *x, block_mxfp4 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_MXFP4) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK_MXFP4; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        uint8_t e = 0;
+        if (amax > 0.0f) {
+            const float fe = floorf(log2f(amax)) - 2 + 127;
+            e = fe < 0.0f ? 0 : fe > 254.0f ? 254 : (uint8_t)fe;
+        }
+        const float d = es_e8m0_half(e);
+        y[i].e = e;
+        for (int j = 0; j < QK_MXFP4 / 2; j++)
+            y[i].qs[j] =
+                (uint8_t)(mxfp4_nearest(x[j], d) | mxfp4_nearest(x[j + QK_MXFP4 / 2], d) << 4);
+    }
+}
+
 bool es_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
 {
     const es_qtype_info *q = es_qtype_info_get(type);
@@ -549,6 +589,9 @@ bool es_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
         return true;
     case ES_QTYPE_Q8_K:
         q_q8_K(src, dst, nb);
+        return true;
+    case ES_QTYPE_MXFP4:
+        q_mxfp4(src, dst, nb);
         return true;
     default:
         return false;

@@ -370,6 +370,7 @@ GEMM_AMX(gemm_q2_K, K2, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_AMX(gemm_q5_0, KQ, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_AMX(gemm_iq4_nl, KQ, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_AMX(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
+GEMM_AMX(gemm_mxfp4, KQ, dec_mxfp4, ES_QTYPE_MXFP4)
 
 /* The tile layout (quant/tiles.h): the same records from x86_avx512_dec.h's tiled decoders. */
 #define GEMM_AMX_TILED(name, dec, type)                                                            \
@@ -410,6 +411,7 @@ static void fill(es_kern *k)
         {ES_QTYPE_Q6_K, gemm_q6_K, scratch_k},     {ES_QTYPE_Q5_0, gemm_q5_0, scratch_q},
         {ES_QTYPE_IQ4_NL, gemm_iq4_nl, scratch_q}, {ES_QTYPE_IQ4_XS, gemm_iq4_xs, scratch_q},
         {ES_QTYPE_Q3_K, gemm_q3_K, scratch_k},     {ES_QTYPE_Q2_K, gemm_q2_K, scratch_k2},
+        {ES_QTYPE_MXFP4, gemm_mxfp4, scratch_q},
     };
     for (size_t i = 0; i < ES_LEN(tab); i++) {
         ES_ASSERT(k->op[tab[i].type].act_prepare != NULL); /* the avx512 table is underneath */

@@ -21,7 +21,8 @@
  *               per half take the act's half sums of x (c2 with multiplier 1)
  *   Q8_0        signed weights: |w| times x with w's sign moved onto x (vpsignb), each group
  *               widened on its own (pair sums <= 32512); Q5_0 (q5 - 16), IQ4_NL and IQ4_XS
- *               (levels -127..113) are decoded to signed bytes and use this path
+ *               (levels -127..113) and MXFP4 (levels -12..12, scale 2^(e-128)) are decoded
+ *               to signed bytes and use this path
  * so the int32 result is the exact dot product, and the float operations per block are those of
  * kern_scalar.c in the same order: results match the scalar table bit for bit.
  *
@@ -177,7 +178,7 @@ static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
 }
 
 /* Signed weights in Q8_0's record (A_Q80): as they are for AVX2's sign trick, + 128 for
- * AVX-VNNI. Q5_0, IQ4_NL and IQ4_XS use it. */
+ * AVX-VNNI. Q5_0, IQ4_NL, IQ4_XS and MXFP4 use it. */
 static inline __m256i q80_enc(__m256i v)
 {
     return _mm256_xor_si256(v, _mm256_set1_epi8(VNNI ? (char)0x80 : 0));
@@ -213,13 +214,23 @@ static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
-/* IQ4 nibbles of 8 rows (transposed in raw) -> the signed levels (kern_scalar.c's iq4_levels)
- * of the record's 8 groups. */
-static inline void iq4_groups(const __m256i raw[4], uint8_t *rec)
+/* The 16 signed levels a nibble picks, in both 128-bit lanes for vpshufb: IQ4_NL / IQ4_XS
+ * (kern_scalar.c's iq4_levels) and MXFP4 (its mxfp4_levels, -12..12). */
+static inline __m256i iq4_lut(void)
 {
-    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
-                                         53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
-                                         -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    return _mm256_broadcastsi128_si256(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1,
+                                                     13, 25, 38, 53, 69, 89, 113));
+}
+static inline __m256i mxfp4_lut(void)
+{
+    return _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+}
+
+/* 16 bytes of nibbles of 8 rows (transposed in raw) -> the signed levels of lut in the record's
+ * 8 groups: low nibbles are weights 0..15, high ones 16..31. */
+static inline void nib_groups(__m256i lut, const __m256i raw[4], uint8_t *rec)
+{
 #pragma GCC unroll 16
     for (int g = 0; g < 4; g++) {
         _mm256_store_si256((__m256i *)(rec + 32 * g), q80_enc(_mm256_shuffle_epi8(lut, and8(raw[g], 15))));
@@ -234,8 +245,34 @@ static void dec_iq4_nl(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
         uint8_t *rec = tile + (b - kb0) * REC;
         __m256i raw[4];
         tr8x4(W + b * 18 + 2, wrb, nr, raw);
-        iq4_groups(raw, rec);
+        nib_groups(iq4_lut(), raw, rec);
         _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 18, wrb, nr));
+    }
+}
+
+/* The MXFP4 scales of 8 rows, 2^(e-128) from each row's E8M0 byte at base + j*wrb, with the bits
+ * of es_e8m0_half: (e - 1) << 23, or 0x00200000 << e for e < 2 (subnormal). Rows >= nr get 0. */
+static inline __m256 e8m0_half8(const uint8_t *base, size_t wrb, int nr)
+{
+    const __m128i h = _mm256_castsi256_si128(gather_rows(base, wrb, nr, 2)); /* e | qs[0] << 8 */
+    const __m256i e = _mm256_and_si256(_mm256_cvtepu16_epi32(h), _mm256_set1_epi32(0xFF));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subn = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    const __m256i rows =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_blendv_epi8(normal, subn, small), rows));
+}
+
+/* MXFP4 (e, qs[16]): the levels -12..12 as signed bytes, IQ4_NL's path; scale 2^(e-128). */
+static void dec_mxfp4(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i raw[4];
+        tr8x4(W + b * 17 + 1, wrb, nr, raw);
+        nib_groups(mxfp4_lut(), raw, rec);
+        _mm256_store_ps((float *)(rec + 256), e8m0_half8(W + b * 17, wrb, nr));
     }
 }
 
@@ -248,7 +285,7 @@ static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
         uint8_t *rec = tile + (b - kb0) * REC;
         __m256i raw[4];
         tr8x4(sb + 8 + 16 * j, wrb, nr, raw);
-        iq4_groups(raw, rec);
+        nib_groups(iq4_lut(), raw, rec);
         float sc[8] = {0};
         for (int r = 0; r < nr; r++)
             sc[r] = es_iq4xs_scale(sb + r * wrb, j);
@@ -754,6 +791,7 @@ GEMM_INT(gemm_q2_K, A_Q2K, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
+GEMM_INT(gemm_mxfp4, A_Q80, dec_mxfp4, ES_QTYPE_MXFP4)
 
 /* ---- tiled weights (quant/tiles.h) ----------------------------------------------------------
  *
@@ -1080,6 +1118,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q8_0, gemm_q5_0, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q8_0, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_iq4_xs, gemm_iq4_xs, scratch_int, NULL}},
+        {ES_QTYPE_MXFP4, {es_act_q8_row_bytes, act_q8_0, gemm_mxfp4, scratch_int, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},

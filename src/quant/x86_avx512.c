@@ -9,13 +9,13 @@
  * Integer weights: the decoders and the record of x86_avx512_dec.h (shared with the amx
  * table), with DEC_BIAS 128. vpdpbusd multiplies unsigned bytes (first source) by signed bytes
  * (second source). The weights are the unsigned side: each is stored as (signed value + 128)
- * for Q4_0 (nibble + 120), Q8_0 (q ^ 0x80), Q5_0 (q5 + 112), IQ4_NL / IQ4_XS (level + 128) and
- * Q6_K (q + 96), Q3_K (q + 124), and the accumulator starts at -128 * sum(x) of the block (Q6_K
- * and Q3_K, whose scales are per 16: of each half),
- * which the act preparation stores; Q4_K/Q5_K weights are unsigned already (0..15, 0..31) and
- * start at 0, as do Q2_K's (sc * q, 0..45; its act stores the halves' sums of x themselves in
- * c2, for its per-half mins). The int32 result is the exact dot product of the true integer weights with the
- * int8 activations. Micro-kernel: 6 tokens x 2 columns; for each group the 4 activation bytes
+ * for Q4_0 (nibble + 120), Q8_0 (q ^ 0x80), Q5_0 (q5 + 112), IQ4_NL / IQ4_XS / MXFP4 (level
+ * + 128), Q6_K (q + 96) and Q3_K (q + 124), and the accumulator starts at -128 * sum(x) of the
+ * block (Q6_K and Q3_K, whose scales are per 16: of each half), which the act preparation
+ * stores; Q4_K/Q5_K weights are unsigned already (0..15, 0..31) and start at 0, as do Q2_K's
+ * (sc * q, 0..45; its act stores the halves' sums of x themselves in c2, for its per-half mins).
+ * The int32 result is the exact dot product of the true integer weights with the int8
+ * activations. Micro-kernel: 6 tokens x 2 columns; for each group the 4 activation bytes
  * of a token are broadcast once and feed one vpdpbusd per column (a broadcast per vpdpbusd made
  * the loads the bottleneck); per block and token, 16 vpdpbusd (1024 MACs) and 6 float ops
  * (convert, scale, fused multiply-add per column). Those float ops share the two vector ports
@@ -323,6 +323,7 @@ GEMM_INT(gemm_q2_K, K2, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_INT(gemm_q5_0, KQ, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_iq4_nl, KQ, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
+GEMM_INT(gemm_mxfp4, KQ, dec_mxfp4, ES_QTYPE_MXFP4)
 
 /* The row layout's records and micro-kernels (kind KQ) on whole 32-row tiles of the layout. */
 #define GEMM_TILED(name, dec, type)                                                                \
@@ -548,6 +549,7 @@ void es_kern_fill_avx512(es_kern *k)
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_prepare_q, gemm_q5_0, scratch_q, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_prepare_q, gemm_iq4_nl, scratch_q, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_prepare_k, gemm_iq4_xs, scratch_q, NULL}},
+        {ES_QTYPE_MXFP4, {es_act_q8_row_bytes, act_prepare_q, gemm_mxfp4, scratch_q, NULL}},
         {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},

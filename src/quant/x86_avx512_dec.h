@@ -18,7 +18,8 @@
  *                        g = 0..7, column c = 0, 1); column c of all 8 groups, 128 bytes apart,
  *                        is also an 8-row x 64-byte AMX B tile (K = 32 weights x N = 16 rows)
  *   rec + 1024 + 64*c    f32 [16]: per-row scale (Q4_0/Q8_0/Q5_0/IQ4_NL: d; IQ4_XS:
- *                        d*(ls-32); Q4_K/Q5_K: d*sc; Q6_K: d*sc of half 0; Q2_K: d)
+ *                        d*(ls-32); MXFP4: 2^(e-128); Q4_K/Q5_K: d*sc; Q6_K: d*sc of half 0;
+ *                        Q2_K: d)
  *   rec + 1152 + 64*c    f32 [16]: Q4_K/Q5_K -(dmin*m); Q6_K d*sc of half 1 (REC_K only);
  *                        Q2_K -(dmin*m) of half 0
  *   rec + 1280 + 64*c    f32 [16]: Q2_K -(dmin*m) of half 1 (REC_K2 only)
@@ -274,10 +275,21 @@ static inline __m512i iq4_lut(void)
 #undef L
 }
 
-/* 16 bytes of IQ4 nibbles of 16 rows (transposed in raw) -> the 8 groups of a record. */
-static inline void iq4_groups(const __m512i raw[4], uint8_t *rec)
+/* MXFP4 levels + DEC_BIAS (kern_scalar.c's mxfp4_levels, -12..12: 116..140 with the avx512
+ * table's bias, an unsigned byte as vpdpbusd wants; as they are for the amx table's tdpbssd). */
+static inline __m512i mxfp4_lut(void)
 {
-    const __m512i lut = iq4_lut();
+#define L(v) (char)((v) + DEC_BIAS)
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(L(0), L(1), L(2), L(3), L(4), L(6), L(8), L(12),
+                                                L(0), L(-1), L(-2), L(-3), L(-4), L(-6), L(-8),
+                                                L(-12)));
+#undef L
+}
+
+/* 16 bytes of nibbles of 16 rows (transposed in raw) -> the 8 groups of a record, each nibble
+ * replaced by its byte in lut (low nibbles: weights 0..15, high: 16..31). */
+static inline void nib_groups(__m512i lut, const __m512i raw[4], uint8_t *rec)
+{
 #pragma GCC unroll 16
     for (int g = 0; g < 4; g++) {
         _mm512_store_si512(rec + 128 * g, _mm512_shuffle_epi8(lut, and8(raw[g], 15)));
@@ -298,8 +310,36 @@ static void dec_iq4_nl(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
             uint8_t *rec = tile + (b - kb0) * REC_Q + 64 * c;
             __m512i raw[4];
             tr16x4(Wc + b * 18 + 2, wrb, n, raw);
-            iq4_groups(raw, rec);
+            nib_groups(iq4_lut(), raw, rec);
             _mm512_store_ps(rec + 1024, f16_lo(_mm512_i32gather_epi32(ro, Wc + b * 18, 1)));
+        }
+    }
+}
+
+/* MXFP4 (e, qs[16]): u = level + DEC_BIAS; scale 2^(e-128) from the E8M0 byte e, with the bits
+ * of es_e8m0_half: (e - 1) << 23, or 0x00200000 << e (subnormal) for e < 2. The gather reads e
+ * and the first 3 bytes of qs (inside the block). */
+static void dec_mxfp4(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    const __m512i lut = mxfp4_lut();
+#pragma GCC unroll 16
+    for (int c = 0; c < 2; c++) {
+        const int n = col_rows(nr, c);
+        if (n <= 0) break;
+        const uint8_t *Wc = W + 16 * c * wrb;
+        const __m512i ro = row_offsets(wrb, n);
+        for (int64_t b = kb0; b < kb1; b++) {
+            uint8_t *rec = tile + (b - kb0) * REC_Q + 64 * c;
+            __m512i raw[4];
+            tr16x4(Wc + b * 17 + 1, wrb, n, raw);
+            nib_groups(lut, raw, rec);
+            const __m512i e = _mm512_and_si512(_mm512_i32gather_epi32(ro, Wc + b * 17, 1),
+                                               _mm512_set1_epi32(0xFF));
+            const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+            const __m512i subn = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+            const __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+            _mm512_store_ps(rec + 1024,
+                            _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subn)));
         }
     }
 }
@@ -320,7 +360,7 @@ static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
             uint8_t *rec = tile + (b - kb0) * REC_Q + 64 * c;
             __m512i raw[4];
             tr16x4(sb + 8 + 16 * j, wrb, n, raw);
-            iq4_groups(raw, rec);
+            nib_groups(iq4_lut(), raw, rec);
             const __m512i h = _mm512_i32gather_epi32(ro, sb, 1);     /* d | scales_h << 16 */
             const __m512i l = _mm512_i32gather_epi32(ro, sb + 4, 1); /* scales_l[0..3] */
             const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(l, (unsigned)(4 * j)),
