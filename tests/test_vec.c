@@ -1,5 +1,5 @@
 /*
- * Element-wise steps (SwiGLU, axpy, exp-and-sum) of every ISA this machine has against the
+ * Element-wise steps (SwiGLU, gpt-oss's GLU, axpy, exp-and-sum) of every ISA this machine has against the
  * scalar oracle (libm's expf), on awkward lengths; and per-element independence: splitting an
  * array into pieces gives the same bits as one call.
  */
@@ -36,6 +36,23 @@ static void check_isa(const es_kern *ref, const es_kern *k)
         memcpy(g1, g, sizeof(g));
         k->swiglu(g1, u, n / 3);
         k->swiglu(g1 + n / 3, u + n / 3, n - n / 3);
+        assert_memory_equal(g1, g2, sizeof(float) * (size_t)n);
+
+        /* gpt-oss's clamped GLU: g and u range past its limits of 7 (u in +-12 here) */
+        fill(g, N, 12.0f, 7 + n);
+        fill(u, N, 12.0f, 8 + n);
+        g[0] = -100.0f;
+        memcpy(g1, g, sizeof(g));
+        memcpy(g2, g, sizeof(g));
+        ref->glu_oai(g1, u, n);
+        k->glu_oai(g2, u, n);
+        for (int64_t i = 0; i < n; i++)
+            if (!t_near(g2[i], g1[i], 1e-6f * fabsf(g1[i]) + 1e-30f))
+                fail_msg("%s glu_oai n=%lld i=%lld: %g vs %g", k->isa, (long long)n, (long long)i, g2[i], g1[i]);
+        for (int64_t i = n; i < N; i++) assert_true(g2[i] == g[i]);
+        memcpy(g1, g, sizeof(g));
+        k->glu_oai(g1, u, n / 3);
+        k->glu_oai(g1 + n / 3, u + n / 3, n - n / 3);
         assert_memory_equal(g1, g2, sizeof(float) * (size_t)n);
 
         fill(y1, N, 5.0f, 3 + n);
@@ -104,6 +121,13 @@ static void test_vec_scalar_values(void **state)
     assert_float_equal(g[0], 0.0f, 1e-7f);
     assert_float_equal(g[1], 2.0f * 0.7310586f, 1e-6f);
     assert_float_equal(g[2], -0.2384058f, 1e-6f);
+    /* gpt-oss's GLU: g 1, u 2: 1/(1+e^-1.702) * 3 = 2.5373873; g 9 (clamped to 7), u -9
+     * (clamped to -7): 7/(1+e^-11.914) * -6 = -41.999719; g -1, u 0: -1/(1+e^1.702) */
+    float go[3] = {1.0f, 9.0f, -1.0f}, uo[3] = {2.0f, -9.0f, 0.0f};
+    k.glu_oai(go, uo, 3);
+    assert_float_equal(go[0], 2.5373873f, 2e-6f);
+    assert_float_equal(go[1], -41.999719f, 2e-4f);
+    assert_float_equal(go[2], -0.1542042f, 1e-6f);
     float x[2] = {1.0f, 0.0f};
     float s = k.exp_sum(x, 1.0f, 2); /* e^0 + e^-1 */
     assert_float_equal(x[0], 1.0f, 1e-7f);

@@ -190,7 +190,7 @@ static void glu_rows(const es_plan *p, int32_t e, int64_t n_rows, int64_t j0, in
         if (x->gate_b) add_bias(g, x->gate_b + (size_t)e * (size_t)ff + (size_t)j0, n);
         if (x->up_b) add_bias(u, x->up_b + (size_t)e * (size_t)ff + (size_t)j0, n);
         if (x->glu == ES_GLU_OAI)
-            for (int64_t j = 0; j < n; j++) g[j] = es_arch_glu_oai(g[j], u[j]);
+            p->k->glu_oai(g, u, n);
         else
             p->k->swiglu(g, u, n);
     }

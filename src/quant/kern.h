@@ -78,6 +78,8 @@ typedef struct es_kern {
      * its inputs (SIMD tails use masks or padding, never a different formula), so splitting an
      * array across threads does not change any value. */
     void (*swiglu)(float *g, const float *u, int64_t n);        /* g[i] = silu(g[i]) * u[i] */
+    /* gpt-oss's clamped SwiGLU: x = min(g[i], 7), g[i] = x sigmoid(1.702 x) (clamp(u[i], -7, 7) + 1) */
+    void (*glu_oai)(float *g, const float *u, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y[i] += a * x[i] */
     /* x[i] = exp(x[i] - sub) for i < n; returns their sum (reduced in a fixed order for n). */
     float (*exp_sum)(float *x, float sub, int64_t n);

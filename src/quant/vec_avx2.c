@@ -35,6 +35,29 @@ static inline __m256 swiglu8(__m256 x, __m256 v)
     return _mm256_mul_ps(_mm256_div_ps(x, den), v);
 }
 
+static inline __m256 glu_oai8(__m256 g, __m256 u)
+{
+    const __m256 x = _mm256_min_ps(g, _mm256_set1_ps(7.0f));
+    const __m256 y = _mm256_max_ps(_mm256_min_ps(u, _mm256_set1_ps(7.0f)), _mm256_set1_ps(-7.0f));
+    const __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-1.702f), x));
+    const __m256 glu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    return _mm256_mul_ps(glu, _mm256_add_ps(y, _mm256_set1_ps(1.0f)));
+}
+
+static void glu_oai(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, glu_oai8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        float a[8] = {0}, b[8] = {0};
+        memcpy(a, g + i, sizeof(float) * (size_t)(n - i));
+        memcpy(b, u + i, sizeof(float) * (size_t)(n - i));
+        _mm256_storeu_ps(a, glu_oai8(_mm256_loadu_ps(a), _mm256_loadu_ps(b)));
+        memcpy(g + i, a, sizeof(float) * (size_t)(n - i));
+    }
+}
+
 static void swiglu(float *g, const float *u, int64_t n)
 {
     int64_t i = 0;
@@ -137,6 +160,7 @@ void es_vec_fill_avx2(es_kern *k)
     k->scale_max = scale_max;
     k->rmsnorm = rmsnorm;
     k->swiglu = swiglu;
+    k->glu_oai = glu_oai;
     k->axpy = axpy;
     k->exp_sum = exp_sum;
 }

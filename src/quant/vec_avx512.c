@@ -40,6 +40,19 @@ static void swiglu(float *g, const float *u, int64_t n)
     }
 }
 
+static void glu_oai(float *g, const float *u, int64_t n)
+{
+    const __m512 lim = _mm512_set1_ps(7.0f), nlim = _mm512_set1_ps(-7.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 x = _mm512_min_ps(_mm512_maskz_loadu_ps(m, g + i), lim);
+        const __m512 y = _mm512_max_ps(_mm512_min_ps(_mm512_maskz_loadu_ps(m, u + i), lim), nlim);
+        const __m512 e = exp16(_mm512_mul_ps(_mm512_set1_ps(-1.702f), x));
+        const __m512 glu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(glu, _mm512_add_ps(y, _mm512_set1_ps(1.0f))));
+    }
+}
+
 static void axpy(float *y, float a, const float *x, int64_t n)
 {
     const __m512 va = _mm512_set1_ps(a);
@@ -101,6 +114,7 @@ void es_vec_fill_avx512(es_kern *k)
     k->scale_max = scale_max;
     k->rmsnorm = rmsnorm;
     k->swiglu = swiglu;
+    k->glu_oai = glu_oai;
     k->axpy = axpy;
     k->exp_sum = exp_sum;
 }

@@ -39,6 +39,29 @@ static inline float32x4_t swiglu4(float32x4_t x, float32x4_t v)
     return vmulq_f32(vdivq_f32(x, den), v);
 }
 
+static inline float32x4_t glu_oai4(float32x4_t g, float32x4_t u)
+{
+    const float32x4_t x = vminq_f32(g, vdupq_n_f32(7.0f));
+    const float32x4_t y = vmaxq_f32(vminq_f32(u, vdupq_n_f32(7.0f)), vdupq_n_f32(-7.0f));
+    const float32x4_t e = exp4(vmulq_f32(vdupq_n_f32(-1.702f), x));
+    const float32x4_t glu = vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f), e));
+    return vmulq_f32(glu, vaddq_f32(y, vdupq_n_f32(1.0f)));
+}
+
+static void glu_oai(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(g + i, glu_oai4(vld1q_f32(g + i), vld1q_f32(u + i)));
+    if (i < n) {
+        float a[4] = {0}, b[4] = {0};
+        memcpy(a, g + i, sizeof(float) * (size_t)(n - i));
+        memcpy(b, u + i, sizeof(float) * (size_t)(n - i));
+        vst1q_f32(a, glu_oai4(vld1q_f32(a), vld1q_f32(b)));
+        memcpy(g + i, a, sizeof(float) * (size_t)(n - i));
+    }
+}
+
 static void swiglu(float *g, const float *u, int64_t n)
 {
     int64_t i = 0;
@@ -135,6 +158,7 @@ void es_vec_fill_neon(es_kern *k)
     k->scale_max = scale_max;
     k->rmsnorm = rmsnorm;
     k->swiglu = swiglu;
+    k->glu_oai = glu_oai;
     k->axpy = axpy;
     k->exp_sum = exp_sum;
 }

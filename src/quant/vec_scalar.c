@@ -8,6 +8,15 @@ static void swiglu(float *g, const float *u, int64_t n)
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void glu_oai(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] < 7.0f ? g[i] : 7.0f;
+        const float y = u[i] < -7.0f ? -7.0f : u[i] > 7.0f ? 7.0f : u[i];
+        g[i] = x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+    }
+}
+
 static void axpy(float *y, float a, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
@@ -44,6 +53,7 @@ void es_vec_fill_scalar(es_kern *k)
     k->scale_max = scale_max;
     k->rmsnorm = rmsnorm;
     k->swiglu = swiglu;
+    k->glu_oai = glu_oai;
     k->axpy = axpy;
     k->exp_sum = exp_sum;
 }
