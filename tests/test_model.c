@@ -619,6 +619,38 @@ static void test_gptoss_windows(void **state)
     unlink(bad);
 }
 
+/* synth --type mxfp4 is llama-quantize's MXFP4_MOE: every tensor of tiny-gptoss in it has the
+ * type and the bytes llama-quantize gives the F32 synth (tests/data/README.md; its MXFP4 and
+ * Q8_0 quantizers are ggml's rules, its mix llama.cpp's: 3-D tensors MXFP4, matrices Q8_0,
+ * vectors and the router F32). */
+static void test_synth_mxfp4_is_llama_quantize(void **state)
+{
+    (void)state;
+    const char *out = t_tmp_path("synth-mxfp4.gguf");
+    es_synth_opts o = {.preset = "tiny-gptoss", .type = "mxfp4", .seed = 1};
+    assert_int_equal(es_synth(&o, out), ES_OK);
+    es_gguf *a = NULL, *b = NULL;
+    assert_int_equal(es_gguf_open(out, &a), ES_OK);
+    assert_int_equal(es_gguf_open(DATA "tiny-gptoss-f32.llama-mxfp4_moe.gguf", &b), ES_OK);
+    assert_int_equal(es_gguf_n_tensors(a), es_gguf_n_tensors(b));
+    int n_mxfp4 = 0;
+    for (int64_t i = 0; i < es_gguf_n_tensors(a); i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(a, i);
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        const es_gguf_tensor *u = es_gguf_find_tensor(b, name);
+        if (!u) fail_msg("%s: not in llama-quantize's file", name);
+        if (t->type != u->type || t->nbytes != u->nbytes || memcmp(t->data, u->data, t->nbytes))
+            fail_msg("%s: %s here, %s from llama-quantize, or other bytes", name,
+                     es_qtype_name(t->type), es_qtype_name(u->type));
+        n_mxfp4 += t->type == ES_QTYPE_MXFP4;
+    }
+    assert_int_equal(n_mxfp4, 3 * 3); /* gate, up and down of each of the 3 layers */
+    es_gguf_close(a);
+    es_gguf_close(b);
+    unlink(out);
+}
+
 static void test_open_errors(void **state)
 {
     (void)state;
@@ -798,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_ppl_matches_llama_cpp),
         cmocka_unit_test(test_nextn_layers_skipped),
         cmocka_unit_test(test_gptoss_windows),
+        cmocka_unit_test(test_synth_mxfp4_is_llama_quantize),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_metadata_types),
     };

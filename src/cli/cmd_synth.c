@@ -7,7 +7,8 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: estream synth --preset NAME [--type f32|f16|q8_0|q4_0] [--seed N] [--vocab VOCAB.gguf]\n"
+    "usage: estream synth --preset NAME [--type f32|f16|q8_0|q4_0|mxfp4] [--seed N]\n"
+    "                     [--vocab VOCAB.gguf]\n"
     "                     [--chat-template FILE]\n"
     "                     [--arch ARCH] -o FILE\n"
     "\n"
@@ -64,7 +65,8 @@ static const char help[] =
     "                 rows of 256)\n"
     "  tiny-qwen3moe-yarn  tiny-qwen3moe with YaRN rope scaling x4 of 64 positions\n"
     "--arch, if given, must be the preset's architecture.\n"
-    "Type defaults to f32; q4_0 keeps the output head in q6_k as llama-quantize does. The\n"
+    "Type defaults to f32; q4_0 keeps the output head in q6_k as llama-quantize does; mxfp4 is\n"
+    "llama-quantize's MXFP4_MOE mix (the experts and other 3-D tensors mxfp4, the rest q8_0). The\n"
     "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file;\n"
     "--chat-template FILE puts that Jinja text in tokenizer.chat_template.\n"
     "FILE is written atomically: a temporary file beside it is renamed over it when complete; a\n"

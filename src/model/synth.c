@@ -404,14 +404,19 @@ done:
     return st;
 }
 
-static es_status parse_type(const char *name, uint32_t *out)
+/* The weight type of every matrix (*out) and of the 3-D ones, the experts (*exp): one type, or
+ * for mxfp4 llama-quantize's MXFP4_MOE mix (3-D tensors MXFP4, every other matrix Q8_0). */
+static es_status parse_type(const char *name, uint32_t *out, uint32_t *exp)
 {
     es_qtype t;
     if (!name) name = "f32";
-    if (!es_qtype_parse(name, &t) ||
-        (t != ES_QTYPE_F32 && t != ES_QTYPE_F16 && t != ES_QTYPE_Q8_0 && t != ES_QTYPE_Q4_0))
-        return es_fail(ES_E_INVAL, "unknown weight type '%s' (use f32, f16, q8_0 or q4_0)", name);
-    *out = t;
+    if (!es_qtype_parse(name, &t) || (t != ES_QTYPE_F32 && t != ES_QTYPE_F16 &&
+                                      t != ES_QTYPE_Q8_0 && t != ES_QTYPE_Q4_0 &&
+                                      t != ES_QTYPE_MXFP4))
+        return es_fail(ES_E_INVAL, "unknown weight type '%s' (use f32, f16, q8_0, q4_0 or mxfp4)",
+                       name);
+    *exp = t;
+    *out = t == ES_QTYPE_MXFP4 ? ES_QTYPE_Q8_0 : t;
     return ES_OK;
 }
 
@@ -423,6 +428,7 @@ static uint32_t file_type_of(uint32_t t)
     case ES_QTYPE_F16: return 1;
     case ES_QTYPE_Q4_0: return 2;
     case ES_QTYPE_Q8_0: return 7;
+    case ES_QTYPE_MXFP4: return 38; /* MXFP4_MOE */
     default: return 0;
     }
 }
@@ -545,8 +551,8 @@ es_status es_synth(const es_synth_opts *o, const char *path)
                        o->arch);
     const es_arch *fam = es_arch_find(p->arch);
     ES_ASSERT(fam);
-    uint32_t wtype = ES_QTYPE_F32;
-    ES_TRY(parse_type(o->type, &wtype));
+    uint32_t wtype = ES_QTYPE_F32, etype = ES_QTYPE_F32;
+    ES_TRY(parse_type(o->type, &wtype, &etype));
     const int dh = p->n_embd_head ? p->n_embd_head : p->n_embd / p->n_head;
     const int dq = dh * p->n_head, dkv = dh * p->n_head_kv;
     const int datt = (p->kv_lora ? p->v_head : dh) * p->n_head; /* the attention output */
@@ -568,7 +574,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     const int d = p->n_embd, L = p->n_layer, E = p->n_expert;
     char name[64];
 
-    st = set_hparams(w, p, wtype);
+    st = set_hparams(w, p, etype);
     if (!st) st = o->vocab_path ? set_tokenizer_from(w, o->vocab_path, &n_vocab)
                                 : set_tokenizer_builtin(w, n_vocab, fam->synth_pre);
     if (!st && o->chat_template)
@@ -620,8 +626,8 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             if (p->mla_joined) {
                 GEN(LNAME("attn_kv_b"), GEN_NORMAL, wtype, 2, kv, p->n_head * (nope + p->v_head), 1, skv, o->seed);
             } else {
-                GEN(LNAME("attn_k_b"), GEN_NORMAL, wtype, 3, nope, kv, p->n_head, skv, o->seed);
-                GEN(LNAME("attn_v_b"), GEN_NORMAL, wtype, 3, kv, p->v_head, p->n_head, skv, o->seed);
+                GEN(LNAME("attn_k_b"), GEN_NORMAL, etype, 3, nope, kv, p->n_head, skv, o->seed);
+                GEN(LNAME("attn_v_b"), GEN_NORMAL, etype, 3, kv, p->v_head, p->n_head, skv, o->seed);
             }
             GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, datt, d, 1, 0.7f * sdq * res, o->seed);
             goto ffn;
@@ -674,9 +680,9 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         }
         if (fam->router_bias)
             GEN(BNAME("ffn_gate_inp", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, E, 1, 1, 0.5f, o->seed);
-        GEN(LNAME("ffn_gate_exps"), GEN_NORMAL, wtype, 3, d, p->n_ff_exp, E, sd, o->seed);
-        GEN(LNAME("ffn_down_exps"), GEN_NORMAL, wtype, 3, p->n_ff_exp, d, E, 1.5f * sf * res, o->seed);
-        GEN(LNAME("ffn_up_exps"), GEN_NORMAL, wtype, 3, d, p->n_ff_exp, E, sd, o->seed);
+        GEN(LNAME("ffn_gate_exps"), GEN_NORMAL, etype, 3, d, p->n_ff_exp, E, sd, o->seed);
+        GEN(LNAME("ffn_down_exps"), GEN_NORMAL, etype, 3, p->n_ff_exp, d, E, 1.5f * sf * res, o->seed);
+        GEN(LNAME("ffn_up_exps"), GEN_NORMAL, etype, 3, d, p->n_ff_exp, E, sd, o->seed);
         if (fam->expert_out_bias) { /* wide: some gate and up values pass the GLU's limits */
             GEN(BNAME("ffn_gate_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, p->n_ff_exp, E, 1, 2.5f, o->seed);
             GEN(BNAME("ffn_up_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, p->n_ff_exp, E, 1, 2.5f, o->seed);
