@@ -292,6 +292,12 @@ static void test_invariance_lfm2moe(void **st)
     (void)st;
     invariance(data("tiny-lfm2moe-q4_0.gguf"), NULL, 512, NULL);
 }
+/* qwen2moe: q/k/v biases, the gated shared expert (row by row: each token its own gate) */
+static void test_invariance_qwen2moe(void **st)
+{
+    (void)st;
+    invariance(data("tiny-qwen2moe-q4_0.gguf"), NULL, 512, NULL);
+}
 /* gpt-oss: sliding windows counted from each sequence's start, sinks, biased experts; from its
  * pack too (the expert biases travel as resident tensors) */
 static void test_invariance_gptoss(void **st)
@@ -689,7 +695,8 @@ static void test_logprobs_vs_llama(void **st)
 {
     (void)st;
     const char *stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16", "tiny-deepseek-f16",
-                           "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-gptoss-f16"};
+                           "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
+                           "tiny-gptoss-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -795,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_invariance_deepseek),
         cmocka_unit_test(test_invariance_deepseek2),
         cmocka_unit_test(test_invariance_lfm2moe),
+        cmocka_unit_test(test_invariance_qwen2moe),
         cmocka_unit_test(test_invariance_gptoss),
         cmocka_unit_test(test_amx_batches),
         cmocka_unit_test(test_sixty_four),

@@ -66,6 +66,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-deepseek3", "q4_0", DATA "tiny-deepseek3-q4_0.gguf"},
         {"tiny-qwen3moe-yarn", "f16", DATA "tiny-qwen3moe-yarn-f16.gguf"},
         {"tiny-qwen3moe-yarn", "q4_0", DATA "tiny-qwen3moe-yarn-q4_0.gguf"},
+        {"tiny-qwen2moe", "f16", DATA "tiny-qwen2moe-f16.gguf"},
+        {"tiny-qwen2moe", "q4_0", DATA "tiny-qwen2moe-q4_0.gguf"},
         {"tiny-gptoss", "f16", DATA "tiny-gptoss-f16.gguf"},
         {"tiny-gptoss", "q4_0", DATA "tiny-gptoss-q4_0.gguf"},
     };
@@ -218,6 +220,18 @@ static void test_hparams(void **state)
     assert_int_equal(m->hp.router.n_group, 0);
     assert_null(m->layers[2].exp_probs_b.data);
     assert_int_equal(m->hp.n_lora_q, 0);
+    es_model_close(m);
+    /* qwen2moe: one gated shared expert of its own size, optional q/k/v biases, no output bias */
+    m = open_ok(DATA "tiny-qwen2moe-f16.gguf");
+    assert_int_equal(m->hp.n_expert_shared, 1);
+    assert_int_equal(m->hp.n_ff_shexp, 96);
+    assert_int_equal(m->hp.n_ff_exp, 32);
+    assert_int_equal(m->layers[1].gate_inp_shexp.ne[0], 64);
+    assert_int_equal(m->layers[1].gate_shexp.ne[1], 96);
+    assert_int_equal(m->layers[1].bq.ne[0], 64);
+    assert_int_equal(m->layers[1].bk.ne[0], 32);
+    assert_null(m->layers[1].bo.data);
+    assert_false(m->hp.router.renorm);
     es_model_close(m);
     /* YaRN on qwen3moe: cos/sin scaled by 1 + 0.1 ln 4, no mscale in the softmax scale */
     m = open_ok(DATA "tiny-qwen3moe-yarn-f16.gguf");
@@ -503,14 +517,14 @@ static void test_nextn_layers_skipped(void **state)
     unlink(dst);
 }
 
-/* src copied to dst with set (NULL: none) applied to its metadata and tensor `drop` (NULL:
- * none) left out. */
-static void rewrite(const char *src, const char *dst, es_status (*set)(es_gguf_writer *),
-                    const char *drop)
+/* src copied to dst without key skip_key and tensor `drop` (NULL: none of either), set (NULL:
+ * none) applied to its metadata. */
+static void rewrite_without(const char *src, const char *dst, const char *skip_key,
+                            es_status (*set)(es_gguf_writer *), const char *drop)
 {
     es_gguf *g = NULL;
     assert_int_equal(es_gguf_open(src, &g), ES_OK);
-    es_gguf_writer *w = copy_keys(g, NULL);
+    es_gguf_writer *w = copy_keys(g, skip_key);
     if (set) assert_int_equal(set(w), ES_OK);
     for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
         const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
@@ -523,6 +537,11 @@ static void rewrite(const char *src, const char *dst, es_status (*set)(es_gguf_w
     assert_int_equal(es_gguf_writer_write(w, dst), ES_OK);
     es_gguf_writer_destroy(w);
     es_gguf_close(g);
+}
+static void rewrite(const char *src, const char *dst, es_status (*set)(es_gguf_writer *),
+                    const char *drop)
+{
+    rewrite_without(src, dst, NULL, set, drop);
 }
 
 static es_status swa_pattern_3(es_gguf_writer *w)
@@ -649,6 +668,28 @@ static void test_synth_mxfp4_is_llama_quantize(void **state)
     es_gguf_close(a);
     es_gguf_close(b);
     unlink(out);
+}
+
+/* qwen2moe's sizes where its file leaves them out, as llama.cpp reads Qwen1.5-MoE files: the
+ * shared expert of feed_forward_length (128 here), the routed ones of it over top-k (64): the
+ * file's own tensors (96, 32) then do not fit, and the error names the expected shape. */
+static void test_qwen2moe_sizes(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-qwen2moe-f16.gguf", *dst = t_tmp_path("qwen2moe-sizes.gguf");
+    static const struct { const char *key, *want; } cases[] = {
+        {"qwen2moe.expert_shared_feed_forward_length",
+         "ffn_gate_shexp.weight has shape [64, 96, 1], expected [64, 128, 1]"},
+        {"qwen2moe.expert_feed_forward_length",
+         "ffn_gate_exps.weight has shape [64, 32, 8], expected [64, 64, 8]"}};
+    for (size_t i = 0; i < T_LEN(cases); i++) {
+        rewrite_without(src, dst, cases[i].key, NULL, NULL);
+        es_model *m = NULL;
+        assert_int_not_equal(es_model_open(dst, 0, &m), ES_OK);
+        if (!strstr(es_last_error(), cases[i].want))
+            fail_msg("without %s: '%s' lacks '%s'", cases[i].key, es_last_error(), cases[i].want);
+    }
+    unlink(dst);
 }
 
 static void test_open_errors(void **state)
@@ -831,6 +872,7 @@ int main(void)
         cmocka_unit_test(test_nextn_layers_skipped),
         cmocka_unit_test(test_gptoss_windows),
         cmocka_unit_test(test_synth_mxfp4_is_llama_quantize),
+        cmocka_unit_test(test_qwen2moe_sizes),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_metadata_types),
     };

@@ -43,13 +43,19 @@ static const es_arch families[] = {
     {.name = "deepseek2", .model_names = "DeepSeek-V2/V3", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
      .shared_experts = true, .weights_scale = true, .mla = true, .synth_pre = "deepseek-llm"},
+    /* Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): q/k/v projections with biases, NEOX RoPE,
+     * a softmax top-k as is, one shared expert gated per token by a sigmoid. */
+    {.name = "qwen2moe", .model_names = "Qwen2-MoE", .qk_norm = ES_QK_NORM_NONE,
+     .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false, .attn_bias = true,
+     .shexp_gated = true, .synth_pre = "qwen2"},
     /* gpt-oss (llama.cpp's openai-moe): NEOX RoPE (YaRN in the released models), biases on the
      * attention projections, a sink logit per head, sliding-window attention on every other
      * layer, a router with a bias whose k largest logits are chosen and weighed by a softmax over
      * those k, biased experts with the clamped SwiGLU, the FFN norm post_attention_norm. */
     {.name = "gpt-oss", .model_names = "gpt-oss", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false,
-     .gating = ES_GATING_SOFTMAX_WEIGHT, .attn_bias = true, .attn_sinks = true, .swa = true,
+     .gating = ES_GATING_SOFTMAX_WEIGHT, .attn_bias = true, .attn_out_bias = true,
+     .attn_sinks = true, .swa = true,
      .router_bias = true, .expert_out_bias = true, .glu_oai = true,
      .ffn_norm = "post_attention_norm", .synth_pre = "gpt-4o"},
 };

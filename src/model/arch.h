@@ -49,6 +49,9 @@ typedef struct es_arch {
     bool shared_experts;      /* expert_shared_count shared experts: one FFN of that many times
                                * the expert size beside the routed experts (ffn_*_shexp) */
     bool weights_scale;       /* expert_weights_scale multiplies the routed weights */
+    bool shexp_gated;         /* qwen2moe: one shared expert of expert_shared_feed_forward_length
+                               * (feed_forward_length where absent) whose output is multiplied per
+                               * token by sigmoid(h . ffn_gate_inp_shexp) */
     es_gating gating;
     bool expert_bias;         /* blk.N.exp_probs_b.bias [n_expert] is added to the probabilities
                                * for choosing the experts only (their weights stay unbiased) */
@@ -61,9 +64,9 @@ typedef struct es_arch {
                                * values decompressed per head from c by attn_k_b / attn_v_b (or
                                * the older joined attn_kv_b); RoPE on the last n_rot dims only;
                                * YaRN's log multiplier is its mscale (kq scale mscale^2/sqrt) */
-    /* gpt-oss (llama.cpp's openai-moe graph) has these: */
-    bool attn_bias;           /* attn_q/k/v.bias added where the file has them, attn_output.bias
-                               * always */
+    /* gpt-oss (llama.cpp's openai-moe graph) has these (qwen2moe the q/k/v biases): */
+    bool attn_bias;           /* attn_q/k/v.bias added where the file has them */
+    bool attn_out_bias;       /* attn_output.bias [n_embd] added to the output projection */
     bool attn_sinks;          /* attn_sinks.weight [n_head]: a learned logit per head that joins
                                * every softmax's denominator (and takes no value) */
     bool swa;                 /* attention.sliding_window: the layers sliding_window_pattern

@@ -344,8 +344,6 @@ es_status es_hparams_read(es_model *m)
         hp->n_layer -= hp->n_layer_nextn;
     }
     ES_TRY(get_int(m, "feed_forward_length", true, 1, 1 << 18, &hp->n_ff));
-    hp->n_ff_exp = hp->n_ff;
-    ES_TRY(get_int(m, "expert_feed_forward_length", false, 1, 1 << 18, &hp->n_ff_exp));
     ES_TRY(get_int(m, "attention.head_count", true, 1, 4096, &hp->n_head));
     ES_TRY(read_head_count_kv(m));
     const char *path = es_gguf_path(m->gguf);
@@ -357,6 +355,13 @@ es_status es_hparams_read(es_model *m)
     ES_TRY(get_int(m, "expert_count", true, 1, ES_ROUTE_MAX_EXPERTS, &hp->n_expert));
     ES_TRY(get_int(m, "expert_used_count", true, 1, ES_ROUTE_MAX_EXPERTS, &hp->n_expert_used));
     const es_arch *fam = m->family;
+    /* the experts' FFN: its key, else feed_forward_length (qwen2moe: that over top-k, as llama.cpp
+     * reads Qwen1.5-MoE files without the key) */
+    hp->n_ff_exp = fam->shexp_gated ? hp->n_ff / hp->n_expert_used : hp->n_ff;
+    ES_TRY(get_int(m, "expert_feed_forward_length", false, 1, 1 << 18, &hp->n_ff_exp));
+    if (hp->n_ff_exp < 1)
+        return es_fail(ES_E_FORMAT, "%s: an expert FFN of %d (no %s.expert_feed_forward_length)",
+                       path, hp->n_ff_exp, m->arch);
     if (fam->dense_lead)
         ES_TRY(get_int(m, "leading_dense_block_count", false, 0, hp->n_layer,
                        &hp->n_layer_dense_lead));
@@ -367,6 +372,12 @@ es_status es_hparams_read(es_model *m)
     if (fam->shared_experts) {
         ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
         hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
+    }
+    if (fam->shexp_gated) { /* one gated shared expert of its own size */
+        hp->n_expert_shared = 1;
+        hp->n_ff_shexp = hp->n_ff;
+        ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 1, 1 << 18,
+                       &hp->n_ff_shexp));
     }
     if (hp->n_conv_layers > 0)
         ES_TRY(get_int(m, "shortconv.l_cache", true, 2, 64, &hp->n_conv_taps));

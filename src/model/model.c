@@ -71,8 +71,8 @@ static es_status bind_f32(es_model *m, int il, const char *stem, const char *kin
     return bind(m, name, ne1 > 1 ? 2 : 1, ne, true, out);
 }
 
-/* gpt-oss's attention extras (arch.h): q/k/v biases where present, the output bias, the sinks,
- * and whether the layer slides (llama.cpp's set_swa_pattern). */
+/* The attention extras of gpt-oss and qwen2moe (arch.h): q/k/v biases where present, the output
+ * bias, the sinks, and whether the layer slides (llama.cpp's set_swa_pattern). */
 static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
 {
     const es_hparams *hp = &m->hp;
@@ -80,8 +80,9 @@ static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
         ES_TRY(bind_f32(m, il, "attn_q", "bias", hp->n_embd_q, 1, false, &L->bq));
         ES_TRY(bind_f32(m, il, "attn_k", "bias", hp->n_embd_kv, 1, false, &L->bk));
         ES_TRY(bind_f32(m, il, "attn_v", "bias", hp->n_embd_kv, 1, false, &L->bv));
-        ES_TRY(bind_f32(m, il, "attn_output", "bias", hp->n_embd, 1, true, &L->bo));
     }
+    if (m->family->attn_out_bias)
+        ES_TRY(bind_f32(m, il, "attn_output", "bias", hp->n_embd, 1, true, &L->bo));
     if (m->family->attn_sinks)
         ES_TRY(bind_f32(m, il, "attn_sinks", "weight", hp->n_head, 1, true, &L->sinks));
     const int period = hp->swa_period;
@@ -330,6 +331,8 @@ static es_status bind_tensors(es_model *m)
         if (hp->n_expert_shared > 0)
             ES_TRY(bind_ffn(m, il, "_shexp", hp->n_ff_shexp, &L->gate_shexp, &L->up_shexp,
                             &L->down_shexp));
+        if (m->family->shexp_gated)
+            ES_TRY(bind_f32(m, il, "ffn_gate_inp_shexp", "weight", d, 1, true, &L->gate_inp_shexp));
         if (m->is_pack) {
             ES_TRY(bind_pack_layer(m, il, L));
             continue;

@@ -43,7 +43,7 @@ typedef struct es_hparams {
     int n_expert_used;  /* top-k */
     int n_layer_dense_lead; /* layers [0, this) have a dense FFN instead of experts */
     int n_expert_shared;    /* shared experts of each MoE layer: one FFN of n_ff_shexp */
-    int n_ff_shexp;         /* n_expert_shared * n_ff_exp (0: none) */
+    int n_ff_shexp;         /* n_expert_shared * n_ff_exp (0: none); qwen2moe: its own key */
     int n_conv_taps;    /* shortconv.l_cache: taps of the short convolution (conv families) */
     int n_conv_layers;  /* layers that are short-convolution blocks instead of attention */
     es_router router;   /* how the router chooses and weighs the experts (es_arch_route) */
@@ -114,6 +114,7 @@ typedef struct es_layer {
     es_tensor ffn_down;   /* [n_ff] x n_embd rows */
     /* A MoE layer has a router, experts and, with n_expert_shared > 0, the shared experts: */
     es_tensor gate_shexp, up_shexp; /* [n_embd] x n_ff_shexp rows (absent: data NULL) */
+    es_tensor gate_inp_shexp;       /* shexp_gated: [n_embd] f32, the shared expert's gate */
     es_tensor down_shexp; /* [n_ff_shexp] x n_embd rows */
     es_tensor gate_inp;   /* router: [n_embd] x n_expert rows */
     es_tensor gate_inp_b; /* [n_expert] f32 added to the router's logits (router_bias) */
@@ -158,14 +159,15 @@ static inline void es_layer_matrices(const es_layer *L, const es_tensor *out[ES_
 
 /* Every tensor a layer keeps resident: its norms, convolution taps, biases and sinks, MLA's
  * decompression matrices and es_layer_matrices(). */
-enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 19 };
+enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 20 };
 static inline void es_layer_resident(const es_layer *L, const es_tensor *out[ES_LAYER_N_RESIDENT])
 {
     const es_tensor *ts[] = {&L->attn_norm,   &L->q_norm,      &L->k_norm,    &L->ffn_norm,
                              &L->conv,        &L->exp_probs_b, &L->kv_a_norm, &L->q_a_norm,
                              &L->wk_b,        &L->wv_b,        &L->bq,        &L->bk,
                              &L->bv,          &L->bo,          &L->sinks,     &L->gate_inp_b,
-                             &L->gate_exps_b, &L->up_exps_b,   &L->down_exps_b};
+                             &L->gate_exps_b, &L->up_exps_b,   &L->down_exps_b,
+                             &L->gate_inp_shexp};
     _Static_assert(sizeof(ts) / sizeof(ts[0]) + ES_LAYER_N_MATRICES == ES_LAYER_N_RESIDENT,
                    "resident list");
     for (int i = 0; i < ES_LAYER_N_RESIDENT - ES_LAYER_N_MATRICES; i++) out[i] = ts[i];

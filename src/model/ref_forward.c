@@ -21,7 +21,8 @@
  *   x  += moe, moe = sum over chosen e (increasing e) of w_e * down_e(silu(gate_e h) * up_e h)
  *         (gpt-oss: the router's logits plus a bias, w the softmax of the k chosen logits,
  *         each expert's outputs plus its biases, its GLU es_arch_glu_oai)
- *         (+ the shared experts' FFN, down(silu(gate h) * up h), where the family has them)
+ *         (+ the shared experts' FFN, down(silu(gate h) * up h), where the family has them;
+ *         qwen2moe's one times sigmoid(h . gate_inp_shexp))
  *   or, in a dense layer, x += down(silu(gate h) * up h)
  * then logits = (rmsnorm(x) * output_norm) Wout^T.
  */
@@ -442,6 +443,13 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         }
         if (L->gate_shexp.data) { /* moe += shared experts */
             ffn_ref(&L->gate_shexp, &L->up_shexp, &L->down_shexp, h, T, d, g, u, xe, wt, row);
+            for (int64_t t = 0; L->gate_inp_shexp.data && t < T; t++) { /* qwen2moe's gate */
+                const float *w = L->gate_inp_shexp.data;
+                float s = 0.0f;
+                for (int64_t k = 0; k < d; k++) s += h[t * d + k] * w[k];
+                const float gt = 1.0f / (1.0f + expf(-s));
+                for (int64_t k = 0; k < d; k++) xe[t * d + k] *= gt;
+            }
             for (int64_t i = 0; i < T * d; i++) att[i] += xe[i];
         }
         for (int64_t i = 0; i < T * d; i++) x[i] += att[i];

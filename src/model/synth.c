@@ -48,6 +48,7 @@ typedef struct preset {
                                  * selection bias exp_probs_b, weights renormalised */
     int n_group, n_group_used;  /* expert_group_count / _used_count (0: no groups) */
     int n_swa;                  /* attention.sliding_window (families with swa) */
+    int n_ff_shexp;             /* shexp_gated families: the shared expert's FFN */
 } preset;
 
 /* Sizes from each model's config.json on Hugging Face where a preset is named after a model. */
@@ -190,6 +191,17 @@ static const preset presets[] = {
      .n_ff = 10944, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 512,
      .qk_rope = 64, .v_head = 128, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096,
      .yarn_mscale_all = 0.707f},
+    /* tiny-qwen2moe: Qwen2-MoE's graph in small: q/k/v biases, 4 heads (2 KV), 8 experts of 32
+     * top-2 as chosen (no renormalisation), a shared expert of 96 gated by a sigmoid */
+    {.name = "tiny-qwen2moe", .arch = "qwen2moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .n_ff = 128, .n_ff_shexp = 96},
+    /* Qwen1.5-MoE-A2.7B: 24 layers of 2048, 16 heads, 60 experts of 1408 top-4, a shared expert
+     * of 5632, vocab 151936 */
+    {.name = "qwen1.5-moe-a2.7b", .arch = "qwen2moe", .n_vocab = 151936, .n_ctx = 8192,
+     .n_embd = 2048, .n_layer = 24, .n_head = 16, .n_head_kv = 16, .n_ff_exp = 1408,
+     .n_expert = 60, .n_expert_used = 4, .rope_base = 1e6f, .rms_eps = 1e-6f, .n_ff = 5632,
+     .n_ff_shexp = 5632},
     /* tiny-gptoss: gpt-oss's graph in small: 4 query heads of 32 over 2 KV heads (wider than
      * the hidden size, as gpt-oss's 64 x 64 over 2,880), a window of 40 positions on layer 0 (and
      * 2), YaRN x4 of 128, top-2 of 8 biased experts; the expert biases are wide enough that the
@@ -211,7 +223,8 @@ static const char *const preset_names[] = {
     "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
-    "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-gptoss", "gpt-oss-20b", NULL};
+    "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
+    "gpt-oss-20b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
@@ -526,6 +539,8 @@ static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
     if (!st) st = set_arch_u32(w, a, "expert_count", (uint32_t)p->n_expert);
     if (!st) st = set_arch_u32(w, a, "expert_used_count", (uint32_t)p->n_expert_used);
     if (!st && p->n_swa) st = set_arch_u32(w, a, "attention.sliding_window", (uint32_t)p->n_swa);
+    if (!st && p->n_ff_shexp)
+        st = set_arch_u32(w, a, "expert_shared_feed_forward_length", (uint32_t)p->n_ff_shexp);
     return st;
 }
 
@@ -641,8 +656,9 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(BNAME("attn_q", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dq, 1, 1, 0.3f, o->seed);
             GEN(BNAME("attn_k", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dkv, 1, 1, 0.3f, o->seed);
             GEN(BNAME("attn_v", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dkv, 1, 1, 0.3f, o->seed);
-            GEN(BNAME("attn_output", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, d, 1, 1, 0.1f, o->seed);
         }
+        if (fam->attn_out_bias)
+            GEN(BNAME("attn_output", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, d, 1, 1, 0.1f, o->seed);
         if (fam->attn_sinks) /* logits a softmax's own scores are of the order of */
             GEN(LNAME("attn_sinks"), GEN_NORMAL, ES_QTYPE_F32, 1, p->n_head, 1, 1, 1.5f, o->seed);
         if (fam->qk_norm != ES_QK_NORM_NONE) {
@@ -660,12 +676,15 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(LNAME("ffn_up"), GEN_NORMAL, wtype, 2, d, p->n_ff, 1, sd, o->seed);
             continue;
         }
-        if (p->n_shared) { /* the shared experts: one FFN of n_shared experts' size */
-            const int fs = p->n_shared * p->n_ff_exp;
+        if (p->n_shared || p->n_ff_shexp) { /* the shared experts: one FFN of n_shared experts'
+                                               * size, or of n_ff_shexp */
+            const int fs = p->n_ff_shexp ? p->n_ff_shexp : p->n_shared * p->n_ff_exp;
             const float sfs = 1.0f / sqrtf((float)fs);
             GEN(LNAME("ffn_gate_shexp"), GEN_NORMAL, wtype, 2, d, fs, 1, sd, o->seed);
             GEN(LNAME("ffn_down_shexp"), GEN_NORMAL, wtype, 2, fs, d, 1, 1.5f * sfs * res, o->seed);
             GEN(LNAME("ffn_up_shexp"), GEN_NORMAL, wtype, 2, d, fs, 1, sd, o->seed);
+            if (fam->shexp_gated) /* its gate's logit h . w: about unit size */
+                GEN(LNAME("ffn_gate_inp_shexp"), GEN_NORMAL, ES_QTYPE_F32, 1, d, 1, 1, sd, o->seed);
         }
         /* a sigmoid router ranks sigmoid(logit) + bias, which squeezes logit gaps by 4 near
          * 0.5: wider logits keep its choices as clear as a softmax router's */

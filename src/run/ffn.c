@@ -15,6 +15,7 @@
  */
 #include "run/forward_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 es_plan *es_ffn_plan(es_fast *f, const es_model *m, const es_layer *L, es_status *st)
@@ -98,6 +99,31 @@ void es_ffn_dense(es_fast *f, const es_model *m, const es_tensor *gate, const es
         es_gemm_task dn = {down, f->act, out + t0 * d, d, n};
         es_fast_gemms(f, &dn, 1);
     }
+}
+
+/* ---- the shared expert's gate (qwen2moe) ---- */
+
+typedef struct shexp_gate_job { es_fast *f; const float *w; float *out; int64_t d, T; } shexp_gate_job;
+
+static void shexp_gate_worker(void *arg, int ith, int nth)
+{
+    const shexp_gate_job *j = arg;
+    int64_t r0, r1;
+    if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
+    for (int64_t t = r0; t < r1; t++) {
+        const float *h = j->f->h + t * j->d;
+        float s = 0.0f; /* in increasing k, as the reference sums it */
+        for (int64_t k = 0; k < j->d; k++) s += h[k] * j->w[k];
+        const float g = 1.0f / (1.0f + expf(-s));
+        for (int64_t k = 0; k < j->d; k++) j->out[t * j->d + k] *= g;
+    }
+}
+
+void es_ffn_shexp_gate(es_fast *f, const es_model *m, const es_layer *L, float *out, int64_t T)
+{
+    es_fast_phase(f, ES_PHASE_NORM);
+    shexp_gate_job j = {f, L->gate_inp_shexp.data, out, m->hp.n_embd, T};
+    es_pool_run(f->pool, shexp_gate_worker, &j);
 }
 
 /* ---- the router ---- */

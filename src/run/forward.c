@@ -130,6 +130,7 @@ static es_status layer(es_fast *f, const es_model *m, es_expert_provider *prov, 
     ES_TRY(es_ffn_moe(f, m, prov, il, T));
     if (L->gate_shexp.data) { /* moe += shared, as llama.cpp adds the two */
         es_ffn_dense(f, m, &L->gate_shexp, &L->up_shexp, &L->down_shexp, T, f->tmp);
+        if (L->gate_inp_shexp.data) es_ffn_shexp_gate(f, m, L, f->tmp, T);
         es_fast_add(f, m, f->tmp, f->moe, T);
     }
     es_fast_add(f, m, f->moe, f->x, T);

@@ -201,6 +201,8 @@ void es_ffn_dense(es_fast *f, const es_model *m, const es_tensor *gate, const es
                   const es_tensor *down, int64_t T, float *out);
 /* The router of MoE layer il over f->h: f->routes sorted by expert, layer il's route counts. */
 void es_ffn_route(es_fast *f, const es_model *m, const es_layer *L, int il, int64_t T);
+/* qwen2moe's shared-expert gate: out[t] *= sigmoid(f->h[t] . L->gate_inp_shexp) for t < T. */
+void es_ffn_shexp_gate(es_fast *f, const es_model *m, const es_layer *L, float *out, int64_t T);
 /* The mixture of experts of layer il over f->h into f->moe (overwritten), experts from prov.
  * Errors: whatever prov's callbacks return. */
 es_status es_ffn_moe(es_fast *f, const es_model *m, es_expert_provider *prov, int il, int64_t T);
