@@ -105,8 +105,18 @@ struct jmacro {
     const jnode *def; /* N_MACRO */
     jscope *scope;    /* where it was defined: its body sees those names (when called) */
 };
+/* The functions and methods a template can call (methods.c implements them). */
+/* clang-format off */
+enum {
+    JM_RANGE = 1, JM_NAMESPACE, JM_DICT, JM_RAISE, JM_STRFTIME,
+    JM_STARTSWITH, JM_ENDSWITH, JM_STRIP, JM_LSTRIP, JM_RSTRIP, JM_SPLIT, JM_RSPLIT, JM_REPLACE,
+    JM_UPPER, JM_LOWER, JM_TITLE, JM_CAPITALIZE, JM_FIND, JM_RFIND, JM_COUNT, JM_JOIN,
+    JM_REMOVEPREFIX, JM_REMOVESUFFIX, JM_ISDIGIT, JM_ISSPACE, JM_ISLOWER, JM_ISUPPER,
+    JM_GET, JM_ITEMS, JM_KEYS, JM_VALUES, JM_CYCLE, JM_CHANGED,
+};
+/* clang-format on */
 struct jfunc {
-    int id;  /* JM_* (methods.c) */
+    int id;  /* JM_* */
     jv self; /* the bound object (JV_MISSING for a global) */
 };
 /* The loop variable, with jinja2's LoopContext semantics: the for's `if` filters the items
@@ -401,7 +411,8 @@ es_status jr_call_func(jr *R, const jfunc *f, const jv *argv, int argc, const ch
                        const jv *kwv, int kwc, jv *out);
 es_status jr_loop_attr(jr *R, jv loop, const char *name, jv *out);
 const char *ja_func_name(const jfunc *f);
-const char *ja_func_type(const jfunc *f); /* Python's type name: "builtin_function_or_method" */
+const char *ja_func_type(const jfunc *f); /* Python's type name: "builtin_function_or_method"
+                                           * (value.c, beside ja_type_name) */
 /* Whether Python's object for f has a public attribute name (then obj.name is refused, not
  * undefined): a type (dict, namespace) has its methods; functions and methods have none. */
 bool ja_func_has_attr(const jfunc *f, const char *name);

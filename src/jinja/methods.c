@@ -19,16 +19,6 @@
 #include <string.h>
 
 /* clang-format off */
-enum {
-    JM_RANGE = 1, JM_NAMESPACE, JM_DICT, JM_RAISE, JM_STRFTIME,
-    JM_STARTSWITH, JM_ENDSWITH, JM_STRIP, JM_LSTRIP, JM_RSTRIP, JM_SPLIT, JM_RSPLIT, JM_REPLACE,
-    JM_UPPER, JM_LOWER, JM_TITLE, JM_CAPITALIZE, JM_FIND, JM_RFIND, JM_COUNT, JM_JOIN,
-    JM_REMOVEPREFIX, JM_REMOVESUFFIX, JM_ISDIGIT, JM_ISSPACE, JM_ISLOWER, JM_ISUPPER,
-    JM_GET, JM_ITEMS, JM_KEYS, JM_VALUES, JM_CYCLE, JM_CHANGED,
-};
-/* clang-format on */
-
-/* clang-format off */
 static const struct { const char *name; int id; } str_methods[] = {
     {"startswith", JM_STARTSWITH}, {"endswith", JM_ENDSWITH}, {"strip", JM_STRIP},
     {"lstrip", JM_LSTRIP}, {"rstrip", JM_RSTRIP}, {"split", JM_SPLIT}, {"rsplit", JM_RSPLIT},
@@ -135,23 +125,6 @@ const char *ja_func_name(const jfunc *f)
     for (size_t i = 0; i < sizeof(dict_methods) / sizeof(dict_methods[0]); i++)
         if (dict_methods[i].id == f->id) return dict_methods[i].name;
     return f->id == JM_CYCLE ? "cycle" : f->id == JM_CHANGED ? "changed" : "function";
-}
-
-const char *ja_func_type(const jfunc *f)
-{
-    switch (f->id) {
-    case JM_RANGE: /* the sandbox's safe_range */
-    case JM_RAISE:
-    case JM_STRFTIME:
-        return "function";
-    case JM_NAMESPACE: /* classes */
-    case JM_DICT:
-        return "type";
-    case JM_CYCLE: /* methods of jinja2's LoopContext, written in Python */
-    case JM_CHANGED:
-        return "method";
-    }
-    return "builtin_function_or_method"; /* the methods of str and dict */
 }
 
 bool ja_func_has_attr(const jfunc *f, const char *name)

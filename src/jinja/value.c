@@ -289,6 +289,25 @@ jv jr_undef_hint(jr *R, const char *hint)
     return r;
 }
 
+/* Python's type name of a callable: functions, classes, the Python-written methods of jinja2's
+ * LoopContext, and the C methods of str and dict. */
+const char *ja_func_type(const jfunc *f)
+{
+    switch (f->id) {
+    case JM_RANGE: /* the sandbox's safe_range */
+    case JM_RAISE:
+    case JM_STRFTIME:
+        return "function";
+    case JM_NAMESPACE: /* classes */
+    case JM_DICT:
+        return "type";
+    case JM_CYCLE: /* methods of jinja2's LoopContext, written in Python */
+    case JM_CHANGED:
+        return "method";
+    }
+    return "builtin_function_or_method"; /* the methods of str and dict */
+}
+
 const char *ja_type_name(jv x)
 {
     switch (x.k) {
