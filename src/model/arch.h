@@ -11,7 +11,6 @@
 #ifndef ES_ARCH_H
 #define ES_ARCH_H
 
-#include <math.h>
 #include <stdbool.h>
 
 /* RMS normalisation of the query and key projections before RoPE. */
@@ -113,14 +112,5 @@ typedef struct es_router {
  * probs: scratch of n_expert floats. */
 void es_arch_route(const es_router *r, const float *logits, int n_expert, int k, const float *bias,
                    float *probs, int *chosen, float *weight);
-
-/* gpt-oss's clamped SwiGLU of one gate and up value (ggml's swiglu_oai with llama.cpp's alpha
- * 1.702 and limit 7), the spec the reference and the expert operator both call. */
-static inline float es_arch_glu_oai(float g, float u)
-{
-    const float x = g < 7.0f ? g : 7.0f;
-    const float y = u < -7.0f ? -7.0f : u > 7.0f ? 7.0f : u;
-    return x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
-}
 
 #endif

@@ -20,7 +20,7 @@
  *   weights w_e = p_e, or p_e / sum of the chosen p where the family renormalises)
  *   x  += moe, moe = sum over chosen e (increasing e) of w_e * down_e(silu(gate_e h) * up_e h)
  *         (gpt-oss: the router's logits plus a bias, w the softmax of the k chosen logits,
- *         each expert's outputs plus its biases, its GLU es_arch_glu_oai)
+ *         each expert's outputs plus its biases, its GLU glu_oai below)
  *         (+ the shared experts' FFN, down(silu(gate h) * up h), where the family has them;
  *         qwen2moe's one times sigmoid(h . gate_inp_shexp))
  *   or, in a dense layer, x += down(silu(gate h) * up h)
@@ -115,6 +115,15 @@ static void qk_norm_ref(const es_model *m, const es_layer *L, float *q, float *k
 }
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* gpt-oss's clamped SwiGLU of one gate and up value (ggml's swiglu_oai with llama.cpp's alpha
+ * 1.702 and limit 7; the fast path's element-wise tables restate it as glu_oai). */
+static float glu_oai(float g, float u)
+{
+    const float x = g < 7.0f ? g : 7.0f;
+    const float y = u < -7.0f ? -7.0f : u > 7.0f ? 7.0f : u;
+    return x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+}
 
 /* y[i] += b[i] for i < n, where the bias exists (b not NULL). */
 static void add_bias(float *y, const float *b, int64_t n)
@@ -434,7 +443,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
                 add_bias(u + r * ff, bu, ff);
             }
             for (int64_t i = 0; i < R * ff; i++)
-                g[i] = m->family->glu_oai ? es_arch_glu_oai(g[i], u[i]) : silu(g[i]) * u[i];
+                g[i] = m->family->glu_oai ? glu_oai(g[i], u[i]) : silu(g[i]) * u[i];
             matmul_ref_l(wd, L->down_exps.type, L->down_exps.layout, L->down_exps.row_bytes, d,
                          ff, g, ff, R, xe, d, wt, row);
             for (int64_t r = 0; r < R; r++) add_bias(xe + r * d, bd, d);

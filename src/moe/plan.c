@@ -173,22 +173,17 @@ void es_plan_set_extras(es_plan *p, const es_expert_extras *x)
     p->extras = x ? *x : (es_expert_extras){0};
 }
 
-/* y[i] += b[i] for i < n (b not NULL). */
-static void add_bias(float *y, const float *b, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) y[i] += b[i];
-}
-
 /* The GLU of n_rows rows of columns [j0, j1) of the gate (g) and up (u) blocks of expert e,
- * their biases first where the extras have them; g receives the result. */
+ * their biases first where the extras have them (axpy with 1: exactly y + b); g receives the
+ * result. */
 static void glu_rows(const es_plan *p, int32_t e, int64_t n_rows, int64_t j0, int64_t j1)
 {
     const es_expert_extras *x = &p->extras;
     const int64_t ff = p->shape.n_ff, n = j1 - j0;
     for (int64_t r = 0; r < n_rows; r++) {
         float *g = p->g + r * ff + j0, *u = p->u + r * ff + j0;
-        if (x->gate_b) add_bias(g, x->gate_b + (size_t)e * (size_t)ff + (size_t)j0, n);
-        if (x->up_b) add_bias(u, x->up_b + (size_t)e * (size_t)ff + (size_t)j0, n);
+        if (x->gate_b) p->k->axpy(g, 1.0f, x->gate_b + (size_t)e * (size_t)ff + (size_t)j0, n);
+        if (x->up_b) p->k->axpy(u, 1.0f, x->up_b + (size_t)e * (size_t)ff + (size_t)j0, n);
         if (x->glu == ES_GLU_OAI)
             p->k->glu_oai(g, u, n);
         else
@@ -292,8 +287,8 @@ static void invoke_worker(void *arg, int ith, int nth)
             CLOCK(ES_PHASE_EXPERT_DOWN);
             const float *bd = p->extras.down_b; /* llama.cpp: (down + bias) * weight */
             for (int64_t r = 0; bd && r < n; r++)
-                add_bias(tb->tile + r * p->out_chunk,
-                         bd + (size_t)p->slot_owner[blk->slot] * (size_t)d + (size_t)c0, c1 - c0);
+                p->k->axpy(tb->tile + r * p->out_chunk, 1.0f,
+                           bd + (size_t)p->slot_owner[blk->slot] * (size_t)d + (size_t)c0, c1 - c0);
             for (int64_t r = 0; r < n; r++)
                 p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * p->out_chunk,
                            c1 - c0);

@@ -24,7 +24,6 @@
 #define ES_PLAN_H
 
 #include "core/util.h"
-#include "model/arch.h"
 #include "quant/kern.h"
 #include "core/pool.h"
 
@@ -69,7 +68,7 @@ int es_plan_capacity(const es_plan *p);
  * (es_plan_set_extras(p, NULL)): SwiGLU and no biases. */
 typedef enum es_glu {
     ES_GLU_SWIGLU, /* silu(g) u */
-    ES_GLU_OAI,    /* gpt-oss's clamped one (es_arch_glu_oai) */
+    ES_GLU_OAI,    /* gpt-oss's clamped one (the kernel table's glu_oai) */
 } es_glu;
 typedef struct es_expert_extras {
     es_glu glu;

@@ -27,11 +27,10 @@ static void qk_norm(const es_fast *f, const es_model *m, const es_layer *L, floa
     }
 }
 
-/* y[i] += b[i] for i < n, where the bias exists (b not NULL). */
-static void add_bias(float *y, const void *b, int64_t n)
+/* y += b where the layer has the bias (the table's axpy with 1: exactly y + b). */
+static void add_bias(const es_fast *f, float *y, const es_tensor *b, int64_t n)
 {
-    const float *bf = b;
-    for (int64_t i = 0; bf && i < n; i++) y[i] += bf[i];
+    if (b->data) f->kern->axpy(y, 1.0f, b->data, n);
 }
 
 /* es_layer_rows job: f->q, f->k and f->v with their biases where the layer has them; f->q and
@@ -47,9 +46,9 @@ static void qk_rope_worker(void *arg, int ith, int nth)
     if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
     for (int64_t t = r0; t < r1; t++) {
         float *q = f->q + t * dq, *k = f->k + t * dkv;
-        add_bias(q, j->L->bq.data, dq);
-        add_bias(k, j->L->bk.data, dkv);
-        add_bias(f->v + t * dkv, j->L->bv.data, dkv);
+        add_bias(f, q, &j->L->bq, dq);
+        add_bias(f, k, &j->L->bk, dkv);
+        add_bias(f, f->v + t * dkv, &j->L->bv, dkv);
         qk_norm(f, j->m, j->L, q, k);
         const float *cs = f->rope_cs + t * hp->n_rot;
         for (int hh = 0; hh < hp->n_head; hh++)
