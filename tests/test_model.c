@@ -70,6 +70,7 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-qwen2moe", "q4_0", DATA "tiny-qwen2moe-q4_0.gguf"},
         {"tiny-gptoss", "f16", DATA "tiny-gptoss-f16.gguf"},
         {"tiny-gptoss", "q4_0", DATA "tiny-gptoss-q4_0.gguf"},
+        {"small-gptoss", "q4_0", DATA "small-gptoss-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");

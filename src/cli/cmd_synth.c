@@ -61,6 +61,7 @@ static const char help[] =
     "  gpt-oss (gpt-oss: attention sinks, sliding windows on every other layer, biased experts):\n"
     "  tiny-gptoss    hidden 64, 3 layers, 4 heads of 32 (2 KV), windows of 40, YaRN x4 of 128,\n"
     "                 8 experts of 64, top-2\n"
+    "  small-gptoss   hidden 320, 2 layers, 4 heads of 64 (2 KV), 8 experts of 288 (tests)\n"
     "  gpt-oss-20b    gpt-oss-20b's shape: hidden 2880, 24 layers, 64 heads of 64 (8 KV), windows\n"
     "                 of 128, 32 experts of 2880, top-4, vocab 201088, YaRN x32 of 4096 (about\n"
     "                 12 GB in q4_0)\n"

@@ -210,6 +210,12 @@ static const preset presets[] = {
      .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
      .n_expert = 8, .n_expert_used = 2, .rope_base = 1.5e5f, .rms_eps = 1e-5f, .n_ff = 64,
      .yarn_factor = 4.0f, .yarn_orig_ctx = 128, .n_swa = 40},
+    /* small-gptoss: tiny-gptoss at sizes where the expert operator splits its columns (hidden
+     * 320, expert FFN 288: chunks of 128 with a partial last one), 4 heads of 64 over 2 KV */
+    {.name = "small-gptoss", .arch = "gpt-oss", .n_vocab = 320, .n_ctx = 1024, .n_embd = 320,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 64, .n_ff_exp = 288,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1.5e5f, .rms_eps = 1e-5f, .n_ff = 288,
+     .yarn_factor = 4.0f, .yarn_orig_ctx = 128, .n_swa = 40},
     /* gpt-oss-20b: 24 layers of 2,880, 64 heads of 64 over 8 KV heads, 32 experts of 2,880
      * top-4, windows of 128 on every other layer, YaRN x32 of 4,096 (config.json) */
     {.name = "gpt-oss-20b", .arch = "gpt-oss", .n_vocab = 201088, .n_ctx = 131072,
@@ -224,7 +230,7 @@ static const char *const preset_names[] = {
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
-    "gpt-oss-20b", NULL};
+    "small-gptoss", "gpt-oss-20b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
