@@ -73,6 +73,8 @@ es_status es_gguf_open_memory(const void *buf, size_t size, const char *name, es
 void es_gguf_close(es_gguf *g); /* NULL is a no-op; accepts half-built handles */
 
 const char *es_gguf_path(const es_gguf *g);
+/* True if g is a file mapped by es_gguf_open (its path can be read), false for a buffer. */
+bool es_gguf_is_mapped(const es_gguf *g);
 uint32_t es_gguf_version(const es_gguf *g);
 uint64_t es_gguf_alignment(const es_gguf *g);
 /* File offset of the tensor data section. A file without tensors may end before the padding

@@ -746,6 +746,7 @@ void es_gguf_close(es_gguf *g)
  * any index and return an empty result when it is out of range. */
 
 const char *es_gguf_path(const es_gguf *g) { return g->name; }
+bool es_gguf_is_mapped(const es_gguf *g) { return g->map != NULL; }
 uint32_t es_gguf_version(const es_gguf *g) { return g->version; }
 uint64_t es_gguf_alignment(const es_gguf *g) { return g->alignment; }
 uint64_t es_gguf_data_offset(const es_gguf *g) { return g->data_offset; }

@@ -9,8 +9,11 @@
  */
 #include "run/forward_impl.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum {
     PLAN_CAPACITY = 16384, /* default routes per expert-plan invocation; more are split */
@@ -81,6 +84,8 @@ void es_fast_destroy(es_fast *f, const es_hparams *hp)
         for (int i = 0; i < f->n_threads; i++) es_free_big(f->scratch[i], f->scratch_bytes);
     free(f->scratch);
     if (f->mla_w.data) es_free_big((void *)f->mla_w.data, f->mla_w.nbytes);
+    if (f->embd_fd >= 0) close(f->embd_fd);
+    free(f->embd_rows);
     free(f->phi);
     free(f->route_start);
     free(f->route_counts);
@@ -186,6 +191,7 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
     const es_hparams *hp = &m->hp;
     es_fast *f = calloc(1, sizeof(*f));
     if (!f) return es_fail(ES_E_NOMEM, "out of memory");
+    f->embd_fd = -1;
     es_status st = es_pool_create(n_threads, &f->pool);
     if (st) {
         free(f);
@@ -273,6 +279,28 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
 }
 
 const float *es_fast_hidden(const es_fast *f) { return f->h; }
+
+es_status es_fast_embed_from_file(es_fast *f, const es_model *m, const char *path,
+                                  uint64_t offset)
+{
+    const size_t rb = m->tok_embd.row_bytes;
+    uint8_t *rows = malloc((size_t)f->n_threads * rb);
+    if (!rows) return es_fail(ES_E_NOMEM, "out of memory");
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        free(rows);
+        return es_fail(ES_E_IO, "%s: cannot open to read the token embedding: %s", path,
+                       strerror(errno));
+    }
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* a row each: no read-ahead */
+    if (f->embd_fd >= 0) close(f->embd_fd);
+    free(f->embd_rows);
+    f->embd_fd = fd;
+    f->embd_off = offset;
+    f->embd_rows = rows;
+    f->embd_row_bytes = rb;
+    return ES_OK;
+}
 
 es_status es_fast_reserve(es_fast *f, const es_model *m, int64_t T, int n_seq)
 {

@@ -20,7 +20,11 @@
 
 #include "core/trace.h"
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 enum { PHASE_ATTENTION, PHASE_ROUTER, PHASE_MOE };
 static const char *const phase_name[3] = {"attention", "router", "moe"};
@@ -75,20 +79,35 @@ typedef struct embed_job {
     const es_model *m;
     const int32_t *ids; /* [T] token ids */
     int64_t T;
+    _Atomic int failed_row; /* -1, or a row whose read from the file failed */
+    int failed_errno;       /* its errno (0: the file ended before the row) */
 } embed_job;
 
 static void embed_worker(void *arg, int ith, int nth)
 {
-    const embed_job *j = arg;
+    embed_job *j = arg;
     es_fast *f = j->f;
     const es_hparams *hp = &j->m->hp;
     const es_tensor *te = &j->m->tok_embd;
     const int64_t d = hp->n_embd;
     int64_t r0, r1;
     if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
-    for (int64_t t = r0; t < r1; t++)
-        es_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)j->ids[t] * te->row_bytes,
-                          f->x + t * d, d);
+    for (int64_t t = r0; t < r1; t++) {
+        const size_t off = (size_t)j->ids[t] * te->row_bytes;
+        const uint8_t *row = (const uint8_t *)te->data + off;
+        if (f->embd_fd >= 0) { /* es_fast_embed_from_file */
+            uint8_t *buf = f->embd_rows + (size_t)ith * f->embd_row_bytes;
+            const ssize_t got = pread(f->embd_fd, buf, te->row_bytes, (off_t)(f->embd_off + off));
+            if (got != (ssize_t)te->row_bytes) {
+                int none = -1;
+                if (atomic_compare_exchange_strong(&j->failed_row, &none, (int)t))
+                    j->failed_errno = got < 0 ? errno : 0;
+                return;
+            }
+            row = buf;
+        }
+        es_dequantize_row(te->type, row, f->x + t * d, d);
+    }
     for (int64_t t = r0; t < r1; t++) es_rope_cos_sin(hp, f->pos[t], f->rope_cs + t * hp->n_rot);
 }
 
@@ -153,10 +172,13 @@ es_status es_fast_layers(es_fast *f, const es_model *m, es_expert_provider *prov
             f->pos[t] = (int32_t)(t - b->seq_start[i]);
     f->have_counts = false;
     es_fast_phase(f, ES_PHASE_NORM);
-    embed_job ej = {f, m, b->ids, T};
+    embed_job ej = {f, m, b->ids, T, -1, 0};
     es_pool_run(f->pool, embed_worker, &ej);
-
     es_status st = ES_OK;
+    if (ej.failed_row >= 0)
+        st = es_fail(ES_E_IO, "reading token %d's embedding row from the model file: %s",
+                     b->ids[ej.failed_row],
+                     ej.failed_errno ? strerror(ej.failed_errno) : "the file is shorter");
     for (int il = 0; il < hp->n_layer && st == ES_OK; il++) {
         if (b->abort_cb && b->abort_cb(b->cb_user)) {
             st = es_fail(ES_E_CANCELLED, "cancelled by the abort callback before layer %d", il);

@@ -81,6 +81,11 @@ struct es_fast {
     size_t act_bytes;
     void **scratch;       /* [n_threads] gemm scratch */
     size_t scratch_bytes;
+    int embd_fd;          /* >= 0: token embedding rows are read from this file (es_fast_
+                           * embed_from_file) instead of through the mapping */
+    uint64_t embd_off;    /* the tensor's first byte in that file */
+    uint8_t *embd_rows;   /* [n_threads][embd_row_bytes] each thread's row being read */
+    size_t embd_row_bytes;
     es_attn *attn;
     es_plan_entry plans[MAX_PLANS];
     int n_plans;

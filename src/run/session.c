@@ -142,6 +142,20 @@ static es_status tuned_plan(es_session *s, uint64_t other, es_budget_plan *plan,
     return ES_OK;
 }
 
+/* Under a budget the prompt's embedding rows are read from the file, not through the mapping
+ * (es_fast_embed_from_file: what a mapping makes resident is the kernel's choice). A tied head
+ * has the embedding resident already, and a model in memory has it in this process. */
+static es_status embed_from_file(es_session *s)
+{
+    const es_model *m = s->m;
+    if (m->tok_embd.data == m->output.data) return ES_OK;
+    const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, m->tok_embd.name);
+    const es_gguf *file = t ? es_gguf_file(m->gguf, t->file) : NULL;
+    if (!file || !es_gguf_is_mapped(file)) return ES_OK;
+    return es_fast_embed_from_file(s->fast, m, es_gguf_path(file),
+                                   es_gguf_data_offset(file) + t->offset);
+}
+
 /* The arena for the session's budget (or its forced G/B), the streamer, and the fast path's
  * slots for it. Called with s->fast made for n_expert slots and reserved for max_tokens. */
 static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_before)
@@ -151,7 +165,8 @@ static es_status setup_streaming(es_session *s, uint64_t rss_before, size_t big_
     const int64_t T = p->max_tokens ? p->max_tokens : m->hp.n_ctx;
     const int rows = p->max_logits_rows > 0 ? p->max_logits_rows : 1;
     const uint64_t fast_bytes = es_big_bytes_live() - big_before;
-    const uint64_t other = rss_before + fast_bytes + es_budget_embedding_bytes(m, T) +
+    const uint64_t other = rss_before + fast_bytes +
+                           (uint64_t)p->n_threads * m->tok_embd.row_bytes + /* embed_from_file */
                            (uint64_t)rows * (uint64_t)m->hp.n_vocab * sizeof(float) +
                            (p->head_outputs ? es_batch_head_bytes(m, T) : 0) +
                            p->reserve_bytes + es_budget_margin_bytes(p->n_threads);
@@ -257,6 +272,7 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     const int64_t T = p.max_tokens ? p.max_tokens : streams(&p) ? m->hp.n_ctx : 0;
     if (T && (st = es_fast_reserve(s->fast, m, T, p.max_seqs))) goto fail;
     if (streams(&p) && (st = setup_streaming(s, rss_before, big_before))) goto fail;
+    if (streams(&p) && (st = embed_from_file(s))) goto fail; /* on setup_streaming's es_fast */
     if (s->trace && !s->stream) es_fast_set_trace(s->fast, s->trace);
     *out = s;
     return ES_OK;

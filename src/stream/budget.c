@@ -50,15 +50,6 @@ void es_budget_touch_weights(const es_model *m)
     (void)sink;
 }
 
-uint64_t es_budget_embedding_bytes(const es_model *m, int64_t max_tokens)
-{
-    /* a tied output matrix is the embedding: es_budget_touch_weights made it resident already */
-    if (m->tok_embd.data == m->output.data) return 0;
-    /* each row a prompt reads maps up to a fault-around window (64 KiB) of the file */
-    const uint64_t touch = (uint64_t)max_tokens * (64 * 1024 + m->tok_embd.row_bytes);
-    return touch < m->tok_embd.nbytes ? touch : m->tok_embd.nbytes;
-}
-
 /* Measured on the demo's model and the small and tiny presets, 1 and 2 threads, prefill under a
  * budget (Intel Xeon, avx512 table): the terms above leave 0.1-0.6 MiB unexplained (thread
  * stacks, the ring, malloc's arenas). The margin covers that with room (tests/test_budget.c holds

@@ -7,8 +7,8 @@
  * process's resident memory when the session is made includes them as the kernel really maps
  * them (fault-around and large page-cache folios map more than the tensors' bytes, especially
  * in a GGUF where they sit between expert tensors); to that come the bytes the session reserves
- * for activations and plans (es_big_bytes_live() before and after), the token embedding rows a
- * prompt can touch (each within a 64 KiB fault-around window, at most the whole tensor), the
+ * for activations and plans (es_big_bytes_live() before and after), a row buffer per thread
+ * for the token embedding (read from the file, not the mapping: es_fast_embed_from_file), the
  * logits the caller said it will hold, the head's chunk of logit rows only when the session's
  * batches may ask for head outputs (es_session_params.head_outputs), and a small margin for
  * thread stacks, the I/O ring and small allocations. Nothing is counted that the run does not
@@ -41,9 +41,6 @@ uint64_t es_budget_live_rss_bytes(void);
 /* Reads one byte per page of every non-expert tensor but the token embedding (through the
  * model's mapping), so that they are resident and counted in es_rss_bytes(). */
 void es_budget_touch_weights(const es_model *m);
-/* Bytes of the token embedding's mapping a prefill of up to max_tokens tokens can make
- * resident (upper bound). */
-uint64_t es_budget_embedding_bytes(const es_model *m, int64_t max_tokens);
 
 typedef struct es_budget_plan {
     int resident;        /* 1: every expert fits with M_other: no arena, no streaming */
