@@ -300,6 +300,14 @@ static void test_invariance_qwen2moe(void **st)
 }
 /* gpt-oss: sliding windows counted from each sequence's start, sinks, biased experts; from its
  * pack too (the expert biases travel as resident tensors) */
+/* glm4moe: partial RoPE, a dense first layer, a shared expert, the sigmoid router; the pack
+ * leaves out the multi-token-prediction block's experts (never run) */
+static void test_invariance_glm4moe(void **st)
+{
+    (void)st;
+    invariance(data("tiny-glm4moe-q4_0.gguf"), NULL, 512, t_tmp_path("glm4moe.pack"));
+}
+
 static void test_invariance_gptoss(void **st)
 {
     (void)st;
@@ -433,9 +441,9 @@ static void test_fast_matches_reference(void **st)
     (void)st;
     /* tiny-gptoss: windows of 40 across the attention's key blocks (lengths 130 and 300) */
     const char *files[] = {"tiny-f32.gguf", "tiny-lfm2moe-f16.gguf", "tiny-deepseek2-f16.gguf",
-                           "tiny-gptoss-f16.gguf"};
-    const float tol[] = {1e-4f, 0.05f, 0.05f, 0.05f};
-    const double cos_min[] = {0.99999, 0.999, 0.999, 0.999};
+                           "tiny-gptoss-f16.gguf", "tiny-glm4moe-f16.gguf"};
+    const float tol[] = {1e-4f, 0.05f, 0.05f, 0.05f, 0.05f};
+    const double cos_min[] = {0.99999, 0.999, 0.999, 0.999, 0.999};
     for (size_t f = 0; f < T_LEN(files); f++) {
         es_model *m = NULL;
         assert_int_equal(es_model_open(data(files[f]), 0, &m), ES_OK);
@@ -696,7 +704,7 @@ static void test_logprobs_vs_llama(void **st)
     (void)st;
     const char *stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16", "tiny-deepseek-f16",
                            "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
-                           "tiny-gptoss-f16"};
+                           "tiny-gptoss-f16", "tiny-glm4moe-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -804,6 +812,7 @@ int main(void)
         cmocka_unit_test(test_invariance_lfm2moe),
         cmocka_unit_test(test_invariance_qwen2moe),
         cmocka_unit_test(test_invariance_gptoss),
+        cmocka_unit_test(test_invariance_glm4moe),
         cmocka_unit_test(test_amx_batches),
         cmocka_unit_test(test_sixty_four),
         cmocka_unit_test(test_outputs_from_logits),

@@ -292,6 +292,46 @@ static void test_family_gptoss(void **s)
                 (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
 }
 
+/* glm4moe (GLM-4.5-Air, GLM-4.5, GLM-4.6): q/k/v biases, NEOX RoPE on the first half of each
+ * head (tiny: 16 of 32), a dense first layer, one shared expert, a sigmoid router with a
+ * selection bias, renormalised and scaled by 2.5, one multi-token-prediction block in the file
+ * that is not run; small-glm4moe adds GLM-4.5's per-head q/k norms, in llama-quantize's
+ * Q4_K_M. On tiny-glm4moe-q4_0 llama.cpp's AVX-512 build and its AVX2 build disagree from
+ * position 4 on (median 0.017, max 0.16; no router near-tie in the AVX-512 build's scores,
+ * smallest margin 3.7e-4): the fast path agrees with the AVX2 build to float noise (every
+ * table: max 9.5e-7) and is held there, and within the builds' spread of the other. Measured:
+ * F16 median 5e-4, max 0.0074 (both builds); small-glm4moe-q4_k_m median 3e-7, max 0.073. */
+static void test_family_glm4moe(void **s)
+{
+    (void)s;
+    const char *model = DATA "tiny-glm4moe-q4_0.gguf";
+    compare_lim(DATA "tiny-glm4moe-f16.gguf", f16_self, DATA "tiny-glm4moe-f16.llama-logits.bin",
+                f16_llama);
+    /* the reference's float activations against Q4_0 weights (measured: p90 0.15, a router flip
+     * reaching 3.5, KL 0.011: routed weights scaled by 2.5 amplify the 8-bit error) */
+    compare_lim(model, (limits){INFINITY, 0.2, 4.5, 0.93, 0.02},
+                DATA "tiny-glm4moe-q4_0.llama-avx2-logits.bin",
+                (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
+    size_t n, nv;
+    float *fast, *ref;
+    prefill_both(model, &n, &nv, &fast, &ref);
+    float *native = read_llama_logits(DATA "tiny-glm4moe-q4_0.llama-logits.bin", n, nv);
+    float *avx2 = read_llama_logits(DATA "tiny-glm4moe-q4_0.llama-avx2-logits.bin", n, nv);
+    const t_logit_stats spread = t_compare_logits(avx2, native, n, nv);
+    assert_true(spread.median > 1e-3); /* the premise: the two builds differ */
+    check_limits("fast vs llama.cpp (AVX-512 build)", model, t_compare_logits(fast, native, n, nv),
+                 (limits){1.01 * spread.median, 1.01 * spread.p90, 1.01 * spread.max,
+                          spread.top1, 1.01 * spread.kl});
+    free(native);
+    free(avx2);
+    free(fast);
+    free(ref);
+    /* the reference: p90 0.22, a router flip reaching 4.4, KL 0.027 (K-quants' 8-bit activations,
+     * per-256 scales) */
+    compare_lim(DATA "small-glm4moe-q4_k_m.gguf", (limits){INFINITY, 0.3, 6.0, 0.93, 0.04},
+                DATA "small-glm4moe-q4_k_m.llama-logits.bin", quant_llama);
+}
+
 /* MXFP4 (gpt-oss's expert format; llama-quantize's MXFP4_MOE mix: experts MXFP4, every other
  * matrix Q8_0) on gpt-oss and on qwen3moe (tests/data/README.md). The fast path agrees with
  * llama.cpp's logits to float noise (measured, scalar, avx2 and avx512 tables alike: median
@@ -764,7 +804,8 @@ static void test_amx_bit_identical(void **state)
                             DATA "small-qwen3moe-iq4_xs.gguf", DATA "small-deepseek-q4_k_m.gguf",
                             DATA "small-mixtral-q3_k_m.gguf", DATA "small-mixtral-q2_k.gguf",
                             DATA "tiny-gptoss-q4_0.gguf", DATA "tiny-gptoss-mxfp4_moe.gguf",
-                            DATA "small-qwen3moe-mxfp4_moe.gguf"};
+                            DATA "small-qwen3moe-mxfp4_moe.gguf", DATA "tiny-glm4moe-q4_0.gguf",
+                            DATA "small-glm4moe-q4_k_m.gguf"};
     const char *pack = t_tmp_path("amx.pack");
     assert_int_equal(es_pack(models[0], pack, NULL, NULL), ES_OK);
     for (size_t mi = 0; mi <= T_LEN(models); mi++) {
@@ -883,6 +924,7 @@ int main(void)
         cmocka_unit_test(test_family_deepseek2),
         cmocka_unit_test(test_family_deepseek3),
         cmocka_unit_test(test_family_qwen2moe),
+        cmocka_unit_test(test_family_glm4moe),
         cmocka_unit_test(test_family_gptoss),
         cmocka_unit_test(test_mxfp4_files),
         cmocka_unit_test(test_yarn_qwen3moe),

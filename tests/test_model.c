@@ -71,6 +71,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-gptoss", "f16", DATA "tiny-gptoss-f16.gguf"},
         {"tiny-gptoss", "q4_0", DATA "tiny-gptoss-q4_0.gguf"},
         {"small-gptoss", "q4_0", DATA "small-gptoss-q4_0.gguf"},
+        {"tiny-glm4moe", "f16", DATA "tiny-glm4moe-f16.gguf"},
+        {"tiny-glm4moe", "q4_0", DATA "tiny-glm4moe-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -693,6 +695,92 @@ static void test_qwen2moe_sizes(void **state)
     unlink(dst);
 }
 
+static es_status glm_softmax(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "glm4moe.expert_gating_func", 1);
+}
+static es_status glm_sections(es_gguf_writer *w, int32_t first)
+{
+    const int32_t s[4] = {first, first, 0, 0};
+    return es_gguf_writer_set_arr(w, "glm4moe.rope.dimension_sections", ES_GGUF_INT32, s, 4);
+}
+static es_status glm_mrope(es_gguf_writer *w) { return glm_sections(w, 8); }
+static es_status glm_no_mrope(es_gguf_writer *w) { return glm_sections(w, 0); }
+
+/* glm4moe as llama.cpp reads GLM-4.5 files: the MTP block left out of the layers, RoPE on
+ * rope.dimension_count dims of each head, q/k norms only where the file has them (GLM-4.5, not
+ * GLM-4.5-Air), the FFN norm post_attention_norm, a sigmoid router unless expert_gating_func
+ * names another, renormalised where expert_weights_norm says so, M-RoPE sections refused. */
+static void test_glm4moe(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-glm4moe-f16.gguf", *dst = t_tmp_path("glm4moe.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "glm4moe");
+    assert_int_equal(m->hp.n_layer, 3); /* block_count 4 less one MTP block */
+    assert_int_equal(m->hp.n_layer_nextn, 1);
+    assert_int_equal(m->hp.n_embd_head, 32);
+    assert_int_equal(m->hp.n_rot, 16);
+    assert_int_equal(m->hp.n_layer_dense_lead, 1);
+    assert_int_equal(m->hp.n_ff_shexp, 32);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SIGMOID);
+    assert_true(m->hp.router.renorm);
+    assert_true(m->hp.router.scale == 2.5f);
+    for (int il = 0; il < 3; il++) {
+        assert_null(m->layers[il].q_norm.data);
+        assert_non_null(m->layers[il].bq.data);
+        assert_non_null(m->layers[il].ffn_norm.data);
+        assert_true(strstr(m->layers[il].ffn_norm.name, "post_attention_norm") != NULL);
+    }
+    assert_non_null(m->layers[1].exp_probs_b.data);
+    assert_non_null(m->layers[1].gate_shexp.data);
+    es_model_close(m);
+    m = open_ok(DATA "small-glm4moe-q4_k_m.gguf");
+    assert_int_equal(m->hp.n_rot, 32);
+    for (int il = 0; il < 3; il++) {
+        assert_non_null(m->layers[il].q_norm.data);
+        assert_int_equal(m->layers[il].k_norm.ne[0], 64); /* per head */
+    }
+    es_model_close(m);
+
+    rewrite_without(src, dst, "glm4moe.expert_gating_func", NULL, NULL);
+    m = open_ok(dst);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SIGMOID);
+    es_model_close(m);
+    rewrite(src, dst, glm_softmax, NULL);
+    m = open_ok(dst);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SOFTMAX);
+    es_model_close(m);
+    rewrite_without(src, dst, "glm4moe.expert_weights_norm", NULL, NULL);
+    m = open_ok(dst);
+    assert_false(m->hp.router.renorm);
+    es_model_close(m);
+    rewrite(src, dst, glm_no_mrope, NULL); /* sections all 0: plain RoPE */
+    es_model_close(open_ok(dst));
+    rewrite(src, dst, glm_mrope, NULL);
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_UNSUPPORTED);
+    if (!strstr(es_last_error(), "multimodal RoPE"))
+        fail_msg("'%s' lacks 'multimodal RoPE'", es_last_error());
+    unlink(dst);
+}
+
+/* Every family of the table is named where an unknown architecture is refused (the list had
+ * fallen behind two families). */
+static void test_families_listed(void **state)
+{
+    (void)state;
+    int n = 0;
+    for (const es_arch *a; (a = es_arch_at(n)); n++) {
+        char want[96];
+        snprintf(want, sizeof(want), "%s (%s)", a->name, a->model_names);
+        if (!strstr(es_arch_supported(), want))
+            fail_msg("'%s' lacks '%s'", es_arch_supported(), want);
+    }
+    assert_true(n >= 9);
+    assert_null(es_arch_at(-1));
+}
+
 static void test_open_errors(void **state)
 {
     (void)state;
@@ -737,9 +825,9 @@ static es_status q_lora_huge(es_gguf_writer *w)
 {
     return es_gguf_writer_set_u32(w, "deepseek2.attention.q_lora_rank", 100000);
 }
-static es_status gating_3(es_gguf_writer *w)
+static es_status gating_4(es_gguf_writer *w)
 {
-    return es_gguf_writer_set_u32(w, "deepseek2.expert_gating_func", 3);
+    return es_gguf_writer_set_u32(w, "deepseek2.expert_gating_func", 4);
 }
 static es_status temperature(es_gguf_writer *w)
 {
@@ -842,7 +930,8 @@ static void test_metadata_types(void **state)
      * run, an unknown rope scaling, a rotary part that leaves no q_nope, a missing latent rank */
     const char *ds2 = DATA "tiny-deepseek2-f16.gguf";
     expect_meta_error_in(ds2, NULL, q_lora_huge, "q_lora_rank = 100000 is out of range");
-    expect_meta_error_in(ds2, NULL, gating_3, "the softmax (1) or sigmoid (2) router");
+    expect_meta_error_in(ds2, NULL, gating_4, "the softmax (1), sigmoid (2) or softmax-over-the-"
+                         "chosen (3) router");
     expect_meta_error_in(ds2, NULL, temperature, "attention temperature tuning is not supported");
     expect_meta_error_in(ds2, NULL, groups_3, "3 expert groups with 1 used cannot hold 2 of 8");
     expect_meta_error_in(ds2, NULL, groups_all_used, "4 expert groups with 4 used cannot hold");
@@ -874,6 +963,8 @@ int main(void)
         cmocka_unit_test(test_gptoss_windows),
         cmocka_unit_test(test_synth_mxfp4_is_llama_quantize),
         cmocka_unit_test(test_qwen2moe_sizes),
+        cmocka_unit_test(test_glm4moe),
+        cmocka_unit_test(test_families_listed),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_metadata_types),
     };

@@ -144,7 +144,7 @@ def chat_qwen(models_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session", params=["tiny", "tiny-qwen3moe-vocab", "tiny-deepseek",
-                                         "tiny-lfm2moe", "tiny-gptoss"])
+                                         "tiny-lfm2moe", "tiny-gptoss", "tiny-glm4moe"])
 def any_model(request: pytest.FixtureRequest, models_dir: Path) -> Path:
     """Each family the comparisons run on."""
     return synth(models_dir, request.param)

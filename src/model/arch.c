@@ -42,7 +42,8 @@ static const es_arch families[] = {
      * blocks (multi-token prediction) are not run. */
     {.name = "deepseek2", .model_names = "DeepSeek-V2/V3", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
-     .shared_experts = true, .weights_scale = true, .mla = true, .synth_pre = "deepseek-llm"},
+     .shared_experts = true, .weights_scale = true, .router_keys = true, .nextn = true,
+     .mla = true, .synth_pre = "deepseek-llm"},
     /* Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): q/k/v projections with biases, NEOX RoPE,
      * a softmax top-k as is, one shared expert gated per token by a sigmoid. */
     {.name = "qwen2moe", .model_names = "Qwen2-MoE", .qk_norm = ES_QK_NORM_NONE,
@@ -58,6 +59,17 @@ static const es_arch families[] = {
      .attn_sinks = true, .swa = true,
      .router_bias = true, .expert_out_bias = true, .glu_oai = true,
      .ffn_norm = "post_attention_norm", .synth_pre = "gpt-4o"},
+    /* GLM-4.5 / 4.6 (llama.cpp's glm4moe; GLM-4.5-Air, GLM-4.5, GLM-4.6): q/k/v biases, per-head
+     * q/k RMSNorm where the file has them, NEOX RoPE on the first rope.dimension_count dims of
+     * each head (half of them in the released models), leading dense layers, shared experts, a
+     * sigmoid router with exp_probs_b (unless the file names another), top-k renormalised and
+     * scaled as the file says, the FFN norm post_attention_norm; nextn_predict_layers trailing
+     * blocks (multi-token prediction) are not run. */
+    {.name = "glm4moe", .model_names = "GLM-4.5/4.6", .qk_norm = ES_QK_NORM_HEAD,
+     .qk_norm_optional = true, .rope = ES_ROPE_NEOX, .topk_renorm = false,
+     .output_optional = true, .dense_lead = true, .shared_experts = true, .weights_scale = true,
+     .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true, .expert_bias = true,
+     .attn_bias = true, .ffn_norm = "post_attention_norm", .synth_pre = "glm4"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -70,7 +82,13 @@ const es_arch *es_arch_find(const char *name)
 const char *es_arch_supported(void)
 {
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
-           "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3)";
+           "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
+           "(gpt-oss), glm4moe (GLM-4.5/4.6)";
+}
+
+const es_arch *es_arch_at(int i)
+{
+    return i >= 0 && (size_t)i < ES_LEN(families) ? &families[i] : NULL;
 }
 
 /* With groups: marks eligible[e] for the experts of the n_group_used groups whose two best

@@ -39,6 +39,8 @@ typedef struct es_arch {
     const char *name;         /* general.architecture */
     const char *model_names;  /* the models people know it by, for messages and --help */
     es_qk_norm qk_norm;
+    bool qk_norm_optional;    /* the q/k norms are used where the file has them (GLM-4.5 355B
+                               * has them, GLM-4.5-Air not) */
     es_rope_kind rope;
     bool topk_renorm;         /* the chosen experts' router probabilities are divided by their
                                * sum (llama.cpp's norm_w) */
@@ -52,6 +54,11 @@ typedef struct es_arch {
                                * (feed_forward_length where absent) whose output is multiplied per
                                * token by sigmoid(h . ffn_gate_inp_shexp) */
     es_gating gating;
+    bool router_keys;         /* the file's expert_gating_func (1 softmax, 2 sigmoid, 3 softmax
+                               * over the chosen; absent or 0: the family's gating) and
+                               * expert_weights_norm (absent: topk_renorm) choose the router */
+    bool nextn;               /* the last nextn_predict_layers blocks are multi-token-prediction
+                               * heads, not part of the forward pass */
     bool expert_bias;         /* blk.N.exp_probs_b.bias [n_expert] is added to the probabilities
                                * for choosing the experts only (their weights stay unbiased) */
     bool conv_layers;         /* layers whose attention.head_count_kv entry is 0 are LFM2
@@ -86,6 +93,9 @@ const es_arch *es_arch_find(const char *name);
 
 /* "olmoe (OLMoE), qwen3moe (...), ...": the supported architectures, for messages. */
 const char *es_arch_supported(void);
+
+/* The i-th family of the table (0-based), NULL past the last. */
+const es_arch *es_arch_at(int i);
 
 #define ES_ROUTE_MAX_EXPERTS 4096 /* expert_count above this is refused (hparams.c) */
 #define ES_ROUTE_MAX_GROUPS 256

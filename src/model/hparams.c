@@ -114,11 +114,8 @@ static es_status read_heads(es_model *m)
     if ((int64_t)hp->n_head * hp->n_embd_head > (1 << 20))
         return es_fail(ES_E_FORMAT, "%s: %d heads of %d are too large", path, hp->n_head,
                        hp->n_embd_head);
-    hp->n_rot = hp->n_embd_head;
+    hp->n_rot = hp->n_embd_head; /* fewer: RoPE turns each head's first n_rot dims (GLM-4.5) */
     ES_TRY(get_int(m, "rope.dimension_count", false, 2, hp->n_embd_head, &hp->n_rot));
-    if (hp->n_rot != hp->n_embd_head)
-        return es_fail(ES_E_UNSUPPORTED, "%s: partial rotary embeddings (%d of %d dims) are not "
-                       "supported for %s", path, hp->n_rot, hp->n_embd_head, m->arch);
     if (hp->n_rot % 2)
         return es_fail(ES_E_FORMAT, "%s: odd rotary dimension %d", path, hp->n_rot);
     hp->n_embd_q = hp->n_embd_att = hp->n_head * hp->n_embd_head;
@@ -258,25 +255,32 @@ void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs)
     }
 }
 
-/* deepseek2's router (llama.cpp's rule): expert_gating_func 1 softmax (DeepSeek-V2), 2 sigmoid
- * (DeepSeek-V3, Kimi-K2, Moonlight); absent or 0 (files from before the key): softmax, except
- * GLM-4.7's lite model (47 or 48 layers and a 154,880-token vocabulary), which is sigmoid. */
-static es_status read_mla_gating(es_model *m)
+/* The router's gating where the file names it (router_keys; llama.cpp's expert_gating_func: 1
+ * softmax, 2 sigmoid, 3 a softmax over the chosen logits); absent or 0, the family's, except in
+ * deepseek2 (files from before the key): softmax, but GLM-4.7's lite model (47 or 48 layers and a
+ * 154,880-token vocabulary) sigmoid. */
+static es_status read_gating(es_model *m)
 {
     es_hparams *hp = &m->hp;
     int gating = 0;
     ES_TRY(get_int(m, "expert_gating_func", false, 0, 1 << 16, &gating));
+    if (gating == 0 && !m->family->mla) {
+        hp->router.gating = m->family->gating;
+        return ES_OK;
+    }
     if (gating == 0) {
         es_gguf_type et;
         uint64_t n_vocab = 0;
         if (!es_gguf_get_arr(m->gguf, "tokenizer.ggml.tokens", &et, &n_vocab)) n_vocab = 0;
         gating = (hp->n_layer == 47 || hp->n_layer == 48) && n_vocab == 154880 ? 2 : 1;
     }
-    if (gating != 1 && gating != 2)
+    if (gating < 1 || gating > 3)
         return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_gating_func = %d: estream runs %s with "
-                       "the softmax (1) or sigmoid (2) router", es_gguf_path(m->gguf), m->arch,
-                       gating, m->arch);
-    hp->router.gating = gating == 2 ? ES_GATING_SIGMOID : ES_GATING_SOFTMAX;
+                       "the softmax (1), sigmoid (2) or softmax-over-the-chosen (3) router",
+                       es_gguf_path(m->gguf), m->arch, gating, m->arch);
+    hp->router.gating = gating == 1   ? ES_GATING_SOFTMAX
+                        : gating == 2 ? ES_GATING_SIGMOID
+                                      : ES_GATING_SOFTMAX_WEIGHT;
     return ES_OK;
 }
 
@@ -331,14 +335,39 @@ static es_status read_swa(es_model *m)
     return ES_OK;
 }
 
+/* Multimodal RoPE (rope.dimension_sections with a section set: GLM-4.5V, Qwen-VL files) turns
+ * positions of several axes, which a text prefill does not have; llama.cpp's glm4moe graph
+ * refuses such a file for text too. */
+static es_status refuse_mrope(es_model *m)
+{
+    char key[96];
+    snprintf(key, sizeof(key), "%s.rope.dimension_sections", m->arch);
+    es_gguf_type et;
+    uint64_t n = 0;
+    if (!es_gguf_get_arr(m->gguf, key, &et, &n)) return ES_OK;
+    const uint8_t *v = es_gguf_arr_data(m->gguf, key); /* may be unaligned */
+    if ((et != ES_GGUF_INT32 && et != ES_GGUF_UINT32) || !v)
+        return es_fail(ES_E_FORMAT, "%s: %s must be an array of integers",
+                       es_gguf_path(m->gguf), key);
+    for (uint64_t i = 0; i < n; i++) {
+        int32_t x;
+        memcpy(&x, v + 4 * i, 4);
+        if (x != 0)
+            return es_fail(ES_E_UNSUPPORTED, "%s: %s sets multimodal RoPE sections (a vision "
+                           "model's file), which estream does not run", es_gguf_path(m->gguf),
+                           key);
+    }
+    return ES_OK;
+}
+
 es_status es_hparams_read(es_model *m)
 {
     es_hparams *hp = &m->hp;
     ES_TRY(get_int(m, "context_length", true, 1, 1 << 24, &hp->n_ctx));
     ES_TRY(get_int(m, "embedding_length", true, 1, 1 << 16, &hp->n_embd));
     ES_TRY(get_int(m, "block_count", true, 1, 1024, &hp->n_layer));
-    if (m->family->mla) { /* llama.cpp's deepseek2: the last nextn_predict_layers blocks are
-                           * multi-token-prediction heads, not part of the forward pass */
+    if (m->family->nextn) { /* llama.cpp's deepseek2 and glm4moe: the last nextn_predict_layers
+                             * blocks are multi-token-prediction heads, not in the forward pass */
         ES_TRY(get_int(m, "nextn_predict_layers", false, 0, hp->n_layer - 1,
                        &hp->n_layer_nextn));
         hp->n_layer -= hp->n_layer_nextn;
@@ -381,7 +410,8 @@ es_status es_hparams_read(es_model *m)
     }
     if (hp->n_conv_layers > 0)
         ES_TRY(get_int(m, "shortconv.l_cache", true, 2, 64, &hp->n_conv_taps));
-    if (fam->gating == ES_GATING_SIGMOID) { /* llama.cpp reads the key; 2 is its sigmoid */
+    if (fam->gating == ES_GATING_SIGMOID && !fam->router_keys) { /* llama.cpp reads the key;
+                                                                  * 2 is its sigmoid */
         int gating = 2;
         ES_TRY(get_int(m, "expert_gating_func", false, 0, 1 << 16, &gating));
         if (gating != 2)
@@ -390,10 +420,10 @@ es_status es_hparams_read(es_model *m)
     }
     es_router *r = &hp->router;
     r->gating = fam->gating;
-    if (fam->mla) ES_TRY(read_mla_gating(m));
+    if (fam->router_keys) ES_TRY(read_gating(m));
     r->renorm = fam->topk_renorm;
     snprintf(key, sizeof(key), "%s.expert_weights_norm", m->arch);
-    if (fam->mla && es_gguf_find_key(m->gguf, key) >= 0 &&
+    if (fam->router_keys && es_gguf_find_key(m->gguf, key) >= 0 &&
         !es_gguf_get_bool(m->gguf, key, &r->renorm))
         return es_fail(ES_E_FORMAT, "%s: %s must be a bool", path, key);
     r->scale = 0.0f; /* none; read only where llama.cpp's graph uses it */
@@ -411,5 +441,6 @@ es_status es_hparams_read(es_model *m)
     ES_TRY(get_float(m, "rope.freq_base", 1.0f, 1e12f, &hp->rope_freq_base));
     ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->rms_eps));
     if (fam->swa) ES_TRY(read_swa(m));
+    ES_TRY(refuse_mrope(m));
     return read_rope_scaling(m);
 }

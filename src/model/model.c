@@ -222,6 +222,9 @@ static es_status bind_output(es_model *m, const int64_t *ne)
 static es_status bind_qk_norms(es_model *m, int il, es_layer *L)
 {
     const es_hparams *hp = &m->hp;
+    char name[64];
+    snprintf(name, sizeof(name), "blk.%d.attn_q_norm.weight", il);
+    if (m->family->qk_norm_optional && !es_gguf_find_tensor(m->gguf, name)) return ES_OK;
     switch (m->family->qk_norm) {
     case ES_QK_NORM_NONE: return ES_OK;
     case ES_QK_NORM_WHOLE:

@@ -101,6 +101,7 @@ static void qk_norm_ref(const es_model *m, const es_layer *L, float *q, float *k
 {
     const es_hparams *hp = &m->hp;
     const int dh = hp->n_embd_head;
+    if (!L->q_norm.data) return; /* none, or optional and absent */
     switch (m->family->qk_norm) {
     case ES_QK_NORM_NONE: break;
     case ES_QK_NORM_WHOLE:

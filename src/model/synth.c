@@ -49,6 +49,11 @@ typedef struct preset {
     int n_group, n_group_used;  /* expert_group_count / _used_count (0: no groups) */
     int n_swa;                  /* attention.sliding_window (families with swa) */
     int n_ff_shexp;             /* shexp_gated families: the shared expert's FFN */
+    int n_rot;                  /* rope.dimension_count where RoPE turns part of each head (0:
+                                 * all of it, no key) */
+    bool qk_norm;               /* qk_norm_optional families: the file has the q/k norms */
+    int n_nextn;                /* nextn families: multi-token-prediction blocks after the
+                                 * n_layer ones (in block_count, not run) */
 } preset;
 
 /* Sizes from each model's config.json on Hugging Face where a preset is named after a model. */
@@ -222,6 +227,31 @@ static const preset presets[] = {
      .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8, .n_embd_head = 64,
      .n_ff_exp = 2880, .n_expert = 32, .n_expert_used = 4, .rope_base = 1.5e5f,
      .rms_eps = 1e-5f, .n_ff = 2880, .yarn_factor = 32.0f, .yarn_orig_ctx = 4096, .n_swa = 128},
+    /* tiny-glm4moe: GLM-4.5-Air's graph in small: 4 heads of 32 over 2 KV heads (wider than
+     * the hidden size, as 96 x 128 over 4,096), q/k/v biases, RoPE on half of each head, a dense
+     * first layer, 8 experts of 32 top-2 and one shared, a sigmoid router with selection bias,
+     * renormalised and scaled by 2.5 (GLM-4.5's routed_scaling_factor), one multi-token
+     * prediction block after the 3 that run */
+    {.name = "tiny-glm4moe", .arch = "glm4moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 32,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 128,
+     .n_dense_lead = 1, .n_shared = 1, .weights_scale = 2.5f, .v3_router = true, .n_rot = 16,
+     .n_nextn = 1},
+    /* small-glm4moe: GLM-4.5 (355B)'s graph (per-head q/k norms) at sizes K-quants fit: hidden
+     * 256, heads of 64 (RoPE on 32), experts of 256 */
+    {.name = "small-glm4moe", .arch = "glm4moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_embd_head = 64, .n_ff_exp = 256,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 512,
+     .n_dense_lead = 1, .n_shared = 1, .weights_scale = 2.5f, .v3_router = true, .n_rot = 32,
+     .qk_norm = true, .n_nextn = 1},
+    /* GLM-4.5-Air: 46 layers of 4,096 (and one MTP block), 96 heads of 128 over 8 KV heads, RoPE
+     * on 64 dims, a dense first layer of 10,944, 128 experts of 1,408 top-8 and one shared,
+     * vocab 151,552 (config.json) */
+    {.name = "glm-4.5-air", .arch = "glm4moe", .n_vocab = 151552, .n_ctx = 131072,
+     .n_embd = 4096, .n_layer = 46, .n_head = 96, .n_head_kv = 8, .n_embd_head = 128,
+     .n_ff_exp = 1408, .n_expert = 128, .n_expert_used = 8, .rope_base = 1e6f, .rms_eps = 1e-5f,
+     .n_ff = 10944, .n_dense_lead = 1, .n_shared = 1, .weights_scale = 1.0f, .v3_router = true,
+     .n_rot = 64, .n_nextn = 1},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -230,7 +260,7 @@ static const char *const preset_names[] = {
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
-    "small-gptoss", "gpt-oss-20b", NULL};
+    "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
@@ -513,7 +543,9 @@ static es_status set_hparams(es_gguf_writer *w, const preset *p, uint32_t wtype)
     if (!st) st = es_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype));
     if (!st) st = set_arch_u32(w, a, "context_length", (uint32_t)p->n_ctx);
     if (!st) st = set_arch_u32(w, a, "embedding_length", (uint32_t)p->n_embd);
-    if (!st) st = set_arch_u32(w, a, "block_count", (uint32_t)p->n_layer);
+    if (!st) st = set_arch_u32(w, a, "block_count", (uint32_t)(p->n_layer + p->n_nextn));
+    if (!st && p->n_nextn) st = set_arch_u32(w, a, "nextn_predict_layers", (uint32_t)p->n_nextn);
+    if (!st && p->n_rot) st = set_arch_u32(w, a, "rope.dimension_count", (uint32_t)p->n_rot);
     if (!st) st = set_arch_u32(w, a, "feed_forward_length", (uint32_t)(p->n_ff ? p->n_ff : p->n_ff_exp));
     if (!st && p->n_ff) st = set_arch_u32(w, a, "expert_feed_forward_length", (uint32_t)p->n_ff_exp);
     if (!st && p->n_dense_lead) st = set_arch_u32(w, a, "leading_dense_block_count", (uint32_t)p->n_dense_lead);
@@ -602,17 +634,17 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         st = es_gguf_writer_set_str(w, "tokenizer.chat_template", o->chat_template);
     if (st) goto done;
 
-    c.cap_gens = 3 + 20 * L;
+    c.cap_gens = 3 + 24 * (L + p->n_nextn);
     c.gens = calloc((size_t)c.cap_gens, sizeof(gen));
     c.common = malloc(sizeof(float) * (size_t)d);
-    c.bias = malloc(sizeof(float) * (size_t)(L * E));
+    c.bias = malloc(sizeof(float) * (size_t)((L + p->n_nextn) * E));
     if (!c.gens || !c.common || !c.bias) { st = es_fail(ES_E_NOMEM, "out of memory"); goto done; }
     uint64_t s = mix64(o->seed ^ 0x5eed);
     for (int k = 0; k < d; k++) c.common[k] = (mix64(++s) & 1) ? 1.0f : -1.0f;
     /* router logit shift bias_e * (h . c) = u^3 (in logit units) with u uniform: h . c is about
      * 0.6 d for rms-normed h. Measured on mini over 1,024 tokens: the busiest expert takes 2.5-3.4x
      * the mean share of routes, the idlest a handful, as in trained OLMoE routers. */
-    for (int i = 0; i < L * E; i++) {
+    for (int i = 0; i < (L + p->n_nextn) * E; i++) {
         const double u = (double)(mix64(++s) >> 11) / 9007199254740992.0;
         c.bias[i] = (float)(1.0 * u * u * u / (0.6 * d));
     }
@@ -623,7 +655,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     /* A tied head multiplies by the embedding: give it the output head's scale. */
     GEN("token_embd.weight", GEN_EMBED, wtype, 2, d, n_vocab, 1, p->tied ? 3.0f * sd : 1.0f, o->seed);
     g->common = c.common;
-    for (int il = 0; il < L; il++) {
+    for (int il = 0; il < L + p->n_nextn; il++) {
 #define LNAME(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix ".weight", il), name)
         GEN(LNAME("attn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
         if (p->kinds && p->kinds[il] == 'c') { /* a short-convolution block */
@@ -667,7 +699,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(BNAME("attn_output", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, d, 1, 1, 0.1f, o->seed);
         if (fam->attn_sinks) /* logits a softmax's own scores are of the order of */
             GEN(LNAME("attn_sinks"), GEN_NORMAL, ES_QTYPE_F32, 1, p->n_head, 1, 1, 1.5f, o->seed);
-        if (fam->qk_norm != ES_QK_NORM_NONE) {
+        if (fam->qk_norm != ES_QK_NORM_NONE && (!fam->qk_norm_optional || p->qk_norm)) {
             const bool head = fam->qk_norm == ES_QK_NORM_HEAD;
             GEN(LNAME("attn_q_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, head ? dh : dq, 1, 1, 1.0f, o->seed);
             GEN(LNAME("attn_k_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, head ? dh : dkv, 1, 1, 1.0f, o->seed);
@@ -712,6 +744,12 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(BNAME("ffn_gate_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, p->n_ff_exp, E, 1, 2.5f, o->seed);
             GEN(BNAME("ffn_up_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, p->n_ff_exp, E, 1, 2.5f, o->seed);
             GEN(BNAME("ffn_down_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, d, E, 1, 0.1f, o->seed);
+        }
+        if (il >= L) { /* a multi-token-prediction block's own tensors (llama.cpp loads them) */
+            GEN(LNAME("nextn.eh_proj"), GEN_NORMAL, wtype, 2, 2 * d, d, 1, sd, o->seed);
+            GEN(LNAME("nextn.enorm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+            GEN(LNAME("nextn.hnorm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+            GEN(LNAME("nextn.shared_head_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
         }
 #undef BNAME
 #undef LNAME

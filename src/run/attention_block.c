@@ -10,6 +10,7 @@
 static void qk_norm(const es_fast *f, const es_model *m, const es_layer *L, float *q, float *k)
 {
     const es_hparams *hp = &m->hp;
+    if (!L->q_norm.data) return; /* none, or optional and absent */
     switch (m->family->qk_norm) {
     case ES_QK_NORM_NONE: break;
     case ES_QK_NORM_WHOLE:

@@ -89,7 +89,8 @@ static const pre_def k_pre[] = {
      {re_llama3},
      true,
      true},
-    {"dbrx|smaug-bpe", {re_llama3}, false, false},
+    {"dbrx|smaug-bpe|glm4|chatglm-bpe", {re_llama3}, false, false}, /* glm4: llama.cpp's CHATGLM4,
+                                                                     * the same expression */
     {"gpt-2|mpt|olmo|jais|trillion|granite-docling|exaone4|phi-2|jina-es|jina-de|gigachat|"
      "jina-v2-es|jina-v2-de|a.x-4.0|mellum|modern-bert|jina-v1-en|jina-v2-code|roberta-bpe",
      {re_gpt2},
