@@ -202,7 +202,10 @@ static int info_model(const char *model, es_model *m)
         printf("latent attn:   MLA, latent %d, key heads %d (%d rotary), value heads %d, %s\n",
                md.n_lora_kv, md.n_embd_head, md.n_rot, md.n_embd_head_v,
                md.mla_split ? "attn_k_b/attn_v_b" : "joined attn_kv_b");
-    printf("rope base:     %g, rms eps %g\n", (double)md.rope_freq_base, (double)md.rms_eps);
+    printf("rope base:     %g, rms eps %g", (double)md.rope_freq_base, (double)md.rms_eps);
+    if (!md.n_lora_kv && md.n_rot != md.n_embd_head) /* partial rotation (GLM-4.5) */
+        printf(", rotary %d of %d dims per head", md.n_rot, md.n_embd_head);
+    printf("\n");
     if (md.rope_freq_scale != 1.0f)
         printf("rope scaling:  %s x%g (softmax scale %.6g)\n",
                md.rope_ext_factor != 0.0f ? "yarn" : "linear", 1.0 / (double)md.rope_freq_scale,
