@@ -292,6 +292,39 @@ static void test_family_gptoss(void **s)
                 (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
 }
 
+/* A quantized file with llama.cpp's logits from two builds (tests/data/README.md: STEM.gguf,
+ * STEM.llama-logits.bin from the AVX-512 build, STEM.llama-avx2-logits.bin from the AVX2 one),
+ * both paths' logits of it, and how far the builds are from each other. */
+typedef struct two_builds {
+    char model[128];
+    size_t n, nv;
+    float *fast, *ref, *native, *avx2;
+    t_logit_stats spread; /* the AVX2 build against the AVX-512 one */
+} two_builds;
+
+static void two_builds_load(const char *stem, two_builds *b)
+{
+    char path[160];
+    snprintf(b->model, sizeof(b->model), DATA "%s.gguf", stem);
+    prefill_both(b->model, &b->n, &b->nv, &b->fast, &b->ref);
+    snprintf(path, sizeof(path), DATA "%s.llama-logits.bin", stem);
+    b->native = read_llama_logits(path, b->n, b->nv);
+    snprintf(path, sizeof(path), DATA "%s.llama-avx2-logits.bin", stem);
+    b->avx2 = read_llama_logits(path, b->n, b->nv);
+    b->spread = t_compare_logits(b->avx2, b->native, b->n, b->nv);
+    print_message("%s: llama.cpp AVX2 vs AVX-512 build: median %.3g, max %.3g, top-1 %.1f%%, "
+                  "mean KL %.3g\n", b->model, b->spread.median, b->spread.max,
+                  100 * b->spread.top1, b->spread.kl);
+}
+
+static void two_builds_free(two_builds *b)
+{
+    free(b->fast);
+    free(b->ref);
+    free(b->native);
+    free(b->avx2);
+}
+
 /* glm4moe (GLM-4.5-Air, GLM-4.5, GLM-4.6): q/k/v biases, NEOX RoPE on the first half of each
  * head (tiny: 16 of 32), a dense first layer, one shared expert, a sigmoid router with a
  * selection bias, renormalised and scaled by 2.5, one multi-token-prediction block in the file
@@ -312,22 +345,14 @@ static void test_family_glm4moe(void **s)
     compare_lim(model, (limits){INFINITY, 0.2, 4.5, 0.93, 0.02},
                 DATA "tiny-glm4moe-q4_0.llama-avx2-logits.bin",
                 (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
-    size_t n, nv;
-    float *fast, *ref;
-    prefill_both(model, &n, &nv, &fast, &ref);
-    float *native = read_llama_logits(DATA "tiny-glm4moe-q4_0.llama-logits.bin", n, nv);
-    float *avx2 = read_llama_logits(DATA "tiny-glm4moe-q4_0.llama-avx2-logits.bin", n, nv);
-    const t_logit_stats spread = t_compare_logits(avx2, native, n, nv);
-    assert_true(spread.median > 1e-3); /* the premise: the two builds differ */
-    check_limits("fast vs llama.cpp (AVX-512 build)", model, t_compare_logits(fast, native, n, nv),
-                 (limits){1.01 * spread.median, 1.01 * spread.p90, 1.01 * spread.max,
-                          spread.top1, 1.01 * spread.kl});
-    free(native);
-    free(avx2);
-    free(fast);
-    free(ref);
-    /* the reference: p90 0.22, a router flip reaching 4.4, KL 0.027 (K-quants' 8-bit activations,
-     * per-256 scales) */
+    two_builds b;
+    two_builds_load("tiny-glm4moe-q4_0", &b);
+    assert_true(b.spread.median > 1e-3); /* the premise: the two builds differ */
+    const t_logit_stats sp = b.spread;
+    check_limits("fast vs llama.cpp (AVX-512 build)", model,
+                 t_compare_logits(b.fast, b.native, b.n, b.nv),
+                 (limits){1.01 * sp.median, 1.01 * sp.p90, 1.01 * sp.max, sp.top1, 1.01 * sp.kl});
+    two_builds_free(&b);
     compare_lim(DATA "small-glm4moe-q4_k_m.gguf", (limits){INFINITY, 0.3, 6.0, 0.93, 0.04},
                 DATA "small-glm4moe-q4_k_m.llama-logits.bin", quant_llama);
 }
@@ -455,29 +480,21 @@ static void test_family_q2_k(void **s)
 static void test_mla_q4_k_m_within_llama_spread(void **s)
 {
     (void)s;
-    const char *model = DATA "small-deepseek2-q4_k_m.gguf";
-    size_t n, nv;
-    float *fast, *ref;
-    prefill_both(model, &n, &nv, &fast, &ref);
-    float *native = read_llama_logits(DATA "small-deepseek2-q4_k_m.llama-logits.bin", n, nv);
-    float *avx2 = read_llama_logits(DATA "small-deepseek2-q4_k_m.llama-avx2-logits.bin", n, nv);
-
-    const t_logit_stats spread = t_compare_logits(avx2, native, n, nv);
-    print_message("llama.cpp AVX2 vs AVX-512 build: top-1 %.1f%%, mean KL %.3g\n",
-                  100 * spread.top1, spread.kl);
+    two_builds b;
+    two_builds_load("small-deepseek2-q4_k_m", &b);
+    const t_logit_stats spread = b.spread;
     assert_true(spread.kl > quant_llama.kl || spread.top1 < quant_llama.top1); /* the premise */
     /* within the spread (KL with 25 % room for other tables' float order); the per-position
      * differences at the spread's size (median 0.12, max 0.44) */
     const limits within = {0.15, 0.2, 0.6, spread.top1, 1.25 * spread.kl};
-    check_limits("fast vs llama.cpp (AVX-512 build)", model, t_compare_logits(fast, native, n, nv), within);
-    check_limits("fast vs llama.cpp (AVX2 build)", model, t_compare_logits(fast, avx2, n, nv), within);
+    check_limits("fast vs llama.cpp (AVX-512 build)", b.model,
+                 t_compare_logits(b.fast, b.native, b.n, b.nv), within);
+    check_limits("fast vs llama.cpp (AVX2 build)", b.model,
+                 t_compare_logits(b.fast, b.avx2, b.n, b.nv), within);
     /* the reference keeps float activations: the whole rounding noise */
-    check_limits("fast vs reference", model, t_compare_logits(fast, ref, n, nv),
+    check_limits("fast vs reference", b.model, t_compare_logits(b.fast, b.ref, b.n, b.nv),
                  (limits){INFINITY, 0.2, 1.0, 0.96, 2e-3});
-    free(native);
-    free(avx2);
-    free(fast);
-    free(ref);
+    two_builds_free(&b);
 }
 
 /* The types llama-quantize falls back to where rows do not fit its K-quants' 256 (DeepSeek's
