@@ -6,6 +6,12 @@
 #   MODEL        GGUF file (default: $TMPDIR/estream-olmoe-1b-7b-q4_0.gguf, written by
 #                `estream synth --preset olmoe-1b-7b --type q4_0` if missing)
 #   THREADS      default 2;  ROUNDS default 3;  LENGTHS default 128,512,1024,2048
+# environment:
+#   REPS          measurements per engine, length and round, of which the median counts
+#                 (default 3)
+#   ESTREAM_ARGS  more `estream bench` arguments, e.g. "--mem 12G" for a model larger than the
+#                 machine's memory (estream then streams its experts; the RSS column shows it)
+#   LLAMA_ARGS    more llama-bench arguments
 #
 # Method: the two engines alternate (estream, llama.cpp, estream, llama.cpp, ...) for ROUNDS
 # rounds, each round one median-of-3 measurement per prompt length (both tools warm up first),
@@ -20,6 +26,9 @@ model=${2:-${TMPDIR:-/tmp}/estream-olmoe-1b-7b-q4_0.gguf}
 threads=${3:-2}
 rounds=${4:-3}
 lengths=${5:-128,512,1024,2048}
+reps=${REPS:-3}
+read -r -a es_args <<<"${ESTREAM_ARGS:-}"
+read -r -a ll_args <<<"${LLAMA_ARGS:-}"
 [ -x "$llama_bench" ] || { echo "compare_llama: $llama_bench is not executable" >&2; exit 1; }
 make -j"$(nproc)" build/estream >/dev/null
 if [ ! -f "$model" ]; then
@@ -29,11 +38,14 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) CPUs;" \
-     "estream kernels: $(build/estream bench -m "$model" -p 1 -r 1 --json | sed -n 's/.*"kernels": "\([a-z0-9]*\)".*/\1/p')"
-echo "model: $model ($(du -h "$model" | cut -f1)); threads $threads; $rounds interleaved rounds"
+     "estream kernels: $(build/estream bench -m "$model" -p 1 -r 1 --no-bounds "${es_args[@]}" --json | sed -n 's/.*"kernels": "\([a-z0-9]*\)".*/\1/p')"
+echo "model: $model ($(du -h "$model" | cut -f1)); threads $threads; $rounds interleaved rounds of" \
+     "$reps; estream ${es_args[*]:-(resident)}${ll_args[*]:+; llama-bench ${ll_args[*]}}"
 for r in $(seq 1 "$rounds"); do
-    build/estream bench -m "$model" -p "$lengths" -t "$threads" -r 3 --json >"$out/es.$r"
-    "$llama_bench" -m "$model" -p "$lengths" -n 0 -t "$threads" -r 3 -o jsonl >"$out/ll.$r" 2>/dev/null
+    build/estream bench -m "$model" -p "$lengths" -t "$threads" -r "$reps" --no-bounds \
+        "${es_args[@]}" --json >"$out/es.$r"
+    "$llama_bench" -m "$model" -p "$lengths" -n 0 -t "$threads" -r "$reps" "${ll_args[@]}" \
+        -o jsonl >"$out/ll.$r" 2>/dev/null
     echo "round $r done" >&2
 done
 print_table() { # awk only: no Python needed
