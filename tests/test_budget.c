@@ -379,11 +379,63 @@ static void test_embedding_not_mapped(void **state)
     for (int k = 0; k < 3; k++) free(logits[k]);
 }
 
+/* A model whose file is replaced at its path after it was opened: a session that would read
+ * the file again by its path (streaming the experts, or the embedding rows under a budget)
+ * refuses with ES_E_IO instead of mixing two files; the resident path, which reads only the
+ * mapping (the old file), still runs. tiny-qwen3moe ties its head to the embedding (resident
+ * anyway), so only the streamer reopens it; mini under a budget that holds every expert reads
+ * only its embedding rows from the path. */
+static void replaced_case(const char *src, int stream, uint64_t budget)
+{
+    char path[700], cmd[3000];
+    snprintf(path, sizeof(path), "%s/replaced.gguf", dir);
+    snprintf(cmd, sizeof(cmd), "cp %s %s", src, path);
+    assert_int_equal(system(cmd), 0);
+    es_model *m;
+    assert_int_equal(es_model_open(path, 0, &m), ES_OK);
+    es_session_params p = es_session_default_params();
+    p.n_threads = 2;
+    p.stream = stream;
+    p.mem_budget_bytes = budget;
+    es_session *s = NULL;
+    assert_int_equal(es_session_create(m, &p, &s), ES_OK); /* the same file: fine */
+    es_session_destroy(s);
+    snprintf(cmd, sizeof(cmd), "cp %s/tiny-deepseek.gguf %s.new && mv %s.new %s", dir, path, path,
+             path);
+    assert_int_equal(system(cmd), 0);
+    s = NULL;
+    assert_int_equal(es_session_create(m, &p, &s), ES_E_IO);
+    assert_null(s);
+    if (!strstr(es_last_error(), "no longer the one the model was opened from"))
+        fail_msg("'%s'", es_last_error());
+    p.stream = 0;
+    p.mem_budget_bytes = 0;
+    assert_int_equal(es_session_create(m, &p, &s), ES_OK);
+    const int32_t ids[3] = {1, 2, 3};
+    float *logits = malloc(sizeof(float) * (size_t)es_model_n_vocab(m));
+    assert_non_null(logits);
+    assert_int_equal(es_session_prefill(s, ids, 3, 0, logits), ES_OK);
+    free(logits);
+    es_session_destroy(s);
+    es_model_close(m);
+    unlink(path);
+}
+
+static void test_file_replaced(void **state)
+{
+    (void)state;
+    char mini[700];
+    snprintf(mini, sizeof(mini), "%s/mini.gguf", dir);
+    replaced_case("tests/data/tiny-qwen3moe-q4_0.gguf", 1, 0);
+    replaced_case(mini, 0, (uint64_t)1 << 30);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reservations_cover_rss),
         cmocka_unit_test(test_embedding_not_mapped),
+        cmocka_unit_test(test_file_replaced),
         cmocka_unit_test(test_prefill_estimate),
         cmocka_unit_test(test_smallest_budget_runs),
         cmocka_unit_test(test_jobs_estimate),

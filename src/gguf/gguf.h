@@ -75,6 +75,10 @@ void es_gguf_close(es_gguf *g); /* NULL is a no-op; accepts half-built handles *
 const char *es_gguf_path(const es_gguf *g);
 /* True if g is a file mapped by es_gguf_open (its path can be read), false for a buffer. */
 bool es_gguf_is_mapped(const es_gguf *g);
+/* True if fd (opened again by g's path, to read it otherwise than through the mapping) is the
+ * file g mapped as it was then: the same device, inode, size and modification time. A file
+ * replaced or rewritten at that path since is not, and reading it would mix two files. */
+bool es_gguf_same_file(const es_gguf *g, int fd);
 uint32_t es_gguf_version(const es_gguf *g);
 uint64_t es_gguf_alignment(const es_gguf *g);
 /* File offset of the tensor data section. A file without tensors may end before the padding

@@ -75,6 +75,7 @@ struct es_gguf {
     const uint8_t *base; /* [size] the file */
     uint64_t size;
     void *map; /* mmap'ed region (es_gguf_open) or NULL (borrowed buffer) */
+    struct stat id; /* the mapped file when it was opened (es_gguf_same_file) */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
@@ -587,6 +588,10 @@ static es_status open_file(const char *path, es_gguf **out)
         st = es_fail(ES_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
+    if (fstat(fd, &g->id) != 0) {
+        st = es_fail(ES_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
     g->size = size;
     g->base = (const uint8_t *)"";
     if (g->size > 0) {
@@ -747,6 +752,15 @@ void es_gguf_close(es_gguf *g)
 
 const char *es_gguf_path(const es_gguf *g) { return g->name; }
 bool es_gguf_is_mapped(const es_gguf *g) { return g->map != NULL; }
+
+bool es_gguf_same_file(const es_gguf *g, int fd)
+{
+    struct stat sb;
+    if (!g->map || fstat(fd, &sb) != 0) return false;
+    return sb.st_dev == g->id.st_dev && sb.st_ino == g->id.st_ino &&
+           sb.st_size == g->id.st_size && sb.st_mtim.tv_sec == g->id.st_mtim.tv_sec &&
+           sb.st_mtim.tv_nsec == g->id.st_mtim.tv_nsec;
+}
 uint32_t es_gguf_version(const es_gguf *g) { return g->version; }
 uint64_t es_gguf_alignment(const es_gguf *g) { return g->alignment; }
 uint64_t es_gguf_data_offset(const es_gguf *g) { return g->data_offset; }

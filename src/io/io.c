@@ -55,6 +55,11 @@ void es_io_get_stats(const es_io *io, es_io_stats *out)
         out->busy_s += (double)(es_now_ns() - io->busy_since_ns) * 1e-9;
 }
 
+int es_io_file_fd(const es_io *io, int file)
+{
+    return file >= 0 && file < io->n_files ? io->fd_buf[file] : -1;
+}
+
 static es_status be_start(es_io *io, int slot, int fd, uint64_t off, size_t len, void *dst)
 {
     return io->kind == ES_IO_URING ? es_io_uring_start(io, slot, fd, off, len, dst)

@@ -96,6 +96,7 @@ const char *es_io_used_backend(const es_io *io); /* "io_uring" or "pread" */
 int es_io_direct(const es_io *io); /* 1 if reads bypass the page cache (O_DIRECT); may turn 0
                                       after the first read (the EINVAL fallback) */
 uint64_t es_io_file_bytes(const es_io *io); /* size at open (fstat), of file 0 */
+int es_io_file_fd(const es_io *io, int file); /* a descriptor of file (buffered), for checks */
 int es_io_queue_depth(const es_io *io);     /* the depth in use (params' 0 -> 4) */
 size_t es_io_alignment(void); /* 4096: offsets, lengths and buffers of every request */
 

@@ -9,7 +9,6 @@
  */
 #include "run/forward_impl.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,17 +279,13 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
 
 const float *es_fast_hidden(const es_fast *f) { return f->h; }
 
-es_status es_fast_embed_from_file(es_fast *f, const es_model *m, const char *path,
-                                  uint64_t offset)
+es_status es_fast_embed_from_file(es_fast *f, const es_model *m, int fd, uint64_t offset)
 {
     const size_t rb = m->tok_embd.row_bytes;
     uint8_t *rows = malloc((size_t)f->n_threads * rb);
-    if (!rows) return es_fail(ES_E_NOMEM, "out of memory");
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        free(rows);
-        return es_fail(ES_E_IO, "%s: cannot open to read the token embedding: %s", path,
-                       strerror(errno));
+    if (!rows) {
+        close(fd);
+        return es_fail(ES_E_NOMEM, "out of memory");
     }
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* a row each: no read-ahead */
     if (f->embd_fd >= 0) close(f->embd_fd);

@@ -83,6 +83,20 @@ typedef struct embed_job {
     int failed_errno;       /* its errno (0: the file ended before the row) */
 } embed_job;
 
+/* n bytes at off of fd into buf, through short reads and interrupts: n, or what pread gave
+ * (< 0 with errno, or the bytes before the end of the file). */
+static ssize_t pread_full(int fd, uint8_t *buf, size_t n, off_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        const ssize_t r = pread(fd, buf + done, n - done, off + (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r < 0 ? r : (ssize_t)done;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
 static void embed_worker(void *arg, int ith, int nth)
 {
     embed_job *j = arg;
@@ -97,7 +111,7 @@ static void embed_worker(void *arg, int ith, int nth)
         const uint8_t *row = (const uint8_t *)te->data + off;
         if (f->embd_fd >= 0) { /* es_fast_embed_from_file */
             uint8_t *buf = f->embd_rows + (size_t)ith * f->embd_row_bytes;
-            const ssize_t got = pread(f->embd_fd, buf, te->row_bytes, (off_t)(f->embd_off + off));
+            const ssize_t got = pread_full(f->embd_fd, buf, te->row_bytes, (off_t)(f->embd_off + off));
             if (got != (ssize_t)te->row_bytes) {
                 int none = -1;
                 if (atomic_compare_exchange_strong(&j->failed_row, &none, (int)t))

@@ -23,14 +23,14 @@ es_status es_fast_create(const es_model *m, const es_kern *k, int n_threads, int
                          int n_slots, es_fast **out);
 void es_fast_destroy(es_fast *f, const es_hparams *hp); /* NULL is a no-op */
 
-/* From now on the token embedding's rows are read with pread from path, where the tensor's
- * bytes start at offset, not through the model's mapping: under a memory budget a prompt's rows
- * then cost page cache, not this process's memory. How much of a mapping a scattered read makes
- * resident is the kernel's choice (fault-around, large page-cache folios mapped whole: 75 MiB
- * for 512 random rows of a 160k-token vocabulary on Linux 6.18, where 64 KiB windows would make
- * 33 MiB), so no estimate of it holds. */
-es_status es_fast_embed_from_file(es_fast *f, const es_model *m, const char *path,
-                                  uint64_t offset);
+/* From now on the token embedding's rows are read with pread from fd (which the es_fast then
+ * owns; closed here on failure), where the tensor's bytes start at offset, not through the
+ * model's mapping: under a memory budget a prompt's rows then cost page cache, not this
+ * process's memory. How much of a mapping a scattered read makes resident is the kernel's
+ * choice (fault-around, large page-cache folios mapped whole: 75 MiB for 512 random rows of a
+ * 160k-token vocabulary on Linux 6.18, where 64 KiB windows would make 33 MiB), so no estimate
+ * of it holds. */
+es_status es_fast_embed_from_file(es_fast *f, const es_model *m, int fd, uint64_t offset);
 
 /* Activation buffers and plans for batches of up to T tokens in up to n_seq sequences (kept for
  * smaller batches). */

@@ -25,6 +25,8 @@
 #include "stream/pipeline.h"
 #include "tune/tune.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,8 +154,17 @@ static es_status embed_from_file(es_session *s)
     const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, m->tok_embd.name);
     const es_gguf *file = t ? es_gguf_file(m->gguf, t->file) : NULL;
     if (!file || !es_gguf_is_mapped(file)) return ES_OK;
-    return es_fast_embed_from_file(s->fast, m, es_gguf_path(file),
-                                   es_gguf_data_offset(file) + t->offset);
+    const char *path = es_gguf_path(file);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return es_fail(ES_E_IO, "%s: cannot open to read the token embedding: %s", path,
+                       strerror(errno));
+    if (!es_gguf_same_file(file, fd)) {
+        close(fd);
+        return es_fail(ES_E_IO, "%s: the file is no longer the one the model was opened from "
+                       "(replaced or rewritten since): open the model again", path);
+    }
+    return es_fast_embed_from_file(s->fast, m, fd, es_gguf_data_offset(file) + t->offset);
 }
 
 /* The arena for the session's budget (or its forced G/B), the streamer, and the fast path's

@@ -1,0 +1,223 @@
+/* The synthetic models' presets (synth_presets.h). */
+#include "model/synth_presets.h"
+
+#include "estream_tools.h"
+
+#include <stddef.h>
+#include <string.h>
+
+
+/* Sizes from each model's config.json on Hugging Face where a preset is named after a model. */
+static const es_synth_preset presets[] = {
+    /* tiny: every code path (several experts, top-k > 1, 32-multiple rows), for tests. llama.cpp's
+     * olmoe wants attn_k_norm over n_embd, so it cannot load grouped-query attention: tiny-gqa
+     * (2 KV heads) covers GQA for estream's own paths only. */
+    {.name = "tiny", .arch = "olmoe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64, .n_layer = 2,
+     .n_head = 4, .n_head_kv = 4, .n_ff_exp = 64, .n_expert = 8, .n_expert_used = 2,
+     .rope_base = 1e4f, .rms_eps = 1e-5f},
+    {.name = "tiny-gqa", .arch = "olmoe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-5f},
+    /* small: the sizes where the fast path splits its work, for tests that must see it: hidden
+     * 320 and FFN 288 exceed every column chunk (128) with a tail, top-4 of 8 routes a busy
+     * expert past the plan's 512-row block at ~600 tokens, and a context for several key blocks. */
+    {.name = "small", .arch = "olmoe", .n_vocab = 320, .n_ctx = 1024, .n_embd = 320,
+     .n_layer = 2, .n_head = 5, .n_head_kv = 5, .n_ff_exp = 288, .n_expert = 8,
+     .n_expert_used = 4, .rope_base = 1e4f, .rms_eps = 1e-5f},
+    {.name = "mini", .arch = "olmoe", .n_vocab = 1024, .n_ctx = 2048, .n_embd = 512,
+     .n_layer = 4, .n_head = 8, .n_head_kv = 8, .n_ff_exp = 512, .n_expert = 32,
+     .n_expert_used = 4, .rope_base = 1e4f, .rms_eps = 1e-5f},
+    {.name = "olmoe-1b-7b", .arch = "olmoe", .n_vocab = 50304, .n_ctx = 4096, .n_embd = 2048,
+     .n_layer = 16, .n_head = 16, .n_head_kv = 16, .n_ff_exp = 1024, .n_expert = 64,
+     .n_expert_used = 8, .rope_base = 1e4f, .rms_eps = 1e-5f},
+    /* tiny-qwen3moe: GQA, a head size (32) that is not hidden / heads (16), per-head q/k norms,
+     * top-k renormalised and a tied output head, as small Qwen3 models have. */
+    {.name = "tiny-qwen3moe", .arch = "qwen3moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
+     .n_ff = 512},
+    /* tiny-qwen3moe-yarn: the same with YaRN scaling x4 of 64 positions, as long-context
+     * Qwen3 files carry it (x4 of 32,768) */
+    {.name = "tiny-qwen3moe-yarn", .arch = "qwen3moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
+     .n_ff = 512, .yarn_factor = 4.0f, .yarn_orig_ctx = 64},
+    /* tiny-qwen3moe-vocab: tiny-qwen3moe with Qwen3's 151,936-token vocabulary and a context of
+     * 4,096: the head's memory with a real vocabulary, on a model that runs in seconds */
+    {.name = "tiny-qwen3moe-vocab", .arch = "qwen3moe", .n_vocab = 151936, .n_ctx = 4096,
+     .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
+     .n_ff = 512},
+    {.name = "qwen3-30b-a3b", .arch = "qwen3moe", .n_vocab = 151936, .n_ctx = 40960,
+     .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .n_embd_head = 128,
+     .n_ff_exp = 768, .n_expert = 128, .n_expert_used = 8, .rope_base = 1e6f, .rms_eps = 1e-6f,
+     .n_ff = 6144},
+    /* tiny-mixtral: llama with experts, GQA, normal RoPE, top-2 of 8 renormalised. */
+    {.name = "tiny-mixtral", .arch = "llama", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f},
+    {.name = "mixtral-8x7b", .arch = "llama", .n_vocab = 32000, .n_ctx = 32768, .n_embd = 4096,
+     .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 14336, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f},
+    /* tiny-deepseek: a dense first layer, then MoE layers with 2 shared experts; top-2 of 8 as
+     * is, scaled by expert_weights_scale. */
+    {.name = "tiny-deepseek", .arch = "deepseek", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128, .n_dense_lead = 1,
+     .n_shared = 2, .weights_scale = 1.5f},
+    /* small-*: hidden 256 and FFNs of multiples of 256, so that llama-quantize can write the
+     * K-quant mixes of real downloads (Q4_K_M, Q5_K_M) of them */
+    {.name = "small-qwen3moe", .arch = "qwen3moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 128, .n_ff_exp = 256,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .n_ff = 1024},
+    {.name = "small-mixtral", .arch = "llama", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f},
+    {.name = "small-deepseek", .arch = "deepseek", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 512, .n_dense_lead = 1,
+     .n_shared = 2, .weights_scale = 1.0f},
+    {.name = "deepseek-moe-16b", .arch = "deepseek", .n_vocab = 102400, .n_ctx = 4096,
+     .n_embd = 2048, .n_layer = 28, .n_head = 16, .n_head_kv = 16, .n_ff_exp = 1408,
+     .n_expert = 64, .n_expert_used = 6, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 10944,
+     .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f},
+    /* tiny-lfm2moe: a dense short-conv first layer, then attention, conv, attention MoE layers
+     * with a sigmoid router and expert bias, per-head q/k norms, GQA */
+    {.name = "tiny-lfm2moe", .arch = "lfm2moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 4, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 128, .n_dense_lead = 1,
+     .kinds = "caca", .tied = true},
+    {.name = "small-lfm2moe", .arch = "lfm2moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 4, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 256, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 512, .n_dense_lead = 1,
+     .kinds = "caca"},
+    /* LFM2-8B-A1B: 24 layers, 6 of them GQA attention (the others short convolutions, 3 taps;
+     * the attention layers' positions approximate the released model's, which cost the same),
+     * the first 2 dense, 32 experts top-4, tied head */
+    {.name = "lfm2-8b-a1b", .arch = "lfm2moe", .n_vocab = 65536, .n_ctx = 128000,
+     .n_embd = 2048, .n_layer = 24, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 1792,
+     .n_expert = 32, .n_expert_used = 4, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 7168,
+     .n_dense_lead = 2, .kinds = "ccaccaccaccaccaccacccacc", .tied = true},
+    /* tiny-deepseek2: multi-head latent attention without q LoRA (latent 64, heads of 32 + 16
+     * rope, values of 32), YaRN as DeepSeek-V2-Lite's, a dense first layer, 2 shared experts.
+     * llama.cpp treats a deepseek2 file as q-LoRA-less (-Lite) only at 26 or 27 layers or where
+     * attention.q_lora_rank is 0, which the small presets write. */
+    {.name = "tiny-deepseek2", .arch = "deepseek2", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_embd_head = 48, .n_ff_exp = 32,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128,
+     .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 64, .qk_rope = 16,
+     .v_head = 32, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096, .yarn_mscale_all = 0.707f},
+    {.name = "tiny-deepseek2-joined", .arch = "deepseek2", .n_vocab = 320, .n_ctx = 512,
+     .n_embd = 64, .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_embd_head = 48, .n_ff_exp = 32,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128,
+     .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 64, .qk_rope = 16,
+     .v_head = 32, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096, .yarn_mscale_all = 0.707f,
+     .mla_joined = true},
+    {.name = "small-deepseek2", .arch = "deepseek2", .n_vocab = 320, .n_ctx = 512,
+     .n_embd = 256, .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_embd_head = 192,
+     .n_ff_exp = 256, .n_expert = 8, .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f,
+     .n_ff = 512, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 256,
+     .qk_rope = 64, .v_head = 128, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096,
+     .yarn_mscale_all = 0.707f},
+    /* tiny-deepseek3: DeepSeek-V3's kind of deepseek2 file (DeepSeek-V3/R1, Kimi-K2, GLM-4.7-
+     * Flash): queries through q LoRA (rank 64), a sigmoid router with a selection bias whose
+     * top-4 of 16 experts come from the best 2 of 4 groups, renormalised and scaled by 2.5, one
+     * shared expert, YaRN x40 of 4,096 (mscale_all_dim 0.707, V2-Lite's: with DeepSeek-V3's 1.0
+     * this file's Q4_0 logits meet activation-rounding near-ties against llama.cpp's, one to
+     * three positions per seed, as llama.cpp's own builds do among themselves) */
+    {.name = "tiny-deepseek3", .arch = "deepseek2", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_embd_head = 48, .n_ff_exp = 32,
+     .n_expert = 16, .n_expert_used = 4, .rope_base = 1e4f, .rms_eps = 1e-6f, .n_ff = 128,
+     .n_dense_lead = 1, .n_shared = 1, .weights_scale = 2.5f, .kv_lora = 64, .qk_rope = 16,
+     .v_head = 32, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096, .yarn_mscale_all = 0.707f,
+     .q_lora = 64, .v3_router = true, .n_group = 4, .n_group_used = 2},
+    /* Moonlight-16B-A3B (Kimi's DeepSeek-V3-kind model without q LoRA): 27 layers (the first
+     * dense), 16 heads of 128 + 64 rope, latent 512, values of 128, 64 experts top-6 + 2 shared,
+     * sigmoid router with selection bias, renormalised, x2.446 */
+    {.name = "moonlight-16b-a3b", .arch = "deepseek2", .n_vocab = 163840, .n_ctx = 8192,
+     .n_embd = 2048, .n_layer = 27, .n_head = 16, .n_head_kv = 16, .n_embd_head = 192,
+     .n_ff_exp = 1408, .n_expert = 64, .n_expert_used = 6, .rope_base = 5e4f, .rms_eps = 1e-5f,
+     .n_ff = 11264, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 2.446f, .kv_lora = 512,
+     .qk_rope = 64, .v_head = 128, .v3_router = true},
+    /* DeepSeek-V2-Lite: 27 layers (the first dense), 16 heads of 128 + 64 rope, latent 512,
+     * values of 128, 64 experts top-6 + 2 shared, YaRN x40 of 4,096 */
+    {.name = "deepseek-v2-lite", .arch = "deepseek2", .n_vocab = 102400, .n_ctx = 163840,
+     .n_embd = 2048, .n_layer = 27, .n_head = 16, .n_head_kv = 16, .n_embd_head = 192,
+     .n_ff_exp = 1408, .n_expert = 64, .n_expert_used = 6, .rope_base = 1e4f, .rms_eps = 1e-6f,
+     .n_ff = 10944, .n_dense_lead = 1, .n_shared = 2, .weights_scale = 1.0f, .kv_lora = 512,
+     .qk_rope = 64, .v_head = 128, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096,
+     .yarn_mscale_all = 0.707f},
+    /* tiny-qwen2moe: Qwen2-MoE's graph in small: q/k/v biases, 4 heads (2 KV), 8 experts of 32
+     * top-2 as chosen (no renormalisation), a shared expert of 96 gated by a sigmoid */
+    {.name = "tiny-qwen2moe", .arch = "qwen2moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .n_ff = 128, .n_ff_shexp = 96},
+    /* Qwen1.5-MoE-A2.7B: 24 layers of 2048, 16 heads, 60 experts of 1408 top-4, a shared expert
+     * of 5632, vocab 151936 */
+    {.name = "qwen1.5-moe-a2.7b", .arch = "qwen2moe", .n_vocab = 151936, .n_ctx = 8192,
+     .n_embd = 2048, .n_layer = 24, .n_head = 16, .n_head_kv = 16, .n_ff_exp = 1408,
+     .n_expert = 60, .n_expert_used = 4, .rope_base = 1e6f, .rms_eps = 1e-6f, .n_ff = 5632,
+     .n_ff_shexp = 5632},
+    /* tiny-gptoss: gpt-oss's graph in small: 4 query heads of 32 over 2 KV heads (wider than
+     * the hidden size, as gpt-oss's 64 x 64 over 2,880), a window of 40 positions on layer 0 (and
+     * 2), YaRN x4 of 128, top-2 of 8 biased experts; the expert biases are wide enough that the
+     * clamped SwiGLU's limits of 7 are met. */
+    {.name = "tiny-gptoss", .arch = "gpt-oss", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1.5e5f, .rms_eps = 1e-5f, .n_ff = 64,
+     .yarn_factor = 4.0f, .yarn_orig_ctx = 128, .n_swa = 40},
+    /* small-gptoss: tiny-gptoss at sizes where the expert operator splits its columns (hidden
+     * 320, expert FFN 288: chunks of 128 with a partial last one), 4 heads of 64 over 2 KV */
+    {.name = "small-gptoss", .arch = "gpt-oss", .n_vocab = 320, .n_ctx = 1024, .n_embd = 320,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 64, .n_ff_exp = 288,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1.5e5f, .rms_eps = 1e-5f, .n_ff = 288,
+     .yarn_factor = 4.0f, .yarn_orig_ctx = 128, .n_swa = 40},
+    /* gpt-oss-20b: 24 layers of 2,880, 64 heads of 64 over 8 KV heads, 32 experts of 2,880
+     * top-4, windows of 128 on every other layer, YaRN x32 of 4,096 (config.json) */
+    {.name = "gpt-oss-20b", .arch = "gpt-oss", .n_vocab = 201088, .n_ctx = 131072,
+     .n_embd = 2880, .n_layer = 24, .n_head = 64, .n_head_kv = 8, .n_embd_head = 64,
+     .n_ff_exp = 2880, .n_expert = 32, .n_expert_used = 4, .rope_base = 1.5e5f,
+     .rms_eps = 1e-5f, .n_ff = 2880, .yarn_factor = 32.0f, .yarn_orig_ctx = 4096, .n_swa = 128},
+    /* tiny-glm4moe: GLM-4.5-Air's graph in small: 4 heads of 32 over 2 KV heads (wider than
+     * the hidden size, as 96 x 128 over 4,096), q/k/v biases, RoPE on half of each head, a dense
+     * first layer, 8 experts of 32 top-2 and one shared, a sigmoid router with selection bias,
+     * renormalised and scaled by 2.5 (GLM-4.5's routed_scaling_factor), one multi-token
+     * prediction block after the 3 that run */
+    {.name = "tiny-glm4moe", .arch = "glm4moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 32,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 128,
+     .n_dense_lead = 1, .n_shared = 1, .weights_scale = 2.5f, .v3_router = true, .n_rot = 16,
+     .n_nextn = 1},
+    /* small-glm4moe: GLM-4.5 (355B)'s graph (per-head q/k norms) at sizes K-quants fit: hidden
+     * 256, heads of 64 (RoPE on 32), experts of 256 */
+    {.name = "small-glm4moe", .arch = "glm4moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 256,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_embd_head = 64, .n_ff_exp = 256,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 512,
+     .n_dense_lead = 1, .n_shared = 1, .weights_scale = 2.5f, .v3_router = true, .n_rot = 32,
+     .qk_norm = true, .n_nextn = 1},
+    /* GLM-4.5-Air: 46 layers of 4,096 (and one MTP block), 96 heads of 128 over 8 KV heads, RoPE
+     * on 64 dims, a dense first layer of 10,944, 128 experts of 1,408 top-8 and one shared,
+     * vocab 151,552 (config.json) */
+    {.name = "glm-4.5-air", .arch = "glm4moe", .n_vocab = 151552, .n_ctx = 131072,
+     .n_embd = 4096, .n_layer = 46, .n_head = 96, .n_head_kv = 8, .n_embd_head = 128,
+     .n_ff_exp = 1408, .n_expert = 128, .n_expert_used = 8, .rope_base = 1e6f, .rms_eps = 1e-5f,
+     .n_ff = 10944, .n_dense_lead = 1, .n_shared = 1, .weights_scale = 1.0f, .v3_router = true,
+     .n_rot = 64, .n_nextn = 1},
+};
+static const char *const preset_names[] = {
+    "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
+    "tiny-qwen3moe-vocab", "qwen3-30b-a3b",
+    "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
+    "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
+    "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
+    "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
+    "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", NULL};
+
+const char *const *es_synth_presets(void) { return preset_names; }
+
+const es_synth_preset *es_synth_preset_find(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof(presets) / sizeof(presets[0]); i++)
+        if (strcmp(name, presets[i].name) == 0) return &presets[i];
+    return NULL;
+}
