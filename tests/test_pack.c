@@ -322,6 +322,65 @@ static void test_small_q4_0(void **state) { (void)state; pack_and_check("small",
 /* version 1 packs ("gguf-rows") are still written on request and read */
 static void test_tiny_q4_0_v1(void **state) { (void)state; pack_and_check_v("tiny", "q4_0", 1); }
 static void test_small_q8_0_v1(void **state) { (void)state; pack_and_check_v("small", "q8_0", 1); }
+/* The multi-token-prediction blocks of a GLM-4.5 or DeepSeek-V3 file (the last
+ * nextn_predict_layers of block_count) are never run: the pack leaves them out, experts and
+ * other tensors (tiny-glm4moe: block 3 of 4), keeps every other tensor and runs like the GGUF. */
+static void test_mtp_blocks_left_out(void **state)
+{
+    (void)state;
+    const char *src = "tests/data/tiny-glm4moe-q4_0.gguf", *dst = t_tmp_path("glm4moe.pack");
+    es_pack_result r;
+    assert_int_equal(es_pack(src, dst, NULL, &r), ES_OK);
+    assert_int_equal(r.n_layers, 2); /* MoE blocks 1 and 2; block 0 is dense */
+    es_gguf *g, *pk;
+    assert_int_equal(es_gguf_open(src, &g), ES_OK);
+    assert_int_equal(es_gguf_open(dst, &pk), ES_OK);
+    int kept = 0, left = 0;
+    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        const bool mtp = strncmp(name, "blk.3.", 6) == 0;
+        const bool expert = strstr(name, "_exps.weight") != NULL;
+        const es_gguf_tensor *u = es_gguf_find_tensor(pk, name);
+        if (mtp) {
+            assert_null(u);
+            left++;
+        } else if (!expert) {
+            assert_non_null(u);
+            assert_int_equal(u->nbytes, t->nbytes);
+            assert_memory_equal(u->data, t->data, t->nbytes);
+            kept++;
+        }
+    }
+    assert_int_equal(left, 21); /* the block's 17 (3 of them experts) and the MTP head's 4 */
+    assert_true(kept > 30);
+    assert_null(es_gguf_find_tensor(pk, "blk.3.ffn_exps"));
+    es_gguf_close(g);
+    es_gguf_close(pk);
+    /* the pack's logits are the file's */
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = (i * 37 + 5) % 320;
+    float *y[2];
+    const char *paths[2] = {src, dst};
+    for (int k = 0; k < 2; k++) {
+        es_model *m;
+        es_session *ss;
+        assert_int_equal(es_model_open(paths[k], 0, &m), ES_OK);
+        es_session_params sp = es_session_default_params();
+        sp.n_threads = 1;
+        assert_int_equal(es_session_create(m, &sp, &ss), ES_OK);
+        y[k] = malloc(sizeof(float) * 320);
+        assert_int_equal(es_session_prefill(ss, ids, 40, 0, y[k]), ES_OK);
+        es_session_destroy(ss);
+        es_model_close(m);
+    }
+    assert_memory_equal(y[0], y[1], sizeof(float) * 320);
+    free(y[0]);
+    free(y[1]);
+    unlink(dst);
+}
+
 static void test_write_version_refused(void **state)
 {
     (void)state;
@@ -798,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_tiny_q4_0_v1),
         cmocka_unit_test(test_small_q8_0_v1),
         cmocka_unit_test(test_write_version_refused),
+        cmocka_unit_test(test_mtp_blocks_left_out),
         cmocka_unit_test(test_odd_shapes),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_corrupt_record_detected),

@@ -30,6 +30,7 @@
 #include "quant/tiles.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,8 @@ typedef struct packer {
     const es_pack_opts *opts;
     uint32_t version;     /* ES_PACK_VERSION or ES_PACK_VERSION_V1 */
     uint64_t done, total; /* progress units: bytes */
+    long first_mtp;       /* blocks from here on are multi-token-prediction heads (LONG_MAX:
+                           * none), which no prefill runs: left out of the pack */
 } packer;
 
 static void report(packer *p, uint64_t add)
@@ -105,6 +108,36 @@ static long parse_index(const char **s)
     if (digits == 0 || digits == 7 || (digits > 1 && **s == '0')) return -1;
     *s = p;
     return n;
+}
+
+/* The first multi-token-prediction block: the last <arch>.nextn_predict_layers of
+ * <arch>.block_count (DeepSeek-V3's and GLM-4.5's files), which the model loader never binds;
+ * LONG_MAX where the file has none. */
+static long first_mtp_block(const es_gguf *g)
+{
+    es_str arch;
+    char key[96];
+    uint32_t blocks = 0, nextn = 0;
+    if (!es_gguf_get_str(g, "general.architecture", &arch) || arch.len > 48) return LONG_MAX;
+    snprintf(key, sizeof(key), "%.*s.nextn_predict_layers", (int)arch.len, arch.ptr);
+    if (!es_gguf_get_u32(g, key, &nextn) || nextn == 0) return LONG_MAX;
+    snprintf(key, sizeof(key), "%.*s.block_count", (int)arch.len, arch.ptr);
+    if (!es_gguf_get_u32(g, key, &blocks) || nextn >= blocks) return LONG_MAX;
+    return (long)(blocks - nextn);
+}
+
+/* True if the tensor belongs to a multi-token-prediction block ("blk.<N>." with N >= first). */
+static bool in_mtp_block(const packer *p, es_str name)
+{
+    if (p->first_mtp == LONG_MAX || name.len < 5 || memcmp(name.ptr, "blk.", 4) != 0)
+        return false;
+    char buf[16];
+    const size_t n = name.len - 4 < sizeof(buf) - 1 ? name.len - 4 : sizeof(buf) - 1;
+    memcpy(buf, name.ptr + 4, n);
+    buf[n] = 0;
+    const char *d = buf;
+    const long il = parse_index(&d);
+    return il >= 0 && *d == '.' && il >= p->first_mtp;
 }
 
 /* Parses an expert tensor's name: "blk.<N>.ffn_<gate|up|down>_exps.weight" returns 1 and sets
@@ -237,6 +270,7 @@ static es_status find_layers(packer *p)
     if (!p->layers) return es_fail(ES_E_NOMEM, "pack: out of memory");
     for (int64_t i = 0; i < nt; i++) {
         const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        if (in_mtp_block(p, t->name)) continue;
         int il = 0, kind = 0;
         long e = 0;
         int r = parse_expert_name(t->name, &il, &kind, &e);
@@ -485,6 +519,7 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
         goto done;
     }
     if ((st = check_not_pack(p.g, src_path)) != ES_OK) goto done;
+    p.first_mtp = first_mtp_block(p.g);
     if ((st = find_layers(&p)) != ES_OK) goto done;
     if (p.n_layers == 0) {
         st = es_fail(ES_E_UNSUPPORTED, "%s has no expert tensors (blk.N.ffn_gate_exps.weight "
@@ -521,7 +556,8 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
         const es_gguf_tensor *t = es_gguf_tensor_at(p.g, i);
         int il, kind;
         long e;
-        if (parse_expert_name(t->name, &il, &kind, &e) == 0) p.total += t->nbytes;
+        if (!in_mtp_block(&p, t->name) && parse_expert_name(t->name, &il, &kind, &e) == 0)
+            p.total += t->nbytes;
     }
 
     /* Metadata: the source's keys in their order, then the pack's. */
@@ -549,6 +585,7 @@ es_status es_pack_write_version(const char *src_path, const char *out_path,
         const es_gguf_tensor *t = es_gguf_tensor_at(p.g, i);
         int il, kind;
         long e;
+        if (in_mtp_block(&p, t->name)) continue;
         if (parse_expert_name(t->name, &il, &kind, &e) == 0) {
             char name[512];
             if (t->name.len >= sizeof(name)) {
