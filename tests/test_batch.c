@@ -308,6 +308,13 @@ static void test_invariance_glm4moe(void **st)
     invariance(data("tiny-glm4moe-q4_0.gguf"), NULL, 512, t_tmp_path("glm4moe.pack"));
 }
 
+/* ernie4_5-moe: a softmax router with a selection bias, an ungated shared expert */
+static void test_invariance_ernie(void **st)
+{
+    (void)st;
+    invariance(data("tiny-ernie-q4_0.gguf"), NULL, 512, NULL);
+}
+
 static void test_invariance_gptoss(void **st)
 {
     (void)st;
@@ -704,7 +711,7 @@ static void test_logprobs_vs_llama(void **st)
     (void)st;
     const char *stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16", "tiny-deepseek-f16",
                            "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
-                           "tiny-gptoss-f16", "tiny-glm4moe-f16"};
+                           "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -813,6 +820,7 @@ int main(void)
         cmocka_unit_test(test_invariance_qwen2moe),
         cmocka_unit_test(test_invariance_gptoss),
         cmocka_unit_test(test_invariance_glm4moe),
+        cmocka_unit_test(test_invariance_ernie),
         cmocka_unit_test(test_amx_batches),
         cmocka_unit_test(test_sixty_four),
         cmocka_unit_test(test_outputs_from_logits),

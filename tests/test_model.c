@@ -73,6 +73,8 @@ static void test_synth_is_deterministic(void **state)
         {"small-gptoss", "q4_0", DATA "small-gptoss-q4_0.gguf"},
         {"tiny-glm4moe", "f16", DATA "tiny-glm4moe-f16.gguf"},
         {"tiny-glm4moe", "q4_0", DATA "tiny-glm4moe-q4_0.gguf"},
+        {"tiny-ernie", "f16", DATA "tiny-ernie-f16.gguf"},
+        {"tiny-ernie", "q4_0", DATA "tiny-ernie-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -765,6 +767,54 @@ static void test_glm4moe(void **state)
     unlink(dst);
 }
 
+static es_status ernie_step_2(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "ernie4_5-moe.interleave_moe_layer_step", 2);
+}
+
+/* ernie4_5-moe as llama.cpp reads ERNIE-4.5 files: one shared expert of
+ * expert_shared_feed_forward_length (none without the key), exp_probs_b where the file has it,
+ * a softmax router renormalised, a MoE layer in every layer after the dense ones (another
+ * interleave_moe_layer_step, or none, refused). */
+static void test_ernie(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-ernie-f16.gguf", *dst = t_tmp_path("ernie.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "ernie4_5-moe");
+    assert_int_equal(m->hp.n_expert_shared, 1);
+    assert_int_equal(m->hp.n_ff_shexp, 64);
+    assert_int_equal(m->hp.n_layer_dense_lead, 1);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SOFTMAX);
+    assert_true(m->hp.router.renorm);
+    for (int il = 1; il < 3; il++) {
+        assert_non_null(m->layers[il].exp_probs_b.data);
+        assert_non_null(m->layers[il].gate_shexp.data);
+        assert_non_null(m->layers[il].bq.data);
+    }
+    es_model_close(m);
+    rewrite(src, dst, NULL, "blk.1.exp_probs_b.bias"); /* optional, as in llama.cpp */
+    m = open_ok(dst);
+    assert_null(m->layers[1].exp_probs_b.data);
+    assert_non_null(m->layers[2].exp_probs_b.data);
+    es_model_close(m);
+    rewrite_without(src, dst, "ernie4_5-moe.expert_shared_feed_forward_length", NULL, NULL);
+    m = NULL; /* no shared expert: its tensors are then not the model's */
+    assert_int_equal(es_model_open(dst, 0, &m), ES_OK);
+    assert_int_equal(m->hp.n_expert_shared, 0);
+    assert_null(m->layers[1].gate_shexp.data);
+    es_model_close(m);
+    rewrite(src, dst, ernie_step_2, NULL);
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_UNSUPPORTED);
+    if (!strstr(es_last_error(), "interleave_moe_layer_step = 2"))
+        fail_msg("'%s'", es_last_error());
+    rewrite_without(src, dst, "ernie4_5-moe.interleave_moe_layer_step", NULL, NULL);
+    m = NULL;
+    assert_int_not_equal(es_model_open(dst, 0, &m), ES_OK); /* required, as in llama.cpp */
+    unlink(dst);
+}
+
 /* Every family of the table is named where an unknown architecture is refused (the list had
  * fallen behind two families). */
 static void test_families_listed(void **state)
@@ -964,6 +1014,7 @@ int main(void)
         cmocka_unit_test(test_synth_mxfp4_is_llama_quantize),
         cmocka_unit_test(test_qwen2moe_sizes),
         cmocka_unit_test(test_glm4moe),
+        cmocka_unit_test(test_ernie),
         cmocka_unit_test(test_families_listed),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_metadata_types),

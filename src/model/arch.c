@@ -43,7 +43,7 @@ static const es_arch families[] = {
     {.name = "deepseek2", .model_names = "DeepSeek-V2/V3", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
      .shared_experts = true, .weights_scale = true, .router_keys = true, .nextn = true,
-     .mla = true, .synth_pre = "deepseek-llm"},
+     .expert_bias_optional = true, .mla = true, .synth_pre = "deepseek-llm"},
     /* Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): q/k/v projections with biases, NEOX RoPE,
      * a softmax top-k as is, one shared expert gated per token by a sigmoid. */
     {.name = "qwen2moe", .model_names = "Qwen2-MoE", .qk_norm = ES_QK_NORM_NONE,
@@ -70,6 +70,16 @@ static const es_arch families[] = {
      .output_optional = true, .dense_lead = true, .shared_experts = true, .weights_scale = true,
      .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true, .expert_bias = true,
      .attn_bias = true, .ffn_norm = "post_attention_norm", .synth_pre = "glm4"},
+    /* ERNIE-4.5 MoE (llama.cpp's ernie4_5-moe: ERNIE-4.5-21B-A3B, ERNIE-4.5-300B-A47B): q/k/v
+     * biases where present (an output bias llama.cpp loads and does not add), normal RoPE,
+     * leading dense layers, a softmax router with exp_probs_b where the file has it, top-k
+     * renormalised and scaled by expert_weights_scale, one shared expert of
+     * expert_shared_feed_forward_length; a MoE layer every interleave_moe_layer_step layers
+     * (only 1, every layer after the dense ones, is a file llama.cpp loads). */
+    {.name = "ernie4_5-moe", .model_names = "ERNIE-4.5-MoE", .qk_norm = ES_QK_NORM_NONE,
+     .rope = ES_ROPE_NORM, .topk_renorm = true, .output_optional = true, .dense_lead = true,
+     .weights_scale = true, .expert_bias_optional = true, .shexp_sized = true,
+     .attn_bias = true, .synth_pre = "llama-bpe"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -83,7 +93,7 @@ const char *es_arch_supported(void)
 {
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
-           "(gpt-oss), glm4moe (GLM-4.5/4.6)";
+           "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE)";
 }
 
 const es_arch *es_arch_at(int i)

@@ -59,6 +59,9 @@ typedef struct es_arch {
                                * expert_weights_norm (absent: topk_renorm) choose the router */
     bool nextn;               /* the last nextn_predict_layers blocks are multi-token-prediction
                                * heads, not part of the forward pass */
+    bool expert_bias_optional; /* exp_probs_b where the file has it (deepseek2, ERNIE-4.5) */
+    bool shexp_sized;         /* one shared expert of expert_shared_feed_forward_length, none
+                               * without the key (ERNIE-4.5) */
     bool expert_bias;         /* blk.N.exp_probs_b.bias [n_expert] is added to the probabilities
                                * for choosing the experts only (their weights stay unbiased) */
     bool conv_layers;         /* layers whose attention.head_count_kv entry is 0 are LFM2

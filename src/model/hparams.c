@@ -402,6 +402,17 @@ es_status es_hparams_read(es_model *m)
         ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
         hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
     }
+    if (fam->shexp_sized) { /* ERNIE-4.5: one shared expert of the key's size, if any */
+        ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 0, 1 << 18,
+                       &hp->n_ff_shexp));
+        hp->n_expert_shared = hp->n_ff_shexp > 0;
+        int step = 1; /* llama.cpp's loader makes every layer after the dense ones MoE */
+        ES_TRY(get_int(m, "interleave_moe_layer_step", true, 1, 1 << 16, &step));
+        if (step != 1)
+            return es_fail(ES_E_UNSUPPORTED, "%s: %s.interleave_moe_layer_step = %d: dense layers "
+                           "between the MoE layers are not supported (llama.cpp loads experts "
+                           "for every layer after the leading dense ones)", path, m->arch, step);
+    }
     if (fam->shexp_gated) { /* one gated shared expert of its own size */
         hp->n_expert_shared = 1;
         hp->n_ff_shexp = hp->n_ff;

@@ -327,7 +327,8 @@ static es_status bind_tensors(es_model *m)
         char bname[64];
         snprintf(bname, sizeof(bname), "blk.%d.exp_probs_b.bias", il);
         /* deepseek2 files of DeepSeek-V3's kind have it (llama.cpp: optional there) */
-        if (m->family->expert_bias || (m->family->mla && es_gguf_find_tensor(m->gguf, bname))) {
+        if (m->family->expert_bias ||
+            (m->family->expert_bias_optional && es_gguf_find_tensor(m->gguf, bname))) {
             const int64_t nb[1] = {ne_};
             ES_TRY(bind(m, bname, 1, nb, true, &L->exp_probs_b));
         }

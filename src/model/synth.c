@@ -340,6 +340,8 @@ static es_status set_hparams(es_gguf_writer *w, const es_synth_preset *p, uint32
     if (!st && p->n_swa) st = set_arch_u32(w, a, "attention.sliding_window", (uint32_t)p->n_swa);
     if (!st && p->n_ff_shexp)
         st = set_arch_u32(w, a, "expert_shared_feed_forward_length", (uint32_t)p->n_ff_shexp);
+    if (!st && es_arch_find(a)->shexp_sized) /* ERNIE-4.5's converter: MoE every layer */
+        st = set_arch_u32(w, a, "interleave_moe_layer_step", 1);
     return st;
 }
 
@@ -489,7 +491,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         GEN(LNAME("ffn_gate_inp"), GEN_ROUTER, ES_QTYPE_F32, 2, d, E, 1, rs, o->seed);
         g->common = c.common;
         g->bias = c.bias + il * E;
-        if (fam->expert_bias || p->v3_router) { /* the selection bias: small next to sigmoid
+        if (fam->expert_bias || p->v3_router || p->sel_bias) { /* the selection bias: small next to sigmoid
                                                     * probabilities */
             snprintf(name, sizeof(name), "blk.%d.exp_probs_b.bias", il);
             GEN(name, GEN_NORMAL, ES_QTYPE_F32, 1, E, 1, 1, 0.02f, o->seed);

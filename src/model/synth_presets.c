@@ -203,6 +203,20 @@ static const es_synth_preset presets[] = {
      .n_ff_exp = 1408, .n_expert = 128, .n_expert_used = 8, .rope_base = 1e6f, .rms_eps = 1e-5f,
      .n_ff = 10944, .n_dense_lead = 1, .n_shared = 1, .weights_scale = 1.0f, .v3_router = true,
      .n_rot = 64, .n_nextn = 1},
+    /* tiny-ernie: ERNIE-4.5-21B-A3B's graph in small: 4 heads (2 KV), q/k/v biases, normal
+     * RoPE, a dense first layer, 8 experts of 32 top-2 by a softmax with a selection bias,
+     * renormalised, one shared expert of 64 */
+    {.name = "tiny-ernie", .arch = "ernie4_5-moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 5e5f, .rms_eps = 1e-5f, .n_ff = 128, .n_dense_lead = 1,
+     .n_ff_shexp = 64, .sel_bias = true},
+    /* ERNIE-4.5-21B-A3B: 28 layers of 2,560, 20 heads of 128 over 4 KV heads, a dense first
+     * layer of 12,288, 64 experts of 1,536 top-6 and a shared FFN of 3,072, vocab 103,424
+     * (config.json) */
+    {.name = "ernie-4.5-21b-a3b", .arch = "ernie4_5-moe", .n_vocab = 103424, .n_ctx = 131072,
+     .n_embd = 2560, .n_layer = 28, .n_head = 20, .n_head_kv = 4, .n_embd_head = 128,
+     .n_ff_exp = 1536, .n_expert = 64, .n_expert_used = 6, .rope_base = 5e5f, .rms_eps = 1e-5f,
+     .n_ff = 12288, .n_dense_lead = 1, .n_ff_shexp = 3072, .sel_bias = true},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -211,7 +225,8 @@ static const char *const preset_names[] = {
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
-    "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", NULL};
+    "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", "tiny-ernie",
+    "ernie-4.5-21b-a3b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 

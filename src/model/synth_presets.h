@@ -36,6 +36,7 @@ typedef struct es_synth_preset {
     int n_rot;                  /* rope.dimension_count where RoPE turns part of each head (0:
                                  * all of it, no key) */
     bool qk_norm;               /* qk_norm_optional families: the file has the q/k norms */
+    bool sel_bias;              /* write exp_probs_b beside a softmax router (ERNIE-4.5) */
     int n_nextn;                /* nextn families: multi-token-prediction blocks after the
                                  * n_layer ones (in block_count, not run) */
 } es_synth_preset;
