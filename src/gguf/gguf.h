@@ -79,6 +79,9 @@ bool es_gguf_is_mapped(const es_gguf *g);
  * file g mapped as it was then: the same device, inode, size and modification time. A file
  * replaced or rewritten at that path since is not, and reading it would mix two files. */
 bool es_gguf_same_file(const es_gguf *g, int fd);
+/* ES_OK if es_gguf_same_file(g, fd), else ES_E_IO naming g's path and what to do (`use`: what
+ * the caller reads it for, in the message). */
+es_status es_gguf_check_same_file(const es_gguf *g, int fd, const char *use);
 uint32_t es_gguf_version(const es_gguf *g);
 uint64_t es_gguf_alignment(const es_gguf *g);
 /* File offset of the tensor data section. A file without tensors may end before the padding

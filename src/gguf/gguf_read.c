@@ -761,6 +761,13 @@ bool es_gguf_same_file(const es_gguf *g, int fd)
            sb.st_size == g->id.st_size && sb.st_mtim.tv_sec == g->id.st_mtim.tv_sec &&
            sb.st_mtim.tv_nsec == g->id.st_mtim.tv_nsec;
 }
+
+es_status es_gguf_check_same_file(const es_gguf *g, int fd, const char *use)
+{
+    if (es_gguf_same_file(g, fd)) return ES_OK;
+    return es_fail(ES_E_IO, "%s: the file is no longer the one the model was opened from "
+                   "(replaced or rewritten since): open the model again to %s", g->name, use);
+}
 uint32_t es_gguf_version(const es_gguf *g) { return g->version; }
 uint64_t es_gguf_alignment(const es_gguf *g) { return g->alignment; }
 uint64_t es_gguf_data_offset(const es_gguf *g) { return g->data_offset; }

@@ -159,10 +159,10 @@ static es_status embed_from_file(es_session *s)
     if (fd < 0)
         return es_fail(ES_E_IO, "%s: cannot open to read the token embedding: %s", path,
                        strerror(errno));
-    if (!es_gguf_same_file(file, fd)) {
+    const es_status st = es_gguf_check_same_file(file, fd, "read its embedding");
+    if (st) {
         close(fd);
-        return es_fail(ES_E_IO, "%s: the file is no longer the one the model was opened from "
-                       "(replaced or rewritten since): open the model again", path);
+        return st;
     }
     return es_fast_embed_from_file(s->fast, m, fd, es_gguf_data_offset(file) + t->offset);
 }

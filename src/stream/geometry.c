@@ -64,13 +64,12 @@ es_status es_stream_io_open(const es_model *m, const es_io_params *p, es_io **ou
     es_status st = es_io_open_files(paths, (int)n, p, out);
     free(paths);
     for (uint32_t i = 0; st == ES_OK && i < n; i++) {
-        const es_gguf *file = es_gguf_file(m->gguf, i);
-        if (es_gguf_same_file(file, es_io_file_fd(*out, (int)i))) continue;
-        st = es_fail(ES_E_IO, "%s: the file is no longer the one the model was opened from "
-                     "(replaced or rewritten since): open the model again to stream from it",
-                     es_gguf_path(file));
-        es_io_close(*out);
-        *out = NULL;
+        st = es_gguf_check_same_file(es_gguf_file(m->gguf, i), es_io_file_fd(*out, (int)i),
+                                     "stream from it");
+        if (st) {
+            es_io_close(*out);
+            *out = NULL;
+        }
     }
     return st;
 }
