@@ -315,6 +315,15 @@ static void test_invariance_ernie(void **st)
     invariance(data("tiny-ernie-q4_0.gguf"), NULL, 512, NULL);
 }
 
+/* llama4: dense layers between the MoE ones, NoPE and chunked layers (positions from each
+ * sequence's start), the weight on the expert's input; from its pack too (rope_freqs and the
+ * dense layers travel as resident tensors) */
+static void test_invariance_llama4(void **st)
+{
+    (void)st;
+    invariance(data("tiny-llama4-q4_0.gguf"), NULL, 512, t_tmp_path("llama4.pack"));
+}
+
 static void test_invariance_gptoss(void **st)
 {
     (void)st;
@@ -711,7 +720,8 @@ static void test_logprobs_vs_llama(void **st)
     (void)st;
     const char *stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16", "tiny-deepseek-f16",
                            "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
-                           "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16"};
+                           "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16",
+                           "tiny-llama4-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -821,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_invariance_gptoss),
         cmocka_unit_test(test_invariance_glm4moe),
         cmocka_unit_test(test_invariance_ernie),
+        cmocka_unit_test(test_invariance_llama4),
         cmocka_unit_test(test_amx_batches),
         cmocka_unit_test(test_sixty_four),
         cmocka_unit_test(test_outputs_from_logits),

@@ -75,6 +75,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-glm4moe", "q4_0", DATA "tiny-glm4moe-q4_0.gguf"},
         {"tiny-ernie", "f16", DATA "tiny-ernie-f16.gguf"},
         {"tiny-ernie", "q4_0", DATA "tiny-ernie-q4_0.gguf"},
+        {"tiny-llama4", "f16", DATA "tiny-llama4-f16.gguf"},
+        {"tiny-llama4", "q4_0", DATA "tiny-llama4-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -815,6 +817,145 @@ static void test_ernie(void **state)
     unlink(dst);
 }
 
+static es_status l4_window_0(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "llama4.attention.sliding_window", 0);
+}
+static es_status l4_window_512(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "llama4.attention.sliding_window", 512);
+}
+static es_status l4_top2(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "llama4.expert_used_count", 2);
+}
+static es_status l4_pattern_2(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "llama4.attention.sliding_window_pattern", 2);
+}
+
+/* llama4 as llama.cpp reads Llama 4 files: experts every interleave_moe_layer_step-th layer
+ * (tiny-llama4: 2, Maverick's) with dense FFNs between, one shared expert of the experts' size,
+ * a sigmoid router ranking by logit, not renormalised; every 4th layer NoPE and full attention,
+ * the others chunked by 8,192 whatever attention.sliding_window says (0 refused), on the layers
+ * the pattern marks; q/k norms after RoPE with fewer than 128 experts; rope_freqs' factors;
+ * one expert per token only. */
+static void test_llama4(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-llama4-f16.gguf", *dst = t_tmp_path("llama4.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "llama4");
+    assert_int_equal(m->hp.moe_step, 2);
+    assert_int_equal(m->hp.n_expert_shared, 1);
+    assert_int_equal(m->hp.n_ff_shexp, 64);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SIGMOID);
+    assert_true(m->hp.router.by_logit);
+    assert_false(m->hp.router.renorm);
+    assert_true(m->hp.swa_chunked);
+    assert_int_equal(m->hp.n_swa, 8192);
+    assert_true(m->hp.kq_norm_rope);
+    for (int il = 0; il < 8; il++) {
+        const es_layer *L = &m->layers[il];
+        assert_int_equal(es_layer_is_moe(L), il % 2 == 1);
+        assert_int_equal(L->ffn_gate.data != NULL, il % 2 == 0);
+        assert_int_equal(L->gate_shexp.data != NULL, il % 2 == 1);
+        assert_int_equal(L->no_rope, il == 3 || il == 7);
+        assert_int_equal(L->is_swa, il != 3 && il != 7);
+    }
+    assert_non_null(m->hp.rope_factors); /* x8 of 64 positions: 1 for the fastest pairs */
+    assert_true(m->hp.rope_factors[0] == 1.0f && m->hp.rope_factors[15] == 8.0f);
+    es_model_desc md;
+    es_model_describe(m, &md);
+    assert_int_equal(md.expert_layer, 1);
+    es_model_close(m);
+    /* llama.cpp's temperature: 1 up to position 8,190, then log(2) * 0.1 + 1 */
+    assert_true(es_attn_temperature(0) == 1.0f && es_attn_temperature(8190) == 1.0f);
+    assert_true(es_attn_temperature(8191) == (float)(log(2.0) * (double)0.1f + 1.0));
+    assert_true(es_attn_temperature(16383) == (float)(log(3.0) * (double)0.1f + 1.0));
+
+    rewrite(src, dst, l4_window_512, NULL); /* chunks of 8,192 all the same */
+    m = open_ok(dst);
+    assert_int_equal(m->hp.n_swa, 8192);
+    es_model_close(m);
+    rewrite(src, dst, l4_pattern_2, NULL); /* chunked where il % 2 == 0, NoPE still every 4th */
+    m = open_ok(dst);
+    for (int il = 0; il < 8; il++) {
+        assert_int_equal(m->layers[il].is_swa, il % 2 == 0);
+        assert_int_equal(m->layers[il].no_rope, il == 3 || il == 7);
+    }
+    es_model_close(m);
+    rewrite(src, dst, NULL, "rope_freqs.weight"); /* optional: plain RoPE */
+    m = open_ok(dst);
+    assert_null(m->hp.rope_factors);
+    es_model_close(m);
+    struct { es_status (*set)(es_gguf_writer *); const char *want; } refused[] = {
+        {l4_window_0, "sliding_window = 0"}, {l4_top2, "one expert per token"}};
+    for (size_t i = 0; i < T_LEN(refused); i++) {
+        rewrite(src, dst, refused[i].set, NULL);
+        m = NULL;
+        assert_int_equal(es_model_open(dst, 0, &m), ES_E_UNSUPPORTED);
+        if (!strstr(es_last_error(), refused[i].want))
+            fail_msg("'%s' lacks '%s'", es_last_error(), refused[i].want);
+    }
+    rewrite_without(src, dst, "llama4.interleave_moe_layer_step", NULL, NULL);
+    m = NULL;
+    assert_int_not_equal(es_model_open(dst, 0, &m), ES_OK); /* required, as in llama.cpp */
+    if (!strstr(es_last_error(), "interleave_moe_layer_step")) fail_msg("'%s'", es_last_error());
+    unlink(dst);
+}
+
+/* Chunked attention on both paths where the tiny ids cross chunks: tiny-llama4-f16 with its
+ * chunk set to 40 positions (llama.cpp's is 8,192, past these 114 ids) gives the same logits by
+ * the fast path and the reference (F16 terms), and not those of the whole window. */
+static void test_llama4_chunks_both_paths(void **state)
+{
+    (void)state;
+    size_t n;
+    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", &n);
+    es_model *m = open_ok(DATA "tiny-llama4-f16.gguf");
+    const size_t nv = (size_t)es_model_n_vocab(m);
+    float *whole = malloc(sizeof(float) * n * nv), *fast = malloc(sizeof(float) * n * nv);
+    float *ref = malloc(sizeof(float) * n * nv);
+    assert_true(whole && fast && ref);
+    es_session_params o = es_session_default_params();
+    o.n_threads = 2;
+    assert_int_equal(es_prefill(m, ids, n, &o, 1, whole), ES_OK);
+    m->hp.n_swa = 40;
+    assert_int_equal(es_prefill(m, ids, n, &o, 1, fast), ES_OK);
+    o.reference = 1;
+    assert_int_equal(es_prefill(m, ids, n, &o, 1, ref), ES_OK);
+    const t_logit_stats same = t_compare_logits(fast, ref, n, nv);
+    const t_logit_stats moved = t_compare_logits(fast, whole, n, nv);
+    print_message("chunks of 40: fast vs reference max %.3g; vs chunks of 8,192 median %.3g\n",
+                  same.max, moved.median);
+    assert_true(same.max <= 0.03 && same.kl <= 1e-5);
+    assert_true(moved.median >= 0.1);
+    free(whole);
+    free(fast);
+    free(ref);
+    free(ids);
+    es_model_close(m);
+}
+
+/* Llama 4's router ranks the logits themselves: two logits whose sigmoids both round to 1 (20
+ * and 21) are told apart, where ranking the sigmoids would tie them and take the lower id; the
+ * weight is still the sigmoid. */
+static void test_route_by_logit(void **state)
+{
+    (void)state;
+    const float logits[4] = {20.0f, 21.0f, -1.0f, 0.5f};
+    float probs[4], weight[1];
+    int chosen[1];
+    es_router r = {.gating = ES_GATING_SIGMOID, .by_logit = true};
+    es_arch_route(&r, logits, 4, 1, NULL, probs, chosen, weight);
+    assert_int_equal(chosen[0], 1);
+    assert_true(weight[0] == 1.0f);
+    r.by_logit = false; /* the sigmoids tie: the lower id */
+    es_arch_route(&r, logits, 4, 1, NULL, probs, chosen, weight);
+    assert_int_equal(chosen[0], 0);
+}
+
 /* Every family of the table is named where an unknown architecture is refused (the list had
  * fallen behind two families). */
 static void test_families_listed(void **state)
@@ -1015,6 +1156,9 @@ int main(void)
         cmocka_unit_test(test_qwen2moe_sizes),
         cmocka_unit_test(test_glm4moe),
         cmocka_unit_test(test_ernie),
+        cmocka_unit_test(test_llama4),
+        cmocka_unit_test(test_route_by_logit),
+        cmocka_unit_test(test_llama4_chunks_both_paths),
         cmocka_unit_test(test_families_listed),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_metadata_types),

@@ -18,9 +18,11 @@ static const es_arch families[] = {
      * attention.key_length (128 in Qwen3-30B-A3B, not hidden / heads). */
     {.name = "qwen3moe", .model_names = "Qwen3-MoE", .qk_norm = ES_QK_NORM_HEAD,
      .rope = ES_ROPE_NEOX, .topk_renorm = true, .output_optional = true, .synth_pre = "qwen2"},
-    /* llama with experts: Mixtral. No q/k norm, normal RoPE, top-k renormalised. */
+    /* llama with experts: Mixtral. No q/k norm, normal RoPE (with llama3's frequency factors
+     * where the file has them: mixtures made of Llama 3 models), top-k renormalised. */
     {.name = "llama", .model_names = "Mixtral", .qk_norm = ES_QK_NORM_NONE, .rope = ES_ROPE_NORM,
-     .topk_renorm = true, .output_optional = true, .synth_pre = "llama-bpe"},
+     .topk_renorm = true, .output_optional = true, .rope_factors = true,
+     .synth_pre = "llama-bpe"},
     /* DeepSeek-MoE: leading dense layers, shared experts, normal RoPE, no q/k norm, softmax
      * top-k not renormalised but scaled by expert_weights_scale. */
     {.name = "deepseek", .model_names = "DeepSeek-MoE", .qk_norm = ES_QK_NORM_NONE,
@@ -80,6 +82,16 @@ static const es_arch families[] = {
      .rope = ES_ROPE_NORM, .topk_renorm = true, .output_optional = true, .dense_lead = true,
      .weights_scale = true, .expert_bias_optional = true, .shexp_sized = true,
      .attn_bias = true, .synth_pre = "llama-bpe"},
+    /* Llama 4 (llama.cpp's llama4: Llama-4-Scout-17B-16E, Llama-4-Maverick-17B-128E): normal
+     * RoPE with llama3's frequency factors, three chunked-attention RoPE layers with unweighted
+     * q/k RMS norms then one NoPE layer with temperature-scaled queries (irope above), a MoE
+     * layer every interleave_moe_layer_step layers (dense FFNs between), a sigmoid router that
+     * ranks by logit and whose weight scales the one chosen expert's input, one shared expert of
+     * the experts' size. */
+    {.name = "llama4", .model_names = "Llama 4", .qk_norm = ES_QK_NORM_NONE, .rope = ES_ROPE_NORM,
+     .topk_renorm = false, .output_optional = true, .gating = ES_GATING_SIGMOID,
+     .moe_interleave = true, .irope = true, .rope_factors = true, .select_by_logit = true,
+     .weight_before_ffn = true, .shexp_one = true, .synth_pre = "llama4"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -93,7 +105,7 @@ const char *es_arch_supported(void)
 {
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
-           "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE)";
+           "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4)";
 }
 
 const es_arch *es_arch_at(int i)
@@ -149,7 +161,8 @@ void es_arch_route(const es_router *r, const float *logits, int n_expert, int k,
     float score[ES_ROUTE_MAX_EXPERTS];
     bool eligible[ES_ROUTE_MAX_EXPERTS];
     for (int e = 0; e < n_expert; e++) {
-        score[e] = bias ? probs[e] + bias[e] : probs[e];
+        score[e] = r->by_logit ? logits[e] : probs[e];
+        if (bias) score[e] += bias[e];
         eligible[e] = true;
     }
     if (r->n_group > 1) route_groups(r, score, n_expert, eligible);

@@ -86,6 +86,24 @@ typedef struct es_arch {
                                * its gate, up and down outputs */
     bool glu_oai;             /* the experts' GLU is gpt-oss's clamped one:
                                * min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1) */
+    /* Llama 4 (llama.cpp's llama4 graph) has these: */
+    bool moe_interleave;      /* interleave_moe_layer_step N: layer il has experts where
+                               * (il + 1) % N == 0 and a dense FFN of feed_forward_length
+                               * elsewhere (Scout 1, Maverick 2) */
+    bool irope;               /* every 4th layer ((il + 1) % 4 == 0) turns no RoPE, sees every
+                               * earlier position and scales its queries by the temperature
+                               * log(floor((pos + 1) / 8192) + 1) * 0.1 + 1; the others turn
+                               * RoPE, then RMS-normalise q and k per head without a weight
+                               * (not in models of 128 experts: Maverick) and see only their
+                               * own 8,192-position chunk on the layers sliding_window_pattern
+                               * marks (4 where absent: three in four) */
+    bool rope_factors;        /* rope_freqs.weight [n_rot/2] where the file has it: pair i's
+                               * angle divided by factor i (llama3's rope scaling) */
+    bool select_by_logit;     /* the router ranks the experts by their logits (the weights are
+                               * still the gating's: llama4's sigmoid of the chosen) */
+    bool weight_before_ffn;   /* the router weight multiplies the expert's input, not its output
+                               * (llama4; one expert per token) */
+    bool shexp_one;           /* one shared expert of the experts' size in every MoE layer */
     const char *ffn_norm;     /* the FFN norm's tensor suffix (NULL: ffn_norm) */
     const char *output_norm;  /* the final norm's tensor name (NULL: output_norm.weight) */
     const char *synth_pre;    /* tokenizer.ggml.pre of the synthetic models' built-in BPE */
@@ -111,13 +129,15 @@ typedef struct es_router {
     float scale;        /* then multiplied by this (0 or 1: not at all) */
     int n_group;        /* expert_group_count: experts in n_group equal groups (0, 1: none) */
     int n_group_used;   /* expert_group_used_count: the groups the choice may come from */
+    bool by_logit;      /* the choice ranks the logits themselves (select_by_logit) */
 } es_router;
 
 /* The router's decision for one token, shared by the reference and the fast path because it is
  * the spec: r's gating of the n_expert logits (softmax, a sigmoid each, or for softmax-weight
  * the logits themselves); with groups, only
  * the n_group_used groups whose two best experts score most (their sum; ties to the lower
- * group) stay eligible; then the k eligible experts with the largest probability (plus bias[e]
+ * group) stay eligible; then the k eligible experts with the largest probability (by_logit: the
+ * largest logit; plus bias[e]
  * where bias is not NULL: DeepSeek-V3's selection bias; ties to the lower id) in that order in
  * chosen[], their probabilities (unbiased) in weight[] (softmax-weight: the softmax of the k
  * chosen logits), divided by their sum (at least 2^-14,

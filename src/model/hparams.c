@@ -240,19 +240,27 @@ void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs)
     const float fs = hp->rope_freq_scale, ext = hp->rope_ext_factor;
     float theta_extrap = (float)pos;
     for (int i = 0; i < hp->n_rot / 2; i++) {
-        float theta = fs * theta_extrap;
+        /* ggml's rope cache divides the angle by the pair's frequency factor */
+        const float te = hp->rope_factors ? theta_extrap / hp->rope_factors[i] : theta_extrap;
+        float theta = fs * te;
         if (ext != 0.0f) {
             const float lo = hp->rope_corr[0], hi = hp->rope_corr[1];
             const float span = hi - lo > 0.001f ? hi - lo : 0.001f;
             float y = ((float)i - lo) / span;
             y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
             const float mix = (1.0f - y) * ext;
-            theta = theta * (1.0f - mix) + theta_extrap * mix;
+            theta = theta * (1.0f - mix) + te * mix;
         }
         cs[2 * i] = cosf(theta) * hp->rope_cs_scale;
         cs[2 * i + 1] = sinf(theta) * hp->rope_cs_scale;
         theta_extrap *= theta_scale;
     }
+}
+
+float es_attn_temperature(int64_t pos)
+{
+    const float fl = floorf(((float)pos + 1.0f) / 8192.0f); /* float, as llama.cpp's set_input */
+    return (float)(log((double)fl + 1.0) * (double)0.1f + 1.0);
 }
 
 /* The router's gating where the file names it (router_keys; llama.cpp's expert_gating_func: 1
@@ -310,20 +318,35 @@ static es_status read_expert_groups(es_model *m)
 
 /* Sliding-window attention (gpt-oss, llama.cpp's rule): attention.sliding_window positions,
  * on the layers sliding_window_pattern marks (2 where absent: the even ones); a separate RoPE
- * base for those layers is refused, since every layer here shares one rotation. */
+ * base for those layers is refused, since every layer here shares one rotation.
+ * Llama 4 (irope, llama.cpp's llama4 loader): chunks of 8,192 positions whatever the key says,
+ * on the layers the pattern marks (4 where absent), NoPE every 4th layer, the unweighted q/k
+ * norms unless the model has 128 experts; a file whose sliding_window is 0 (every layer full
+ * attention and RoPE'd, MobileLLM-R1's kind) is refused: llama.cpp's graph asserts on it. */
 static es_status read_swa(es_model *m)
 {
     es_hparams *hp = &m->hp;
     const char *path = es_gguf_path(m->gguf);
     char key[96];
-    ES_TRY(get_int(m, "attention.sliding_window", true, 1, 1 << 24, &hp->n_swa));
+    if (m->family->irope) {
+        int window = -1;
+        ES_TRY(get_int(m, "attention.sliding_window", false, 0, 1 << 24, &window));
+        if (window == 0)
+            return es_fail(ES_E_UNSUPPORTED, "%s: %s.attention.sliding_window = 0 (full attention "
+                           "with RoPE on every layer) is not supported", path, m->arch);
+        hp->n_swa = 8192;
+        hp->swa_chunked = true;
+        hp->kq_norm_rope = hp->n_expert != 128;
+    } else {
+        ES_TRY(get_int(m, "attention.sliding_window", true, 1, 1 << 24, &hp->n_swa));
+    }
     snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", m->arch);
     es_gguf_type et;
     uint64_t n;
     if (es_gguf_get_arr(m->gguf, key, &et, &n))
         return es_fail(ES_E_UNSUPPORTED, "%s: %s is an array (a per-layer pattern), which "
                        "estream does not read for %s", path, key, m->arch);
-    hp->swa_period = 2;
+    hp->swa_period = m->family->irope ? 4 : 2;
     ES_TRY(get_int(m, "attention.sliding_window_pattern", false, 0, 1 << 16, &hp->swa_period));
     float base_swa = hp->rope_freq_base;
     ES_TRY(get_float(m, "rope.freq_base_swa", 1.0f, 1e12f, &base_swa));
@@ -394,10 +417,20 @@ es_status es_hparams_read(es_model *m)
     if (fam->dense_lead)
         ES_TRY(get_int(m, "leading_dense_block_count", false, 0, hp->n_layer,
                        &hp->n_layer_dense_lead));
-    if (hp->n_layer_dense_lead == hp->n_layer)
+    hp->moe_step = 1;
+    if (fam->moe_interleave) /* llama.cpp's llama4 loader requires the key */
+        ES_TRY(get_int(m, "interleave_moe_layer_step", true, 1, 1 << 16, &hp->moe_step));
+    bool any_moe = false;
+    for (int il = 0; il < hp->n_layer; il++) any_moe = any_moe || es_hparams_layer_has_experts(hp, il);
+    if (!any_moe)
         return es_fail(ES_E_UNSUPPORTED, "%s: every layer is dense (%s.leading_dense_block_count "
-                       "= %d): estream runs mixture-of-experts models only", path, m->arch,
-                       hp->n_layer);
+                       "= %d, interleave_moe_layer_step = %d, %d layers): estream runs "
+                       "mixture-of-experts models only", path, m->arch, hp->n_layer_dense_lead,
+                       hp->moe_step, hp->n_layer);
+    if (fam->weight_before_ffn && hp->n_expert_used != 1)
+        return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_used_count = %d: %s weighs each expert's "
+                       "input, which estream runs for one expert per token only (Llama 4's 1)",
+                       path, m->arch, hp->n_expert_used, m->arch);
     if (fam->shared_experts) {
         ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
         hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
@@ -412,6 +445,10 @@ es_status es_hparams_read(es_model *m)
             return es_fail(ES_E_UNSUPPORTED, "%s: %s.interleave_moe_layer_step = %d: dense layers "
                            "between the MoE layers are not supported (llama.cpp loads experts "
                            "for every layer after the leading dense ones)", path, m->arch, step);
+    }
+    if (fam->shexp_one) { /* llama4: one shared expert of the experts' size */
+        hp->n_expert_shared = 1;
+        hp->n_ff_shexp = hp->n_ff_exp;
     }
     if (fam->shexp_gated) { /* one gated shared expert of its own size */
         hp->n_expert_shared = 1;
@@ -431,6 +468,7 @@ es_status es_hparams_read(es_model *m)
     }
     es_router *r = &hp->router;
     r->gating = fam->gating;
+    r->by_logit = fam->select_by_logit;
     if (fam->router_keys) ES_TRY(read_gating(m));
     r->renorm = fam->topk_renorm;
     snprintf(key, sizeof(key), "%s.expert_weights_norm", m->arch);
@@ -451,7 +489,7 @@ es_status es_hparams_read(es_model *m)
     hp->rms_eps = 1e-5f;
     ES_TRY(get_float(m, "rope.freq_base", 1.0f, 1e12f, &hp->rope_freq_base));
     ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->rms_eps));
-    if (fam->swa) ES_TRY(read_swa(m));
+    if (fam->swa || fam->irope) ES_TRY(read_swa(m));
     ES_TRY(refuse_mrope(m));
     return read_rope_scaling(m);
 }

@@ -207,7 +207,8 @@ void es_model_describe(const es_model *m, es_model_desc *out)
     out->rope_ext_factor = hp->rope_ext_factor;
     out->attn_scale = hp->attn_scale;
     out->rms_eps = hp->rms_eps;
-    const int il = hp->n_layer_dense_lead; /* the first MoE layer */
+    int il = 0; /* the first MoE layer */
+    while (il < hp->n_layer && !es_hparams_layer_has_experts(hp, il)) il++;
     out->expert_layer = il;
     if (il >= hp->n_layer) return;
     const es_layer *L = &m->layers[il];

@@ -9,12 +9,15 @@
 
 #include "pack/pack.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 /* Binds tensor `name` with the expected shape (n_dims dims, ne). Norms must be F32. */
+static void free_tensor(const es_tensor *t) { free((void *)t->name); }
+
 static es_status bind(es_model *m, const char *name, uint32_t n_dims, const int64_t *ne,
                       bool want_f32, es_tensor *out)
 {
@@ -72,7 +75,8 @@ static es_status bind_f32(es_model *m, int il, const char *stem, const char *kin
 }
 
 /* The attention extras of gpt-oss and qwen2moe (arch.h): q/k/v biases where present, the output
- * bias, the sinks, and whether the layer slides (llama.cpp's set_swa_pattern). */
+ * bias, the sinks, whether the layer slides (llama.cpp's set_swa_pattern) and, in Llama 4,
+ * whether it turns no RoPE. */
 static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
 {
     const es_hparams *hp = &m->hp;
@@ -86,7 +90,8 @@ static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
     if (m->family->attn_sinks)
         ES_TRY(bind_f32(m, il, "attn_sinks", "weight", hp->n_head, 1, true, &L->sinks));
     const int period = hp->swa_period;
-    L->is_swa = m->family->swa && (period == 0 || il % period < period - 1);
+    L->is_swa = (m->family->swa || m->family->irope) && (period == 0 || il % period < period - 1);
+    L->no_rope = m->family->irope && (il + 1) % 4 == 0; /* llama.cpp's n_no_rope_layer_step */
     return ES_OK;
 }
 
@@ -219,6 +224,29 @@ static es_status bind_output(es_model *m, const int64_t *ne)
     return m->output.name ? ES_OK : es_fail(ES_E_NOMEM, "out of memory");
 }
 
+/* llama3's RoPE frequency factors (rope_freqs.weight, f32 [n_rot/2]) where the family reads
+ * them and the file has them: copied, checked (a factor that is not a positive finite number
+ * would turn every angle into NaN), and pointed at by hp.rope_factors. */
+static es_status bind_rope_factors(es_model *m)
+{
+    if (!m->family->rope_factors || !es_gguf_find_tensor(m->gguf, "rope_freqs.weight"))
+        return ES_OK;
+    const int64_t n = m->hp.n_rot / 2;
+    es_tensor t = {0};
+    ES_TRY(bind(m, "rope_freqs.weight", 1, &n, true, &t));
+    free_tensor(&t); /* the view's name: its data stays mapped */
+    if (!(m->rope_factors = malloc(sizeof(float) * (size_t)n)))
+        return es_fail(ES_E_NOMEM, "%s: out of memory", es_gguf_path(m->gguf));
+    memcpy(m->rope_factors, t.data, sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        if (!(m->rope_factors[i] > 0.0f) || !isfinite(m->rope_factors[i]))
+            return es_fail(ES_E_FORMAT, "%s: rope_freqs.weight[%lld] = %g: RoPE frequency factors "
+                           "must be positive", es_gguf_path(m->gguf), (long long)i,
+                           (double)m->rope_factors[i]);
+    m->hp.rope_factors = m->rope_factors;
+    return ES_OK;
+}
+
 static es_status bind_qk_norms(es_model *m, int il, es_layer *L)
 {
     const es_hparams *hp = &m->hp;
@@ -288,6 +316,7 @@ static es_status bind_tensors(es_model *m)
     const char *out_norm = m->family->output_norm ? m->family->output_norm : "output_norm.weight";
     ES_TRY(bind(m, out_norm, 1, ne, true, &m->output_norm));
     ES_TRY(bind_output(m, ne));
+    ES_TRY(bind_rope_factors(m));
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers)
         return es_fail(ES_E_NOMEM, "%s: out of memory for %d layers", es_gguf_path(m->gguf),
@@ -312,7 +341,7 @@ static es_status bind_tensors(es_model *m)
         }
         const char *ffn_norm = m->family->ffn_norm ? m->family->ffn_norm : "ffn_norm";
         ES_TRY(bind_layer(m, il, ffn_norm, 1, d, 1, 1, true, &L->ffn_norm));
-        if (il < hp->n_layer_dense_lead) {
+        if (!es_hparams_layer_has_experts(hp, il)) {
             ES_TRY(bind_ffn(m, il, "", hp->n_ff, &L->ffn_gate, &L->ffn_up, &L->ffn_down));
             continue;
         }
@@ -437,8 +466,6 @@ fail:
     return st;
 }
 
-static void free_tensor(const es_tensor *t) { free((void *)t->name); }
-
 void es_model_close(es_model *m)
 {
     if (!m) return;
@@ -457,6 +484,7 @@ void es_model_close(es_model *m)
     free_tensor(&m->tok_embd);
     free_tensor(&m->output_norm);
     free_tensor(&m->output);
+    free(m->rope_factors);
     es_tok_destroy(m->tok);
     es_gguf_close(m->gguf);
     free(m);

@@ -53,9 +53,17 @@ typedef struct es_hparams {
     float rope_cs_scale;    /* multiplies every RoPE cos and sin (YaRN's magnitude) */
     float rope_corr[2];     /* YaRN's correction range of pair indices */
     float attn_scale;       /* the softmax scale of q.k: 1/sqrt(n_embd_head), MLA's mscale^2 */
-    int n_swa;              /* sliding window of the layers with is_swa (families with swa) */
+    int n_swa;              /* sliding window of the layers with is_swa (families with swa), or
+                             * with swa_chunked the chunk they see */
+    bool swa_chunked;       /* irope: a layer with is_swa sees the positions of its own chunk
+                             * [pos - pos % n_swa, pos] instead of the last n_swa */
     int swa_period;         /* sliding_window_pattern: layer il slides where il % period <
                              * period - 1 (0: every layer), llama.cpp's set_swa_pattern */
+    int moe_step;           /* interleave_moe_layer_step: layer il (from n_layer_dense_lead on)
+                             * has experts where (il + 1) % moe_step == 0 (1: every layer) */
+    bool kq_norm_rope;      /* irope: q and k RMS-normalised per head, no weight, after RoPE */
+    const float *rope_factors; /* [n_rot/2] llama3's frequency factors (rope_freqs.weight, a
+                                * copy the model owns), or NULL */
     float rms_eps;
 } es_hparams;
 
@@ -64,6 +72,20 @@ typedef struct es_hparams {
  * between interpolated and extrapolated angles, the magnitude scale). Shared by the reference
  * and the fast path because it is the spec. */
 void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs);
+
+/* True if layer il has experts (from n_layer_dense_lead on, every moe_step-th layer). */
+static inline bool es_hparams_layer_has_experts(const es_hparams *hp, int il)
+{
+    return il >= hp->n_layer_dense_lead && (hp->moe_step <= 1 || (il + 1) % hp->moe_step == 0);
+}
+/* True if some layer has a dense FFN of n_ff. */
+static inline bool es_hparams_has_dense_ffn(const es_hparams *hp)
+{
+    return hp->n_layer_dense_lead > 0 || hp->moe_step > 1;
+}
+/* Llama 4's query temperature at position pos (the NoPE layers of irope): llama.cpp's
+ * log(floor((pos + 1) / 8192) + 1) * 0.1 + 1, in its float and double steps; 1 below 8191. */
+float es_attn_temperature(int64_t pos);
 
 /* A read-only view of one tensor in the mapping. ne[0] is the row length. */
 typedef struct es_tensor {
@@ -92,7 +114,9 @@ typedef struct es_layer {
     es_tensor bq, bk, bv; /* [n_embd_q], [n_embd_kv], [n_embd_kv]: where the file has them */
     es_tensor bo;         /* [n_embd]: added to the output projection */
     es_tensor sinks;      /* attn_sinks: [n_head] f32, each head's sink logit (or absent) */
-    bool is_swa;          /* sliding-window attention: sees the last hp.n_swa positions only */
+    bool is_swa;          /* sliding-window attention: sees the last hp.n_swa positions only
+                           * (or with hp.swa_chunked its own chunk of them) */
+    bool no_rope;         /* irope: no RoPE; the queries scaled by es_attn_temperature() */
     /* MLA (deepseek2) layers have wq (or with q LoRA wq_a, q_a_norm and wq_b) and wo (of
      * n_embd_att) and, instead of wk and wv: */
     es_tensor wq_a;       /* [n_embd] x n_lora_q rows */
@@ -193,6 +217,7 @@ struct es_model {
     es_tensor output;      /* [n_embd] x n_vocab rows; the token embedding's view when the file
                             * has no output.weight and its family ties them */
     es_layer *layers;      /* [n_layer] */
+    float *rope_factors;   /* hp.rope_factors' copy (NULL: none) */
 };
 
 /* Bytes of one expert's gate+up+down weights in layer il (all experts of a layer are equal). */

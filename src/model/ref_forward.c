@@ -16,8 +16,11 @@
  *   positions only)
  *   x  += attn Wo^T (+ its bias)
  *   or, in an LFM2 short-convolution layer, x += conv_ref(h) (below)
+ *   (Llama 4: NoPE layers take no RoPE and scale q by the temperature, the others RMS-norm q
+ *   and k per head after RoPE; chunked attention on the pattern's layers)
  *   h   = rmsnorm(x) * ffn_norm;  p = softmax(h Wr^T);  top-k experts by p (es_arch_route: the
- *   weights w_e = p_e, or p_e / sum of the chosen p where the family renormalises)
+ *   weights w_e = p_e, or p_e / sum of the chosen p where the family renormalises; Llama 4:
+ *   the one expert's input is w_e h and its output is taken as is)
  *   x  += moe, moe = sum over chosen e (increasing e) of w_e * down_e(silu(gate_e h) * up_e h)
  *         (gpt-oss: the router's logits plus a bias, w the softmax of the k chosen logits,
  *         each expert's outputs plus its biases, its GLU glu_oai below)
@@ -74,12 +77,13 @@ static void matmul_ref(const void *w, uint32_t type, size_t row_bytes, int64_t N
 }
 
 /* out = x / sqrt(mean(x^2) + eps) * w, over n elements. */
+/* out = x / sqrt(mean(x^2) + eps) * w (w NULL: no weight, ggml_rms_norm alone). */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
 {
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
     const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+    for (int64_t i = 0; i < n; i++) out[i] = w ? x[i] * scale * w[i] : x[i] * scale;
 }
 
 /* Rotary embedding of one head vector with the position's (cos, sin) per pair
@@ -252,9 +256,9 @@ done:
 }
 
 /* Causal attention for all heads: out[t][h*dh..] from q [T][n_head*dh], k,v [T][n_kv*dh];
- * with a window (n_swa > 0) position t sees s > t - n_swa only; with sinks, head h's sink logit
- * joins each softmax's max and denominator (ggml's soft_max with sinks). scores is scratch of T
- * floats. */
+ * with a window (n_swa > 0) position t sees s > t - n_swa only, or with hp->swa_chunked only
+ * s >= t - t % n_swa (its own chunk); with sinks, head h's sink logit joins each softmax's max
+ * and denominator (ggml's soft_max with sinks). scores is scratch of T floats. */
 static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const float *k,
                           const float *v, float *out, float *scores, int n_swa,
                           const float *sinks)
@@ -266,7 +270,8 @@ static void attention_ref(const es_hparams *hp, int64_t T, const float *q, const
         const int hk = h / group;
         for (int64_t t = 0; t < T; t++) {
             const float *qt = q + t * ldq + h * dh;
-            const int64_t s0 = n_swa > 0 && t - n_swa + 1 > 0 ? t - n_swa + 1 : 0;
+            int64_t s0 = n_swa > 0 && t - n_swa + 1 > 0 ? t - n_swa + 1 : 0;
+            if (n_swa > 0 && hp->swa_chunked) s0 = t - t % n_swa;
             float mx = -INFINITY;
             for (int64_t s = s0; s <= t; s++) {
                 const float *ks = k + s * ldkv + hk * dh;
@@ -331,9 +336,19 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
         add_bias(kk + t * dkv, L->bk.data, dkv);
         add_bias(vv + t * dkv, L->bv.data, dkv);
         qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
+        if (L->no_rope) { /* Llama 4's NoPE layer: the queries times the temperature */
+            const float temp = es_attn_temperature(t);
+            for (int64_t i = 0; i < dq; i++) q[t * dq + i] *= temp;
+            continue;
+        }
         es_rope_cos_sin(hp, t, cs);
-        for (int hh = 0; hh < hp->n_head; hh++) rope(rk, q + t * dq + hh * hp->n_embd_head, hp->n_rot, cs);
-        for (int hh = 0; hh < hp->n_head_kv; hh++) rope(rk, kk + t * dkv + hh * hp->n_embd_head, hp->n_rot, cs);
+        const int dh = hp->n_embd_head;
+        for (int hh = 0; hh < hp->n_head; hh++) rope(rk, q + t * dq + hh * dh, hp->n_rot, cs);
+        for (int hh = 0; hh < hp->n_head_kv; hh++) rope(rk, kk + t * dkv + hh * dh, hp->n_rot, cs);
+        for (int hh = 0; hp->kq_norm_rope && hh < hp->n_head; hh++) /* Llama 4: after RoPE */
+            rmsnorm(q + t * dq + hh * dh, q + t * dq + hh * dh, NULL, dh, hp->rms_eps);
+        for (int hh = 0; hp->kq_norm_rope && hh < hp->n_head_kv; hh++)
+            rmsnorm(kk + t * dkv + hh * dh, kk + t * dkv + hh * dh, NULL, dh, hp->rms_eps);
     }
     attention_ref(hp, T, q, kk, vv, att, scores, L->is_swa ? hp->n_swa : 0, L->sinks.data);
 }
@@ -345,7 +360,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
     const int64_t T = (int64_t)n, d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
     const int64_t ff = hp->n_ff_exp, nv = hp->n_vocab;
     int64_t ffmax = ff > hp->n_ff_shexp ? ff : hp->n_ff_shexp; /* the widest FFN */
-    if (hp->n_layer_dense_lead > 0 && hp->n_ff > ffmax) ffmax = hp->n_ff;
+    if (es_hparams_has_dense_ffn(hp) && hp->n_ff > ffmax) ffmax = hp->n_ff;
     int64_t dmax = d > dq ? d : dq; /* widest of the hidden, query and attention rows */
     dmax = dmax > hp->n_embd_att ? dmax : hp->n_embd_att;
     int64_t kmax = dmax > ffmax ? dmax : ffmax; /* longest weight row */
@@ -427,6 +442,10 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
                         rows[R] = t;
                         rw[R] = cw[t * K + j];
                         memcpy(xe + R * d, h + t * d, sizeof(float) * (size_t)d);
+                        if (m->family->weight_before_ffn) { /* Llama 4: w h in, output as is */
+                            for (int64_t i = 0; i < d; i++) xe[R * d + i] *= rw[R];
+                            rw[R] = 1.0f;
+                        }
                         R++;
                     }
             if (R == 0) continue;

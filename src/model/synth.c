@@ -47,7 +47,7 @@ static uint64_t hash_str(const char *s)
     return h;
 }
 
-enum gen_kind { GEN_NORMAL, GEN_NORM_WEIGHT, GEN_EMBED, GEN_ROUTER };
+enum gen_kind { GEN_NORMAL, GEN_NORM_WEIGHT, GEN_EMBED, GEN_ROUTER, GEN_VALUES };
 
 typedef struct gen {
     char name[64];
@@ -59,6 +59,7 @@ typedef struct gen {
     uint64_t seed;
     const float *common; /* [cols] shared direction c (embed, router) */
     const float *bias;   /* [rows] router bias per expert */
+    const float *values; /* GEN_VALUES: the one row's values */
     float *row;          /* scratch: one row of floats */
     uint8_t *qrow;       /* scratch: one quantized row */
     int64_t cached_row;  /* row currently in qrow, -1 none */
@@ -75,6 +76,7 @@ static void gen_row(const gen *g, int64_t r, float *out)
         case GEN_NORM_WEIGHT: out[k] = 1.0f + 0.1f * z; break;
         case GEN_EMBED: out[k] = g->scale * (z + 0.8f * g->common[k]); break;
         case GEN_ROUTER: out[k] = g->scale * z; break;
+        case GEN_VALUES: out[k] = g->values[k]; break;
         }
     }
     if (g->kind == GEN_ROUTER) {
@@ -116,7 +118,33 @@ typedef struct synth_ctx {
     int n_gens, cap_gens;
     float *common;  /* [n_embd] */
     float *bias;    /* [n_layer][n_expert] */
+    float *rope_factors; /* [n_rot/2] llama3's RoPE frequency factors, or NULL */
 } synth_ctx;
+
+/* llama3's RoPE frequency factors as llama.cpp's converter computes them (conversion/llama.py):
+ * 1 for wavelengths under orig / high, factor over orig / low, smoothly between. */
+static void llama3_factors(const es_synth_preset *p, int n_rot, float *out)
+{
+    const double lo_wl = p->l3_orig_ctx / p->l3_low, hi_wl = p->l3_orig_ctx / p->l3_high;
+    for (int i = 0; i < n_rot / 2; i++) {
+        const double freq = 1.0 / pow(p->rope_base, 2.0 * i / n_rot);
+        const double wl = 2.0 * 3.14159265358979323846 / freq;
+        if (wl < hi_wl) {
+            out[i] = 1.0f;
+        } else if (wl > lo_wl) {
+            out[i] = p->l3_factor;
+        } else {
+            const double smooth = (p->l3_orig_ctx / wl - p->l3_low) / (p->l3_high - p->l3_low);
+            out[i] = (float)(1.0 / ((1.0 - smooth) / p->l3_factor + smooth));
+        }
+    }
+}
+
+/* True if the preset's layer il has experts (arch.h: dense lead, interleave). */
+static bool synth_has_experts(const es_synth_preset *p, int il)
+{
+    return il >= p->n_dense_lead && (p->moe_step <= 1 || (il + 1) % p->moe_step == 0);
+}
 
 static gen *add_gen(synth_ctx *c, const char *name, enum gen_kind kind, uint32_t type, int n_dims,
                     int64_t ne0, int64_t ne1, int64_t ne2, float scale, uint64_t seed)
@@ -340,8 +368,9 @@ static es_status set_hparams(es_gguf_writer *w, const es_synth_preset *p, uint32
     if (!st && p->n_swa) st = set_arch_u32(w, a, "attention.sliding_window", (uint32_t)p->n_swa);
     if (!st && p->n_ff_shexp)
         st = set_arch_u32(w, a, "expert_shared_feed_forward_length", (uint32_t)p->n_ff_shexp);
-    if (!st && es_arch_find(a)->shexp_sized) /* ERNIE-4.5's converter: MoE every layer */
-        st = set_arch_u32(w, a, "interleave_moe_layer_step", 1);
+    if (!st && (es_arch_find(a)->shexp_sized || es_arch_find(a)->moe_interleave))
+        /* ERNIE-4.5's converter: MoE every layer; Llama 4's: the config's step */
+        st = set_arch_u32(w, a, "interleave_moe_layer_step", (uint32_t)(p->moe_step ? p->moe_step : 1));
     return st;
 }
 
@@ -395,7 +424,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         st = es_gguf_writer_set_str(w, "tokenizer.chat_template", o->chat_template);
     if (st) goto done;
 
-    c.cap_gens = 3 + 24 * (L + p->n_nextn);
+    c.cap_gens = 4 + 24 * (L + p->n_nextn);
     c.gens = calloc((size_t)c.cap_gens, sizeof(gen));
     c.common = malloc(sizeof(float) * (size_t)d);
     c.bias = malloc(sizeof(float) * (size_t)((L + p->n_nextn) * E));
@@ -416,6 +445,16 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     /* A tied head multiplies by the embedding: give it the output head's scale. */
     GEN("token_embd.weight", GEN_EMBED, wtype, 2, d, n_vocab, 1, p->tied ? 3.0f * sd : 1.0f, o->seed);
     g->common = c.common;
+    if (p->l3_factor > 0.0f) { /* one tensor for every layer, as the converter writes it */
+        const int n_rot = p->n_rot ? p->n_rot : dh;
+        if (!(c.rope_factors = malloc(sizeof(float) * (size_t)(n_rot / 2)))) {
+            st = es_fail(ES_E_NOMEM, "out of memory");
+            goto done;
+        }
+        llama3_factors(p, n_rot, c.rope_factors);
+        GEN("rope_freqs.weight", GEN_VALUES, ES_QTYPE_F32, 1, n_rot / 2, 1, 1, 1.0f, o->seed);
+        g->values = c.rope_factors;
+    }
     for (int il = 0; il < L + p->n_nextn; il++) {
 #define LNAME(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix ".weight", il), name)
         GEN(LNAME("attn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
@@ -468,7 +507,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     ffn:
         snprintf(name, sizeof(name), "blk.%d.%s.weight", il, fam->ffn_norm ? fam->ffn_norm : "ffn_norm");
         GEN(name, GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
-        if (il < p->n_dense_lead) { /* a dense FFN instead of experts */
+        if (!synth_has_experts(p, il)) { /* a dense FFN instead of experts */
             const float sff = 1.0f / sqrtf((float)p->n_ff);
             GEN(LNAME("ffn_gate"), GEN_NORMAL, wtype, 2, d, p->n_ff, 1, sd, o->seed);
             GEN(LNAME("ffn_down"), GEN_NORMAL, wtype, 2, p->n_ff, d, 1, 1.5f * sff * res, o->seed);
@@ -537,6 +576,7 @@ done:
     free(c.gens);
     free(c.common);
     free(c.bias);
+    free(c.rope_factors);
     es_gguf_writer_destroy(w);
     return st;
 }

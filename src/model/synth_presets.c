@@ -217,6 +217,24 @@ static const es_synth_preset presets[] = {
      .n_embd = 2560, .n_layer = 28, .n_head = 20, .n_head_kv = 4, .n_embd_head = 128,
      .n_ff_exp = 1536, .n_expert = 64, .n_expert_used = 6, .rope_base = 5e5f, .rms_eps = 1e-5f,
      .n_ff = 12288, .n_dense_lead = 1, .n_ff_shexp = 3072, .sel_bias = true},
+    /* tiny-llama4: Llama 4's graph in small, Maverick's interleave (experts on every other
+     * layer, dense FFNs of 128 between), 8 layers so that two NoPE layers and six chunked ones
+     * run, 4 heads of 32 over 2 KV heads, 8 experts of 64 top-1 plus the shared one, llama3's
+     * frequency factors (x8 of 64 positions: the pairs span all three branches), a context for
+     * prompts past the 8,192-position chunk */
+    {.name = "tiny-llama4", .arch = "llama4", .n_vocab = 320, .n_ctx = 16384, .n_embd = 64,
+     .n_layer = 8, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 1, .rope_base = 5e5f, .rms_eps = 1e-5f, .n_ff = 128,
+     .n_shared = 1, .moe_step = 2, .l3_factor = 8.0f, .l3_low = 1.0f, .l3_high = 4.0f,
+     .l3_orig_ctx = 64},
+    /* Llama-4-Scout-17B-16E: 48 layers of 5,120, 40 heads of 128 over 8 KV heads, 16 experts of
+     * 8,192 top-1 and a shared one on every layer, vocab 202,048, llama3 scaling x16 of 8,192
+     * (config.json) */
+    {.name = "llama-4-scout", .arch = "llama4", .n_vocab = 202048, .n_ctx = 10485760,
+     .n_embd = 5120, .n_layer = 48, .n_head = 40, .n_head_kv = 8, .n_embd_head = 128,
+     .n_ff_exp = 8192, .n_expert = 16, .n_expert_used = 1, .rope_base = 5e5f, .rms_eps = 1e-5f,
+     .n_ff = 16384, .n_shared = 1, .moe_step = 1, .l3_factor = 16.0f, .l3_low = 1.0f,
+     .l3_high = 1.0f, .l3_orig_ctx = 8192},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -226,7 +244,7 @@ static const char *const preset_names[] = {
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
     "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", "tiny-ernie",
-    "ernie-4.5-21b-a3b", NULL};
+    "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 

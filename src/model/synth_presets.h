@@ -39,6 +39,11 @@ typedef struct es_synth_preset {
     bool sel_bias;              /* write exp_probs_b beside a softmax router (ERNIE-4.5) */
     int n_nextn;                /* nextn families: multi-token-prediction blocks after the
                                  * n_layer ones (in block_count, not run) */
+    int moe_step;               /* moe_interleave families: experts every moe_step-th layer */
+    /* llama3's RoPE scaling written as rope_freqs.weight (0: none), as llama.cpp's converter
+     * computes it: factor, low and high frequency factors, the original context */
+    float l3_factor, l3_low, l3_high;
+    int l3_orig_ctx;
 } es_synth_preset;
 
 /* The preset called name, or NULL. */

@@ -41,6 +41,7 @@ struct es_attn {
     int n_seq;
     float scale;
     int64_t window;      /* keys a query sees, its own included (0: all before it) */
+    bool chunked;        /* window is a chunk: a query sees the keys of its own chunk */
     const float *sinks;  /* [n_head] sink logits, or NULL */
     es_pool_counter next;
 };
@@ -196,6 +197,15 @@ void es_attn_set_kv(es_attn *a, const float *k, const float *v, const int64_t *s
     es_pool_run(a->pool, kv_worker, &j);
 }
 
+/* The first key query q sees (positions from its sequence's start; keys up to q). */
+static int64_t first_key_of(const es_attn *a, int64_t q)
+{
+    const int64_t W = a->window;
+    if (W == 0) return 0;
+    if (a->chunked) return q - q % W;
+    return q - W + 1 > 0 ? q - W + 1 : 0;
+}
+
 /* Query block q0 (rows q0.. of sequence sq, counted from its start) of head h. */
 static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
 {
@@ -212,9 +222,9 @@ static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
     memset(t->o, 0, sizeof(float) * (size_t)(nq * dv));
     /* the sequence's keys: its rows of the head's key matrix, numbered from its start */
     const float *kh = a->kh + ((size_t)hk * (size_t)a->t_max + (size_t)r0) * (size_t)dk;
-    const int64_t last_q = q0 + nq - 1, W = a->window;
-    /* with a window, the first key block any row of this query block sees */
-    const int64_t first_key = W > 0 && q0 - W + 1 > 0 ? q0 - W + 1 : 0;
+    const int64_t last_q = q0 + nq - 1;
+    /* with a window or chunks, the first key block any row of this query block sees */
+    const int64_t first_key = first_key_of(a, q0);
     for (int64_t s0 = first_key / ATTN_BK * ATTN_BK; s0 <= last_q; s0 += ATTN_BK) {
         const int64_t s1 = s0 + ATTN_BK; /* padded keys beyond T are masked below */
         const int64_t s_end = s1 < T ? s1 : T;
@@ -223,7 +233,7 @@ static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
         for (int64_t i = 0; i < nq; i++) {
             float *srow = t->s + i * ATTN_BK;
             const int64_t q = q0 + i, hi = (q + 1 < s_end ? q + 1 : s_end) - s0;
-            const int64_t lo = W > 0 && q - W + 1 > s0 ? q - W + 1 - s0 : 0;
+            const int64_t lo = first_key_of(a, q) > s0 ? first_key_of(a, q) - s0 : 0;
             if (lo >= hi) { /* none of this block's keys: the row's state stays */
                 memset(srow, 0, sizeof(float) * ATTN_BK);
                 continue;
@@ -270,7 +280,7 @@ static void attn_worker(void *arg, int ith, int nth)
 }
 
 void es_attn_run(es_attn *a, const float *q, float *out, const int64_t *seq_start, int n_seq,
-                 float scale, int64_t window, const float *sinks)
+                 float scale, int64_t window, bool chunked, const float *sinks)
 {
     ES_ASSERT(seq_start == a->seq_start && n_seq == a->n_seq); /* es_attn_set_kv's batch */
     ES_ASSERT(window >= 0);
@@ -278,6 +288,7 @@ void es_attn_run(es_attn *a, const float *q, float *out, const int64_t *seq_star
     a->out = out;
     a->scale = scale;
     a->window = window;
+    a->chunked = chunked;
     a->sinks = sinks;
     es_pool_counter_set(&a->next, 0);
     es_pool_run(a->pool, attn_worker, a);

@@ -44,9 +44,11 @@ void es_attn_set_kv(es_attn *a, const float *k, const float *v, const int64_t *s
 
 /* out[t][h*dv + i] = sum_{s<=t, s in t's sequence} softmax_s(q_t . k_s * scale) v_s[i], q:
  * [T][n_head*dk]; the batch of the last es_attn_set_kv. window > 0: only the keys s > t - window
- * (sliding-window attention); sinks (NULL: none): head h's softmax has sinks[h] as one more
- * logit in its denominator, with no value (gpt-oss's attention sinks). */
+ * (sliding-window attention), or with chunked only the keys s >= t - t % window (t's own chunk
+ * of window positions: Llama 4's chunked attention); positions count from each sequence's
+ * start. sinks (NULL: none): head h's softmax has sinks[h] as one more logit in its
+ * denominator, with no value (gpt-oss's attention sinks). */
 void es_attn_run(es_attn *a, const float *q, float *out, const int64_t *seq_start, int n_seq,
-                 float scale, int64_t window, const float *sinks);
+                 float scale, int64_t window, bool chunked, const float *sinks);
 
 #endif

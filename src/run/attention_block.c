@@ -34,8 +34,19 @@ static void add_bias(const es_fast *f, float *y, const es_tensor *b, int64_t n)
     if (b->data) f->kern->axpy(y, 1.0f, b->data, n);
 }
 
+enum { HEAD_MAX = 4096 }; /* attention.key_length's limit (hparams.c) */
+
+/* Llama 4's q/k norm of a rotated head: RMS-normalised with no weight (ggml_rms_norm; the
+ * table's norm times ones is exactly that). */
+static void norm_heads(const es_fast *f, float *x, int n_head, int dh, const float *ones,
+                       float eps)
+{
+    for (int hh = 0; hh < n_head; hh++) f->kern->rmsnorm(x + hh * dh, x + hh * dh, ones, dh, eps);
+}
+
 /* es_layer_rows job: f->q, f->k and f->v with their biases where the layer has them; f->q and
- * f->k normalised as the family says, then rotated. */
+ * f->k normalised as the family says, then rotated (Llama 4: then normalised again, or on its
+ * NoPE layers not rotated and the queries scaled by the position's temperature). */
 static void qk_rope_worker(void *arg, int ith, int nth)
 {
     const es_layer_rows *j = arg;
@@ -45,17 +56,29 @@ static void qk_rope_worker(void *arg, int ith, int nth)
     const es_rope_kind rk = j->m->family->rope;
     int64_t r0, r1;
     if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
+    const bool rope = !j->L->no_rope, kq_norm = rope && hp->kq_norm_rope;
+    float ones[HEAD_MAX];
+    for (int i = 0; kq_norm && i < hp->n_embd_head; i++) ones[i] = 1.0f;
     for (int64_t t = r0; t < r1; t++) {
         float *q = f->q + t * dq, *k = f->k + t * dkv;
         add_bias(f, q, &j->L->bq, dq);
         add_bias(f, k, &j->L->bk, dkv);
         add_bias(f, f->v + t * dkv, &j->L->bv, dkv);
         qk_norm(f, j->m, j->L, q, k);
+        if (!rope) { /* a NoPE layer: llama.cpp multiplies its queries by the temperature */
+            const float temp = es_attn_temperature(f->pos[t]);
+            for (int64_t i = 0; i < dq; i++) q[i] *= temp;
+            continue;
+        }
         const float *cs = f->rope_cs + t * hp->n_rot;
         for (int hh = 0; hh < hp->n_head; hh++)
             es_rope_head(rk, q + hh * hp->n_embd_head, hp->n_rot, cs);
         for (int hh = 0; hh < hp->n_head_kv; hh++)
             es_rope_head(rk, k + hh * hp->n_embd_head, hp->n_rot, cs);
+        if (kq_norm) {
+            norm_heads(f, q, hp->n_head, hp->n_embd_head, ones, hp->rms_eps);
+            norm_heads(f, k, hp->n_head_kv, hp->n_embd_head, ones, hp->rms_eps);
+        }
     }
 }
 
@@ -82,9 +105,10 @@ void es_attention_block(es_fast *f, const es_model *m, const es_layer *L, int64_
     es_fast_phase(f, ES_PHASE_NORM);
     es_fast_layer_rows(f, m, L, T, qk_rope_worker);
     const int64_t window = L->is_swa ? hp->n_swa : 0;
-    es_fast_attention(f, hp->n_head, hp->n_embd_head, hp->n_embd_head_v, window);
+    es_fast_attention(f, hp->n_head, hp->n_embd_head, hp->n_embd_head_v, window,
+                      hp->swa_chunked);
     es_attn_set_kv(f->attn, f->k, f->v, f->seq_start, f->n_seq);
     es_attn_run(f->attn, f->q, f->att, f->seq_start, f->n_seq, m->hp.attn_scale, window,
-                L->sinks.data);
+                hp->swa_chunked, L->sinks.data);
     es_fast_project_out(f, m, L, f->att, T);
 }

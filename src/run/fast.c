@@ -116,7 +116,7 @@ static size_t max_act_bytes(const es_kern *k, const es_model *m, int64_t T)
 /* The widest dense FFN of the model (0 if it has none). */
 static int64_t ffn_width(const es_model *m)
 {
-    int64_t w = m->hp.n_layer_dense_lead > 0 ? m->hp.n_ff : 0;
+    int64_t w = es_hparams_has_dense_ffn(&m->hp) ? m->hp.n_ff : 0;
     return m->hp.n_ff_shexp > w ? m->hp.n_ff_shexp : w;
 }
 

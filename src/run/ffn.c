@@ -129,7 +129,9 @@ void es_ffn_shexp_gate(es_fast *f, const es_model *m, const es_layer *L, float *
 /* ---- the router ---- */
 
 /* es_layer_rows job: each token's experts and weights from its logits in f->router (the
- * family's selection, es_arch_route), stored per token into f->routes. */
+ * family's selection, es_arch_route), stored per token into f->routes; where the weight goes
+ * before the expert (weight_before_ffn), the weighted input row into f->tmp and a weight of 1
+ * (the output times 1 is the output exactly). */
 static void route_worker(void *arg, int ith, int nth)
 {
     const es_layer_rows *j = arg;
@@ -145,6 +147,12 @@ static void route_worker(void *arg, int ith, int nth)
         float *logits = f->router + t * E;
         for (int e = 0; bias && e < E; e++) logits[e] += bias[e];
         es_arch_route(&hp->router, logits, E, K, j->L->exp_probs_b.data, probs, chosen, weight);
+        if (j->m->family->weight_before_ffn) { /* the one expert's input is h w, its output
+                                               * taken as is (hparams.c: K is 1) */
+            const int64_t d = hp->n_embd;
+            for (int64_t i = 0; i < d; i++) f->tmp[t * d + i] = f->h[t * d + i] * weight[0];
+            weight[0] = 1.0f;
+        }
         for (int jj = 0; jj < K; jj++) {
             /* store per token; sorted by expert afterwards */
             es_route *r = &f->routes[t * K + jj];
@@ -202,7 +210,7 @@ es_status es_ffn_moe(es_fast *f, const es_model *m, es_expert_provider *prov, in
                                      L->gate_exps_b.data, L->up_exps_b.data, L->down_exps_b.data};
     es_plan_set_extras(plan, &extras);
     es_fast_phase(f, ES_PHASE_ACT_QUANT);
-    es_plan_set_input(plan, f->h, d, T);
+    es_plan_set_input(plan, m->family->weight_before_ffn ? f->tmp : f->h, d, T);
     es_fast_phase(f, ES_PHASE_OTHER);
     memset(f->moe, 0, fbytes(T, d));
     const int64_t cap = es_plan_capacity(plan);

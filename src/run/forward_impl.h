@@ -111,8 +111,9 @@ static inline void es_fast_phase(es_fast *f, int phase)
 }
 /* Switches to ES_PHASE_ATTN and counts the float work of attention over the running batch's
  * sequences for n_head heads of key size dk and value size dv, each query seeing window keys at
- * most (0: all before it). */
-void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv, int64_t window);
+ * most (0: all before it), or with chunked the keys of its own chunk of window positions. */
+void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv, int64_t window,
+                       bool chunked);
 /* The phase of the products es_fast_gemms() runs from now on (the block's kind). */
 static inline void es_fast_gemm_phase(es_fast *f, int phase) { f->gemm_phase = phase; }
 

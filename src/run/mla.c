@@ -154,10 +154,10 @@ void es_mla_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
     es_gemm_task dk = {dw, f->act, f->mla_kvd, es_mla_kvd_width(hp), T};
     es_fast_gemms(f, &dk, 1);
     es_fast_attention(f, hp->n_head, hp->mla_split ? dc : hp->n_embd_head,
-                      hp->mla_split ? kv : hp->n_embd_head_v, 0);
+                      hp->mla_split ? kv : hp->n_embd_head_v, 0, false);
     es_fast_layer_rows(f, m, L, T, mla_kv_worker);
     es_attn_set_kv(f->attn, f->k, f->v, f->seq_start, f->n_seq);
-    es_attn_run(f->attn, f->q, f->att, f->seq_start, f->n_seq, hp->attn_scale, 0, NULL);
+    es_attn_run(f->attn, f->q, f->att, f->seq_start, f->n_seq, hp->attn_scale, 0, false, NULL);
     if (!hp->mla_split) {
         es_fast_project_out(f, m, L, f->att, T);
         return;

@@ -9,6 +9,8 @@
  */
 #include "run/forward_impl.h"
 
+#include <math.h>
+
 enum {
     GEMM_CHUNK = 64, /* output rows per work item of a dense product */
 };
@@ -147,14 +149,20 @@ void es_fast_project_out(es_fast *f, const es_model *m, const es_layer *L, const
     add_rows(f, m, f->tmp, L->bo.data, f->x, T);
 }
 
-void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv, int64_t window)
+void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv, int64_t window,
+                       bool chunked)
 {
     es_fast_phase(f, ES_PHASE_ATTN);
     for (int i = 0; i < f->n_seq; i++) {
         const double L = (double)(f->seq_start[i + 1] - f->seq_start[i]);
         double pairs = L * (L + 1) / 2; /* (query, key) pairs */
-        if (window > 0 && L > (double)window) /* the first window queries, then window each */
-            pairs = (double)window * ((double)window + 1) / 2 + (L - (double)window) * (double)window;
+        const double W = (double)window;
+        if (window > 0 && chunked) { /* whole chunks, then the last one's rows */
+            const double n = floor(L / W), r = L - n * W;
+            pairs = n * W * (W + 1) / 2 + r * (r + 1) / 2;
+        } else if (window > 0 && L > W) { /* the first window queries, then window each */
+            pairs = W * (W + 1) / 2 + (L - W) * W;
+        }
         f->prof.float_ops[ES_PHASE_ATTN] += 2.0 * n_head * (double)(dk + dv) * pairs;
     }
 }
