@@ -75,6 +75,7 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-glm4moe", "q4_0", DATA "tiny-glm4moe-q4_0.gguf"},
         {"tiny-ernie", "f16", DATA "tiny-ernie-f16.gguf"},
         {"tiny-ernie", "q4_0", DATA "tiny-ernie-q4_0.gguf"},
+        {"tiny-mixtral-l3", "f16", DATA "tiny-mixtral-l3-f16.gguf"},
         {"tiny-llama4", "f16", DATA "tiny-llama4-f16.gguf"},
         {"tiny-llama4", "q4_0", DATA "tiny-llama4-q4_0.gguf"},
     };

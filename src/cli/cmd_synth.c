@@ -88,6 +88,7 @@ static const char help[] =
     "                 and FFNs of 256 or 512 (tests of the K-quant mixes llama-quantize writes:\n"
     "                 rows of 256)\n"
     "  tiny-qwen3moe-yarn  tiny-qwen3moe with YaRN rope scaling x4 of 64 positions\n"
+    "  tiny-mixtral-l3  tiny-mixtral with llama3's RoPE frequency factors (rope_freqs.weight)\n"
     "--arch, if given, must be the preset's architecture.\n"
     "Type defaults to f32; q4_0 keeps the output head in q6_k as llama-quantize does; mxfp4 is\n"
     "llama-quantize's MXFP4_MOE mix (the experts and other 3-D tensors mxfp4, the rest q8_0). The\n"

@@ -56,6 +56,12 @@ static const es_synth_preset presets[] = {
     {.name = "tiny-mixtral", .arch = "llama", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
      .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
      .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f},
+    /* tiny-mixtral-l3: tiny-mixtral with llama3's RoPE frequency factors (rope_freqs.weight, x8
+     * of 64 positions), as mixtures built of Llama 3 models carry them */
+    {.name = "tiny-mixtral-l3", .arch = "llama", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 5e5f, .rms_eps = 1e-5f, .l3_factor = 8.0f, .l3_low = 1.0f,
+     .l3_high = 4.0f, .l3_orig_ctx = 64},
     {.name = "mixtral-8x7b", .arch = "llama", .n_vocab = 32000, .n_ctx = 32768, .n_embd = 4096,
      .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 14336, .n_expert = 8,
      .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f},
@@ -239,7 +245,7 @@ static const es_synth_preset presets[] = {
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
     "tiny-qwen3moe-vocab", "qwen3-30b-a3b",
-    "tiny-mixtral", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
+    "tiny-mixtral", "tiny-mixtral-l3", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
