@@ -390,7 +390,10 @@ static void test_prefill_rejects_bad_input(void **state)
  * Quantized files: the fast path rounds activations as llama.cpp does (measured -0.005 %, +0.005 %,
  * -0.055 % and, for small-mixtral, -0.094 to -0.100 % depending on the kernel table: a few
  * positions of its last layer differ by ~0.07 in the logits, cause not found), so 0.2 %; the
- * reference computes in float and differs by the activation rounding (measured up to 0.12 %). */
+ * reference computes in float and differs by the activation rounding (measured up to 0.12 %).
+ * The small-* K-quant files run the fast path only (ref_tol 0): their reference perplexity
+ * held nothing to better than 1-2 %, test_forward holds their reference logits to the fast
+ * path's, and it took two thirds of this program's time under the sanitizers. */
 static void test_ppl_matches_llama_cpp(void **state)
 {
     (void)state;
@@ -400,17 +403,17 @@ static void test_ppl_matches_llama_cpp(void **state)
         {"tiny-mixtral-f16", 1e-3, 1e-3},
         {"tiny-deepseek-f16", 1e-3, 1e-3},
         {"tiny-q4_0", 2e-3, 1e-2},
-        {"small-qwen3moe-q4_k_m", 2e-3, 1e-2},
-        {"small-mixtral-q4_k_m", 2e-3, 1e-2},
-        {"small-deepseek-q4_k_m", 2e-3, 1e-2},
+        {"small-qwen3moe-q4_k_m", 2e-3, 0},
+        {"small-mixtral-q4_k_m", 2e-3, 0},
+        {"small-deepseek-q4_k_m", 2e-3, 0},
         {"tiny-lfm2moe-f16", 1e-3, 5e-3}, /* reference: one router flip, 0.41 % (see above) */
-        {"small-lfm2moe-q4_k_m", 2e-3, 2e-2},
+        {"small-lfm2moe-q4_k_m", 2e-3, 0},
         {"tiny-deepseek2-f16", 1e-3, 1e-3},
         {"tiny-deepseek2-joined-f16", 1e-3, 1e-3},
         /* MLA's activation-rounding flips (test_forward): llama.cpp's own AVX2 build is
          * +0.05 % from its AVX-512 build (+0.37 % after the first chunk), estream's tables
          * +0.03 % (scalar) to +0.16 % (AVX-512) */
-        {"small-deepseek2-q4_k_m", 3e-3, 2e-2}};
+        {"small-deepseek2-q4_k_m", 3e-3, 0}};
     size_t len = 0;
     char *text = t_read_file(DATA "ppl-text.txt", &len);
     assert_non_null(text);
@@ -428,7 +431,7 @@ static void test_ppl_matches_llama_cpp(void **state)
         int32_t *ids = malloc(sizeof(int32_t) * (len + 2));
         size_t n;
         assert_int_equal(es_tokenize(m, text, len, 1, 0, ids, len + 2, &n), ES_OK);
-        for (int reference = 1; reference >= 0; reference--) {
+        for (int reference = files[i].ref_tol > 0; reference >= 0; reference--) {
             es_session_params o = es_session_default_params();
             o.reference = reference;
             o.n_threads = 2;

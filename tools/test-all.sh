@@ -130,6 +130,7 @@ check_stage "chat templates" "chat check" bash tools/chat-check.sh build
 # over pool threads, with the amx table's per-thread tile state on its emulation; test_io: pread
 # workers; test_trace: three threads recording into one trace; test_stream: the expert loader
 # thread and the residency protocol, with slow, short and failing reads; test_tune: profile runs;
+# test_budget: a budgeted prefill's per-thread embedding-row reads;
 # test_batch:
 # batches on 1-3 threads, the head's per-row pool jobs, streamed batches and their cancelling;
 # test_serve: the server binary built with TSan, its connection threads, executor and signal
@@ -137,18 +138,22 @@ check_stage "chat templates" "chat check" bash tools/chat-check.sh build
 # rendered by four threads at once; a report fails the test).
 stage_begin tsan
 tsan_tests=()
-for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch test_profile test_serve test_chat; do
+for t in test_pool test_kern test_plan test_forward test_io test_trace test_stream test_tune test_batch test_profile test_serve test_chat test_budget; do
     [ -f "tests/$t.c" ] && tsan_tests+=("$t")
 done
+# Programs whose threads are in some cases only, run with those: test_kern's test_threads* (a
+# product split over the pool; its other cases check the tables' numbers on one thread, already
+# run in two suites, and took five of this stage's nine minutes under TSan); test_budget's
+# budgeted prefill on two threads that read embedding rows into per-thread buffers.
+declare -A tsan_filter=([test_kern]='test_threads*' [test_budget]='test_embedding_not_mapped')
 if make -j"$jobs" TSAN=1 build-tsan/estream "${tsan_tests[@]/#/build-tsan/tests/}" >/dev/null 2>&1; then
-    # test_kern's threads are its test_threads* cases (a product split over the pool); its other
-    # cases check the tables' numbers on one thread, already run in two suites, and took five of
-    # this stage's nine minutes under TSan.
-    TSAN_OPTIONS=halt_on_error=1 ESTREAM_TEST_FILTER='test_threads*' bash tests/run.sh -j "$jobs" build-tsan test_kern 2>&1 |
-        sed 's/^/tsan /' | tee "$stage_log"
-    out=$(tail -n 1 "$stage_log")
-    add_counts "${out#tsan }"
-    others=(); for t in "${tsan_tests[@]}"; do [ "$t" = test_kern ] || others+=("$t"); done
+    for t in "${!tsan_filter[@]}"; do
+        TSAN_OPTIONS=halt_on_error=1 ESTREAM_TEST_FILTER="${tsan_filter[$t]}" bash tests/run.sh -j "$jobs" build-tsan "$t" 2>&1 |
+            sed 's/^/tsan /' | tee "$stage_log"
+        out=$(tail -n 1 "$stage_log")
+        add_counts "${out#tsan }"
+    done
+    others=(); for t in "${tsan_tests[@]}"; do [ -n "${tsan_filter[$t]:-}" ] || others+=("$t"); done
     TSAN_OPTIONS=halt_on_error=1 bash tests/run.sh -j "$jobs" build-tsan "${others[@]}" 2>&1 |
         sed 's/^/tsan /' | tee "$stage_log"
     out=$(tail -n 1 "$stage_log")
