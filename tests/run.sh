@@ -8,7 +8,8 @@
 # Counts are cmocka test cases; a program that crashes or times out counts one failure.
 # ESTREAM_TEST_FAIL_FAST=1 starts no program after the first failure (tools/mutants.sh: one
 # failure is enough to call a planted bug caught) and stops the ones running.
-# ESTREAM_TEST_FILTER=PATTERN runs only the matching test cases of each program (tests/t.h).
+# ESTREAM_TEST_FILTER=PATTERN runs only the matching test cases of each program (tests/t.h);
+# ESTREAM_TEST_SKIP=PATTERN leaves the matching ones out.
 set -u
 jobs=${ESTREAM_TEST_JOBS:-$(nproc)}
 if [ "${1:-}" = -j ]; then jobs=$2; shift 2; fi
@@ -119,7 +120,7 @@ for name in "${names[@]}"; do
     fi
 done
 # Keep the durations of a whole, unfiltered run for the next run's start order.
-if [ "$stopped" = 0 ] && [ -z "${ESTREAM_TEST_FILTER:-}" ] && [ -d "$build/tests" ]; then
+if [ "$stopped" = 0 ] && [ -z "${ESTREAM_TEST_FILTER:-}${ESTREAM_TEST_SKIP:-}" ] && [ -d "$build/tests" ]; then
     cat "$tmp/durations.new" "$durations" 2>/dev/null | awk '!seen[$1]++' >"$tmp/d" && cp "$tmp/d" "$durations" 2>/dev/null
 fi
 [ "$stopped" = 0 ] || echo "fail-fast: stopped after the first failing program"

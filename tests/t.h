@@ -32,12 +32,16 @@
 #define T_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ESTREAM_TEST_FILTER=PATTERN runs only the test cases whose names match it (cmocka's wildcards
- * * and ?): tools/mutants.sh runs the one case that kills a planted bug before anything else. Set
- * before main, so every program gets it without touching its main. */
+ * * and ?): tools/mutants.sh runs the one case that kills a planted bug before anything else.
+ * ESTREAM_TEST_SKIP=PATTERN leaves out the cases that match (the TSan stage: single-threaded
+ * numerics too slow under it). Set before main, so every program gets them without touching its
+ * main. */
 __attribute__((constructor)) static void t_filter_from_env(void)
 {
     const char *f = getenv("ESTREAM_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);
+    const char *skip = getenv("ESTREAM_TEST_SKIP");
+    if (skip && *skip) cmocka_set_skip_filter(skip);
 }
 
 static inline const char *t_data_dir(void)

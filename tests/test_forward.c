@@ -394,7 +394,9 @@ static void test_family_llama4(void **s)
  * tiny-llama4-long-ids.txt, positions 8,160-8,319 against llama.cpp's (tests/data/README.md).
  * From 8,192 on the chunked layers see their own chunk only, and from 8,191 the NoPE layers
  * scale their queries by log(2) 0.1 + 1 (es_attn_temperature). Measured (per-position max):
- * median 0.0030, max 0.0058, KL 3.8e-7, as F16 agrees below the chunk. */
+ * median 0.0030, max 0.0058, KL 3.8e-7, as F16 agrees below the chunk; a whole window gives a
+ * median of 0.69, no temperature 0.025. Not run under qemu or TSan (tools/cross-aarch64.sh,
+ * tools/test-all.sh): over 15 minutes there. */
 static void test_llama4_past_chunk(void **s)
 {
     (void)s;
@@ -409,8 +411,12 @@ static void test_llama4_past_chunk(void **s)
     o.n_threads = 2;
     assert_int_equal(es_prefill(m, ids, n, &o, 1, all), ES_OK);
     float *want = read_llama_logits(DATA "tiny-llama4-f16-long.llama-logits.bin", rows, nv);
+    /* over 8,320 positions a router near-tie may flip on one row (three rows of the 8,160
+     * before these did on x86-64), so the max and KL allow one; the median and p90 hold the
+     * rest to F16 noise */
     check_limits("fast vs llama.cpp past the chunk", "tiny-llama4-f16",
-                 t_compare_logits(all + first * nv, want, rows, nv), f16_llama);
+                 t_compare_logits(all + first * nv, want, rows, nv),
+                 (limits){f16_llama.median, f16_llama.p90, 3.5, 0.98, 1e-3});
     free(want);
     free(all);
     free(ids);

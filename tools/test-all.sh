@@ -154,7 +154,9 @@ if make -j"$jobs" TSAN=1 build-tsan/estream "${tsan_tests[@]/#/build-tsan/tests/
         add_counts "${out#tsan }"
     done
     others=(); for t in "${tsan_tests[@]}"; do [ -n "${tsan_filter[$t]:-}" ] || others+=("$t"); done
-    TSAN_OPTIONS=halt_on_error=1 bash tests/run.sh -j "$jobs" build-tsan "${others[@]}" 2>&1 |
+    # Llama 4's tests are single-threaded numerics on an 8-layer model (one prefill of 8,320
+    # tokens): the other families' cases drive the same threads in a fraction of the time.
+    TSAN_OPTIONS=halt_on_error=1 ESTREAM_TEST_SKIP='*llama4*' bash tests/run.sh -j "$jobs" build-tsan "${others[@]}" 2>&1 |
         sed 's/^/tsan /' | tee "$stage_log"
     out=$(tail -n 1 "$stage_log")
     add_counts "${out#tsan }"

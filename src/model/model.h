@@ -3,10 +3,10 @@
  *
  * DESIGN: es_model_open() maps the file (gguf reader), checks every tensor the architecture needs
  * (name, type, shape) against the hyperparameters, and keeps views. Nothing is copied or
- * converted at open, so a model costs its mapped pages and nothing more until a prefill runs.
- * Architectures: the families of model/arch.h (olmoe, qwen3moe, llama with experts = Mixtral,
- * deepseek, lfm2moe, deepseek2);
- * others are refused with ES_E_UNSUPPORTED, naming the ones estream runs.
+ * converted at open (but llama3's RoPE factors, n_rot/2 floats), so a model costs its mapped
+ * pages and nothing more until a prefill runs.
+ * Architectures: the families of model/arch.h (es_arch_supported() names them); others are
+ * refused with ES_E_UNSUPPORTED, naming the ones estream runs.
  */
 #ifndef ES_MODEL_H
 #define ES_MODEL_H
