@@ -308,6 +308,14 @@ static void test_invariance_glm4moe(void **st)
     invariance(data("tiny-glm4moe-q4_0.gguf"), NULL, 512, t_tmp_path("glm4moe.pack"));
 }
 
+/* granitemoe: the embedding, residual and logit multipliers (the head's scaled in its row
+ * jobs), GraniteMoeShared's ungated shared expert; from its pack too */
+static void test_invariance_granitemoe(void **st)
+{
+    (void)st;
+    invariance(data("tiny-granitemoe-shared-q4_0.gguf"), NULL, 512, t_tmp_path("granite.pack"));
+}
+
 /* ernie4_5-moe: a softmax router with a selection bias, an ungated shared expert */
 static void test_invariance_ernie(void **st)
 {
@@ -721,7 +729,7 @@ static void test_logprobs_vs_llama(void **st)
     const char *stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16", "tiny-deepseek-f16",
                            "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
                            "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16",
-                           "tiny-llama4-f16"};
+                           "tiny-llama4-f16", "tiny-granitemoe-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -831,6 +839,7 @@ int main(void)
         cmocka_unit_test(test_invariance_gptoss),
         cmocka_unit_test(test_invariance_glm4moe),
         cmocka_unit_test(test_invariance_ernie),
+        cmocka_unit_test(test_invariance_granitemoe),
         cmocka_unit_test(test_invariance_llama4),
         cmocka_unit_test(test_amx_batches),
         cmocka_unit_test(test_sixty_four),

@@ -367,6 +367,20 @@ static void test_family_ernie(void **s)
     family("tiny-ernie", quant_self, (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
 }
 
+/* granitemoe (granite-3.0/3.1 MoE): Mixtral's layers with muP's multipliers (embeddings x12,
+ * each block's output x0.22 before the residual, q.k x1/64, logits x1/6) and, in
+ * GraniteMoeShared, an ungated shared expert. Measured against llama.cpp 3f545bec (its AVX-512
+ * and AVX2 builds give the same Q4_0 logits), per-position max |diff|: F16 median 9.5e-7, max
+ * 1.9e-4; Q4_0 median 4.8e-7, max 9.5e-7 (both files). */
+static void test_family_granitemoe(void **s)
+{
+    (void)s;
+    const limits q4_0_llama = {1e-5, 1e-5, 1e-4, 1.0, 1e-10};
+    family("tiny-granitemoe", quant_self, q4_0_llama);
+    compare_lim(DATA "tiny-granitemoe-shared-q4_0.gguf", quant_self,
+                DATA "tiny-granitemoe-shared-q4_0.llama-logits.bin", q4_0_llama);
+}
+
 /* llama3's RoPE frequency factors on a Mixtral-kind file (tiny-mixtral-l3: rope_freqs.weight, x8
  * of 64 positions, as mixtures built of Llama 3 models carry it); measured against llama.cpp
  * (per-position max |diff|): median 2.7e-4, max 0.0042. */
@@ -1011,6 +1025,7 @@ int main(void)
         cmocka_unit_test(test_family_ernie),
         cmocka_unit_test(test_family_mixtral_l3),
         cmocka_unit_test(test_family_llama4),
+        cmocka_unit_test(test_family_granitemoe),
         cmocka_unit_test(test_llama4_past_chunk),
         cmocka_unit_test(test_family_gptoss),
         cmocka_unit_test(test_mxfp4_files),

@@ -78,6 +78,9 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-mixtral-l3", "f16", DATA "tiny-mixtral-l3-f16.gguf"},
         {"tiny-llama4", "f16", DATA "tiny-llama4-f16.gguf"},
         {"tiny-llama4", "q4_0", DATA "tiny-llama4-q4_0.gguf"},
+        {"tiny-granitemoe", "f16", DATA "tiny-granitemoe-f16.gguf"},
+        {"tiny-granitemoe", "q4_0", DATA "tiny-granitemoe-q4_0.gguf"},
+        {"tiny-granitemoe-shared", "q4_0", DATA "tiny-granitemoe-shared-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -821,6 +824,98 @@ static void test_ernie(void **state)
     unlink(dst);
 }
 
+static es_status granite_logit_0(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_f32(w, "granitemoe.logit_scale", 0.0f);
+}
+static es_status granite_attn_0(es_gguf_writer *w) /* 0: llama.cpp's 1/sqrt(head) */
+{
+    return es_gguf_writer_set_f32(w, "granitemoe.attention.scale", 0.0f);
+}
+
+/* granitemoe as llama.cpp reads Granite MoE files: the four muP multipliers (logit_scale
+ * required, the others optional), Mixtral's router (softmax, renormalised), a tied head, and
+ * GraniteMoeShared's ungated shared expert where expert_shared_feed_forward_length is set. */
+static void test_granitemoe(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-granitemoe-q4_0.gguf", *dst = t_tmp_path("granite.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "granitemoe");
+    assert_true(m->hp.embd_scale == 12.0f);
+    assert_true(m->hp.resid_scale == 0.22f);
+    assert_true(m->hp.attn_scale == 0.015625f);
+    assert_true(m->hp.logit_mul == 1.0f / 6.0f);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SOFTMAX);
+    assert_true(m->hp.router.renorm);
+    assert_int_equal(m->hp.n_expert_shared, 0);
+    assert_ptr_equal(m->output.data, m->tok_embd.data);
+    es_model_close(m);
+    m = open_ok(DATA "tiny-granitemoe-shared-q4_0.gguf");
+    assert_int_equal(m->hp.n_expert_shared, 1);
+    assert_int_equal(m->hp.n_ff_shexp, 64);
+    for (int il = 0; il < 3; il++) {
+        assert_non_null(m->layers[il].gate_shexp.data);
+        assert_null(m->layers[il].gate_inp_shexp.data); /* ungated */
+    }
+    es_model_close(m);
+    /* the optional ones: absent, not applied (attention.scale: 1/sqrt(16)) */
+    rewrite_without(src, dst, "granitemoe.embedding_scale", NULL, NULL);
+    m = open_ok(dst);
+    assert_true(m->hp.embd_scale == 0.0f);
+    es_model_close(m);
+    rewrite_without(src, dst, "granitemoe.residual_scale", NULL, NULL);
+    m = open_ok(dst);
+    assert_true(m->hp.resid_scale == 0.0f);
+    es_model_close(m);
+    rewrite_without(src, dst, "granitemoe.attention.scale", NULL, NULL);
+    m = open_ok(dst);
+    assert_true(m->hp.attn_scale == 0.25f);
+    es_model_close(m);
+    rewrite(src, dst, granite_attn_0, NULL);
+    m = open_ok(dst);
+    assert_true(m->hp.attn_scale == 0.25f);
+    es_model_close(m);
+    /* logit_scale: required, and a divisor */
+    rewrite_without(src, dst, "granitemoe.logit_scale", NULL, NULL);
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "granitemoe.logit_scale")) fail_msg("'%s'", es_last_error());
+    rewrite(src, dst, granite_logit_0, NULL);
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "logit_scale = 0")) fail_msg("'%s'", es_last_error());
+    unlink(dst);
+}
+
+/* A llama3 frequency factor that is not a positive finite number (it would turn every RoPE angle
+ * into NaN) is refused by name: tiny-mixtral-l3 with rope_freqs.weight rewritten. */
+static float bad_factors[8];
+static es_status put_bad_factors(es_gguf_writer *w)
+{
+    const int64_t ne[1] = {8};
+    return es_gguf_writer_add_tensor(w, "rope_freqs.weight", ES_QTYPE_F32, 1, ne, bad_factors,
+                                     sizeof(bad_factors));
+}
+static void test_rope_factors_checked(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-mixtral-l3-f16.gguf", *dst = t_tmp_path("l3.gguf");
+    const float bad[3] = {0.0f, -2.0f, NAN};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 8; i++) bad_factors[i] = 1.0f;
+        bad_factors[5] = bad[k];
+        rewrite(src, dst, put_bad_factors, "rope_freqs.weight");
+        es_model *m = NULL;
+        assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+        if (!strstr(es_last_error(), "rope_freqs.weight[5]")) fail_msg("'%s'", es_last_error());
+    }
+    for (int i = 0; i < 8; i++) bad_factors[i] = 1.0f; /* all 1: opens, as no factors */
+    rewrite(src, dst, put_bad_factors, "rope_freqs.weight");
+    es_model_close(open_ok(dst));
+    unlink(dst);
+}
+
 static es_status l4_window_0(es_gguf_writer *w)
 {
     return es_gguf_writer_set_u32(w, "llama4.attention.sliding_window", 0);
@@ -1161,6 +1256,8 @@ int main(void)
         cmocka_unit_test(test_glm4moe),
         cmocka_unit_test(test_ernie),
         cmocka_unit_test(test_llama4),
+        cmocka_unit_test(test_granitemoe),
+        cmocka_unit_test(test_rope_factors_checked),
         cmocka_unit_test(test_route_by_logit),
         cmocka_unit_test(test_llama4_chunks_both_paths),
         cmocka_unit_test(test_families_listed),

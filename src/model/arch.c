@@ -81,7 +81,7 @@ static const es_arch families[] = {
     {.name = "ernie4_5-moe", .model_names = "ERNIE-4.5-MoE", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = true, .output_optional = true, .dense_lead = true,
      .weights_scale = true, .expert_bias_optional = true, .shexp_sized = true,
-     .attn_bias = true, .synth_pre = "llama-bpe"},
+     .moe_step_one = true, .attn_bias = true, .synth_pre = "llama-bpe"},
     /* Llama 4 (llama.cpp's llama4: Llama-4-Scout-17B-16E, Llama-4-Maverick-17B-128E): normal
      * RoPE with llama3's frequency factors, three chunked-attention RoPE layers with unweighted
      * q/k RMS norms then one NoPE layer with temperature-scaled queries (irope above), a MoE
@@ -92,6 +92,13 @@ static const es_arch families[] = {
      .topk_renorm = false, .output_optional = true, .gating = ES_GATING_SIGMOID,
      .moe_interleave = true, .irope = true, .rope_factors = true, .select_by_logit = true,
      .weight_before_ffn = true, .shexp_one = true, .synth_pre = "llama4"},
+    /* Granite MoE (llama.cpp's granitemoe: granite-3.0/3.1-1b-a400m, -3b-a800m, and the
+     * GraniteMoeShared models): Mixtral's layers (normal RoPE, rope_freqs where present, a
+     * softmax top-k renormalised) with muP's four multipliers (granite_scales above) and one
+     * ungated shared expert of expert_shared_feed_forward_length where the file has the key. */
+    {.name = "granitemoe", .model_names = "Granite MoE", .qk_norm = ES_QK_NORM_NONE,
+     .rope = ES_ROPE_NORM, .rope_factors = true, .topk_renorm = true, .output_optional = true,
+     .shexp_sized = true, .granite_scales = true, .synth_pre = "refact"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -105,7 +112,8 @@ const char *es_arch_supported(void)
 {
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
-           "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4)";
+           "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4), "
+           "granitemoe (Granite MoE)";
 }
 
 const es_arch *es_arch_at(int i)

@@ -61,7 +61,9 @@ typedef struct es_arch {
                                * heads, not part of the forward pass */
     bool expert_bias_optional; /* exp_probs_b where the file has it (deepseek2, ERNIE-4.5) */
     bool shexp_sized;         /* one shared expert of expert_shared_feed_forward_length, none
-                               * without the key (ERNIE-4.5) */
+                               * without the key (ERNIE-4.5, Granite MoE Shared) */
+    bool moe_step_one;        /* interleave_moe_layer_step is required and must be 1 (ERNIE-4.5:
+                               * llama.cpp loads experts for every layer after the dense ones) */
     bool expert_bias;         /* blk.N.exp_probs_b.bias [n_expert] is added to the probabilities
                                * for choosing the experts only (their weights stay unbiased) */
     bool conv_layers;         /* layers whose attention.head_count_kv entry is 0 are LFM2
@@ -104,6 +106,11 @@ typedef struct es_arch {
     bool weight_before_ffn;   /* the router weight multiplies the expert's input, not its output
                                * (llama4; one expert per token) */
     bool shexp_one;           /* one shared expert of the experts' size in every MoE layer */
+    /* Granite MoE (llama.cpp's granitemoe graph) has these (muP's multipliers): */
+    bool granite_scales;      /* embedding_scale multiplies the token embeddings, residual_scale
+                               * each block's output before it joins the residual (both where the
+                               * file has them), attention.scale replaces 1/sqrt(head) where set,
+                               * and the logits are multiplied by 1/logit_scale (required) */
     const char *ffn_norm;     /* the FFN norm's tensor suffix (NULL: ffn_norm) */
     const char *output_norm;  /* the final norm's tensor name (NULL: output_norm.weight) */
     const char *synth_pre;    /* tokenizer.ggml.pre of the synthetic models' built-in BPE */

@@ -383,6 +383,25 @@ static es_status refuse_mrope(es_model *m)
     return ES_OK;
 }
 
+/* Granite's muP multipliers, as llama.cpp's granite loader reads them: logit_scale required,
+ * the others optional (absent or 0: not applied; attention.scale 0: 1/sqrt(head)). Read after
+ * read_rope_scaling, whose attn_scale attention.scale replaces. */
+static es_status read_granite_scales(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    char key[64];
+    snprintf(key, sizeof(key), "%s.logit_scale", m->arch);
+    float logit = 0.0f, attn = 0.0f;
+    ES_TRY(es_gguf_read_f32(m->gguf, key, true, &logit));
+    ES_TRY(get_float(m, "logit_scale", 1e-6f, 1e6f, &logit));
+    ES_TRY(get_float(m, "embedding_scale", 0.0f, 1e6f, &hp->embd_scale));
+    ES_TRY(get_float(m, "residual_scale", 0.0f, 1e6f, &hp->resid_scale));
+    ES_TRY(get_float(m, "attention.scale", 0.0f, 1e6f, &attn));
+    hp->logit_mul = 1.0f / logit;
+    if (attn != 0.0f) hp->attn_scale = attn;
+    return ES_OK;
+}
+
 es_status es_hparams_read(es_model *m)
 {
     es_hparams *hp = &m->hp;
@@ -435,10 +454,12 @@ es_status es_hparams_read(es_model *m)
         ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
         hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
     }
-    if (fam->shexp_sized) { /* ERNIE-4.5: one shared expert of the key's size, if any */
+    if (fam->shexp_sized) { /* ERNIE-4.5, Granite: one shared expert of the key's size, if any */
         ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 0, 1 << 18,
                        &hp->n_ff_shexp));
         hp->n_expert_shared = hp->n_ff_shexp > 0;
+    }
+    if (fam->moe_step_one) {
         int step = 1; /* llama.cpp's loader makes every layer after the dense ones MoE */
         ES_TRY(get_int(m, "interleave_moe_layer_step", true, 1, 1 << 16, &step));
         if (step != 1)
@@ -491,5 +512,6 @@ es_status es_hparams_read(es_model *m)
     ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->rms_eps));
     if (fam->swa || fam->irope) ES_TRY(read_swa(m));
     ES_TRY(refuse_mrope(m));
-    return read_rope_scaling(m);
+    ES_TRY(read_rope_scaling(m));
+    return fam->granite_scales ? read_granite_scales(m) : ES_OK;
 }

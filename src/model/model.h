@@ -52,7 +52,12 @@ typedef struct es_hparams {
     float rope_ext_factor;  /* YaRN's extrapolation mix (1 with YaRN scaling, else 0) */
     float rope_cs_scale;    /* multiplies every RoPE cos and sin (YaRN's magnitude) */
     float rope_corr[2];     /* YaRN's correction range of pair indices */
-    float attn_scale;       /* the softmax scale of q.k: 1/sqrt(n_embd_head), MLA's mscale^2 */
+    float attn_scale;       /* the softmax scale of q.k: 1/sqrt(n_embd_head), MLA's mscale^2,
+                             * Granite's attention.scale */
+    /* Granite's muP multipliers (granite_scales; 0: not applied): */
+    float embd_scale;       /* multiplies each token's embedding row (embedding_scale) */
+    float resid_scale;      /* multiplies each block's output before it joins the residual */
+    float logit_mul;        /* multiplies every logit: 1.0f / logit_scale, as llama.cpp scales */
     int n_swa;              /* sliding window of the layers with is_swa (families with swa), or
                              * with swa_chunked the chunk they see */
     bool swa_chunked;       /* irope: a layer with is_swa sees the positions of its own chunk

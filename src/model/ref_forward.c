@@ -28,6 +28,8 @@
  *         qwen2moe's one times sigmoid(h . gate_inp_shexp))
  *   or, in a dense layer, x += down(silu(gate h) * up h)
  * then logits = (rmsnorm(x) * output_norm) Wout^T.
+ * Granite scales x's embedding rows by embedding_scale, each block's output by residual_scale
+ * before it joins x, q.k by attention.scale, and the logits by 1/logit_scale.
  */
 #include "model/model.h"
 #include "quant/tiles.h"
@@ -134,6 +136,13 @@ static float glu_oai(float g, float u)
 static void add_bias(float *y, const float *b, int64_t n)
 {
     for (int64_t i = 0; b && i < n; i++) y[i] += b[i];
+}
+
+/* x[i] += y[i] for i < n: a block's output joining the residual stream, multiplied first by
+ * Granite's residual_scale where it is set (scale 0: not), as llama.cpp scales then adds. */
+static void residual_add(float *x, const float *y, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++) x[i] += scale != 0.0f ? y[i] * scale : y[i];
 }
 
 /* out[t] = down(silu(gate h_t) * up h_t) for t < T: a dense FFN (a dense layer's, or the shared
@@ -396,6 +405,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
     for (int64_t t = 0; t < T; t++) {
         const uint8_t *src = (const uint8_t *)m->tok_embd.data + (size_t)ids[t] * m->tok_embd.row_bytes;
         es_dequantize_row(m->tok_embd.type, src, x + t * d, d);
+        for (int64_t i = 0; hp->embd_scale != 0.0f && i < d; i++) x[t * d + i] *= hp->embd_scale;
     }
 
     for (int il = 0; il < hp->n_layer; il++) {
@@ -415,13 +425,13 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
                        hp->n_embd_att, T, q, d, wt, row);
             for (int64_t t = 0; t < T; t++) add_bias(q + t * d, L->bo.data, d);
         }
-        for (int64_t i = 0; i < T * d; i++) x[i] += q[i];
+        residual_add(x, q, T * d, hp->resid_scale);
 
         for (int64_t t = 0; t < T; t++)
             rmsnorm(h + t * d, x + t * d, L->ffn_norm.data, d, hp->rms_eps);
         if (!es_layer_is_moe(L)) { /* a dense layer */
             ffn_ref(&L->ffn_gate, &L->ffn_up, &L->ffn_down, h, T, d, g, u, att, wt, row);
-            for (int64_t i = 0; i < T * d; i++) x[i] += att[i];
+            residual_add(x, att, T * d, hp->resid_scale);
             continue;
         }
         /* mixture of experts: route every token, then run each expert (in increasing id) over
@@ -481,7 +491,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
             }
             for (int64_t i = 0; i < T * d; i++) att[i] += xe[i];
         }
-        for (int64_t i = 0; i < T * d; i++) x[i] += att[i];
+        residual_add(x, att, T * d, hp->resid_scale);
     }
 
     const int64_t t0 = all_logits || hidden ? 0 : T - 1;
@@ -492,6 +502,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
     const int64_t l0 = all_logits ? 0 : T - 1;
     matmul_ref(m->output.data, m->output.type, m->output.row_bytes, nv, d, h + l0 * d, d, T - l0,
                logits, nv, wt, row);
+    for (int64_t i = 0; hp->logit_mul != 0.0f && i < (T - l0) * nv; i++) logits[i] *= hp->logit_mul;
 done:
     free(x); free(h); free(q); free(kk); free(vv); free(att); free(scores); free(wt); free(row);
     free(rl); free(g); free(u); free(xe); free(rows); free(rw); free(chosen); free(cw); free(conv);

@@ -368,7 +368,13 @@ static es_status set_hparams(es_gguf_writer *w, const es_synth_preset *p, uint32
     if (!st && p->n_swa) st = set_arch_u32(w, a, "attention.sliding_window", (uint32_t)p->n_swa);
     if (!st && p->n_ff_shexp)
         st = set_arch_u32(w, a, "expert_shared_feed_forward_length", (uint32_t)p->n_ff_shexp);
-    if (!st && (es_arch_find(a)->shexp_sized || es_arch_find(a)->moe_interleave))
+    if (!st && es_arch_find(a)->granite_scales) { /* Granite's converter: the config's values */
+        st = set_arch_f32(w, a, "logit_scale", p->logit_scale);
+        if (!st) st = set_arch_f32(w, a, "embedding_scale", p->embd_scale);
+        if (!st) st = set_arch_f32(w, a, "residual_scale", p->resid_scale);
+        if (!st) st = set_arch_f32(w, a, "attention.scale", p->attn_scale);
+    }
+    if (!st && (es_arch_find(a)->moe_step_one || es_arch_find(a)->moe_interleave))
         /* ERNIE-4.5's converter: MoE every layer; Llama 4's: the config's step */
         st = set_arch_u32(w, a, "interleave_moe_layer_step", (uint32_t)(p->moe_step ? p->moe_step : 1));
     return st;

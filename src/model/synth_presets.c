@@ -241,6 +241,24 @@ static const es_synth_preset presets[] = {
      .n_ff_exp = 8192, .n_expert = 16, .n_expert_used = 1, .rope_base = 5e5f, .rms_eps = 1e-5f,
      .n_ff = 16384, .n_shared = 1, .moe_step = 1, .l3_factor = 16.0f, .l3_low = 1.0f,
      .l3_high = 1.0f, .l3_orig_ctx = 8192},
+    /* tiny-granitemoe: Granite MoE's graph in small: 4 heads of 16 over 2 KV heads, 8 experts
+     * of 32 top-3 renormalised, a tied head, muP's multipliers as Granite 3's config.json sets
+     * them (embedding 12, residual 0.22, attention 1/64, logits over 6) */
+    {.name = "tiny-granitemoe", .arch = "granitemoe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 3, .rope_base = 1e7f, .rms_eps = 1e-6f, .tied = true, .embd_scale = 12.0f,
+     .resid_scale = 0.22f, .attn_scale = 0.015625f, .logit_scale = 6.0f},
+    /* tiny-granitemoe-shared: the same with GraniteMoeShared's ungated shared expert of 64 */
+    {.name = "tiny-granitemoe-shared", .arch = "granitemoe", .n_vocab = 320, .n_ctx = 512,
+     .n_embd = 64, .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 3, .rope_base = 1e7f, .rms_eps = 1e-6f, .tied = true, .n_ff_shexp = 64,
+     .embd_scale = 12.0f, .resid_scale = 0.22f, .attn_scale = 0.015625f, .logit_scale = 6.0f},
+    /* granite-3.1-3b-a800m: 32 layers of 1,536, 24 heads of 64 over 8 KV heads, 40 experts of
+     * 512 top-8, a tied head, vocab 49,155, RoPE base 1e7, muP's multipliers (config.json) */
+    {.name = "granite-3.1-3b-a800m", .arch = "granitemoe", .n_vocab = 49155, .n_ctx = 131072,
+     .n_embd = 1536, .n_layer = 32, .n_head = 24, .n_head_kv = 8, .n_ff_exp = 512,
+     .n_expert = 40, .n_expert_used = 8, .rope_base = 1e7f, .rms_eps = 1e-6f, .tied = true,
+     .embd_scale = 12.0f, .resid_scale = 0.22f, .attn_scale = 0.015625f, .logit_scale = 6.0f},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -250,7 +268,8 @@ static const char *const preset_names[] = {
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
     "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", "tiny-ernie",
-    "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", NULL};
+    "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", "tiny-granitemoe", "tiny-granitemoe-shared",
+    "granite-3.1-3b-a800m", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 

@@ -44,6 +44,8 @@ typedef struct es_synth_preset {
      * computes it: factor, low and high frequency factors, the original context */
     float l3_factor, l3_low, l3_high;
     int l3_orig_ctx;
+    /* granite_scales families: the muP multipliers, written as the converter writes them */
+    float embd_scale, resid_scale, attn_scale, logit_scale;
 } es_synth_preset;
 
 /* The preset called name, or NULL. */

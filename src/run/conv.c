@@ -53,5 +53,5 @@ void es_conv_block(es_fast *f, const es_model *m, const es_layer *L, int64_t T)
     es_fast_prepare(f, f->moe, d, L->conv_out.type, 0, T);
     es_gemm_task out = {&L->conv_out, f->act, f->tmp, d, T};
     es_fast_gemms(f, &out, 1);
-    es_fast_add(f, m, f->tmp, f->x, T);
+    es_fast_residual_add(f, m, f->tmp, T);
 }

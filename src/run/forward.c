@@ -121,6 +121,7 @@ static void embed_worker(void *arg, int ith, int nth)
             row = buf;
         }
         es_dequantize_row(te->type, row, f->x + t * d, d);
+        for (int64_t i = 0; hp->embd_scale != 0.0f && i < d; i++) f->x[t * d + i] *= hp->embd_scale;
     }
     for (int64_t t = r0; t < r1; t++) es_rope_cos_sin(hp, f->pos[t], f->rope_cs + t * hp->n_rot);
 }
@@ -153,7 +154,7 @@ static es_status layer(es_fast *f, const es_model *m, es_expert_provider *prov, 
     norm_rows(f, m, &L->ffn_norm, 0, T);
     if (!es_layer_is_moe(L)) {
         es_ffn_dense(f, m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, T, f->moe);
-        es_fast_add(f, m, f->moe, f->x, T);
+        es_fast_residual_add(f, m, f->moe, T);
         span(f, PHASE_MOE, il, t0);
         return ES_OK;
     }
@@ -166,7 +167,7 @@ static es_status layer(es_fast *f, const es_model *m, es_expert_provider *prov, 
         if (L->gate_inp_shexp.data) es_ffn_shexp_gate(f, m, L, f->tmp, T);
         es_fast_add(f, m, f->tmp, f->moe, T);
     }
-    es_fast_add(f, m, f->moe, f->x, T);
+    es_fast_residual_add(f, m, f->moe, T);
     span(f, PHASE_MOE, il, t0);
     return ES_OK;
 }

@@ -165,11 +165,16 @@ void es_fast_prepare_ld(es_fast *f, const float *src, int64_t ld, int64_t K, uin
 void es_fast_prepare(es_fast *f, const float *src, int64_t K, uint32_t wtype, int64_t r_begin,
                      int64_t T);
 
-/* dst[t][i] += src[t][i] for T rows of n_embd (dst = f->x: the residual stream). */
+/* dst[t][i] += src[t][i] for T rows of n_embd (the shared experts' output into the routed
+ * ones'). */
 void es_fast_add(es_fast *f, const es_model *m, const float *src, float *dst, int64_t T);
 
+/* A block's output src [T][n_embd] joins the residual stream f->x (times Granite's
+ * residual_scale where the model has it). */
+void es_fast_residual_add(es_fast *f, const es_model *m, const float *src, int64_t T);
+
 /* The attention output src [T][n_embd_att] projected by Wo (plus its bias where the layer has
- * one) and added to the residual stream. */
+ * one) and added to the residual stream (es_fast_residual_add's scale). */
 void es_fast_project_out(es_fast *f, const es_model *m, const es_layer *L, const float *src,
                          int64_t T);
 

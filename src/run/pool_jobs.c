@@ -24,6 +24,8 @@ typedef struct gemm_job {
     int n_tasks;
     const int32_t *rows; /* NULL: act rows 0..n_rows; else the act row of each output row */
     es_pool_counter next;
+    float y_mul;         /* each output multiplied by this once computed (0: not): Granite's
+                          * 1/logit_scale on the head */
 } gemm_job;
 
 static void gemm_worker(void *arg, int ith, int nth)
@@ -45,6 +47,8 @@ static void gemm_worker(void *arg, int ith, int nth)
         const int64_t n1 = n0 + GEMM_CHUNK < t->w->ne[1] ? n0 + GEMM_CHUNK : t->w->ne[1];
         es_gemm(j->f->kern, t->w->type, t->w->data, t->w->ne[0], n0, n1, t->act, j->rows, t->n_rows,
                 t->y, t->ldy, 0, j->f->scratch[ith]);
+        for (int64_t r = 0; j->y_mul != 0.0f && r < t->n_rows; r++)
+            for (int64_t n = n0; n < n1; n++) t->y[r * t->ldy + n] *= j->y_mul;
     }
 }
 
@@ -63,7 +67,7 @@ void es_fast_gemms(es_fast *f, const es_gemm_task *tasks, int n)
 {
     es_fast_phase(f, f->gemm_phase);
     for (int i = 0; i < n; i++) count_gemm(f, f->gemm_phase, tasks[i].w, tasks[i].n_rows);
-    gemm_job j = {f, tasks, n, NULL, {0}};
+    gemm_job j = {f, tasks, n, NULL, {0}, 0.0f};
     es_pool_counter_set(&j.next, 0);
     es_pool_run(f->pool, gemm_worker, &j);
 }
@@ -103,8 +107,9 @@ void es_fast_prepare(es_fast *f, const float *src, int64_t K, uint32_t wtype, in
     es_fast_prepare_ld(f, src, K, K, wtype, r_begin, T);
 }
 
-/* Residual adds: dst += src (+ bias, where not NULL) over T rows of d. */
-typedef struct add_job { const float *src, *bias; float *dst; int64_t d, T; } add_job;
+/* Row adds: dst += (src + bias, where not NULL) * scale (where not 0) over T rows of d, in
+ * llama.cpp's order: the bias joins the product, the product is scaled, then added. */
+typedef struct add_job { const float *src, *bias; float *dst; int64_t d, T; float scale; } add_job;
 
 static void add_worker(void *arg, int ith, int nth)
 {
@@ -113,23 +118,29 @@ static void add_worker(void *arg, int ith, int nth)
     int64_t r0, r1;
     if (!es_row_span(0, j->T, ith, nth, &r0, &r1)) return;
     for (int64_t t = r0; t < r1; t++)
-        if (j->bias) /* llama.cpp adds the bias to the product, then the product to dst */
-            for (int64_t i = 0; i < d; i++) j->dst[t * d + i] += j->src[t * d + i] + j->bias[i];
-        else
-            for (int64_t i = 0; i < d; i++) j->dst[t * d + i] += j->src[t * d + i];
+        for (int64_t i = 0; i < d; i++) {
+            float v = j->bias ? j->src[t * d + i] + j->bias[i] : j->src[t * d + i];
+            if (j->scale != 0.0f) v *= j->scale;
+            j->dst[t * d + i] += v;
+        }
 }
 
 static void add_rows(es_fast *f, const es_model *m, const float *src, const float *bias,
-                     float *dst, int64_t T)
+                     float scale, float *dst, int64_t T)
 {
     es_fast_phase(f, ES_PHASE_NORM);
-    add_job j = {src, bias, dst, m->hp.n_embd, T};
+    add_job j = {src, bias, dst, m->hp.n_embd, T, scale};
     es_pool_run(f->pool, add_worker, &j);
 }
 
 void es_fast_add(es_fast *f, const es_model *m, const float *src, float *dst, int64_t T)
 {
-    add_rows(f, m, src, NULL, dst, T);
+    add_rows(f, m, src, NULL, 0.0f, dst, T);
+}
+
+void es_fast_residual_add(es_fast *f, const es_model *m, const float *src, int64_t T)
+{
+    add_rows(f, m, src, NULL, m->hp.resid_scale, f->x, T);
 }
 
 void es_fast_layer_rows(es_fast *f, const es_model *m, const es_layer *L, int64_t T,
@@ -146,7 +157,7 @@ void es_fast_project_out(es_fast *f, const es_model *m, const es_layer *L, const
     es_fast_prepare(f, src, hp->n_embd_att, L->wo.type, 0, T);
     es_gemm_task o = {&L->wo, f->act, f->tmp, hp->n_embd, T};
     es_fast_gemms(f, &o, 1);
-    add_rows(f, m, f->tmp, L->bo.data, f->x, T);
+    add_rows(f, m, f->tmp, L->bo.data, m->hp.resid_scale, f->x, T);
 }
 
 void es_fast_attention(es_fast *f, int n_head, int64_t dk, int64_t dv, int64_t window,
@@ -176,7 +187,7 @@ void es_fast_logits(es_fast *f, const es_model *m, const int32_t *rows, int64_t 
                       m->hp.n_vocab, n};
     es_fast_phase(f, ES_PHASE_HEAD);
     count_gemm(f, ES_PHASE_HEAD, &m->output, n);
-    gemm_job j = {f, &t, 1, rows, {0}};
+    gemm_job j = {f, &t, 1, rows, {0}, m->hp.logit_mul};
     es_pool_counter_set(&j.next, 0);
     es_pool_run(f->pool, gemm_worker, &j);
 }
