@@ -233,7 +233,7 @@ static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
         for (int64_t i = 0; i < nq; i++) {
             float *srow = t->s + i * ATTN_BK;
             const int64_t q = q0 + i, hi = (q + 1 < s_end ? q + 1 : s_end) - s0;
-            const int64_t lo = first_key_of(a, q) > s0 ? first_key_of(a, q) - s0 : 0;
+            const int64_t fk = first_key_of(a, q), lo = fk > s0 ? fk - s0 : 0;
             if (lo >= hi) { /* none of this block's keys: the row's state stays */
                 memset(srow, 0, sizeof(float) * ATTN_BK);
                 continue;
