@@ -9,7 +9,7 @@
 # ESTREAM_TEST_FAIL_FAST=1 starts no program after the first failure (tools/mutants.sh: one
 # failure is enough to call a planted bug caught) and stops the ones running.
 # ESTREAM_TEST_FILTER=PATTERN runs only the matching test cases of each program (tests/t.h);
-# ESTREAM_TEST_SKIP=PATTERN leaves the matching ones out.
+# ESTREAM_TEST_SKIP=PATTERN[,PATTERN...] leaves the matching ones out.
 set -u
 jobs=${ESTREAM_TEST_JOBS:-$(nproc)}
 if [ "${1:-}" = -j ]; then jobs=$2; shift 2; fi
