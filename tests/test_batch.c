@@ -316,6 +316,13 @@ static void test_invariance_granitemoe(void **st)
     invariance(data("tiny-granitemoe-shared-q4_0.gguf"), NULL, 512, t_tmp_path("granite.pack"));
 }
 
+/* hunyuan-moe: q/k norms after RoPE (positions from each sequence's start) */
+static void test_invariance_hunyuan(void **st)
+{
+    (void)st;
+    invariance(data("tiny-hunyuan-q4_0.gguf"), NULL, 512, NULL);
+}
+
 /* ernie4_5-moe: a softmax router with a selection bias, an ungated shared expert */
 static void test_invariance_ernie(void **st)
 {
@@ -729,7 +736,7 @@ static void test_logprobs_vs_llama(void **st)
     const char *stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16", "tiny-deepseek-f16",
                            "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
                            "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16",
-                           "tiny-llama4-f16", "tiny-granitemoe-f16"};
+                           "tiny-llama4-f16", "tiny-granitemoe-f16", "tiny-hunyuan-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -840,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_invariance_glm4moe),
         cmocka_unit_test(test_invariance_ernie),
         cmocka_unit_test(test_invariance_granitemoe),
+        cmocka_unit_test(test_invariance_hunyuan),
         cmocka_unit_test(test_invariance_llama4),
         cmocka_unit_test(test_amx_batches),
         cmocka_unit_test(test_sixty_four),

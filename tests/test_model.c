@@ -81,6 +81,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-granitemoe", "f16", DATA "tiny-granitemoe-f16.gguf"},
         {"tiny-granitemoe", "q4_0", DATA "tiny-granitemoe-q4_0.gguf"},
         {"tiny-granitemoe-shared", "q4_0", DATA "tiny-granitemoe-shared-q4_0.gguf"},
+        {"tiny-hunyuan", "f16", DATA "tiny-hunyuan-f16.gguf"},
+        {"tiny-hunyuan", "q4_0", DATA "tiny-hunyuan-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -888,6 +890,37 @@ static void test_granitemoe(void **state)
     unlink(dst);
 }
 
+/* hunyuan-moe as llama.cpp reads Hunyuan-A13B files: per-head q/k norms (applied after RoPE),
+ * one shared expert of expert_shared_feed_forward_length on every layer, of
+ * feed_forward_length where the key is absent, a softmax router renormalised. */
+static void test_hunyuan(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-hunyuan-q4_0.gguf", *dst = t_tmp_path("hunyuan.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "hunyuan-moe");
+    assert_true(m->family->qk_norm_after_rope);
+    assert_int_equal(m->hp.n_expert_shared, 1);
+    assert_int_equal(m->hp.n_ff_shexp, 64);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SOFTMAX);
+    assert_true(m->hp.router.renorm);
+    for (int il = 0; il < 3; il++) {
+        assert_non_null(m->layers[il].q_norm.data);
+        assert_non_null(m->layers[il].gate_shexp.data);
+    }
+    es_model_close(m);
+    /* without the key the shared expert is feed_forward_length wide (32): its 64-wide tensors
+     * then do not fit, and the open names the tensor */
+    rewrite_without(src, dst, "hunyuan-moe.expert_shared_feed_forward_length", NULL, NULL);
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "ffn_gate_shexp")) fail_msg("'%s'", es_last_error());
+    rewrite(src, dst, NULL, "blk.1.attn_q_norm.weight"); /* required, as in llama.cpp */
+    m = NULL;
+    assert_int_not_equal(es_model_open(dst, 0, &m), ES_OK);
+    unlink(dst);
+}
+
 /* A llama3 frequency factor that is not a positive finite number (it would turn every RoPE angle
  * into NaN) is refused by name: tiny-mixtral-l3 with rope_freqs.weight rewritten. */
 static float bad_factors[8];
@@ -1258,6 +1291,7 @@ int main(void)
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_granitemoe),
         cmocka_unit_test(test_rope_factors_checked),
+        cmocka_unit_test(test_hunyuan),
         cmocka_unit_test(test_route_by_logit),
         cmocka_unit_test(test_llama4_chunks_both_paths),
         cmocka_unit_test(test_families_listed),

@@ -99,6 +99,12 @@ static const es_arch families[] = {
     {.name = "granitemoe", .model_names = "Granite MoE", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .rope_factors = true, .topk_renorm = true, .output_optional = true,
      .shexp_sized = true, .granite_scales = true, .synth_pre = "refact"},
+    /* Hunyuan MoE (llama.cpp's hunyuan-moe: Hunyuan-A13B): NEOX RoPE (NTK-alpha scaling folded
+     * into rope.freq_base by the converter; rope_freqs where present), per-head q/k RMSNorm
+     * after RoPE, a softmax top-k renormalised, one ungated shared expert on every layer. */
+    {.name = "hunyuan-moe", .model_names = "Hunyuan-MoE", .qk_norm = ES_QK_NORM_HEAD,
+     .qk_norm_after_rope = true, .rope = ES_ROPE_NEOX, .rope_factors = true,
+     .topk_renorm = true, .output_optional = true, .shexp_ff = true, .synth_pre = "hunyuan"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -113,7 +119,7 @@ const char *es_arch_supported(void)
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
            "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4), "
-           "granitemoe (Granite MoE)";
+           "granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE)";
 }
 
 const es_arch *es_arch_at(int i)

@@ -39,6 +39,8 @@ typedef struct es_arch {
     const char *name;         /* general.architecture */
     const char *model_names;  /* the models people know it by, for messages and --help */
     es_qk_norm qk_norm;
+    bool qk_norm_after_rope;  /* the q/k norms are applied to the rotated heads (Hunyuan), not
+                               * before RoPE */
     bool qk_norm_optional;    /* the q/k norms are used where the file has them (GLM-4.5 355B
                                * has them, GLM-4.5-Air not) */
     es_rope_kind rope;
@@ -62,6 +64,8 @@ typedef struct es_arch {
     bool expert_bias_optional; /* exp_probs_b where the file has it (deepseek2, ERNIE-4.5) */
     bool shexp_sized;         /* one shared expert of expert_shared_feed_forward_length, none
                                * without the key (ERNIE-4.5, Granite MoE Shared) */
+    bool shexp_ff;            /* one ungated shared expert of expert_shared_feed_forward_length,
+                               * feed_forward_length where absent (Hunyuan) */
     bool moe_step_one;        /* interleave_moe_layer_step is required and must be 1 (ERNIE-4.5:
                                * llama.cpp loads experts for every layer after the dense ones) */
     bool expert_bias;         /* blk.N.exp_probs_b.bias [n_expert] is added to the probabilities

@@ -471,7 +471,8 @@ es_status es_hparams_read(es_model *m)
         hp->n_expert_shared = 1;
         hp->n_ff_shexp = hp->n_ff_exp;
     }
-    if (fam->shexp_gated) { /* one gated shared expert of its own size */
+    if (fam->shexp_gated || fam->shexp_ff) { /* one shared expert (qwen2moe's gated) of its own
+                                              * size, n_ff where the key is absent */
         hp->n_expert_shared = 1;
         hp->n_ff_shexp = hp->n_ff;
         ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 1, 1 << 18,

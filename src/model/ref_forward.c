@@ -28,6 +28,7 @@
  *         qwen2moe's one times sigmoid(h . gate_inp_shexp))
  *   or, in a dense layer, x += down(silu(gate h) * up h)
  * then logits = (rmsnorm(x) * output_norm) Wout^T.
+ * Hunyuan normalises q and k per head after RoPE instead of before.
  * Granite scales x's embedding rows by embedding_scale, each block's output by residual_scale
  * before it joins x, q.k by attention.scale, and the logits by 1/logit_scale.
  */
@@ -344,7 +345,7 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
         add_bias(q + t * dq, L->bq.data, dq);
         add_bias(kk + t * dkv, L->bk.data, dkv);
         add_bias(vv + t * dkv, L->bv.data, dkv);
-        qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
+        if (!m->family->qk_norm_after_rope) qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
         if (L->no_rope) { /* Llama 4's NoPE layer: the queries times the temperature */
             const float temp = es_attn_temperature(t);
             for (int64_t i = 0; i < dq; i++) q[t * dq + i] *= temp;
@@ -358,6 +359,7 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
             rmsnorm(q + t * dq + hh * dh, q + t * dq + hh * dh, NULL, dh, hp->rms_eps);
         for (int hh = 0; hp->kq_norm_rope && hh < hp->n_head_kv; hh++)
             rmsnorm(kk + t * dkv + hh * dh, kk + t * dkv + hh * dh, NULL, dh, hp->rms_eps);
+        if (m->family->qk_norm_after_rope) qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
     }
     attention_ref(hp, T, q, kk, vv, att, scores, L->is_swa ? hp->n_swa : 0, L->sinks.data);
 }

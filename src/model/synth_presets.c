@@ -259,6 +259,19 @@ static const es_synth_preset presets[] = {
      .n_embd = 1536, .n_layer = 32, .n_head = 24, .n_head_kv = 8, .n_ff_exp = 512,
      .n_expert = 40, .n_expert_used = 8, .rope_base = 1e7f, .rms_eps = 1e-6f, .tied = true,
      .embd_scale = 12.0f, .resid_scale = 0.22f, .attn_scale = 0.015625f, .logit_scale = 6.0f},
+    /* tiny-hunyuan: Hunyuan-A13B's graph in small: 4 heads of 16 over 2 KV heads with per-head
+     * q/k norms after NEOX RoPE, 8 experts of 32 top-2 renormalised, one shared expert of 64 */
+    {.name = "tiny-hunyuan", .arch = "hunyuan-moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 32, .n_shared = 1,
+     .n_ff_shexp = 64},
+    /* Hunyuan-A13B: 32 layers of 4,096, 32 heads of 128 over 8 KV heads, 64 experts of 3,072
+     * top-8 and a shared FFN of 3,072, vocab 128,167, the converter's NTK-alpha RoPE base
+     * (10,000 x 1000^(128/126)), context 256K (config.json, conversion/hunyuan.py) */
+    {.name = "hunyuan-a13b", .arch = "hunyuan-moe", .n_vocab = 128167, .n_ctx = 262144,
+     .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 3072,
+     .n_expert = 64, .n_expert_used = 8, .rope_base = 11158840.0f, .rms_eps = 1e-5f,
+     .n_ff = 3072, .n_shared = 1, .n_ff_shexp = 3072},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -269,7 +282,7 @@ static const char *const preset_names[] = {
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
     "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", "tiny-ernie",
     "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", "tiny-granitemoe", "tiny-granitemoe-shared",
-    "granite-3.1-3b-a800m", NULL};
+    "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 

@@ -45,8 +45,9 @@ static void norm_heads(const es_fast *f, float *x, int n_head, int dh, const flo
 }
 
 /* es_layer_rows job: f->q, f->k and f->v with their biases where the layer has them; f->q and
- * f->k normalised as the family says, then rotated (Llama 4: then normalised again, or on its
- * NoPE layers not rotated and the queries scaled by the position's temperature). */
+ * f->k normalised as the family says, then rotated (Hunyuan: rotated, then normalised; Llama 4:
+ * then normalised again, or on its NoPE layers not rotated and the queries scaled by the
+ * position's temperature). */
 static void qk_rope_worker(void *arg, int ith, int nth)
 {
     const es_layer_rows *j = arg;
@@ -64,7 +65,8 @@ static void qk_rope_worker(void *arg, int ith, int nth)
         add_bias(f, q, &j->L->bq, dq);
         add_bias(f, k, &j->L->bk, dkv);
         add_bias(f, f->v + t * dkv, &j->L->bv, dkv);
-        qk_norm(f, j->m, j->L, q, k);
+        const bool after = j->m->family->qk_norm_after_rope;
+        if (!after) qk_norm(f, j->m, j->L, q, k);
         if (!rope) { /* a NoPE layer: llama.cpp multiplies its queries by the temperature */
             const float temp = es_attn_temperature(f->pos[t]);
             for (int64_t i = 0; i < dq; i++) q[i] *= temp;
@@ -79,6 +81,7 @@ static void qk_rope_worker(void *arg, int ith, int nth)
             norm_heads(f, q, hp->n_head, hp->n_embd_head, ones, hp->rms_eps);
             norm_heads(f, k, hp->n_head_kv, hp->n_embd_head, ones, hp->rms_eps);
         }
+        if (after) qk_norm(f, j->m, j->L, q, k); /* Hunyuan: the rotated heads */
     }
 }
 
