@@ -2740,8 +2740,9 @@ static void test_lone_requests(void **state)
     const double batches = metric(mt, "estream_batches_total");
     /* The bug held every batch for the 5 ms gap at least (0.1 s for 20). A connection whose
      * close the kernel has not yet delivered to the server (its FIN behind the next request's
-     * SYN on a loaded machine) looks like a keep-alive client and may cost one batch one gap. */
-    if (held >= 0.03) fail_msg("lone requests were held %g s for arrivals:\n%s", held, mt);
+     * SYN on a loaded machine) looks like a keep-alive client and may cost one batch one gap:
+     * CI's release stage, beside the qemu stage, saw 0.035 s (7 such batches), so up to 0.07. */
+    if (held >= 0.07) fail_msg("lone requests were held %g s for arrivals:\n%s", held, mt);
     assert_true(batches == 20);
     free(mt);
     srv_stop(&s);
