@@ -332,6 +332,21 @@ static void test_invariance_hunyuan(void **st)
     invariance(data("tiny-hunyuan-q4_0.gguf"), NULL, 512, NULL);
 }
 
+/* bailingmoe2: the fused attn_qkv's views, half-RoPE, grouped sigmoid routing, two shared
+ * experts; from its pack too (the multi-token-prediction block's experts left out) */
+static void test_invariance_bailingmoe2(void **st)
+{
+    (void)st;
+    invariance(data("tiny-bailingmoe2-q4_0.gguf"), NULL, 512, t_tmp_path("bailing.pack"));
+}
+
+/* dots1: per-head q/k norms, a dense first layer, shared experts, the sigmoid router */
+static void test_invariance_dots1(void **st)
+{
+    (void)st;
+    invariance(data("tiny-dots1-q4_0.gguf"), NULL, 512, NULL);
+}
+
 /* ernie4_5-moe: a softmax router with a selection bias, an ungated shared expert */
 static void test_invariance_ernie(void **st)
 {
@@ -745,7 +760,8 @@ static void test_logprobs_vs_llama(void **st)
     const char *stems[] = {"tiny-f32", "tiny-qwen3moe-f16", "tiny-mixtral-f16", "tiny-deepseek-f16",
                            "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
                            "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16",
-                           "tiny-llama4-f16", "tiny-granitemoe-f16", "tiny-hunyuan-f16"};
+                           "tiny-llama4-f16", "tiny-granitemoe-f16", "tiny-hunyuan-f16",
+                           "tiny-bailingmoe2-f16", "tiny-dots1-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -857,6 +873,8 @@ int main(void)
         cmocka_unit_test_setup(test_invariance_ernie, reseed),
         cmocka_unit_test_setup(test_invariance_granitemoe, reseed),
         cmocka_unit_test_setup(test_invariance_hunyuan, reseed),
+        cmocka_unit_test_setup(test_invariance_bailingmoe2, reseed),
+        cmocka_unit_test_setup(test_invariance_dots1, reseed),
         cmocka_unit_test_setup(test_invariance_llama4, reseed),
         cmocka_unit_test_setup(test_amx_batches, reseed),
         cmocka_unit_test_setup(test_sixty_four, reseed),

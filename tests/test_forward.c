@@ -394,6 +394,66 @@ static void test_family_hunyuan(void **s)
     family("tiny-hunyuan", (limits){INFINITY, 0.2, 3.0, 0.93, INFINITY}, quant_llama);
 }
 
+/* bailingmoe2 (Ling 2.0): q, k and v in one fused attn_qkv, per-head q/k norms before NEOX RoPE
+ * on half of each head, a dense first layer, 16 experts in 4 groups (2 eligible) chosen by a
+ * sigmoid router with selection bias, renormalised and scaled by 2.5, 2 shared experts of 32
+ * each, a multi-token-prediction block not run. Measured against llama.cpp 3f545bec (per-position
+ * max |diff|): F16 median 3.5e-4, max 0.0042; Q4_0 median 1.2e-7, max 9.5e-7 (its AVX2 build
+ * gives the same Q4_0 logits bit for bit). The reference's float activations against Q4_0
+ * weights: median 0.10, p90 0.128, max 1.04, KL 0.0012 (the routed weights' 2.5 amplifies the
+ * 8-bit error, as in glm4moe). */
+static void test_family_bailingmoe2(void **s)
+{
+    (void)s;
+    family("tiny-bailingmoe2", (limits){INFINITY, 0.16, 2.0, 0.93, 0.005},
+           (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
+}
+
+/* dots1 (dots.llm1): Qwen3's attention with DeepSeek-V3's experts (a dense first layer, 2 shared
+ * experts, a sigmoid router with selection bias, renormalised and scaled by 2.5). Measured
+ * against llama.cpp 3f545bec: F16 median 4.9e-4, max 0.0070; Q4_0 median 2.4e-7, max 0.10 where
+ * an 8-bit activation rounds the other way (its AVX2 build differs from its AVX-512 one by
+ * 0.028 there). The reference's float activations against Q4_0 weights move further (median
+ * 0.13, p90 0.20, router flips reaching 6.7, top-1 97.4 %, KL 0.018: 8 experts of which the 2
+ * chosen are scaled by 2.5 beside 2 shared ones), which the self limits allow. */
+static void test_family_dots1(void **s)
+{
+    (void)s;
+    family("tiny-dots1", (limits){INFINITY, 0.25, 8.0, 0.93, 0.03}, quant_llama);
+}
+
+/* A fused attn_qkv (and attn_qkv.bias), which llama.cpp loads in every family: tiny-qwen2moe-qkv
+ * holds tiny-qwen2moe's q, k and v weights and biases end to end in one tensor each, so both
+ * paths must give tiny-qwen2moe's logits bit for bit, and llama.cpp's logits of the separate
+ * file within the usual limits. */
+static void test_fused_qkv(void **s)
+{
+    (void)s;
+    static const char *const types[] = {"f16", "q4_0"};
+    for (size_t i = 0; i < ES_LEN(types); i++) {
+        const char *path = t_tmp_path("fused-qkv.gguf");
+        es_synth_opts o = {.arch = "qwen2moe", .preset = "tiny-qwen2moe-qkv", .type = types[i],
+                           .seed = 1};
+        assert_int_equal(es_synth(&o, path), ES_OK);
+        char split[128], golden[128];
+        snprintf(split, sizeof(split), DATA "tiny-qwen2moe-%s.gguf", types[i]);
+        snprintf(golden, sizeof(golden), DATA "tiny-qwen2moe-%s.llama-logits.bin", types[i]);
+        size_t n, nv, n2, nv2;
+        float *fast, *ref, *fast2, *ref2;
+        prefill_both(path, &n, &nv, &fast, &ref);
+        prefill_both(split, &n2, &nv2, &fast2, &ref2);
+        assert_int_equal(n, n2);
+        assert_int_equal(nv, nv2);
+        assert_memory_equal(fast, fast2, sizeof(float) * n * nv);
+        assert_memory_equal(ref, ref2, sizeof(float) * n * nv);
+        compare_lim(path, i ? quant_self : f16_self, golden, i ? quant_llama : f16_llama);
+        free(fast);
+        free(ref);
+        free(fast2);
+        free(ref2);
+    }
+}
+
 /* llama3's RoPE frequency factors on a Mixtral-kind file (tiny-mixtral-l3: rope_freqs.weight, x8
  * of 64 positions, as mixtures built of Llama 3 models carry it); measured against llama.cpp
  * (per-position max |diff|): median 2.7e-4, max 0.0042. */
@@ -1040,6 +1100,9 @@ int main(void)
         cmocka_unit_test(test_family_llama4),
         cmocka_unit_test(test_family_granitemoe),
         cmocka_unit_test(test_family_hunyuan),
+        cmocka_unit_test(test_family_bailingmoe2),
+        cmocka_unit_test(test_family_dots1),
+        cmocka_unit_test(test_fused_qkv),
         cmocka_unit_test(test_llama4_past_chunk),
         cmocka_unit_test(test_family_gptoss),
         cmocka_unit_test(test_mxfp4_files),

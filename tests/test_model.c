@@ -83,6 +83,10 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-granitemoe-shared", "q4_0", DATA "tiny-granitemoe-shared-q4_0.gguf"},
         {"tiny-hunyuan", "f16", DATA "tiny-hunyuan-f16.gguf"},
         {"tiny-hunyuan", "q4_0", DATA "tiny-hunyuan-q4_0.gguf"},
+        {"tiny-bailingmoe2", "f16", DATA "tiny-bailingmoe2-f16.gguf"},
+        {"tiny-bailingmoe2", "q4_0", DATA "tiny-bailingmoe2-q4_0.gguf"},
+        {"tiny-dots1", "f16", DATA "tiny-dots1-f16.gguf"},
+        {"tiny-dots1", "q4_0", DATA "tiny-dots1-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -921,6 +925,102 @@ static void test_hunyuan(void **state)
     unlink(dst);
 }
 
+static es_status shexp_width_16(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "bailingmoe2.expert_shared_feed_forward_length", 16);
+}
+static es_status kv_heads_4(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "bailingmoe2.attention.head_count_kv", 4);
+}
+
+/* bailingmoe2 as llama.cpp reads Ling 2.0 files: q, k and v as three row views of the fused
+ * attn_qkv, per-head q/k norms, RoPE on rope.dimension_count dims, shared experts of
+ * expert_shared_feed_forward_length each (the experts' width without the key), the router's
+ * keys (sigmoid, renormalised, x2.5, 4 groups of which 2 are eligible), the MTP block left out. */
+static void test_bailingmoe2(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-bailingmoe2-q4_0.gguf", *dst = t_tmp_path("bailing.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "bailingmoe2");
+    const es_hparams *hp = &m->hp;
+    assert_int_equal(hp->n_layer, 3);
+    assert_int_equal(hp->n_rot, 8);
+    assert_int_equal(hp->n_expert_shared, 2);
+    assert_int_equal(hp->n_ff_shexp, 64);
+    assert_int_equal(hp->router.gating, ES_GATING_SIGMOID);
+    assert_true(hp->router.renorm);
+    assert_true(hp->router.scale == 2.5f);
+    assert_int_equal(hp->router.n_group, 4);
+    assert_int_equal(hp->router.n_group_used, 2);
+    for (int il = 0; il < 3; il++) {
+        const es_layer *L = &m->layers[il];
+        char name[64];
+        snprintf(name, sizeof(name), "blk.%d.attn_qkv.weight", il);
+        const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, name);
+        assert_non_null(t);
+        assert_ptr_equal(L->wq.data, t->data);
+        assert_ptr_equal(L->wk.data, (const uint8_t *)t->data + 64 * L->wq.row_bytes);
+        assert_ptr_equal(L->wv.data, (const uint8_t *)t->data + 96 * L->wq.row_bytes);
+        assert_int_equal(L->wq.ne[1], 64);
+        assert_int_equal(L->wk.ne[1], 32);
+        assert_int_equal(L->wv.ne[1], 32);
+        assert_int_equal(L->wq.nbytes + L->wk.nbytes + L->wv.nbytes, t->nbytes);
+        assert_null(L->bq.data);
+        assert_non_null(L->q_norm.data);
+        assert_int_equal(L->exp_probs_b.data != NULL, il > 0);
+    }
+    es_model_close(m);
+    /* without the width key each shared expert is the experts' 32 wide: 2 x 32 as before */
+    rewrite_without(src, dst, "bailingmoe2.expert_shared_feed_forward_length", NULL, NULL);
+    m = open_ok(dst);
+    assert_int_equal(m->hp.n_ff_shexp, 64);
+    es_model_close(m);
+    rewrite(src, dst, shexp_width_16, NULL); /* 2 x 16: the 64-wide tensors do not fit */
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "ffn_gate_shexp")) fail_msg("'%s'", es_last_error());
+    rewrite(src, dst, kv_heads_4, NULL); /* q + 2 kv rows: 192, not the file's 128 */
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "blk.0.attn_qkv.weight")) fail_msg("'%s'", es_last_error());
+    rewrite(src, dst, NULL, "blk.1.attn_qkv.weight"); /* neither fused nor apart */
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "blk.1.attn_q.weight") ||
+        !strstr(es_last_error(), "blk.1.attn_qkv.weight"))
+        fail_msg("'%s'", es_last_error());
+    unlink(dst);
+}
+
+/* dots1 as llama.cpp reads dots.llm1 files: per-head q/k norms, a dense first layer, shared
+ * experts of the experts' width, the router's keys (sigmoid with exp_probs_b, renormalised,
+ * x2.5); the q/k norms are required. */
+static void test_dots1(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-dots1-q4_0.gguf", *dst = t_tmp_path("dots1.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "dots1");
+    const es_hparams *hp = &m->hp;
+    assert_int_equal(hp->n_layer_dense_lead, 1);
+    assert_int_equal(hp->n_expert_shared, 2);
+    assert_int_equal(hp->n_ff_shexp, 64);
+    assert_int_equal(hp->router.gating, ES_GATING_SIGMOID);
+    assert_true(hp->router.renorm);
+    assert_true(hp->router.scale == 2.5f);
+    assert_null(m->layers[0].gate_inp.data);
+    assert_non_null(m->layers[1].exp_probs_b.data);
+    assert_non_null(m->layers[2].gate_shexp.data);
+    es_model_close(m);
+    rewrite(src, dst, NULL, "blk.2.attn_k_norm.weight");
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "blk.2.attn_k_norm.weight")) fail_msg("'%s'", es_last_error());
+    unlink(dst);
+}
+
 /* A llama3 frequency factor that is not a positive finite number (it would turn every RoPE angle
  * into NaN) is refused by name: tiny-mixtral-l3 with rope_freqs.weight rewritten. */
 static float bad_factors[8];
@@ -1292,6 +1392,8 @@ int main(void)
         cmocka_unit_test(test_granitemoe),
         cmocka_unit_test(test_rope_factors_checked),
         cmocka_unit_test(test_hunyuan),
+        cmocka_unit_test(test_bailingmoe2),
+        cmocka_unit_test(test_dots1),
         cmocka_unit_test(test_route_by_logit),
         cmocka_unit_test(test_llama4_chunks_both_paths),
         cmocka_unit_test(test_families_listed),

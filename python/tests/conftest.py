@@ -145,7 +145,8 @@ def chat_qwen(models_dir: Path) -> Path:
 
 @pytest.fixture(scope="session", params=["tiny", "tiny-qwen3moe-vocab", "tiny-deepseek",
                                          "tiny-lfm2moe", "tiny-gptoss", "tiny-glm4moe",
-                                         "tiny-llama4", "tiny-granitemoe"])
+                                         "tiny-llama4", "tiny-granitemoe",
+                                         "tiny-bailingmoe2"])
 def any_model(request: pytest.FixtureRequest, models_dir: Path) -> Path:
     """Each family the comparisons run on."""
     return synth(models_dir, request.param)

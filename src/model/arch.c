@@ -105,6 +105,25 @@ static const es_arch families[] = {
     {.name = "hunyuan-moe", .model_names = "Hunyuan-MoE", .qk_norm = ES_QK_NORM_HEAD,
      .qk_norm_after_rope = true, .rope = ES_ROPE_NEOX, .rope_factors = true,
      .topk_renorm = true, .output_optional = true, .shexp_ff = true, .synth_pre = "hunyuan"},
+    /* Ling 2.0 (llama.cpp's bailingmoe2: Ling-mini-2.0, Ling-flash-2.0, Ring-2.0, Sarvam-MoE):
+     * q, k and v in one fused attn_qkv, per-head q/k RMSNorm before NEOX RoPE on the first
+     * rope.dimension_count dims of each head (half in Ling), leading dense layers, shared experts
+     * of expert_shared_feed_forward_length each, a router of the file's gating (sigmoid in
+     * Ling) with exp_probs_b where present and expert groups, top-k renormalised and scaled as
+     * the file says; nextn_predict_layers trailing blocks (multi-token prediction) not run. */
+    {.name = "bailingmoe2", .model_names = "Ling 2.0", .qk_norm = ES_QK_NORM_HEAD,
+     .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false, .dense_lead = true,
+     .shared_experts = true, .shexp_width_key = true, .weights_scale = true,
+     .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true,
+     .expert_bias_optional = true, .synth_pre = "bailingmoe2"},
+    /* dots.llm1 (llama.cpp's dots1): Qwen3's attention (per-head q/k RMSNorm before NEOX RoPE)
+     * with DeepSeek-V3's MoE: leading dense layers, shared experts, a router of the file's
+     * gating (sigmoid in dots.llm1) with exp_probs_b where present, top-k renormalised and
+     * scaled as the file says. */
+    {.name = "dots1", .model_names = "dots.llm1", .qk_norm = ES_QK_NORM_HEAD,
+     .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false, .dense_lead = true,
+     .shared_experts = true, .weights_scale = true, .gating = ES_GATING_SIGMOID,
+     .router_keys = true, .expert_bias_optional = true, .synth_pre = "qwen2"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -119,7 +138,8 @@ const char *es_arch_supported(void)
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
            "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4), "
-           "granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE)";
+           "granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), bailingmoe2 (Ling 2.0), dots1 "
+           "(dots.llm1)";
 }
 
 const es_arch *es_arch_at(int i)

@@ -62,6 +62,9 @@ typedef struct es_arch {
     bool nextn;               /* the last nextn_predict_layers blocks are multi-token-prediction
                                * heads, not part of the forward pass */
     bool expert_bias_optional; /* exp_probs_b where the file has it (deepseek2, ERNIE-4.5) */
+    bool shexp_width_key;     /* with shared_experts: each shared expert is
+                               * expert_shared_feed_forward_length wide where the file has the
+                               * key (the experts' width where not), one FFN of their sum (Ling) */
     bool shexp_sized;         /* one shared expert of expert_shared_feed_forward_length, none
                                * without the key (ERNIE-4.5, Granite MoE Shared) */
     bool shexp_ff;            /* one ungated shared expert of expert_shared_feed_forward_length,
@@ -80,7 +83,9 @@ typedef struct es_arch {
                                * the older joined attn_kv_b); RoPE on the last n_rot dims only;
                                * YaRN's log multiplier is its mscale (kq scale mscale^2/sqrt) */
     /* gpt-oss (llama.cpp's openai-moe graph) has these (qwen2moe the q/k/v biases): */
-    bool attn_bias;           /* attn_q/k/v.bias added where the file has them */
+    bool attn_bias;           /* the family's models have attn_q/k/v biases (synthetic files
+                               * get them); every family adds them where the file has them,
+                               * as llama.cpp does */
     bool attn_out_bias;       /* attn_output.bias [n_embd] added to the output projection */
     bool attn_sinks;          /* attn_sinks.weight [n_head]: a learned logit per head that joins
                                * every softmax's denominator (and takes no value) */

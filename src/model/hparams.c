@@ -452,7 +452,10 @@ es_status es_hparams_read(es_model *m)
                        path, m->arch, hp->n_expert_used, m->arch);
     if (fam->shared_experts) {
         ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
-        hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
+        int width = 0; /* each shared expert's: the experts' unless the file says (Ling) */
+        if (fam->shexp_width_key)
+            ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 0, 1 << 18, &width));
+        hp->n_ff_shexp = hp->n_expert_shared * (width ? width : hp->n_ff_exp);
     }
     if (fam->shexp_sized) { /* ERNIE-4.5, Granite: one shared expert of the key's size, if any */
         ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 0, 1 << 18,

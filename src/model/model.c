@@ -74,17 +74,84 @@ static es_status bind_f32(es_model *m, int il, const char *stem, const char *kin
     return bind(m, name, ne1 > 1 ? 2 : 1, ne, true, out);
 }
 
-/* The attention extras of gpt-oss and qwen2moe (arch.h): q/k/v biases where present, the output
- * bias, the sinks, whether the layer slides (llama.cpp's set_swa_pattern) and, in Llama 4,
- * whether it turns no RoPE. */
+/* Rows [r0, r0 + n) of t as a tensor of their own, named "<t's name>[part]". */
+static es_status view_rows(const es_model *m, const es_tensor *t, int64_t r0, int64_t n,
+                           const char *part, es_tensor *out)
+{
+    char name[112];
+    snprintf(name, sizeof(name), "%s[%s]", t->name, part);
+    *out = *t;
+    if (!(out->name = strdup(name)))
+        return es_fail(ES_E_NOMEM, "%s: out of memory binding %s", es_gguf_path(m->gguf), name);
+    out->data = (const uint8_t *)t->data + (size_t)r0 * t->row_bytes;
+    out->ne[1] = n;
+    out->nbytes = (size_t)n * t->row_bytes;
+    return ES_OK;
+}
+
+/* Splits a fused q/k/v tensor (or bias, one row of dq + 2 dkv floats) into three views. */
+static es_status split_qkv(const es_model *m, const es_tensor *fused, bool is_bias, es_tensor *q,
+                           es_tensor *k, es_tensor *v)
+{
+    const int64_t dq = m->hp.n_embd_q, dkv = m->hp.n_embd_kv;
+    if (!is_bias) {
+        ES_TRY(view_rows(m, fused, 0, dq, "q", q));
+        ES_TRY(view_rows(m, fused, dq, dkv, "k", k));
+        return view_rows(m, fused, dq + dkv, dkv, "v", v);
+    }
+    es_tensor row = *fused; /* a bias is one row: view it as dq + 2 dkv rows of one float */
+    row.ne[0] = 1;
+    row.ne[1] = dq + 2 * dkv;
+    row.row_bytes = sizeof(float);
+    es_tensor *ts[3] = {q, k, v};
+    ES_TRY(view_rows(m, &row, 0, dq, "q", q));
+    ES_TRY(view_rows(m, &row, dq, dkv, "k", k));
+    ES_TRY(view_rows(m, &row, dq + dkv, dkv, "v", v));
+    for (int i = 0; i < 3; i++) { /* back to one row of floats */
+        ts[i]->ne[0] = ts[i]->ne[1];
+        ts[i]->ne[1] = 1;
+        ts[i]->row_bytes = ts[i]->nbytes;
+    }
+    return ES_OK;
+}
+
+/* The q, k and v projections and their biases where the file has them (llama.cpp's
+ * create_tensor_qkv, which every family here goes through): three tensors, or one fused
+ * attn_qkv of [n_embd] x (n_embd_q + 2 n_embd_kv) rows (and attn_qkv.bias), as Ling 2.0's
+ * converter writes it, bound as three row views so that every later step sees q, k and v. */
+static es_status bind_qkv(es_model *m, int il, es_layer *L)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
+    char name[64];
+    snprintf(name, sizeof(name), "blk.%d.attn_qkv.weight", il);
+    if (!es_gguf_find_tensor(m->gguf, name)) {
+        snprintf(name, sizeof(name), "blk.%d.attn_q.weight", il);
+        if (!es_gguf_find_tensor(m->gguf, name))
+            return es_fail(ES_E_FORMAT, "%s: missing tensor %s (or a fused blk.%d.attn_qkv.weight) "
+                           "(%s)", es_gguf_path(m->gguf), name, il, m->arch);
+        ES_TRY(bind_layer(m, il, "attn_q", 2, d, dq, 1, false, &L->wq));
+        ES_TRY(bind_layer(m, il, "attn_k", 2, d, dkv, 1, false, &L->wk));
+        ES_TRY(bind_layer(m, il, "attn_v", 2, d, dkv, 1, false, &L->wv));
+        ES_TRY(bind_f32(m, il, "attn_q", "bias", dq, 1, false, &L->bq));
+        ES_TRY(bind_f32(m, il, "attn_k", "bias", dkv, 1, false, &L->bk));
+        return bind_f32(m, il, "attn_v", "bias", dkv, 1, false, &L->bv);
+    }
+    es_tensor fused = {0}, fused_b = {0};
+    es_status st = bind_layer(m, il, "attn_qkv", 2, d, dq + 2 * dkv, 1, false, &fused);
+    if (!st) st = split_qkv(m, &fused, false, &L->wq, &L->wk, &L->wv);
+    if (!st) st = bind_f32(m, il, "attn_qkv", "bias", dq + 2 * dkv, 1, false, &fused_b);
+    if (!st && fused_b.data) st = split_qkv(m, &fused_b, true, &L->bq, &L->bk, &L->bv);
+    free_tensor(&fused);
+    free_tensor(&fused_b);
+    return st;
+}
+
+/* The attention extras of gpt-oss and Llama 4 (arch.h): the output bias, the sinks, whether the
+ * layer slides (llama.cpp's set_swa_pattern) and, in Llama 4, whether it turns no RoPE. */
 static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
 {
     const es_hparams *hp = &m->hp;
-    if (m->family->attn_bias) {
-        ES_TRY(bind_f32(m, il, "attn_q", "bias", hp->n_embd_q, 1, false, &L->bq));
-        ES_TRY(bind_f32(m, il, "attn_k", "bias", hp->n_embd_kv, 1, false, &L->bk));
-        ES_TRY(bind_f32(m, il, "attn_v", "bias", hp->n_embd_kv, 1, false, &L->bv));
-    }
     if (m->family->attn_out_bias)
         ES_TRY(bind_f32(m, il, "attn_output", "bias", hp->n_embd, 1, true, &L->bo));
     if (m->family->attn_sinks)
@@ -309,7 +376,7 @@ static es_status bind_ffn(es_model *m, int il, const char *suffix, int64_t ff, e
 static es_status bind_tensors(es_model *m)
 {
     const es_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, dq = hp->n_embd_q, dkv = hp->n_embd_kv;
+    const int64_t d = hp->n_embd, dq = hp->n_embd_q;
     const int64_t ff = hp->n_ff_exp, ne_ = hp->n_expert, nv = hp->n_vocab;
     int64_t ne[2] = {d, nv};
     ES_TRY(bind(m, "token_embd.weight", 2, ne, false, &m->tok_embd));
@@ -332,9 +399,7 @@ static es_status bind_tensors(es_model *m)
         } else if (m->family->mla) {
             ES_TRY(bind_mla(m, il, L));
         } else {
-            ES_TRY(bind_layer(m, il, "attn_q", 2, d, dq, 1, false, &L->wq));
-            ES_TRY(bind_layer(m, il, "attn_k", 2, d, dkv, 1, false, &L->wk));
-            ES_TRY(bind_layer(m, il, "attn_v", 2, d, dkv, 1, false, &L->wv));
+            ES_TRY(bind_qkv(m, il, L));
             ES_TRY(bind_layer(m, il, "attn_output", 2, dq, d, 1, false, &L->wo));
             ES_TRY(bind_qk_norms(m, il, L));
             ES_TRY(bind_attn_extras(m, il, L));

@@ -60,15 +60,19 @@ typedef struct gen {
     const float *common; /* [cols] shared direction c (embed, router) */
     const float *bias;   /* [rows] router bias per expert */
     const float *values; /* GEN_VALUES: the one row's values */
+    int n_parts;         /* > 1: rows [part_end[i-1], part_end[i]) are those of the tensor
+                          * part_seed[i] seeds (a fused q/k/v: the three tensors' rows) */
+    uint64_t part_seed[3];
+    int64_t part_end[3];
     float *row;          /* scratch: one row of floats */
     uint8_t *qrow;       /* scratch: one quantized row */
     int64_t cached_row;  /* row currently in qrow, -1 none */
 } gen;
 
-static void gen_row(const gen *g, int64_t r, float *out)
+/* cols values of row r of the tensor seed seeds. */
+static void gen_values(const gen *g, uint64_t seed, int64_t r, int64_t cols, float *out)
 {
-    const int64_t cols = g->ne[0];
-    uint64_t s = mix64(g->seed ^ mix64((uint64_t)r + 1));
+    uint64_t s = mix64(seed ^ mix64((uint64_t)r + 1));
     for (int64_t k = 0; k < cols; k++) {
         float z = normal(&s);
         switch (g->kind) {
@@ -79,6 +83,23 @@ static void gen_row(const gen *g, int64_t r, float *out)
         case GEN_VALUES: out[k] = g->values[k]; break;
         }
     }
+}
+
+static void gen_row(const gen *g, int64_t r, float *out)
+{
+    const int64_t cols = g->ne[0];
+    int64_t p0 = 0; /* where part i starts: a row, or in a fused bias (one row) a column */
+    const bool bias = g->ne[1] * g->ne[2] == 1;
+    for (int i = 0; i < g->n_parts; p0 = g->part_end[i++]) {
+        if (bias) {
+            gen_values(g, g->part_seed[i], 0, g->part_end[i] - p0, out + p0);
+        } else if (r < g->part_end[i]) {
+            gen_values(g, g->part_seed[i], r - p0, cols, out);
+            return;
+        }
+    }
+    if (g->n_parts) return;
+    gen_values(g, g->seed, r, cols, out);
     if (g->kind == GEN_ROUTER) {
         /* Router row e: random, minus its component along c, plus bias_e c. Every token's
          * hidden state leans along c, so without the projection each expert would get a random
@@ -164,6 +185,22 @@ static gen *add_gen(synth_ctx *c, const char *name, enum gen_kind kind, uint32_t
     g->row = malloc(sizeof(float) * (size_t)ne0);
     g->qrow = malloc(es_qtype_row_bytes(ES_QTYPE_F32, ne0));
     return g->row && g->qrow ? g : NULL;
+}
+
+/* Makes g (blk.<il>.attn_qkv.<kind>) the q, k and v tensors of that layer end to end: rows (or
+ * a bias's columns) [0, dq) are attn_q's, then dkv of attn_k's and of attn_v's, the very values
+ * synth writes into those three tensors when it writes them apart. */
+static void fuse_qkv(gen *g, int il, const char *kind, int64_t dq, int64_t dkv, uint64_t seed)
+{
+    static const char *const parts[3] = {"attn_q", "attn_k", "attn_v"};
+    const int64_t ends[3] = {dq, dq + dkv, dq + 2 * dkv};
+    char name[64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "blk.%d.%s.%s", il, parts[i], kind);
+        g->part_seed[i] = mix64(seed ^ hash_str(name));
+        g->part_end[i] = ends[i];
+    }
+    g->n_parts = 3;
 }
 
 static es_status set_tokenizer_builtin(es_gguf_writer *w, int n_vocab, const char *pre)
@@ -491,12 +528,20 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, datt, d, 1, 0.7f * sdq * res, o->seed);
             goto ffn;
         }
-        GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, dq, 1, sd, o->seed);
-        GEN(LNAME("attn_k"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
-        GEN(LNAME("attn_v"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
-        GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, dq, d, 1, 0.7f * sdq * res, o->seed);
 #define BNAME(stem, kind) (snprintf(name, sizeof(name), "blk.%d." stem "." kind, il), name)
-        if (fam->attn_bias) {
+        if (p->fused_qkv) { /* one attn_qkv (and bias), the three below end to end */
+            GEN(LNAME("attn_qkv"), GEN_NORMAL, wtype, 2, d, dq + 2 * dkv, 1, sd, o->seed);
+            fuse_qkv(g, il, "weight", dq, dkv, o->seed);
+        } else {
+            GEN(LNAME("attn_q"), GEN_NORMAL, wtype, 2, d, dq, 1, sd, o->seed);
+            GEN(LNAME("attn_k"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
+            GEN(LNAME("attn_v"), GEN_NORMAL, wtype, 2, d, dkv, 1, sd, o->seed);
+        }
+        GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, dq, d, 1, 0.7f * sdq * res, o->seed);
+        if (fam->attn_bias && p->fused_qkv) {
+            GEN(BNAME("attn_qkv", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dq + 2 * dkv, 1, 1, 0.3f, o->seed);
+            fuse_qkv(g, il, "bias", dq, dkv, o->seed);
+        } else if (fam->attn_bias) {
             GEN(BNAME("attn_q", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dq, 1, 1, 0.3f, o->seed);
             GEN(BNAME("attn_k", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dkv, 1, 1, 0.3f, o->seed);
             GEN(BNAME("attn_v", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, dkv, 1, 1, 0.3f, o->seed);
@@ -521,8 +566,11 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             continue;
         }
         if (p->n_shared || p->n_ff_shexp) { /* the shared experts: one FFN of n_shared experts'
-                                               * size, or of n_ff_shexp */
-            const int fs = p->n_ff_shexp ? p->n_ff_shexp : p->n_shared * p->n_ff_exp;
+                                               * size, or of n_ff_shexp (shexp_width_key: of
+                                               * n_shared times n_ff_shexp) */
+            const int fs = fam->shexp_width_key ? p->n_shared * (p->n_ff_shexp ? p->n_ff_shexp : p->n_ff_exp)
+                           : p->n_ff_shexp      ? p->n_ff_shexp
+                                                : p->n_shared * p->n_ff_exp;
             const float sfs = 1.0f / sqrtf((float)fs);
             GEN(LNAME("ffn_gate_shexp"), GEN_NORMAL, wtype, 2, d, fs, 1, sd, o->seed);
             GEN(LNAME("ffn_down_shexp"), GEN_NORMAL, wtype, 2, fs, d, 1, 1.5f * sfs * res, o->seed);
@@ -556,6 +604,8 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(LNAME("nextn.enorm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
             GEN(LNAME("nextn.hnorm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
             GEN(LNAME("nextn.shared_head_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+            if (strcmp(p->arch, "bailingmoe2") == 0) /* its loader wants one more */
+                GEN(LNAME("layer_output_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
         }
 #undef BNAME
 #undef LNAME

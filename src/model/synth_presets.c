@@ -272,6 +272,38 @@ static const es_synth_preset presets[] = {
      .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 3072,
      .n_expert = 64, .n_expert_used = 8, .rope_base = 11158840.0f, .rms_eps = 1e-5f,
      .n_ff = 3072, .n_shared = 1, .n_ff_shexp = 3072},
+    /* tiny-qwen2moe-qkv: tiny-qwen2moe with q, k and v (and their biases) in one attn_qkv, the
+     * same values: its logits are tiny-qwen2moe's */
+    {.name = "tiny-qwen2moe-qkv", .arch = "qwen2moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .n_ff = 128, .n_ff_shexp = 96,
+     .fused_qkv = true},
+    /* tiny-bailingmoe2: Ling 2.0's graph in small: a fused attn_qkv, 4 heads of 16 over 2 KV
+     * heads with per-head q/k norms, RoPE on half of each head, a dense first layer, 16 experts
+     * of 32 top-4 in 4 groups of which 2 are eligible, a sigmoid router with selection bias,
+     * renormalised and scaled by 2.5, 2 shared experts of 32, one multi-token-prediction
+     * block after the 3 that run */
+    {.name = "tiny-bailingmoe2", .arch = "bailingmoe2", .n_vocab = 320, .n_ctx = 512,
+     .n_embd = 64, .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 16,
+     .n_expert_used = 4, .rope_base = 6e5f, .rms_eps = 1e-6f, .n_ff = 128, .n_dense_lead = 1,
+     .n_shared = 2, .n_ff_shexp = 32, .weights_scale = 2.5f, .v3_router = true, .n_group = 4,
+     .n_group_used = 2, .n_rot = 8, .n_nextn = 1, .fused_qkv = true},
+    /* Ling-mini-2.0: 20 layers of 2,048, 16 heads of 128 over 4 KV heads, RoPE on half of each
+     * head, a dense first layer of 5,120, 256 experts of 512 top-8 in 8 groups of which 4 are
+     * eligible, one shared expert, routed_scaling_factor 2.5, vocab 157,184 (BailingMoeV2Config
+     * and the model card; the converter's keys) */
+    {.name = "ling-mini-2.0", .arch = "bailingmoe2", .n_vocab = 157184, .n_ctx = 32768,
+     .n_embd = 2048, .n_layer = 20, .n_head = 16, .n_head_kv = 4, .n_embd_head = 128,
+     .n_ff_exp = 512, .n_expert = 256, .n_expert_used = 8, .rope_base = 6e5f, .rms_eps = 1e-6f,
+     .n_ff = 5120, .n_dense_lead = 1, .n_shared = 1, .n_ff_shexp = 512, .weights_scale = 2.5f,
+     .v3_router = true, .n_group = 8, .n_group_used = 4, .n_rot = 64, .fused_qkv = true},
+    /* tiny-dots1: dots.llm1's graph in small: 4 heads of 16 with per-head q/k norms, a dense
+     * first layer, 8 experts of 32 top-2 and 2 shared ones, a sigmoid router with selection
+     * bias, renormalised and scaled by 2.5 */
+    {.name = "tiny-dots1", .arch = "dots1", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-5f, .n_ff = 128, .n_dense_lead = 1,
+     .n_shared = 2, .weights_scale = 2.5f, .v3_router = true},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -282,7 +314,8 @@ static const char *const preset_names[] = {
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
     "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", "tiny-ernie",
     "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", "tiny-granitemoe", "tiny-granitemoe-shared",
-    "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", NULL};
+    "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", "tiny-qwen2moe-qkv", "tiny-bailingmoe2",
+    "ling-mini-2.0", "tiny-dots1", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 

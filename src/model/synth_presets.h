@@ -44,6 +44,8 @@ typedef struct es_synth_preset {
      * computes it: factor, low and high frequency factors, the original context */
     float l3_factor, l3_low, l3_high;
     int l3_orig_ctx;
+    bool fused_qkv;             /* one blk.N.attn_qkv (and its bias) instead of attn_q/k/v,
+                                 * the same values (Ling 2.0's converter writes it so) */
     /* granite_scales families: the muP multipliers, written as the converter writes them */
     float embd_scale, resid_scale, attn_scale, logit_scale;
 } es_synth_preset;

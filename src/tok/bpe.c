@@ -101,7 +101,11 @@ static const pre_def k_pre[] = {
      false,
      false},
     {"falcon", {"[\\p{P}$+<=>^~|`]+", re_gpt2, "[0-9][0-9][0-9]"}, false, false},
-    {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|stablelm2|hunyuan|solar-open|megrez|grok-2",
+    /* bailingmoe's expression (llama.cpp's BAILINGMOE) differs from qwen2's in spelling only:
+     * its newline alternative \s*[\r\n] and qwen2's \s*[\r\n]+ both take the whitespace up
+     * to and with its last line break, and its contractions are the same seven */
+    {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|stablelm2|hunyuan|solar-open|megrez|grok-2|"
+     "bailingmoe|bailingmoe2|llada-moe",
      {re_qwen2},
      false,
      false},
