@@ -994,6 +994,54 @@ static void test_bailingmoe2(void **state)
     unlink(dst);
 }
 
+/* q/k/v biases in a family whose models have none (llama.cpp's create_tensor_qkv loads them for
+ * every family): tiny-mixtral-q4_0 with blk.0.attn_k.bias added opens with it bound, and both
+ * paths' logits move with it. */
+static void test_qkv_bias_any_family(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-mixtral-q4_0.gguf", *dst = t_tmp_path("mixtral-bias.gguf");
+    es_gguf *g = NULL;
+    assert_int_equal(es_gguf_open(src, &g), ES_OK);
+    es_gguf_writer *w = copy_keys(g, NULL);
+    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        assert_int_equal(es_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data,
+                                                   t->nbytes), ES_OK);
+    }
+    es_model *m = open_ok(src);
+    const int64_t dkv = m->hp.n_embd_kv;
+    assert_null(m->layers[0].bk.data);
+    es_model_close(m);
+    float bias[512];
+    assert_true(dkv <= 512);
+    for (int64_t i = 0; i < dkv; i++) bias[i] = 0.5f * (float)(i % 7) - 1.0f;
+    const int64_t ne[1] = {dkv};
+    assert_int_equal(es_gguf_writer_add_tensor(w, "blk.0.attn_k.bias", ES_QTYPE_F32, 1, ne, bias,
+                                               sizeof(float) * (size_t)dkv), ES_OK);
+    assert_int_equal(es_gguf_writer_write(w, dst), ES_OK);
+    es_gguf_writer_destroy(w);
+    es_gguf_close(g);
+    m = open_ok(dst);
+    assert_non_null(m->layers[0].bk.data);
+    assert_memory_equal(m->layers[0].bk.data, bias, sizeof(float) * (size_t)dkv);
+    assert_null(m->layers[1].bk.data);
+    es_model_close(m);
+    const int32_t ids[] = {5, 77, 130, 9, 250, 31, 64, 200};
+    const size_t n = T_LEN(ids);
+    for (int reference = 0; reference < 2; reference++) {
+        float *a = logits_of(src, ids, n, reference), *b = logits_of(dst, ids, n, reference);
+        double diff = 0.0;
+        for (size_t i = 0; i < n * 320; i++) diff = fmax(diff, fabs((double)a[i] - b[i]));
+        if (!(diff > 1e-3)) fail_msg("reference %d: the bias moved no logit (max %g)", reference, diff);
+        free(a);
+        free(b);
+    }
+    unlink(dst);
+}
+
 /* dots1 as llama.cpp reads dots.llm1 files: per-head q/k norms, a dense first layer, shared
  * experts of the experts' width, the router's keys (sigmoid with exp_probs_b, renormalised,
  * x2.5); the q/k norms are required. */
@@ -1394,6 +1442,7 @@ int main(void)
         cmocka_unit_test(test_hunyuan),
         cmocka_unit_test(test_bailingmoe2),
         cmocka_unit_test(test_dots1),
+        cmocka_unit_test(test_qkv_bias_any_family),
         cmocka_unit_test(test_route_by_logit),
         cmocka_unit_test(test_llama4_chunks_both_paths),
         cmocka_unit_test(test_families_listed),

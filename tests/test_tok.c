@@ -256,7 +256,8 @@ static void test_vocab_file(void **state)
  * tests/data/tok-PRE.*.out are llama.cpp's for the same file (tests/data/README.md), on
  * llama.cpp's own test inputs and on tests/data/tok-mixed.inp (mixed scripts, digits, code,
  * whitespace runs, emoji). The three pre-tokenizers give different ids from gpt-2's on 5-6 of
- * the 16 mixed inputs, and qwen2 from llama-bpe on 3.
+ * the 16 mixed inputs, and qwen2 from llama-bpe on 3. bailingmoe2 (Ling 2.0) is llama.cpp's
+ * BAILINGMOE expression, which estream runs as qwen2's: its ids are llama.cpp's own for that name.
  */
 static void test_family_pre_tokenizers(void **state)
 {
@@ -266,7 +267,7 @@ static void test_family_pre_tokenizers(void **state)
         print_message("  %s not found: skipped\n", gpt2);
         skip();
     }
-    static const char *const pres[] = {"qwen2", "lfm2", "llama-bpe"};
+    static const char *const pres[] = {"qwen2", "lfm2", "llama-bpe", "bailingmoe2"};
     for (size_t i = 0; i < T_LEN(pres); i++) {
         es_gguf *g = NULL;
         es_gguf_writer *w = NULL;
