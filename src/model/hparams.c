@@ -26,12 +26,13 @@ static es_status get_int(const es_model *m, const char *key, bool required, int 
     return ES_OK;
 }
 
-static es_status get_float(const es_model *m, const char *key, float lo, float hi, float *out)
+static es_status get_float(const es_model *m, const char *key, bool required, float lo, float hi,
+                           float *out)
 {
     char full[128];
     snprintf(full, sizeof(full), "%s.%s", m->arch, key);
     float v = *out; /* optional: absent keeps the default */
-    ES_TRY(es_gguf_read_f32(m->gguf, full, false, &v));
+    ES_TRY(es_gguf_read_f32(m->gguf, full, required, &v));
     if (!(v >= lo && v <= hi))
         return es_fail(ES_E_FORMAT, "%s: %s = %g is out of range", es_gguf_path(m->gguf), full,
                        (double)v);
@@ -136,7 +137,7 @@ static es_status read_mla_heads(es_model *m)
      * and attn_q_b (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash) */
     ES_TRY(get_int(m, "attention.q_lora_rank", false, 0, 1 << 14, &hp->n_lora_q));
     float temp_scale = 0.0f; /* llama.cpp's attention temperature tuning (Mistral-Large-3) */
-    ES_TRY(get_float(m, "attention.temperature_scale", 0.0f, 1e6f, &temp_scale));
+    ES_TRY(get_float(m, "attention.temperature_scale", false, 0.0f, 1e6f, &temp_scale));
     if (temp_scale != 0.0f)
         return es_fail(ES_E_UNSUPPORTED, "%s: %s.attention.temperature_scale = %g: attention "
                        "temperature tuning is not supported", path, m->arch, temp_scale);
@@ -200,9 +201,9 @@ static es_status read_rope_scaling(es_model *m)
         return es_fail(ES_E_UNSUPPORTED, "%s: %s = '%.*s': estream supports none, linear and "
                        "yarn", path, key, (int)es_min_size(type.len, 32), type.ptr);
     float factor = 0.0f, attn_factor = 1.0f, log_mul = 0.0f;
-    ES_TRY(get_float(m, "rope.scaling.factor", 0.0f, 1e6f, &factor));
-    ES_TRY(get_float(m, "rope.scaling.attn_factor", 1e-6f, 1e6f, &attn_factor));
-    if (m->family->mla) ES_TRY(get_float(m, "rope.scaling.yarn_log_multiplier", 0.0f, 1e3f, &log_mul));
+    ES_TRY(get_float(m, "rope.scaling.factor", false, 0.0f, 1e6f, &factor));
+    ES_TRY(get_float(m, "rope.scaling.attn_factor", false, 1e-6f, 1e6f, &attn_factor));
+    if (m->family->mla) ES_TRY(get_float(m, "rope.scaling.yarn_log_multiplier", false, 0.0f, 1e3f, &log_mul));
     log_mul /= 0.1f; /* the converter writes 0.1 * mscale_all_dim */
     int n_ctx_orig = hp->n_ctx;
     ES_TRY(get_int(m, "rope.scaling.original_context_length", false, 1, 1 << 24, &n_ctx_orig));
@@ -349,7 +350,7 @@ static es_status read_swa(es_model *m)
     hp->swa_period = m->family->irope ? 4 : 2;
     ES_TRY(get_int(m, "attention.sliding_window_pattern", false, 0, 1 << 16, &hp->swa_period));
     float base_swa = hp->rope_freq_base;
-    ES_TRY(get_float(m, "rope.freq_base_swa", 1.0f, 1e12f, &base_swa));
+    ES_TRY(get_float(m, "rope.freq_base_swa", false, 1.0f, 1e12f, &base_swa));
     if (base_swa != hp->rope_freq_base)
         return es_fail(ES_E_UNSUPPORTED, "%s: %s.rope.freq_base_swa = %g differs from "
                        "rope.freq_base = %g: a separate RoPE base for the sliding-window layers "
@@ -389,14 +390,11 @@ static es_status refuse_mrope(es_model *m)
 static es_status read_granite_scales(es_model *m)
 {
     es_hparams *hp = &m->hp;
-    char key[64];
-    snprintf(key, sizeof(key), "%s.logit_scale", m->arch);
     float logit = 0.0f, attn = 0.0f;
-    ES_TRY(es_gguf_read_f32(m->gguf, key, true, &logit));
-    ES_TRY(get_float(m, "logit_scale", 1e-6f, 1e6f, &logit));
-    ES_TRY(get_float(m, "embedding_scale", 0.0f, 1e6f, &hp->embd_scale));
-    ES_TRY(get_float(m, "residual_scale", 0.0f, 1e6f, &hp->resid_scale));
-    ES_TRY(get_float(m, "attention.scale", 0.0f, 1e6f, &attn));
+    ES_TRY(get_float(m, "logit_scale", true, 1e-6f, 1e6f, &logit));
+    ES_TRY(get_float(m, "embedding_scale", false, 0.0f, 1e6f, &hp->embd_scale));
+    ES_TRY(get_float(m, "residual_scale", false, 0.0f, 1e6f, &hp->resid_scale));
+    ES_TRY(get_float(m, "attention.scale", false, 0.0f, 1e6f, &attn));
     hp->logit_mul = 1.0f / logit;
     if (attn != 0.0f) hp->attn_scale = attn;
     return ES_OK;
@@ -501,7 +499,7 @@ es_status es_hparams_read(es_model *m)
         !es_gguf_get_bool(m->gguf, key, &r->renorm))
         return es_fail(ES_E_FORMAT, "%s: %s must be a bool", path, key);
     r->scale = 0.0f; /* none; read only where llama.cpp's graph uses it */
-    if (fam->weights_scale) ES_TRY(get_float(m, "expert_weights_scale", 0.0f, 1e6f, &r->scale));
+    if (fam->weights_scale) ES_TRY(get_float(m, "expert_weights_scale", false, 0.0f, 1e6f, &r->scale));
     ES_TRY(read_expert_groups(m));
     if (hp->n_head % hp->n_head_kv)
         return es_fail(ES_E_FORMAT, "%s: %d heads are not a multiple of %d KV heads", path,
@@ -512,8 +510,8 @@ es_status es_hparams_read(es_model *m)
     ES_TRY(fam->mla ? read_mla_heads(m) : read_heads(m));
     hp->rope_freq_base = 10000.0f;
     hp->rms_eps = 1e-5f;
-    ES_TRY(get_float(m, "rope.freq_base", 1.0f, 1e12f, &hp->rope_freq_base));
-    ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, &hp->rms_eps));
+    ES_TRY(get_float(m, "rope.freq_base", false, 1.0f, 1e12f, &hp->rope_freq_base));
+    ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", false, 0.0f, 1.0f, &hp->rms_eps));
     if (fam->swa || fam->irope) ES_TRY(read_swa(m));
     ES_TRY(refuse_mrope(m));
     ES_TRY(read_rope_scaling(m));
