@@ -347,6 +347,13 @@ static void test_invariance_dots1(void **st)
     invariance(data("tiny-dots1-q4_0.gguf"), NULL, 512, NULL);
 }
 
+/* minimax-m2: q/k norms over the whole projections under GQA, half-RoPE, the sigmoid router */
+static void test_invariance_minimax_m2(void **st)
+{
+    (void)st;
+    invariance(data("tiny-minimax-m2-q4_0.gguf"), NULL, 512, NULL);
+}
+
 /* ernie4_5-moe: a softmax router with a selection bias, an ungated shared expert */
 static void test_invariance_ernie(void **st)
 {
@@ -761,7 +768,7 @@ static void test_logprobs_vs_llama(void **st)
                            "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
                            "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16",
                            "tiny-llama4-f16", "tiny-granitemoe-f16", "tiny-hunyuan-f16",
-                           "tiny-bailingmoe2-f16", "tiny-dots1-f16"};
+                           "tiny-bailingmoe2-f16", "tiny-dots1-f16", "tiny-minimax-m2-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -875,6 +882,7 @@ int main(void)
         cmocka_unit_test_setup(test_invariance_hunyuan, reseed),
         cmocka_unit_test_setup(test_invariance_bailingmoe2, reseed),
         cmocka_unit_test_setup(test_invariance_dots1, reseed),
+        cmocka_unit_test_setup(test_invariance_minimax_m2, reseed),
         cmocka_unit_test_setup(test_invariance_llama4, reseed),
         cmocka_unit_test_setup(test_amx_batches, reseed),
         cmocka_unit_test_setup(test_sixty_four, reseed),

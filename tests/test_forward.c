@@ -422,6 +422,18 @@ static void test_family_dots1(void **s)
     family("tiny-dots1", (limits){INFINITY, 0.25, 8.0, 0.93, 0.03}, quant_llama);
 }
 
+/* minimax-m2 (MiniMax-M2): q/k norms over the whole projections (k's over the 2 KV heads),
+ * NEOX RoPE on half of each head, 16 experts top-4 by a sigmoid router with selection bias,
+ * renormalised. Measured against llama.cpp 3f545bec: F16 median 1.5e-4, max 0.0027; Q4_0 max
+ * 9.5e-7 (its AVX2 build gives the same Q4_0 logits bit for bit); F32 (not committed) 6.7e-6
+ * on both paths. The reference's float activations against Q4_0 weights (per-position max):
+ * median 0.066, a router flip reaching 1.45. */
+static void test_family_minimax_m2(void **s)
+{
+    (void)s;
+    family("tiny-minimax-m2", quant_self, (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
+}
+
 /* A fused attn_qkv (and attn_qkv.bias), which llama.cpp loads in every family: tiny-qwen2moe-qkv
  * holds tiny-qwen2moe's q, k and v weights and biases end to end in one tensor each, so both
  * paths must give tiny-qwen2moe's logits bit for bit, and llama.cpp's logits of the separate
@@ -1102,6 +1114,7 @@ int main(void)
         cmocka_unit_test(test_family_hunyuan),
         cmocka_unit_test(test_family_bailingmoe2),
         cmocka_unit_test(test_family_dots1),
+        cmocka_unit_test(test_family_minimax_m2),
         cmocka_unit_test(test_fused_qkv),
         cmocka_unit_test(test_llama4_past_chunk),
         cmocka_unit_test(test_family_gptoss),

@@ -87,6 +87,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-bailingmoe2", "q4_0", DATA "tiny-bailingmoe2-q4_0.gguf"},
         {"tiny-dots1", "f16", DATA "tiny-dots1-f16.gguf"},
         {"tiny-dots1", "q4_0", DATA "tiny-dots1-q4_0.gguf"},
+        {"tiny-minimax-m2", "f16", DATA "tiny-minimax-m2-f16.gguf"},
+        {"tiny-minimax-m2", "q4_0", DATA "tiny-minimax-m2-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -994,6 +996,46 @@ static void test_bailingmoe2(void **state)
     unlink(dst);
 }
 
+static es_status gating_softmax(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "minimax-m2.expert_gating_func", 1);
+}
+
+/* minimax-m2 as llama.cpp reads MiniMax-M2 files: q/k norms over the whole projections (the
+ * keys' over the KV heads only), RoPE on rope.dimension_count dims, a sigmoid router whose choice
+ * adds exp_probs_b (required), renormalised and not scaled; a file naming another gating is
+ * refused by name. */
+static void test_minimax_m2(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-minimax-m2-q4_0.gguf", *dst = t_tmp_path("minimax.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "minimax-m2");
+    const es_hparams *hp = &m->hp;
+    assert_int_equal(hp->n_rot, 16);
+    assert_int_equal(hp->n_embd_q, 128);
+    assert_int_equal(hp->n_embd_kv, 64);
+    assert_int_equal(hp->n_expert_shared, 0);
+    assert_int_equal(hp->router.gating, ES_GATING_SIGMOID);
+    assert_true(hp->router.renorm);
+    assert_true(hp->router.scale == 0.0f);
+    for (int il = 0; il < 3; il++) {
+        assert_int_equal(m->layers[il].q_norm.ne[0], 128);
+        assert_int_equal(m->layers[il].k_norm.ne[0], 64);
+        assert_non_null(m->layers[il].exp_probs_b.data);
+    }
+    es_model_close(m);
+    rewrite(src, dst, gating_softmax, NULL);
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_UNSUPPORTED);
+    if (!strstr(es_last_error(), "expert_gating_func")) fail_msg("'%s'", es_last_error());
+    rewrite(src, dst, NULL, "blk.1.exp_probs_b.bias"); /* required, as in llama.cpp */
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "blk.1.exp_probs_b.bias")) fail_msg("'%s'", es_last_error());
+    unlink(dst);
+}
+
 /* q/k/v biases in a family whose models have none (llama.cpp's create_tensor_qkv loads them for
  * every family): tiny-mixtral-q4_0 with blk.0.attn_k.bias added opens with it bound, and both
  * paths' logits move with it. */
@@ -1442,6 +1484,7 @@ int main(void)
         cmocka_unit_test(test_hunyuan),
         cmocka_unit_test(test_bailingmoe2),
         cmocka_unit_test(test_dots1),
+        cmocka_unit_test(test_minimax_m2),
         cmocka_unit_test(test_qkv_bias_any_family),
         cmocka_unit_test(test_route_by_logit),
         cmocka_unit_test(test_llama4_chunks_both_paths),

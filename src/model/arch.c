@@ -124,6 +124,13 @@ static const es_arch families[] = {
      .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false, .dense_lead = true,
      .shared_experts = true, .weights_scale = true, .gating = ES_GATING_SIGMOID,
      .router_keys = true, .expert_bias_optional = true, .synth_pre = "qwen2"},
+    /* MiniMax-M2 (llama.cpp's minimax-m2: MiniMax-M2, M2.1, M2.5): q/k RMSNorm over the whole
+     * projections (k's over the KV heads), NEOX RoPE on the first rope.dimension_count dims of
+     * each head, experts on every layer and no shared ones, a sigmoid router with exp_probs_b,
+     * top-k renormalised (llama.cpp passes norm_w true and no scale it reads). */
+    {.name = "minimax-m2", .model_names = "MiniMax-M2", .qk_norm = ES_QK_NORM_WHOLE,
+     .rope = ES_ROPE_NEOX, .topk_renorm = true, .output_optional = false,
+     .gating = ES_GATING_SIGMOID, .expert_bias = true, .synth_pre = "minimax-m2"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -139,7 +146,7 @@ const char *es_arch_supported(void)
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
            "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4), "
            "granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), bailingmoe2 (Ling 2.0), dots1 "
-           "(dots.llm1)";
+           "(dots.llm1), minimax-m2 (MiniMax-M2)";
 }
 
 const es_arch *es_arch_at(int i)

@@ -304,6 +304,20 @@ static const es_synth_preset presets[] = {
      .n_layer = 3, .n_head = 4, .n_head_kv = 4, .n_ff_exp = 32, .n_expert = 8,
      .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-5f, .n_ff = 128, .n_dense_lead = 1,
      .n_shared = 2, .weights_scale = 2.5f, .v3_router = true},
+    /* tiny-minimax-m2: MiniMax-M2's graph in small: 4 heads of 32 over 2 KV heads with q/k norms
+     * over the whole projections, RoPE on half of each head, 16 experts of 32 top-4 by a
+     * sigmoid router with selection bias, renormalised */
+    {.name = "tiny-minimax-m2", .arch = "minimax-m2", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 3, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 32,
+     .n_expert = 16, .n_expert_used = 4, .rope_base = 5e6f, .rms_eps = 1e-6f, .n_ff = 32,
+     .n_rot = 16},
+    /* MiniMax-M2: 62 layers of 3,072, 48 heads of 128 over 8 KV heads, RoPE on 64 dims of each,
+     * 256 experts of 1,536 top-8, vocab 200,064 (config.json; the converter writes
+     * intermediate_size as both FFN lengths) */
+    {.name = "minimax-m2", .arch = "minimax-m2", .n_vocab = 200064, .n_ctx = 196608,
+     .n_embd = 3072, .n_layer = 62, .n_head = 48, .n_head_kv = 8, .n_embd_head = 128,
+     .n_ff_exp = 1536, .n_expert = 256, .n_expert_used = 8, .rope_base = 5e6f, .rms_eps = 1e-6f,
+     .n_ff = 1536, .n_rot = 64},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -315,7 +329,7 @@ static const char *const preset_names[] = {
     "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", "tiny-ernie",
     "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", "tiny-granitemoe", "tiny-granitemoe-shared",
     "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", "tiny-qwen2moe-qkv", "tiny-bailingmoe2",
-    "ling-mini-2.0", "tiny-dots1", NULL};
+    "ling-mini-2.0", "tiny-dots1", "tiny-minimax-m2", "minimax-m2", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 
