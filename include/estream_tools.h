@@ -255,6 +255,31 @@ es_status es_file_describe(const char *path, es_file_desc **out);
 es_status es_model_describe_file(const es_model *m, es_file_desc **out);
 void es_file_desc_destroy(es_file_desc *d); /* NULL is a no-op */
 
+/* What `estream info` prints beyond es_model_desc: how estream read the router and attention of
+ * the file (a model opened for its vocabulary only has every field 0 or NULL). */
+typedef struct es_model_details {
+    const char *gating;        /* "softmax", "sigmoid" or "softmax over the chosen" */
+    int by_logit;              /* the choice ranks the logits themselves (Llama 4) */
+    float router_scale;        /* the weights are multiplied by it (0 or 1: not at all) */
+    int n_group, n_group_used; /* expert groups and how many are eligible (0: none) */
+    int selection_bias;        /* exp_probs_b added for the choice (in the first MoE layer) */
+    int router_bias;           /* ffn_gate_inp.bias added to the logits */
+    int fused_qkv;             /* q, k and v are views of one attn_qkv (first attention layer) */
+    int qkv_bias;              /* q/k/v biases there */
+    const char *qk_norm;       /* "per head", "whole projections" or NULL: none */
+    int qk_norm_after_rope;
+    int n_swa, swa_period;     /* a sliding window (0: none) on the layers il % period <
+                                * period - 1 (period 0: every layer) */
+    int swa_chunked;           /* the window is the position's own chunk of n_swa (Llama 4) */
+    int n_layer_no_rope;       /* layers that turn no RoPE (Llama 4's, temperature-scaled) */
+    int qk_norm_unweighted;    /* the RoPE layers RMS-normalise q and k per head after RoPE,
+                                * without a weight (Llama 4) */
+    int mla;                   /* multi-head latent attention (es_model_desc's n_lora_kv) */
+    int n_layer_nextn;         /* multi-token-prediction blocks in the file, not run */
+    float embd_scale, resid_scale, logit_mul; /* muP's multipliers (0: not applied) */
+} es_model_details;
+void es_model_describe_details(const es_model *m, es_model_details *out);
+
 
 /* ---- this machine and this process ------------------------------------------------------------ */
 typedef struct es_cpu_desc {

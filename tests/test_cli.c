@@ -261,6 +261,25 @@ static void write_vocab(const char *path, const char *merge)
 
 /* A broken tokenizer: one line naming the file, and the warnings logged before the error are
  * not printed; a working one with the same warning prints it. */
+/* `estream info` says how it read the router and attention: Ling 2.0's fused q/k/v, expert
+ * groups, selection bias, weight scale and its skipped multi-token-prediction block. */
+static void test_info_details(void **state)
+{
+    (void)state;
+    char out[65536];
+    assert_int_equal(run("info -m " DATA "tiny-bailingmoe2-q4_0.gguf", out, sizeof(out), NULL, 0),
+                     0);
+    assert_non_null(strstr(out, "\nrouter:        sigmoid, selection bias (exp_probs_b), 4 expert "
+                                "groups of which 2 eligible, weights x2.5\n"));
+    assert_non_null(strstr(out, "\nattention:     fused attn_qkv, q/k RMSNorm per head\n"));
+    assert_non_null(strstr(out, "\nnot run:       1 multi-token-prediction block after the "
+                                "layers\n"));
+    assert_int_equal(run("info -m " DATA "tiny-gptoss-q4_0.gguf", out, sizeof(out), NULL, 0), 0);
+    assert_non_null(strstr(out, "\nattention:     q, k, v apart, q/k/v biases, a window of 40 "
+                                "positions on 1 of every 2 layers\n"));
+    assert_null(strstr(out, "not run:"));
+}
+
 static void test_broken_tokenizer_one_line(void **state)
 {
     (void)state;
@@ -1012,6 +1031,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_info_details),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_flags),
         cmocka_unit_test(test_reference_output),

@@ -11,8 +11,11 @@ static const char help[] =
     "usage: estream info -m MODEL\n"
     "       estream info --system\n"
     "\n"
-    "Prints the architecture, hyperparameters, tokenizer, every tensor (type, shape, bytes) and the\n"
-    "bytes of one expert per layer. Vocabulary-only files (no weights) show the tokenizer only.\n"
+    "Prints the architecture, hyperparameters, tokenizer, how estream read the router (gating,\n"
+    "selection bias, expert groups, weight scale) and the attention (fused q/k/v, biases, q/k\n"
+    "norms, sliding windows, layers without RoPE), muP multipliers and multi-token-prediction\n"
+    "blocks it does not run, every tensor (type, shape, bytes) and the bytes of one expert per\n"
+    "layer. Vocabulary-only files (no weights) show the tokenizer only.\n"
     "A pack (estream pack) shows its version, layout, source and the record size of each layer.\n"
     "\n"
     "--system prints this machine instead: the CPU, the features estream detected (and the OS\n"
@@ -164,6 +167,45 @@ static int info_pack_only(const char *model, const es_file_desc *d)
 }
 
 /* A model (or a vocabulary-only file): everything the loader read, then the file's tensors. */
+
+/* The router and attention as estream read them (es_model_describe_details). */
+static void print_details(const es_model *m)
+{
+    es_model_details x;
+    es_model_describe_details(m, &x);
+    printf("router:        %s%s", x.gating, x.by_logit ? ", ranked by logit" : "");
+    if (x.router_bias) printf(", logit bias");
+    if (x.selection_bias) printf(", selection bias (exp_probs_b)");
+    if (x.n_group) printf(", %d expert groups of which %d eligible", x.n_group, x.n_group_used);
+    if (x.router_scale != 0.0f && x.router_scale != 1.0f)
+        printf(", weights x%g", (double)x.router_scale);
+    printf("\n");
+    printf("attention:     %s", x.mla         ? "multi-head latent (above)"
+                                : x.fused_qkv ? "fused attn_qkv"
+                                              : "q, k, v apart");
+    if (x.qkv_bias) printf(", q/k/v biases");
+    if (x.qk_norm)
+        printf(", q/k RMSNorm %s%s", x.qk_norm, x.qk_norm_after_rope ? " after RoPE" : "");
+    if (x.qk_norm_unweighted) printf(", q/k RMS-normalised per head after RoPE (no weight)");
+    if (x.n_layer_no_rope)
+        printf(", %d layer%s without RoPE (queries temperature-scaled)", x.n_layer_no_rope,
+               x.n_layer_no_rope > 1 ? "s" : "");
+    if (x.n_swa && x.swa_chunked)
+        printf(", chunks of %d positions", x.n_swa);
+    else if (x.n_swa)
+        printf(", a window of %d positions", x.n_swa);
+    if (x.n_swa && x.swa_period > 1)
+        printf(" on %d of every %d layers", x.swa_period - 1, x.swa_period);
+    printf("\n");
+    if (x.n_layer_nextn)
+        printf("not run:       %d multi-token-prediction block%s after the layers\n",
+               x.n_layer_nextn, x.n_layer_nextn > 1 ? "s" : "");
+    if (x.logit_mul != 0.0f)
+        printf("muP:           embeddings x%g, block outputs x%g, logits x%g\n",
+               (double)(x.embd_scale != 0.0f ? x.embd_scale : 1.0f),
+               (double)(x.resid_scale != 0.0f ? x.resid_scale : 1.0f), (double)x.logit_mul);
+}
+
 static int info_model(const char *model, es_model *m)
 {
     es_file_desc *d = NULL;
@@ -210,6 +252,7 @@ static int info_model(const char *model, es_model *m)
         printf("rope scaling:  %s x%g (softmax scale %.6g)\n",
                md.rope_ext_factor != 0.0f ? "yarn" : "linear", 1.0 / (double)md.rope_freq_scale,
                (double)md.attn_scale);
+    print_details(m);
     if (d->is_pack) print_pack(d);
     uint64_t expert_total;
     const uint64_t total = print_tensors(d, &expert_total);

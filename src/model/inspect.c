@@ -217,3 +217,47 @@ void es_model_describe(const es_model *m, es_model_desc *out)
     out->expert_types[1] = es_qtype_name(L->up_exps.type);
     out->expert_types[2] = es_qtype_name(L->down_exps.type);
 }
+
+void es_model_describe_details(const es_model *m, es_model_details *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (m->vocab_only) return;
+    const es_hparams *hp = &m->hp;
+    const es_router *r = &hp->router;
+    out->gating = r->gating == ES_GATING_SIGMOID          ? "sigmoid"
+                  : r->gating == ES_GATING_SOFTMAX_WEIGHT ? "softmax over the chosen"
+                                                          : "softmax";
+    out->by_logit = r->by_logit;
+    out->router_scale = r->scale;
+    out->n_group = r->n_group > 1 ? r->n_group : 0;
+    out->n_group_used = r->n_group > 1 ? r->n_group_used : 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const es_layer *L = &m->layers[il];
+        if (es_layer_is_moe(L) && !out->selection_bias && !out->router_bias) {
+            out->selection_bias = L->exp_probs_b.data != NULL;
+            out->router_bias = L->gate_inp_b.data != NULL;
+        }
+        out->n_layer_no_rope += L->no_rope;
+        if (L->wq.data && L->wk.data && !out->fused_qkv && !out->qkv_bias) {
+            out->fused_qkv = strstr(L->wq.name, "attn_qkv") != NULL;
+            out->qkv_bias = L->bq.data || L->bk.data || L->bv.data;
+        }
+    }
+    for (int il = 0; il < hp->n_layer && !out->qk_norm; il++) /* weighted norms only */
+        if (m->layers[il].q_norm.data)
+            out->qk_norm = m->family->qk_norm == ES_QK_NORM_HEAD ? "per head" : "whole projections";
+    out->qk_norm_after_rope = m->family->qk_norm_after_rope;
+    out->qk_norm_unweighted = hp->kq_norm_rope;
+    out->mla = m->family->mla;
+    if (m->family->swa || m->family->irope) {
+        out->n_swa = hp->n_swa;
+        out->swa_period = hp->swa_period;
+        out->swa_chunked = hp->swa_chunked;
+    }
+    out->n_layer_nextn = hp->n_layer_nextn;
+    if (m->family->granite_scales) {
+        out->embd_scale = hp->embd_scale;
+        out->resid_scale = hp->resid_scale;
+        out->logit_mul = hp->logit_mul;
+    }
+}
