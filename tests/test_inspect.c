@@ -87,15 +87,23 @@ static void test_model_file(void **state)
     es_file_desc_destroy(NULL);
 }
 
+/* es_model_describe_details of the file at path (opened with flags). */
+static es_model_details details_of(const char *path, int flags)
+{
+    es_model *m = NULL;
+    es_model_details x;
+    assert_int_equal(es_model_open(path, flags, &m), ES_OK);
+    es_model_describe_details(m, &x);
+    es_model_close(m);
+    return x;
+}
+
 /* es_model_describe_details: the router and attention as estream read them, on files of
  * several families (what synth wrote: tests/data/README.md). */
 static void test_details(void **state)
 {
     (void)state;
-    es_model *m = NULL;
-    es_model_details x;
-    assert_int_equal(es_model_open("tests/data/tiny-bailingmoe2-q4_0.gguf", 0, &m), ES_OK);
-    es_model_describe_details(m, &x);
+    es_model_details x = details_of("tests/data/tiny-bailingmoe2-q4_0.gguf", 0);
     assert_string_equal(x.gating, "sigmoid");
     assert_true(x.fused_qkv && x.selection_bias && !x.router_bias && !x.qkv_bias);
     assert_int_equal(x.n_group, 4);
@@ -106,37 +114,24 @@ static void test_details(void **state)
     assert_int_equal(x.n_layer_nextn, 1);
     assert_int_equal(x.n_swa, 0);
     assert_true(x.logit_mul == 0.0f);
-    es_model_close(m);
-    assert_int_equal(es_model_open("tests/data/tiny-gptoss-q4_0.gguf", 0, &m), ES_OK);
-    es_model_describe_details(m, &x);
+    x = details_of("tests/data/tiny-gptoss-q4_0.gguf", 0);
     assert_string_equal(x.gating, "softmax over the chosen");
     assert_true(x.router_bias && x.qkv_bias && !x.fused_qkv && !x.selection_bias);
     assert_int_equal(x.n_swa, 40);
     assert_int_equal(x.swa_period, 2);
     assert_false(x.swa_chunked);
     assert_null(x.qk_norm);
-    es_model_close(m);
-    assert_int_equal(es_model_open("tests/data/tiny-llama4-q4_0.gguf", 0, &m), ES_OK);
-    es_model_describe_details(m, &x);
+    x = details_of("tests/data/tiny-llama4-q4_0.gguf", 0);
     assert_true(x.by_logit && x.swa_chunked && x.qk_norm_unweighted);
     assert_int_equal(x.n_layer_no_rope, 2); /* 8 layers, every 4th */
-    es_model_close(m);
-    assert_int_equal(es_model_open("tests/data/tiny-granitemoe-q4_0.gguf", 0, &m), ES_OK);
-    es_model_describe_details(m, &x);
+    x = details_of("tests/data/tiny-granitemoe-q4_0.gguf", 0);
     assert_true(x.embd_scale == 12.0f && x.resid_scale == 0.22f && x.logit_mul == 1.0f / 6.0f);
-    es_model_close(m);
-    assert_int_equal(es_model_open("tests/data/tiny-hunyuan-q4_0.gguf", 0, &m), ES_OK);
-    es_model_describe_details(m, &x);
+    x = details_of("tests/data/tiny-hunyuan-q4_0.gguf", 0);
     assert_true(x.qk_norm_after_rope && !x.mla);
-    es_model_close(m);
-    assert_int_equal(es_model_open("tests/data/tiny-deepseek2-q4_0.gguf", 0, &m), ES_OK);
-    es_model_describe_details(m, &x);
+    x = details_of("tests/data/tiny-deepseek2-q4_0.gguf", 0);
     assert_true(x.mla && !x.fused_qkv);
-    es_model_close(m);
-    assert_int_equal(es_model_open("tests/data/tiny-f32.gguf", ES_OPEN_VOCAB_ONLY, &m), ES_OK);
-    es_model_describe_details(m, &x);
+    x = details_of("tests/data/tiny-f32.gguf", ES_OPEN_VOCAB_ONLY);
     assert_null(x.gating);
-    es_model_close(m);
 }
 
 static void test_pack_file(void **state)
