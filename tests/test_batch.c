@@ -354,6 +354,14 @@ static void test_invariance_minimax_m2(void **st)
     invariance(data("tiny-minimax-m2-q4_0.gguf"), NULL, 512, NULL);
 }
 
+/* exaone-moe: windows counted from each sequence's start, RoPE on the sliding layers only; from
+ * its pack too (the MTP block's dense FFN is no expert) */
+static void test_invariance_exaone_moe(void **st)
+{
+    (void)st;
+    invariance(data("tiny-exaone-moe-q4_0.gguf"), NULL, 512, t_tmp_path("exaone.pack"));
+}
+
 /* ernie4_5-moe: a softmax router with a selection bias, an ungated shared expert */
 static void test_invariance_ernie(void **st)
 {
@@ -768,7 +776,8 @@ static void test_logprobs_vs_llama(void **st)
                            "tiny-deepseek2-f16", "tiny-lfm2moe-f16", "tiny-qwen2moe-f16",
                            "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16",
                            "tiny-llama4-f16", "tiny-granitemoe-f16", "tiny-hunyuan-f16",
-                           "tiny-bailingmoe2-f16", "tiny-dots1-f16", "tiny-minimax-m2-f16"};
+                           "tiny-bailingmoe2-f16", "tiny-dots1-f16", "tiny-minimax-m2-f16",
+                           "tiny-exaone-moe-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -883,6 +892,7 @@ int main(void)
         cmocka_unit_test_setup(test_invariance_bailingmoe2, reseed),
         cmocka_unit_test_setup(test_invariance_dots1, reseed),
         cmocka_unit_test_setup(test_invariance_minimax_m2, reseed),
+        cmocka_unit_test_setup(test_invariance_exaone_moe, reseed),
         cmocka_unit_test_setup(test_invariance_llama4, reseed),
         cmocka_unit_test_setup(test_amx_batches, reseed),
         cmocka_unit_test_setup(test_sixty_four, reseed),

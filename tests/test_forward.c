@@ -434,6 +434,27 @@ static void test_family_minimax_m2(void **s)
     family("tiny-minimax-m2", quant_self, (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
 }
 
+/* exaone-moe (K-EXAONE): per-head q/k norms, RoPE on the sliding-window layers only (0-2, a
+ * window of 40 of tiny-ids.txt's 114 positions), layer 3 global without RoPE or temperature, a
+ * dense first layer, a sigmoid router with selection bias renormalised and scaled by 2.5, a
+ * shared expert, a multi-token-prediction block not run. Measured against llama.cpp 3f545bec:
+ * F32 (not committed) 5.7e-6 on both paths; F16 median 4.7e-4, max 0.0055 (its two builds differ
+ * by 0.0057); Q4_0: its AVX2 build bit for bit (max 9.5e-7), its AVX-512 build median 9.5e-7,
+ * p90 0.067, max 0.10 (its two builds differ from each other the same way). The reference's float activations
+ * against Q4_0 weights: median 0.12, p90 0.15, max 0.21 (the routed weights' 2.5, as in
+ * glm4moe). */
+static void test_family_exaone_moe(void **s)
+{
+    (void)s;
+    const char *model = DATA "tiny-exaone-moe-q4_0.gguf";
+    const limits self = {INFINITY, 0.2, 3.0, 0.93, 0.005};
+    compare_lim(DATA "tiny-exaone-moe-f16.gguf", f16_self,
+                DATA "tiny-exaone-moe-f16.llama-logits.bin", f16_llama);
+    compare_lim(model, self, DATA "tiny-exaone-moe-q4_0.llama-avx2-logits.bin",
+                (limits){1e-5, 1e-5, 1e-4, 1.0, 1e-10});
+    compare_lim(model, self, DATA "tiny-exaone-moe-q4_0.llama-logits.bin", quant_llama);
+}
+
 /* A fused attn_qkv (and attn_qkv.bias), which llama.cpp loads in every family: tiny-qwen2moe-qkv
  * holds tiny-qwen2moe's q, k and v weights and biases end to end in one tensor each, so both
  * paths must give tiny-qwen2moe's logits bit for bit, and llama.cpp's logits of the separate
@@ -1115,6 +1136,7 @@ int main(void)
         cmocka_unit_test(test_family_bailingmoe2),
         cmocka_unit_test(test_family_dots1),
         cmocka_unit_test(test_family_minimax_m2),
+        cmocka_unit_test(test_family_exaone_moe),
         cmocka_unit_test(test_fused_qkv),
         cmocka_unit_test(test_llama4_past_chunk),
         cmocka_unit_test(test_family_gptoss),

@@ -89,6 +89,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-dots1", "q4_0", DATA "tiny-dots1-q4_0.gguf"},
         {"tiny-minimax-m2", "f16", DATA "tiny-minimax-m2-f16.gguf"},
         {"tiny-minimax-m2", "q4_0", DATA "tiny-minimax-m2-q4_0.gguf"},
+        {"tiny-exaone-moe", "f16", DATA "tiny-exaone-moe-f16.gguf"},
+        {"tiny-exaone-moe", "q4_0", DATA "tiny-exaone-moe-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -1036,6 +1038,73 @@ static void test_minimax_m2(void **state)
     unlink(dst);
 }
 
+static es_status exaone_pattern_lllg(es_gguf_writer *w) /* as EXAONE's converter writes it */
+{
+    const uint8_t v[4] = {1, 1, 1, 0};
+    return es_gguf_writer_set_arr(w, "exaone-moe.attention.sliding_window_pattern", ES_GGUF_BOOL,
+                                  v, 4);
+}
+static es_status exaone_pattern_llgg(es_gguf_writer *w)
+{
+    const uint8_t v[4] = {1, 1, 0, 0};
+    return es_gguf_writer_set_arr(w, "exaone-moe.attention.sliding_window_pattern", ES_GGUF_BOOL,
+                                  v, 4);
+}
+static es_status exaone_no_shexp_width(es_gguf_writer *w)
+{
+    es_gguf_writer_remove_keys(w, "exaone-moe.expert_shared_feed_forward_length");
+    return es_gguf_writer_set_u32(w, "exaone-moe.expert_shared_count", 2);
+}
+
+/* exaone-moe as llama.cpp reads EXAONE-MoE files: a window on three layers in four, RoPE on those
+ * only (the fourth attends globally without RoPE or temperature), per-head q/k norms, the
+ * router's keys, one shared expert of expert_shared_feed_forward_length (the experts' width
+ * without it, whatever expert_shared_count says), the MTP block left out. A per-layer pattern
+ * array (the converter's) is what llama.cpp assumes (it does not read arrays) or refused. */
+static void test_exaone_moe(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-exaone-moe-q4_0.gguf", *dst = t_tmp_path("exaone.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "exaone-moe");
+    const es_hparams *hp = &m->hp;
+    assert_int_equal(hp->n_layer, 4);
+    assert_int_equal(hp->n_layer_nextn, 1);
+    assert_int_equal(hp->n_swa, 40);
+    assert_int_equal(hp->swa_period, 4);
+    assert_int_equal(hp->n_expert_shared, 1);
+    assert_int_equal(hp->n_ff_shexp, 64);
+    assert_int_equal(hp->router.gating, ES_GATING_SIGMOID);
+    assert_true(hp->router.renorm && hp->router.scale == 2.5f);
+    for (int il = 0; il < 4; il++) {
+        assert_int_equal(m->layers[il].is_swa, il < 3);
+        assert_int_equal(m->layers[il].no_rope, il == 3);
+    }
+    es_model_close(m);
+    const int32_t ids[] = {5, 77, 130, 9, 250, 31, 64, 200, 17, 3};
+    const size_t n = T_LEN(ids);
+    float *want = logits_of(src, ids, n, 0);
+    rewrite(src, dst, exaone_pattern_lllg, NULL);
+    float *got = logits_of(dst, ids, n, 0);
+    assert_memory_equal(want, got, sizeof(float) * n * 320);
+    free(want);
+    free(got);
+    rewrite(src, dst, exaone_pattern_llgg, NULL);
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_UNSUPPORTED);
+    if (!strstr(es_last_error(), "layer 2")) fail_msg("'%s'", es_last_error());
+    rewrite(src, dst, exaone_no_shexp_width, NULL); /* 32 wide now: the 64-wide tensors fail */
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "ffn_gate_shexp") || !strstr(es_last_error(), "expected [64, 32"))
+        fail_msg("'%s'", es_last_error());
+    rewrite_without(src, dst, "exaone-moe.attention.sliding_window", NULL, NULL); /* required */
+    m = NULL;
+    assert_int_not_equal(es_model_open(dst, 0, &m), ES_OK);
+    if (!strstr(es_last_error(), "sliding_window")) fail_msg("'%s'", es_last_error());
+    unlink(dst);
+}
+
 /* q/k/v biases in a family whose models have none (llama.cpp's create_tensor_qkv loads them for
  * every family): tiny-mixtral-q4_0 with blk.0.attn_k.bias added opens with it bound, and both
  * paths' logits move with it. */
@@ -1485,6 +1554,7 @@ int main(void)
         cmocka_unit_test(test_bailingmoe2),
         cmocka_unit_test(test_dots1),
         cmocka_unit_test(test_minimax_m2),
+        cmocka_unit_test(test_exaone_moe),
         cmocka_unit_test(test_qkv_bias_any_family),
         cmocka_unit_test(test_route_by_logit),
         cmocka_unit_test(test_llama4_chunks_both_paths),

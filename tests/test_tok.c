@@ -815,6 +815,40 @@ static void test_llama3_split(void **state)
     es_tok_destroy(t);
 }
 
+/* EXAONE-MoE's pre-tokenizer: words joined by single spaces are one pre-token (so a merge
+ * across them applies), letters keep their combining marks, a punctuation run takes one line
+ * break. The ids are llama.cpp's (3f545bec, llama_tokenize on the same 268-token vocabulary
+ * written by gguf-py), which differ from qwen2's on every line but "the  cat". */
+static void test_exaone_moe_split(void **state)
+{
+    (void)state;
+    static const char *words[] = {"th", "the", "\xC4\xA0" "c", "\xC4\xA0" "ca", "\xC4\xA0" "cat",
+                                  "the\xC4\xA0" "cat", "\xC3\x8C\xC4\xA3", "e\xC3\x8C\xC4\xA3",
+                                  "!/", "!\xC4\x8A", "\xC4\x8A\xC4\x8A", "!\xC4\x8A\xC4\x8A"};
+    static const char *merges[] = {"t h", "th e", "\xC4\xA0 c", "\xC4\xA0" "c a", "\xC4\xA0" "ca t",
+                                   "the \xC4\xA0" "cat", "\xC3\x8C \xC4\xA3", "e \xC3\x8C\xC4\xA3", "! /",
+                                   "! \xC4\x8A", "\xC4\x8A \xC4\x8A", "!\xC4\x8A \xC4\x8A"};
+    synth s = {.model = "gpt2", .pre = "exaone-moe", .extra = words,
+               .n_extra = (int)T_LEN(words), .merges = merges, .n_merges = (int)T_LEN(merges),
+               .bos = -1};
+    es_tok *t;
+    assert_int_equal(synth_create(&s, &t), ES_OK);
+    EXPECT_IDS(t, "the cat", false, false, 261);
+    EXPECT_IDS(t, "the  cat", false, false, 257, 32, 260);
+    EXPECT_IDS(t, "e\xCC\x81", false, false, 263); /* e and U+0301 */
+    EXPECT_IDS(t, "hi!\n\nx", false, false, 104, 105, 265, 10, 120);
+    EXPECT_IDS(t, "the cat sat", false, false, 261, 32, 115, 97, 116);
+    EXPECT_IDS(t, "the\xC2\xA0" "cat", false, false, 257, 194, 160, 99, 97, 116); /* NBSP */
+    EXPECT_IDS(t, "a the cat", false, false, 97, 32, 261);
+    es_tok_destroy(t);
+    s.pre = "qwen2"; /* the same vocabulary split as qwen2 splits */
+    assert_int_equal(synth_create(&s, &t), ES_OK);
+    EXPECT_IDS(t, "the cat", false, false, 257, 260);
+    EXPECT_IDS(t, "e\xCC\x81", false, false, 101, 262);
+    EXPECT_IDS(t, "hi!\n\nx", false, false, 104, 105, 267, 120);
+    es_tok_destroy(t);
+}
+
 /* Every pre-tokenizer compiles and, on a vocabulary of the 256 byte tokens alone, gives back
  * exactly the input bytes (byte-level BPE is lossless whatever the split). */
 static void test_all_pre(void **state)
@@ -823,7 +857,8 @@ static void test_all_pre(void **state)
     static const char *pres[] = {"default",     "llama3",    "dbrx",         "gpt-2",
                                  "olmo",        "falcon",    "starcoder",    "refact",
                                  "qwen2",       "stablelm2", "deepseek-llm", "deepseek-coder",
-                                 "deepseek-v3", "gpt-4o",    "command-r",    "smollm"};
+                                 "deepseek-v3", "gpt-4o",    "command-r",    "smollm",
+                                 "exaone-moe",  "bailingmoe2"};
     static const char *m[] = {"a b"};
     static const char *text = "Hello, y'all! How are you \xF0\x9F\x98\x81 ?\xE6\x88\x91\xE6\x83\xB3"
                               "\xE5\x9C\xA8"
@@ -918,6 +953,7 @@ int main(void)
         cmocka_unit_test(test_gpt_neox),       cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_threads),        cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_llama3_split),   cmocka_unit_test(test_all_pre),
+        cmocka_unit_test(test_exaone_moe_split),
         cmocka_unit_test(test_family_pre_tokenizers),
         cmocka_unit_test(test_wikitext_roundtrip),
     };

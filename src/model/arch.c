@@ -131,6 +131,17 @@ static const es_arch families[] = {
     {.name = "minimax-m2", .model_names = "MiniMax-M2", .qk_norm = ES_QK_NORM_WHOLE,
      .rope = ES_ROPE_NEOX, .topk_renorm = true, .output_optional = false,
      .gating = ES_GATING_SIGMOID, .expert_bias = true, .synth_pre = "minimax-m2"},
+    /* EXAONE-MoE (llama.cpp's exaone-moe: K-EXAONE-236B-A23B): per-head q/k RMSNorm, NEOX RoPE
+     * (rope_freqs where present) on the sliding-window layers only (three in four), the others
+     * global without RoPE, leading dense layers, one shared expert, a router of the file's
+     * gating (sigmoid in K-EXAONE) with exp_probs_b where present, renormalised and scaled as the
+     * file says; nextn_predict_layers trailing blocks (multi-token prediction) not run. */
+    {.name = "exaone-moe", .model_names = "EXAONE-MoE", .qk_norm = ES_QK_NORM_HEAD,
+     .rope = ES_ROPE_NEOX, .rope_factors = true, .topk_renorm = false, .output_optional = false,
+     .dense_lead = true, .shexp_exp_width = true, .weights_scale = true,
+     .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true,
+     .expert_bias_optional = true, .swa = true, .rope_swa_only = true,
+     .synth_pre = "exaone-moe"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -146,7 +157,7 @@ const char *es_arch_supported(void)
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
            "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4), "
            "granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), bailingmoe2 (Ling 2.0), dots1 "
-           "(dots.llm1), minimax-m2 (MiniMax-M2)";
+           "(dots.llm1), minimax-m2 (MiniMax-M2), exaone-moe (EXAONE-MoE)";
 }
 
 const es_arch *es_arch_at(int i)

@@ -65,6 +65,9 @@ typedef struct es_arch {
     bool shexp_width_key;     /* with shared_experts: each shared expert is
                                * expert_shared_feed_forward_length wide where the file has the
                                * key (the experts' width where not), one FFN of their sum (Ling) */
+    bool shexp_exp_width;     /* one ungated shared expert of expert_shared_feed_forward_length,
+                               * the experts' width where absent, whatever expert_shared_count
+                               * says (EXAONE-MoE) */
     bool shexp_sized;         /* one shared expert of expert_shared_feed_forward_length, none
                                * without the key (ERNIE-4.5, Granite MoE Shared) */
     bool shexp_ff;            /* one ungated shared expert of expert_shared_feed_forward_length,
@@ -92,6 +95,9 @@ typedef struct es_arch {
     bool swa;                 /* attention.sliding_window: the layers sliding_window_pattern
                                * marks (by default every other one, from layer 0) see only the
                                * last n_swa positions, their own included */
+    bool rope_swa_only;       /* with swa: only the sliding-window layers turn RoPE; the others
+                               * attend to every position without it (no temperature), and the
+                               * pattern's period defaults to 4 (EXAONE-MoE) */
     bool router_bias;         /* ffn_gate_inp.bias [n_expert] added to the router's logits */
     bool expert_out_bias;     /* ffn_{gate,up,down}_exps.bias: one bias row per expert added to
                                * its gate, up and down outputs */

@@ -324,6 +324,33 @@ static es_status read_expert_groups(es_model *m)
  * on the layers the pattern marks (4 where absent), NoPE every 4th layer, the unweighted q/k
  * norms unless the model has 128 experts; a file whose sliding_window is 0 (every layer full
  * attention and RoPE'd, MobileLLM-R1's kind) is refused: llama.cpp's graph asserts on it. */
+/* A per-layer sliding_window_pattern (EXAONE's converter writes one bool per layer): llama.cpp's
+ * exaone-moe loader does not read an array and slides three layers in four; a file whose array
+ * says otherwise would run as it does not mean, so it is refused. */
+static es_status check_swa_array(const es_model *m, const char *key, es_gguf_type et, uint64_t n)
+{
+    const es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    const uint8_t *v = es_gguf_arr_data(m->gguf, key);
+    const size_t w = et == ES_GGUF_BOOL || et == ES_GGUF_UINT8 || et == ES_GGUF_INT8 ? 1
+                     : et == ES_GGUF_INT32 || et == ES_GGUF_UINT32                   ? 4
+                                                                                     : 0;
+    if (w == 0 || n < (uint64_t)hp->n_layer)
+        return es_fail(ES_E_FORMAT, "%s: %s must hold a flag for each of the %d layers", path,
+                       key, hp->n_layer);
+    for (int il = 0; il < hp->n_layer; il++) {
+        uint32_t x = 0;
+        memcpy(&x, v + (size_t)il * w, w); /* little-endian: the low byte first */
+        const bool slides = il % hp->swa_period < hp->swa_period - 1;
+        if ((x != 0) != slides)
+            return es_fail(ES_E_UNSUPPORTED, "%s: %s marks layer %d as %s, but llama.cpp runs %s "
+                           "with three sliding-window layers in four (the array is not read), so "
+                           "estream does too and refuses a file whose array says otherwise", path,
+                           key, il, x ? "sliding" : "global", m->arch);
+    }
+    return ES_OK;
+}
+
 static es_status read_swa(es_model *m)
 {
     es_hparams *hp = &m->hp;
@@ -344,11 +371,16 @@ static es_status read_swa(es_model *m)
     snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", m->arch);
     es_gguf_type et;
     uint64_t n;
-    if (es_gguf_get_arr(m->gguf, key, &et, &n))
-        return es_fail(ES_E_UNSUPPORTED, "%s: %s is an array (a per-layer pattern), which "
-                       "estream does not read for %s", path, key, m->arch);
-    hp->swa_period = m->family->irope ? 4 : 2;
-    ES_TRY(get_int(m, "attention.sliding_window_pattern", false, 0, 1 << 16, &hp->swa_period));
+    hp->swa_period = m->family->irope || m->family->rope_swa_only ? 4 : 2;
+    if (es_gguf_get_arr(m->gguf, key, &et, &n)) {
+        if (!m->family->rope_swa_only)
+            return es_fail(ES_E_UNSUPPORTED, "%s: %s is an array (a per-layer pattern), which "
+                           "estream does not read for %s", path, key, m->arch);
+        ES_TRY(check_swa_array(m, key, et, n));
+    } else {
+        ES_TRY(get_int(m, "attention.sliding_window_pattern", false, 0, 1 << 16, &hp->swa_period));
+    }
+    if (m->family->rope_swa_only) return ES_OK; /* llama.cpp turns every layer by rope.freq_base */
     float base_swa = hp->rope_freq_base;
     ES_TRY(get_float(m, "rope.freq_base_swa", false, 1.0f, 1e12f, &base_swa));
     if (base_swa != hp->rope_freq_base)
@@ -472,10 +504,11 @@ es_status es_hparams_read(es_model *m)
         hp->n_expert_shared = 1;
         hp->n_ff_shexp = hp->n_ff_exp;
     }
-    if (fam->shexp_gated || fam->shexp_ff) { /* one shared expert (qwen2moe's gated) of its own
-                                              * size, n_ff where the key is absent */
+    if (fam->shexp_gated || fam->shexp_ff || fam->shexp_exp_width) { /* one shared expert
+                                              * (qwen2moe's gated) of its own size, n_ff (EXAONE:
+                                              * n_ff_exp) where the key is absent */
         hp->n_expert_shared = 1;
-        hp->n_ff_shexp = hp->n_ff;
+        hp->n_ff_shexp = fam->shexp_exp_width ? hp->n_ff_exp : hp->n_ff;
         ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 1, 1 << 18,
                        &hp->n_ff_shexp));
     }

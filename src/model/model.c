@@ -158,7 +158,8 @@ static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
         ES_TRY(bind_f32(m, il, "attn_sinks", "weight", hp->n_head, 1, true, &L->sinks));
     const int period = hp->swa_period;
     L->is_swa = (m->family->swa || m->family->irope) && (period == 0 || il % period < period - 1);
-    L->no_rope = m->family->irope && (il + 1) % 4 == 0; /* llama.cpp's n_no_rope_layer_step */
+    L->no_rope = (m->family->irope && (il + 1) % 4 == 0) || /* llama.cpp's n_no_rope_layer_step */
+                 (m->family->rope_swa_only && !L->is_swa);
     return ES_OK;
 }
 

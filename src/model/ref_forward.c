@@ -347,8 +347,8 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
         add_bias(vv + t * dkv, L->bv.data, dkv);
         if (!m->family->qk_norm_after_rope) qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
         if (L->no_rope) { /* Llama 4's NoPE layer: the queries times the temperature */
-            const float temp = es_attn_temperature(t);
-            for (int64_t i = 0; i < dq; i++) q[t * dq + i] *= temp;
+            const float temp = m->family->irope ? es_attn_temperature(t) : 1.0f;
+            for (int64_t i = 0; temp != 1.0f && i < dq; i++) q[t * dq + i] *= temp;
             continue;
         }
         es_rope_cos_sin(hp, t, cs);

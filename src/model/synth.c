@@ -164,6 +164,8 @@ static void llama3_factors(const es_synth_preset *p, int n_rot, float *out)
 /* True if the preset's layer il has experts (arch.h: dense lead, interleave). */
 static bool synth_has_experts(const es_synth_preset *p, int il)
 {
+    if (il >= p->n_layer && strcmp(p->arch, "exaone-moe") == 0)
+        return false; /* its loader wants a dense FFN in the multi-token-prediction blocks */
     return il >= p->n_dense_lead && (p->moe_step <= 1 || (il + 1) % p->moe_step == 0);
 }
 
@@ -563,7 +565,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(LNAME("ffn_gate"), GEN_NORMAL, wtype, 2, d, p->n_ff, 1, sd, o->seed);
             GEN(LNAME("ffn_down"), GEN_NORMAL, wtype, 2, p->n_ff, d, 1, 1.5f * sff * res, o->seed);
             GEN(LNAME("ffn_up"), GEN_NORMAL, wtype, 2, d, p->n_ff, 1, sd, o->seed);
-            continue;
+            goto nextn;
         }
         if (p->n_shared || p->n_ff_shexp) { /* the shared experts: one FFN of n_shared experts'
                                                * size, or of n_ff_shexp (shexp_width_key: of
@@ -599,6 +601,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(BNAME("ffn_up_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, p->n_ff_exp, E, 1, 2.5f, o->seed);
             GEN(BNAME("ffn_down_exps", "bias"), GEN_NORMAL, ES_QTYPE_F32, 2, d, E, 1, 0.1f, o->seed);
         }
+    nextn:
         if (il >= L) { /* a multi-token-prediction block's own tensors (llama.cpp loads them) */
             GEN(LNAME("nextn.eh_proj"), GEN_NORMAL, wtype, 2, 2 * d, d, 1, sd, o->seed);
             GEN(LNAME("nextn.enorm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);

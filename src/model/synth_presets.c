@@ -318,6 +318,16 @@ static const es_synth_preset presets[] = {
      .n_embd = 3072, .n_layer = 62, .n_head = 48, .n_head_kv = 8, .n_embd_head = 128,
      .n_ff_exp = 1536, .n_expert = 256, .n_expert_used = 8, .rope_base = 5e6f, .rms_eps = 1e-6f,
      .n_ff = 1536, .n_rot = 64},
+    /* tiny-exaone-moe: EXAONE-MoE's graph in small: 4 heads of 16 over 2 KV heads with per-head
+     * q/k norms, RoPE on the sliding layers 0-2 (a window of 40), layer 3
+     * global without it, a dense first layer, 8 experts of 32 top-2 by a sigmoid router with
+     * selection bias, renormalised and scaled by 2.5, a shared expert of 64, one
+     * multi-token-prediction block */
+    {.name = "tiny-exaone-moe", .arch = "exaone-moe", .n_vocab = 320, .n_ctx = 512,
+     .n_embd = 64, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 128, .n_dense_lead = 1,
+     .n_shared = 1, .n_ff_shexp = 64, .weights_scale = 2.5f, .v3_router = true, .n_swa = 40,
+     .n_nextn = 1},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -329,7 +339,8 @@ static const char *const preset_names[] = {
     "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", "tiny-ernie",
     "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", "tiny-granitemoe", "tiny-granitemoe-shared",
     "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", "tiny-qwen2moe-qkv", "tiny-bailingmoe2",
-    "ling-mini-2.0", "tiny-dots1", "tiny-minimax-m2", "minimax-m2", NULL};
+    "ling-mini-2.0", "tiny-dots1", "tiny-minimax-m2", "minimax-m2",
+    "tiny-exaone-moe", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 

@@ -67,9 +67,9 @@ static void qk_rope_worker(void *arg, int ith, int nth)
         add_bias(f, f->v + t * dkv, &j->L->bv, dkv);
         const bool after = j->m->family->qk_norm_after_rope;
         if (!after) qk_norm(f, j->m, j->L, q, k);
-        if (!rope) { /* a NoPE layer: llama.cpp multiplies its queries by the temperature */
-            const float temp = es_attn_temperature(f->pos[t]);
-            for (int64_t i = 0; i < dq; i++) q[i] *= temp;
+        if (!rope) { /* a NoPE layer: Llama 4's queries times the temperature (EXAONE's not) */
+            const float temp = j->m->family->irope ? es_attn_temperature(f->pos[t]) : 1.0f;
+            for (int64_t i = 0; temp != 1.0f && i < dq; i++) q[i] *= temp;
             continue;
         }
         const float *cs = f->rope_cs + t * hp->n_rot;

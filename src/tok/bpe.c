@@ -38,6 +38,11 @@ static const char re_llama3[] = CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p
                                              "\\p{L}\\p{N}]+[\\r\\n]*|" WS_TAIL;
 static const char re_qwen2[] =
     CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|" WS_TAIL;
+/* EXAONE-MoE's: letters with their combining marks, runs of words joined by single spaces as one
+ * pre-token, a punctuation run taking one line break or slash */
+static const char re_exaone_moe[] =
+    CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| ?[^" WS
+                 "\\p{L}\\p{N}]+[\\r\\n/]?|" WS_TAIL;
 static const char re_gpt4o[] =
     "[^\\r\\n\\p{L}\\p{N}]?(?:(?=\\p{L})[^a-z])*(?:(?=\\p{L})[^A-Z])+(?:" CONTRACTIONS ")?"
     "|[^\\r\\n\\p{L}\\p{N}]?(?:(?=\\p{L})[^a-z])+(?:(?=\\p{L})[^A-Z])*(?:" CONTRACTIONS ")?"
@@ -122,6 +127,7 @@ static const pre_def k_pre[] = {
      false,
      false},
     {"gpt-4o|llama4|kanana2|talkie|minimax-m2", {re_gpt4o}, false, false},
+    {"exaone-moe", {re_exaone_moe}, false, false},
 };
 
 static bool name_in_list(const char *list, const char *name, size_t len)
