@@ -271,7 +271,8 @@ typedef struct es_model_details {
     int n_swa, swa_period;     /* a sliding window (0: none) on the layers il % period <
                                 * period - 1 (period 0: every layer) */
     int swa_chunked;           /* the window is the position's own chunk of n_swa (Llama 4) */
-    int n_layer_no_rope;       /* layers that turn no RoPE (Llama 4's, temperature-scaled) */
+    int n_layer_no_rope;       /* layers that turn no RoPE */
+    int nope_temperature;      /* their queries are temperature-scaled (Llama 4) */
     int qk_norm_unweighted;    /* the RoPE layers RMS-normalise q and k per head after RoPE,
                                 * without a weight (Llama 4) */
     int mla;                   /* multi-head latent attention (es_model_desc's n_lora_kv) */

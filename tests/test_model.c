@@ -91,6 +91,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-minimax-m2", "q4_0", DATA "tiny-minimax-m2-q4_0.gguf"},
         {"tiny-exaone-moe", "f16", DATA "tiny-exaone-moe-f16.gguf"},
         {"tiny-exaone-moe", "q4_0", DATA "tiny-exaone-moe-q4_0.gguf"},
+        {"tiny-smallthinker", "f32", DATA "tiny-smallthinker-f32.gguf"},
+        {"tiny-smallthinker", "q4_0", DATA "tiny-smallthinker-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -1105,6 +1107,68 @@ static void test_exaone_moe(void **state)
     unlink(dst);
 }
 
+static es_status smallthinker_sigmoid_base(es_gguf_writer *w)
+{
+    es_status st = es_gguf_writer_set_u32(w, "smallthinker.expert_gating_func", 2);
+    return st ? st : es_gguf_writer_set_f32(w, "smallthinker.rope.freq_base_swa", 2e6f);
+}
+
+/* smallthinker as llama.cpp reads SmallThinker files: with attention.sliding_window (its value
+ * unused) a 4,096-position window on layers il % 4 != 0 and RoPE on those alone, by
+ * rope.freq_base_swa where set; without it neither; the gating from expert_gating_func; ReGLU
+ * experts and the router before attention (test_forward holds their numbers). */
+static void test_smallthinker(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-smallthinker-q4_0.gguf", *dst = t_tmp_path("smallthinker.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "smallthinker");
+    assert_true(m->family->router_pre_attn && m->family->glu_relu);
+    assert_int_equal(m->hp.n_swa, 4096);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SOFTMAX);
+    assert_true(m->hp.router.renorm);
+    assert_true(m->hp.rope_freq_base == 1.5e6f);
+    for (int il = 0; il < 5; il++) {
+        assert_int_equal(m->layers[il].is_swa, il % 4 != 0);
+        assert_int_equal(m->layers[il].no_rope, il % 4 == 0);
+    }
+    es_model_close(m);
+    rewrite_without(src, dst, "smallthinker.attention.sliding_window", NULL, NULL);
+    m = open_ok(dst);
+    assert_int_equal(m->hp.n_swa, 0);
+    for (int il = 0; il < 5; il++) assert_false(m->layers[il].is_swa || m->layers[il].no_rope);
+    es_model_close(m);
+    rewrite(src, dst, smallthinker_sigmoid_base, NULL);
+    m = open_ok(dst);
+    assert_int_equal(m->hp.router.gating, ES_GATING_SIGMOID);
+    assert_true(m->hp.rope_freq_base == 2e6f);
+    es_model_close(m);
+    /* four layers: llama.cpp's use_rope takes a step equal to the layer count to mean RoPE on
+     * every layer (the window stays on 1-3) */
+    es_gguf *g = NULL;
+    assert_int_equal(es_gguf_open(src, &g), ES_OK);
+    es_gguf_writer *w = copy_keys(g, NULL);
+    assert_int_equal(es_gguf_writer_set_u32(w, "smallthinker.block_count", 4), ES_OK);
+    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        if (strncmp(name, "blk.4.", 6) == 0) continue;
+        assert_int_equal(es_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data,
+                                                   t->nbytes), ES_OK);
+    }
+    assert_int_equal(es_gguf_writer_write(w, dst), ES_OK);
+    es_gguf_writer_destroy(w);
+    es_gguf_close(g);
+    m = open_ok(dst);
+    for (int il = 0; il < 4; il++) {
+        assert_int_equal(m->layers[il].is_swa, il != 0);
+        assert_false(m->layers[il].no_rope);
+    }
+    es_model_close(m);
+    unlink(dst);
+}
+
 /* q/k/v biases in a family whose models have none (llama.cpp's create_tensor_qkv loads them for
  * every family): tiny-mixtral-q4_0 with blk.0.attn_k.bias added opens with it bound, and both
  * paths' logits move with it. */
@@ -1555,6 +1619,7 @@ int main(void)
         cmocka_unit_test(test_dots1),
         cmocka_unit_test(test_minimax_m2),
         cmocka_unit_test(test_exaone_moe),
+        cmocka_unit_test(test_smallthinker),
         cmocka_unit_test(test_qkv_bias_any_family),
         cmocka_unit_test(test_route_by_logit),
         cmocka_unit_test(test_llama4_chunks_both_paths),

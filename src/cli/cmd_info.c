@@ -188,8 +188,8 @@ static void print_details(const es_model *m)
         printf(", q/k RMSNorm %s%s", x.qk_norm, x.qk_norm_after_rope ? " after RoPE" : "");
     if (x.qk_norm_unweighted) printf(", q/k RMS-normalised per head after RoPE (no weight)");
     if (x.n_layer_no_rope)
-        printf(", %d layer%s without RoPE (queries temperature-scaled)", x.n_layer_no_rope,
-               x.n_layer_no_rope > 1 ? "s" : "");
+        printf(", %d layer%s without RoPE%s", x.n_layer_no_rope, x.n_layer_no_rope > 1 ? "s" : "",
+               x.nope_temperature ? " (queries temperature-scaled)" : "");
     if (x.n_swa && x.swa_chunked)
         printf(", chunks of %d positions", x.n_swa);
     else if (x.n_swa)

@@ -142,6 +142,16 @@ static const es_arch families[] = {
      .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true,
      .expert_bias_optional = true, .swa = true, .rope_swa_only = true,
      .synth_pre = "exaone-moe"},
+    /* SmallThinker (llama.cpp's smallthinker: SmallThinker-21BA3B, -4BA0.6B): the router reads
+     * each layer's input before attention (so experts can be fetched during it), ReGLU experts
+     * on every layer, a softmax or sigmoid router as the file says, renormalised; with
+     * attention.sliding_window, a 4,096-position window and RoPE on three layers in four (from
+     * layer 1), the others global without RoPE; no q/k norms, a tied head where the file has no
+     * output.weight. */
+    {.name = "smallthinker", .model_names = "SmallThinker", .qk_norm = ES_QK_NORM_NONE,
+     .rope = ES_ROPE_NEOX, .topk_renorm = true, .output_optional = true,
+     .gating = ES_GATING_SOFTMAX, .gating_key = true, .glu_relu = true, .router_pre_attn = true,
+     .swa = true, .rope_swa_only = true, .swa_window_4096 = true, .synth_pre = "qwen2"},
 };
 
 const es_arch *es_arch_find(const char *name)
@@ -157,7 +167,8 @@ const char *es_arch_supported(void)
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
            "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4), "
            "granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), bailingmoe2 (Ling 2.0), dots1 "
-           "(dots.llm1), minimax-m2 (MiniMax-M2), exaone-moe (EXAONE-MoE)";
+           "(dots.llm1), minimax-m2 (MiniMax-M2), exaone-moe (EXAONE-MoE), "
+           "smallthinker (SmallThinker)";
 }
 
 const es_arch *es_arch_at(int i)

@@ -101,6 +101,16 @@ typedef struct es_arch {
     bool router_bias;         /* ffn_gate_inp.bias [n_expert] added to the router's logits */
     bool expert_out_bias;     /* ffn_{gate,up,down}_exps.bias: one bias row per expert added to
                                * its gate, up and down outputs */
+    bool gating_key;          /* expert_gating_func chooses the gating (1 softmax, 2 sigmoid;
+                               * absent: the family's), no other router key is read (SmallThinker) */
+    bool glu_relu;            /* the experts' GLU is relu(g) u, ggml's reglu (SmallThinker) */
+    bool router_pre_attn;     /* the router reads the layer's input (the residual stream before
+                               * the attention norm), not the FFN norm's output (SmallThinker) */
+    bool swa_window_4096;     /* with swa and rope_swa_only: attention.sliding_window > 0 turns on
+                               * llama.cpp's 4,096-position window (the key's value is not used)
+                               * on the layers il % period != 0, RoPE (by rope.freq_base_swa
+                               * where set) on the layers il % 4 != 0; absent or 0: no window,
+                               * RoPE on every layer (SmallThinker) */
     bool glu_oai;             /* the experts' GLU is gpt-oss's clamped one:
                                * min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1) */
     /* Llama 4 (llama.cpp's llama4 graph) has these: */

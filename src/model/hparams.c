@@ -324,9 +324,20 @@ static es_status read_expert_groups(es_model *m)
  * on the layers the pattern marks (4 where absent), NoPE every 4th layer, the unweighted q/k
  * norms unless the model has 128 experts; a file whose sliding_window is 0 (every layer full
  * attention and RoPE'd, MobileLLM-R1's kind) is refused: llama.cpp's graph asserts on it. */
+bool es_hparams_layer_slides(const es_model *m, int il)
+{
+    const es_hparams *hp = &m->hp;
+    const int period = hp->swa_period;
+    if (!(m->family->swa || m->family->irope) || hp->n_swa <= 0) return false;
+    if (period == 0) return true;
+    /* llama.cpp's set_swa_pattern; SmallThinker's passes dense_first: layer 0 of each period is
+     * the global one */
+    return m->family->swa_window_4096 ? il % period != 0 : il % period < period - 1;
+}
+
 /* A per-layer sliding_window_pattern (EXAONE's converter writes one bool per layer): llama.cpp's
- * exaone-moe loader does not read an array and slides three layers in four; a file whose array
- * says otherwise would run as it does not mean, so it is refused. */
+ * exaone-moe and smallthinker loaders do not read an array and slide three layers in four; a file
+ * whose array says otherwise would run as it does not mean, so it is refused. */
 static es_status check_swa_array(const es_model *m, const char *key, es_gguf_type et, uint64_t n)
 {
     const es_hparams *hp = &m->hp;
@@ -341,7 +352,7 @@ static es_status check_swa_array(const es_model *m, const char *key, es_gguf_typ
     for (int il = 0; il < hp->n_layer; il++) {
         uint32_t x = 0;
         memcpy(&x, v + (size_t)il * w, w); /* little-endian: the low byte first */
-        const bool slides = il % hp->swa_period < hp->swa_period - 1;
+        const bool slides = es_hparams_layer_slides(m, il);
         if ((x != 0) != slides)
             return es_fail(ES_E_UNSUPPORTED, "%s: %s marks layer %d as %s, but llama.cpp runs %s "
                            "with three sliding-window layers in four (the array is not read), so "
@@ -356,7 +367,12 @@ static es_status read_swa(es_model *m)
     es_hparams *hp = &m->hp;
     const char *path = es_gguf_path(m->gguf);
     char key[96];
-    if (m->family->irope) {
+    if (m->family->swa_window_4096) { /* SmallThinker: llama.cpp's fixed window, if any */
+        int window = 0;
+        ES_TRY(get_int(m, "attention.sliding_window", false, 0, 1 << 24, &window));
+        hp->n_swa = window > 0 ? 4096 : 0;
+        if (hp->n_swa == 0) return ES_OK; /* no window: every layer full and RoPE'd */
+    } else if (m->family->irope) {
         int window = -1;
         ES_TRY(get_int(m, "attention.sliding_window", false, 0, 1 << 24, &window));
         if (window == 0)
@@ -373,16 +389,20 @@ static es_status read_swa(es_model *m)
     uint64_t n;
     hp->swa_period = m->family->irope || m->family->rope_swa_only ? 4 : 2;
     if (es_gguf_get_arr(m->gguf, key, &et, &n)) {
-        if (!m->family->rope_swa_only)
+        if (!m->family->rope_swa_only) /* gpt-oss, Llama 4 */
             return es_fail(ES_E_UNSUPPORTED, "%s: %s is an array (a per-layer pattern), which "
                            "estream does not read for %s", path, key, m->arch);
         ES_TRY(check_swa_array(m, key, et, n));
     } else {
         ES_TRY(get_int(m, "attention.sliding_window_pattern", false, 0, 1 << 16, &hp->swa_period));
     }
-    if (m->family->rope_swa_only) return ES_OK; /* llama.cpp turns every layer by rope.freq_base */
     float base_swa = hp->rope_freq_base;
     ES_TRY(get_float(m, "rope.freq_base_swa", false, 1.0f, 1e12f, &base_swa));
+    if (m->family->swa_window_4096) { /* RoPE turns the sliding layers alone, by their base */
+        hp->rope_freq_base = base_swa;
+        return ES_OK;
+    }
+    if (m->family->rope_swa_only) return ES_OK; /* EXAONE: llama.cpp turns by rope.freq_base */
     if (base_swa != hp->rope_freq_base)
         return es_fail(ES_E_UNSUPPORTED, "%s: %s.rope.freq_base_swa = %g differs from "
                        "rope.freq_base = %g: a separate RoPE base for the sliding-window layers "
@@ -525,7 +545,7 @@ es_status es_hparams_read(es_model *m)
     es_router *r = &hp->router;
     r->gating = fam->gating;
     r->by_logit = fam->select_by_logit;
-    if (fam->router_keys) ES_TRY(read_gating(m));
+    if (fam->router_keys || fam->gating_key) ES_TRY(read_gating(m));
     r->renorm = fam->topk_renorm;
     snprintf(key, sizeof(key), "%s.expert_weights_norm", m->arch);
     if (fam->router_keys && es_gguf_find_key(m->gguf, key) >= 0 &&

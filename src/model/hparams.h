@@ -13,5 +13,8 @@
 es_status es_hparams_read(es_model *m);
 /* attention.head_count_kv of layer il (after es_hparams_read). */
 int es_hparams_head_count_kv(const es_model *m, int il);
+/* Whether layer il attends through a sliding window (families with swa or irope, after
+ * es_hparams_read): llama.cpp's set_swa_pattern over attention.sliding_window_pattern. */
+bool es_hparams_layer_slides(const es_model *m, int il);
 
 #endif

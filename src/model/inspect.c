@@ -248,6 +248,7 @@ void es_model_describe_details(const es_model *m, es_model_details *out)
             out->qk_norm = m->family->qk_norm == ES_QK_NORM_HEAD ? "per head" : "whole projections";
     out->qk_norm_after_rope = m->family->qk_norm_after_rope;
     out->qk_norm_unweighted = hp->kq_norm_rope;
+    out->nope_temperature = m->family->irope;
     out->mla = m->family->mla;
     if (m->family->swa || m->family->irope) {
         out->n_swa = hp->n_swa;

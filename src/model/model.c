@@ -156,10 +156,14 @@ static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
         ES_TRY(bind_f32(m, il, "attn_output", "bias", hp->n_embd, 1, true, &L->bo));
     if (m->family->attn_sinks)
         ES_TRY(bind_f32(m, il, "attn_sinks", "weight", hp->n_head, 1, true, &L->sinks));
-    const int period = hp->swa_period;
-    L->is_swa = (m->family->swa || m->family->irope) && (period == 0 || il % period < period - 1);
+    L->is_swa = es_hparams_layer_slides(m, il);
     L->no_rope = (m->family->irope && (il + 1) % 4 == 0) || /* llama.cpp's n_no_rope_layer_step */
-                 (m->family->rope_swa_only && !L->is_swa);
+                 (m->family->rope_swa_only && hp->n_swa > 0 &&
+                  (m->family->swa_window_4096
+                       /* SmallThinker: llama.cpp's use_rope, whose step (4) equal to the layer
+                        * count means every layer turns RoPE */
+                       ? hp->n_layer != 4 && il % 4 == 0
+                       : !L->is_swa));
     return ES_OK;
 }
 

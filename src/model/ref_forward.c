@@ -364,6 +364,23 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
     attention_ref(hp, T, q, kk, vv, att, scores, L->is_swa ? hp->n_swa : 0, L->sinks.data);
 }
 
+/* Each of the T tokens' experts (chosen, [T][K]) and weights (cw) from the router over in
+ * ([T][n_embd]): the logits, the router's bias, the family's selection. rl: 2 n_expert floats. */
+static void route_ref(const es_model *m, const es_layer *L, const float *in, int64_t T, float *rl,
+                      int *chosen, float *cw, float *wt, float *row)
+{
+    const es_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd;
+    const int E = hp->n_expert, K = hp->n_expert_used;
+    for (int64_t t = 0; t < T; t++) {
+        matmul_ref(L->gate_inp.data, L->gate_inp.type, L->gate_inp.row_bytes, E, d, in + t * d, d,
+                   1, rl, E, wt, row);
+        add_bias(rl, L->gate_inp_b.data, E);
+        es_arch_route(&hp->router, rl, E, K, L->exp_probs_b.data, rl + E, chosen + t * K,
+                      cw + t * K);
+    }
+}
+
 es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int all_logits,
                          float *logits, float *hidden)
 {
@@ -412,6 +429,8 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
 
     for (int il = 0; il < hp->n_layer; il++) {
         const es_layer *L = &m->layers[il];
+        if (m->family->router_pre_attn && es_layer_is_moe(L)) /* the layer's input, un-normed */
+            route_ref(m, L, x, T, rl, chosen, cw, wt, row);
         /* attention, or a short-convolution block */
         for (int64_t t = 0; t < T; t++)
             rmsnorm(h + t * d, x + t * d, L->attn_norm.data, d, hp->rms_eps);
@@ -436,15 +455,10 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
             residual_add(x, att, T * d, hp->resid_scale);
             continue;
         }
-        /* mixture of experts: route every token, then run each expert (in increasing id) over
-         * the rows routed to it; moe[t] collects the weighted outputs in that order. */
-        for (int64_t t = 0; t < T; t++) {
-            matmul_ref(L->gate_inp.data, L->gate_inp.type, L->gate_inp.row_bytes, E, d, h + t * d,
-                       d, 1, rl, E, wt, row);
-            add_bias(rl, L->gate_inp_b.data, E);
-            es_arch_route(&hp->router, rl, E, K, L->exp_probs_b.data, rl + E, chosen + t * K,
-                          cw + t * K);
-        }
+        /* mixture of experts: route every token (SmallThinker did before attention), then run
+         * each expert (in increasing id) over the rows routed to it; moe[t] collects the
+         * weighted outputs in that order. */
+        if (!m->family->router_pre_attn) route_ref(m, L, h, T, rl, chosen, cw, wt, row);
         memset(att, 0, sizeof(float) * (size_t)(T * d)); /* att holds moe[] now */
         for (int e = 0; e < E; e++) {
             int64_t R = 0;
@@ -475,7 +489,9 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
                 add_bias(u + r * ff, bu, ff);
             }
             for (int64_t i = 0; i < R * ff; i++)
-                g[i] = m->family->glu_oai ? glu_oai(g[i], u[i]) : silu(g[i]) * u[i];
+                g[i] = m->family->glu_oai    ? glu_oai(g[i], u[i])
+                       : m->family->glu_relu ? (g[i] > 0.0f ? g[i] * u[i] : 0.0f)
+                                             : silu(g[i]) * u[i];
             matmul_ref_l(wd, L->down_exps.type, L->down_exps.layout, L->down_exps.row_bytes, d,
                          ff, g, ff, R, xe, d, wt, row);
             for (int64_t r = 0; r < R; r++) add_bias(xe + r * d, bd, d);

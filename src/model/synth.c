@@ -390,6 +390,8 @@ static es_status set_hparams(es_gguf_writer *w, const es_synth_preset *p, uint32
     }
     if (!st && (es_arch_find(a)->gating == ES_GATING_SIGMOID || p->v3_router))
         st = set_arch_u32(w, a, "expert_gating_func", 2);
+    else if (!st && es_arch_find(a)->gating_key) /* SmallThinker's converter: softmax, 1 */
+        st = set_arch_u32(w, a, "expert_gating_func", 1);
     if (!st && p->v3_router) {
         snprintf(name, sizeof(name), "%s.expert_weights_norm", a);
         st = es_gguf_writer_set_bool(w, name, true);

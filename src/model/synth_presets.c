@@ -328,6 +328,15 @@ static const es_synth_preset presets[] = {
      .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-5f, .n_ff = 128, .n_dense_lead = 1,
      .n_shared = 1, .n_ff_shexp = 64, .weights_scale = 2.5f, .v3_router = true, .n_swa = 40,
      .n_nextn = 1},
+    /* tiny-smallthinker: SmallThinker's graph in small: the router on each layer's input
+     * before attention, 8 ReGLU experts of 32 top-2 by a softmax renormalised, 4 heads of 16
+     * over 2 KV heads, a sliding window (llama.cpp's 4,096) and RoPE on layers 1-3, layers 0
+     * and 4 global without RoPE (5 layers: with 4, llama.cpp would turn RoPE on every one), a
+     * tied head */
+    {.name = "tiny-smallthinker", .arch = "smallthinker", .n_vocab = 320, .n_ctx = 8192,
+     .n_embd = 64, .n_layer = 5, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 32, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1.5e6f, .rms_eps = 1e-6f, .n_ff = 32, .n_swa = 4096,
+     .tied = true},
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
@@ -340,7 +349,7 @@ static const char *const preset_names[] = {
     "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", "tiny-granitemoe", "tiny-granitemoe-shared",
     "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", "tiny-qwen2moe-qkv", "tiny-bailingmoe2",
     "ling-mini-2.0", "tiny-dots1", "tiny-minimax-m2", "minimax-m2",
-    "tiny-exaone-moe", NULL};
+    "tiny-exaone-moe", "tiny-smallthinker", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 

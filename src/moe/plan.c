@@ -186,6 +186,8 @@ static void glu_rows(const es_plan *p, int32_t e, int64_t n_rows, int64_t j0, in
         if (x->up_b) p->k->axpy(u, 1.0f, x->up_b + (size_t)e * (size_t)ff + (size_t)j0, n);
         if (x->glu == ES_GLU_OAI)
             p->k->glu_oai(g, u, n);
+        else if (x->glu == ES_GLU_RELU)
+            for (int64_t i = 0; i < n; i++) g[i] = g[i] > 0.0f ? g[i] * u[i] : 0.0f;
         else
             p->k->swiglu(g, u, n);
     }

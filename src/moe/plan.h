@@ -69,6 +69,7 @@ int es_plan_capacity(const es_plan *p);
 typedef enum es_glu {
     ES_GLU_SWIGLU, /* silu(g) u */
     ES_GLU_OAI,    /* gpt-oss's clamped one (the kernel table's glu_oai) */
+    ES_GLU_RELU,   /* relu(g) u as ggml's reglu: g > 0 ? g u : 0 (exact in any table) */
 } es_glu;
 typedef struct es_expert_extras {
     es_glu glu;

@@ -178,13 +178,20 @@ static void sort_routes(es_fast *f, const es_hparams *hp, int64_t T, int il)
     memcpy(f->routes, f->routes_tmp, sizeof(es_route) * (size_t)R);
 }
 
-void es_ffn_route(es_fast *f, const es_model *m, const es_layer *L, int il, int64_t T)
+void es_ffn_router_logits(es_fast *f, const es_model *m, const es_layer *L, const float *in,
+                          int64_t T)
 {
     const es_hparams *hp = &m->hp;
     es_fast_gemm_phase(f, ES_PHASE_ROUTER);
-    es_fast_prepare(f, f->h, hp->n_embd, L->gate_inp.type, 0, T);
+    es_fast_prepare(f, in, hp->n_embd, L->gate_inp.type, 0, T);
     es_gemm_task rt = {&L->gate_inp, f->act, f->router, hp->n_expert, T};
     es_fast_gemms(f, &rt, 1);
+}
+
+void es_ffn_route(es_fast *f, const es_model *m, const es_layer *L, int il, int64_t T)
+{
+    const es_hparams *hp = &m->hp;
+    if (!m->family->router_pre_attn) es_ffn_router_logits(f, m, L, f->h, T);
     es_fast_phase(f, ES_PHASE_ROUTER);
     es_fast_layer_rows(f, m, L, T, route_worker);
     sort_routes(f, hp, T, il);
@@ -206,7 +213,10 @@ es_status es_ffn_moe(es_fast *f, const es_model *m, es_expert_provider *prov, in
     es_fast_phase(f, ES_PHASE_EXPERT_WAIT);
     if (prov->layer_routed) ES_TRY(prov->layer_routed(prov, il, counts));
     const es_layer *L = &m->layers[il];
-    const es_expert_extras extras = {m->family->glu_oai ? ES_GLU_OAI : ES_GLU_SWIGLU,
+    const es_glu glu = m->family->glu_oai    ? ES_GLU_OAI
+                       : m->family->glu_relu ? ES_GLU_RELU
+                                             : ES_GLU_SWIGLU;
+    const es_expert_extras extras = {glu,
                                      L->gate_exps_b.data, L->up_exps_b.data, L->down_exps_b.data};
     es_plan_set_extras(plan, &extras);
     es_fast_phase(f, ES_PHASE_ACT_QUANT);

@@ -138,6 +138,8 @@ static es_status layer(es_fast *f, const es_model *m, es_expert_provider *prov, 
         ES_TRY(prov->layer_begin(prov, il));
     }
     uint64_t t0 = f->trace ? es_now_ns() : 0;
+    if (m->family->router_pre_attn && es_layer_is_moe(L)) /* SmallThinker: from the input */
+        es_ffn_router_logits(f, m, L, f->x, T);
     es_fast_gemm_phase(f, ES_PHASE_ATTN_PROJ);
     /* attention, or a short-convolution block */
     norm_rows(f, m, &L->attn_norm, 0, T);

@@ -212,6 +212,10 @@ void es_ffn_dense(es_fast *f, const es_model *m, const es_tensor *gate, const es
                   const es_tensor *down, int64_t T, float *out);
 /* The router of MoE layer il over f->h: f->routes sorted by expert, layer il's route counts. */
 void es_ffn_route(es_fast *f, const es_model *m, const es_layer *L, int il, int64_t T);
+/* The router's logits of the T rows of in into f->router: es_ffn_route's first step, which a
+ * family with router_pre_attn runs on the layer's input before attention instead. */
+void es_ffn_router_logits(es_fast *f, const es_model *m, const es_layer *L, const float *in,
+                          int64_t T);
 /* qwen2moe's shared-expert gate: out[t] *= sigmoid(f->h[t] . L->gate_inp_shexp) for t < T. */
 void es_ffn_shexp_gate(es_fast *f, const es_model *m, const es_layer *L, float *out, int64_t T);
 /* The mixture of experts of layer il over f->h into f->moe (overwritten), experts from prov.
