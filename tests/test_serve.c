@@ -2091,8 +2091,10 @@ static void shutdown_under_load(int sig)
         j[i] = (job){.port = s.port, .path = "/v1/completions", .body = bodies[i]};
     }
     jobs_start(j, N);
-    /* every one admitted, then the signal */
+    /* every one admitted and a batch running (not still gathering: a signal then would leave
+     * nothing running to finish), then the signal */
     wait_metric(&s, "estream_queue_depth", N, 30);
+    wait_metric(&s, "estream_running_sequences", 1, 30);
     assert_int_equal(kill(s.pid, sig), 0);
     const double t0 = now_s();
     /* the server says it is stopping; from then on connections are refused */
@@ -2339,6 +2341,7 @@ static void test_batching_and_metrics(void **state)
     assert_true(metric(mt, "estream_batch_tokens_bucket{le=\"+Inf\"}") == batches);
     assert_true(metric(mt, "estream_batch_tokens_sum") > 0);
     assert_true(metric(mt, "estream_queue_depth") == 0);
+    assert_true(metric(mt, "estream_running_sequences") == 0);
     assert_true(metric(mt, "estream_expert_bytes_read_total") > 1e6);
     assert_true(metric(mt, "estream_arena_bytes") > 0);
     assert_true(metric(mt, "estream_peak_rss_bytes") > 1e6);

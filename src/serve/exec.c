@@ -212,6 +212,9 @@ static void *run(void *arg)
         int64_t tokens;
         int n_seqs;
         const int n = take_batch(x, units, cap, &tokens, &n_seqs);
+        pthread_mutex_lock(&x->mx->mu); /* back to 0 in sv_metrics_batch */
+        x->mx->running_seqs = n_seqs;
+        pthread_mutex_unlock(&x->mx->mu);
         pthread_mutex_unlock(&x->mu);
 
         for (int i = 0; i < n; i++) recs[i] = units[i]->r.r;

@@ -65,6 +65,7 @@ void sv_metrics_batch(sv_metrics *mx, int64_t tokens, int seqs, es_status st,
                       const es_run_stats *rs)
 {
     pthread_mutex_lock(&mx->mu);
+    mx->running_seqs = 0;
     mx->batches++;
     if (st == ES_E_CANCELLED) mx->batches_cancelled++;
     else if (st) mx->batches_failed++;
@@ -139,6 +140,8 @@ char *sv_metrics_text(sv_metrics *mx, size_t *len)
     put(&t, "estream_request_duration_seconds_count %lld\n", (long long)mx->latency_count);
     head(&t, "estream_queue_depth", "gauge", "requests admitted and not finished");
     put(&t, "estream_queue_depth %d\n", mx->queue_depth);
+    head(&t, "estream_running_sequences", "gauge", "sequences of the batch running now");
+    put(&t, "estream_running_sequences %d\n", mx->running_seqs);
     head(&t, "estream_batches_total", "counter", "batches run (cancelled and failed included)");
     put(&t, "estream_batches_total %lld\n", (long long)mx->batches);
     head(&t, "estream_batches_cancelled_total", "counter", "batches stopped: every request left");

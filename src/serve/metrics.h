@@ -36,6 +36,7 @@ typedef struct sv_metrics {
     double run_seconds, wait_seconds;
     double gather_seconds; /* batches held for requests still arriving (--batch-wait) */
     int queue_depth; /* requests admitted and not finished */
+    int running_seqs; /* sequences of the batch running now (0: none) */
     uint64_t budget_bytes, arena_bytes;
     int streaming, batch_token_budget;
     double started;  /* wall clock at start (process_start_time_seconds) */
