@@ -1525,6 +1525,10 @@ static es_status experts_f32(es_gguf_writer *w)
 {
     return es_gguf_writer_set_f32(w, "olmoe.expert_count", 8.0f);
 }
+static es_status experts_zero(es_gguf_writer *w) /* Granite 3's dense models: granitemoe, 0 */
+{
+    return es_gguf_writer_set_u32(w, "olmoe.expert_count", 0);
+}
 static es_status kv_heads_str(es_gguf_writer *w) /* optional key, wrong type */
 {
     return es_gguf_writer_set_str(w, "olmoe.attention.head_count_kv", "4");
@@ -1569,6 +1573,7 @@ static void test_metadata_types(void **state)
      * dense; head sizes that do not fit */
     expect_meta_error(NULL, arch_mamba, "unknown architecture 'mamba' (estream runs olmoe");
     expect_meta_error("olmoe.expert_count", NULL, "estream runs mixture-of-experts models only");
+    expect_meta_error(NULL, experts_zero, "a dense olmoe model (0 in olmoe.expert_count)");
     expect_meta_error(NULL, value_heads_8, "value heads of 8 differ from key heads of 16");
     expect_meta_error(NULL, heads_7, "not a multiple of 7 heads");
     /* deepseek2: a q LoRA rank out of range; an unknown router, attention

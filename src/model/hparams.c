@@ -470,9 +470,13 @@ es_status es_hparams_read(es_model *m)
     const char *path = es_gguf_path(m->gguf);
     char key[64];
     snprintf(key, sizeof(key), "%s.expert_count", m->arch);
-    if (es_gguf_find_key(m->gguf, key) < 0)
-        return es_fail(ES_E_UNSUPPORTED, "%s: a dense %s model (no %s): estream runs mixture-of-"
-                       "experts models only", path, m->arch, key);
+    int64_t n_expert = 0; /* absent or 0: a dense model under a MoE name (Granite 3's dense
+                           * models are written as granitemoe with 0 experts) */
+    if (es_gguf_find_key(m->gguf, key) >= 0) ES_TRY(es_gguf_read_i64(m->gguf, key, true, &n_expert));
+    if (n_expert == 0)
+        return es_fail(ES_E_UNSUPPORTED, "%s: a dense %s model (%s %s): estream runs mixture-of-"
+                       "experts models only", path, m->arch,
+                       es_gguf_find_key(m->gguf, key) < 0 ? "no" : "0 in", key);
     ES_TRY(get_int(m, "expert_count", true, 1, ES_ROUTE_MAX_EXPERTS, &hp->n_expert));
     ES_TRY(get_int(m, "expert_used_count", true, 1, ES_ROUTE_MAX_EXPERTS, &hp->n_expert_used));
     const es_arch *fam = m->family;
