@@ -307,8 +307,6 @@ static void test_invariance_qwen2moe(void **st)
     (void)st;
     invariance(data("tiny-qwen2moe-q4_0.gguf"), NULL, 512, NULL);
 }
-/* gpt-oss: sliding windows counted from each sequence's start, sinks, biased experts; from its
- * pack too (the expert biases travel as resident tensors) */
 /* glm4moe: partial RoPE, a dense first layer, a shared expert, the sigmoid router; the pack
  * leaves out the multi-token-prediction block's experts (never run) */
 static void test_invariance_glm4moe(void **st)
@@ -386,6 +384,8 @@ static void test_invariance_llama4(void **st)
     invariance(data("tiny-llama4-q4_0.gguf"), NULL, 512, t_tmp_path("llama4.pack"));
 }
 
+/* gpt-oss: sliding windows counted from each sequence's start, sinks, biased experts; from its
+ * pack too (the expert biases travel as resident tensors) */
 static void test_invariance_gptoss(void **st)
 {
     (void)st;

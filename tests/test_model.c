@@ -543,8 +543,9 @@ static void test_nextn_layers_skipped(void **state)
     unlink(dst);
 }
 
-/* src copied to dst without key skip_key and tensor `drop` (NULL: none of either), set (NULL:
- * none) applied to its metadata. */
+/* src copied to dst without key skip_key and tensor `drop` (NULL: none of either; a name ending
+ * in '.' drops every tensor it begins), set (NULL: none) applied to its metadata (it may add
+ * tensors: they come first). */
 static void rewrite_without(const char *src, const char *dst, const char *skip_key,
                             es_status (*set)(es_gguf_writer *), const char *drop)
 {
@@ -556,7 +557,9 @@ static void rewrite_without(const char *src, const char *dst, const char *skip_k
         const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
         char name[256];
         snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
-        if (drop && strcmp(name, drop) == 0) continue;
+        const size_t nd = drop ? strlen(drop) : 0;
+        if (drop && (nd && drop[nd - 1] == '.' ? strncmp(name, drop, nd) : strcmp(name, drop)) == 0)
+            continue;
         assert_int_equal(es_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data,
                                                    t->nbytes), ES_OK);
     }
@@ -1107,6 +1110,10 @@ static void test_exaone_moe(void **state)
     unlink(dst);
 }
 
+static es_status smallthinker_four_layers(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_u32(w, "smallthinker.block_count", 4);
+}
 static es_status smallthinker_sigmoid_base(es_gguf_writer *w)
 {
     es_status st = es_gguf_writer_set_u32(w, "smallthinker.expert_gating_func", 2);
@@ -1145,21 +1152,7 @@ static void test_smallthinker(void **state)
     es_model_close(m);
     /* four layers: llama.cpp's use_rope takes a step equal to the layer count to mean RoPE on
      * every layer (the window stays on 1-3) */
-    es_gguf *g = NULL;
-    assert_int_equal(es_gguf_open(src, &g), ES_OK);
-    es_gguf_writer *w = copy_keys(g, NULL);
-    assert_int_equal(es_gguf_writer_set_u32(w, "smallthinker.block_count", 4), ES_OK);
-    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
-        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
-        char name[256];
-        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
-        if (strncmp(name, "blk.4.", 6) == 0) continue;
-        assert_int_equal(es_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data,
-                                                   t->nbytes), ES_OK);
-    }
-    assert_int_equal(es_gguf_writer_write(w, dst), ES_OK);
-    es_gguf_writer_destroy(w);
-    es_gguf_close(g);
+    rewrite(src, dst, smallthinker_four_layers, "blk.4.");
     m = open_ok(dst);
     for (int il = 0; il < 4; il++) {
         assert_int_equal(m->layers[il].is_swa, il != 0);
@@ -1169,6 +1162,14 @@ static void test_smallthinker(void **state)
     unlink(dst);
 }
 
+static float k_bias[32]; /* tiny-mixtral's n_embd_kv (2 KV heads of 16) */
+static es_status add_k_bias(es_gguf_writer *w)
+{
+    const int64_t ne[1] = {T_LEN(k_bias)};
+    return es_gguf_writer_add_tensor(w, "blk.0.attn_k.bias", ES_QTYPE_F32, 1, ne, k_bias,
+                                     sizeof(k_bias));
+}
+
 /* q/k/v biases in a family whose models have none (llama.cpp's create_tensor_qkv loads them for
  * every family): tiny-mixtral-q4_0 with blk.0.attn_k.bias added opens with it bound, and both
  * paths' logits move with it. */
@@ -1176,32 +1177,15 @@ static void test_qkv_bias_any_family(void **state)
 {
     (void)state;
     const char *src = DATA "tiny-mixtral-q4_0.gguf", *dst = t_tmp_path("mixtral-bias.gguf");
-    es_gguf *g = NULL;
-    assert_int_equal(es_gguf_open(src, &g), ES_OK);
-    es_gguf_writer *w = copy_keys(g, NULL);
-    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
-        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
-        char name[256];
-        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
-        assert_int_equal(es_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data,
-                                                   t->nbytes), ES_OK);
-    }
     es_model *m = open_ok(src);
-    const int64_t dkv = m->hp.n_embd_kv;
+    assert_int_equal(m->hp.n_embd_kv, T_LEN(k_bias));
     assert_null(m->layers[0].bk.data);
     es_model_close(m);
-    float bias[512];
-    assert_true(dkv <= 512);
-    for (int64_t i = 0; i < dkv; i++) bias[i] = 0.5f * (float)(i % 7) - 1.0f;
-    const int64_t ne[1] = {dkv};
-    assert_int_equal(es_gguf_writer_add_tensor(w, "blk.0.attn_k.bias", ES_QTYPE_F32, 1, ne, bias,
-                                               sizeof(float) * (size_t)dkv), ES_OK);
-    assert_int_equal(es_gguf_writer_write(w, dst), ES_OK);
-    es_gguf_writer_destroy(w);
-    es_gguf_close(g);
+    for (size_t i = 0; i < T_LEN(k_bias); i++) k_bias[i] = 0.5f * (float)(i % 7) - 1.0f;
+    rewrite(src, dst, add_k_bias, NULL);
     m = open_ok(dst);
     assert_non_null(m->layers[0].bk.data);
-    assert_memory_equal(m->layers[0].bk.data, bias, sizeof(float) * (size_t)dkv);
+    assert_memory_equal(m->layers[0].bk.data, k_bias, sizeof(k_bias));
     assert_null(m->layers[1].bk.data);
     es_model_close(m);
     const int32_t ids[] = {5, 77, 130, 9, 250, 31, 64, 200};

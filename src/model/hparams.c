@@ -335,6 +335,17 @@ bool es_hparams_layer_slides(const es_model *m, int il)
     return m->family->swa_window_4096 ? il % period != 0 : il % period < period - 1;
 }
 
+bool es_hparams_layer_no_rope(const es_model *m, int il)
+{
+    const es_arch *fam = m->family;
+    if (fam->irope) return (il + 1) % 4 == 0; /* llama.cpp's n_no_rope_layer_step */
+    if (!fam->rope_swa_only || m->hp.n_swa <= 0) return false;
+    /* SmallThinker: llama.cpp's use_rope, whose step (4) equal to the layer count means every
+     * layer turns RoPE */
+    if (fam->swa_window_4096) return m->hp.n_layer != 4 && il % 4 == 0;
+    return !es_hparams_layer_slides(m, il);
+}
+
 /* A per-layer sliding_window_pattern (EXAONE's converter writes one bool per layer): llama.cpp's
  * exaone-moe and smallthinker loaders do not read an array and slide three layers in four; a file
  * whose array says otherwise would run as it does not mean, so it is refused. */

@@ -16,5 +16,8 @@ int es_hparams_head_count_kv(const es_model *m, int il);
 /* Whether layer il attends through a sliding window (families with swa or irope, after
  * es_hparams_read): llama.cpp's set_swa_pattern over attention.sliding_window_pattern. */
 bool es_hparams_layer_slides(const es_model *m, int il);
+/* Whether layer il turns no RoPE: Llama 4's every 4th layer, or with rope_swa_only the layers
+ * llama.cpp leaves unrotated (EXAONE: those without a window; SmallThinker: il % 4 == 0). */
+bool es_hparams_layer_no_rope(const es_model *m, int il);
 
 #endif

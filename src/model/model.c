@@ -157,13 +157,7 @@ static es_status bind_attn_extras(es_model *m, int il, es_layer *L)
     if (m->family->attn_sinks)
         ES_TRY(bind_f32(m, il, "attn_sinks", "weight", hp->n_head, 1, true, &L->sinks));
     L->is_swa = es_hparams_layer_slides(m, il);
-    L->no_rope = (m->family->irope && (il + 1) % 4 == 0) || /* llama.cpp's n_no_rope_layer_step */
-                 (m->family->rope_swa_only && hp->n_swa > 0 &&
-                  (m->family->swa_window_4096
-                       /* SmallThinker: llama.cpp's use_rope, whose step (4) equal to the layer
-                        * count means every layer turns RoPE */
-                       ? hp->n_layer != 4 && il % 4 == 0
-                       : !L->is_swa));
+    L->no_rope = es_hparams_layer_no_rope(m, il);
     return ES_OK;
 }
 
