@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Planted-bug check (make mutants): applies each bug of tests/mutants.txt, one at a time, to a
-# scratch copy of the working tree, rebuilds and runs tests. A mutant is "killed" when a test
+# scratch copy of the working tree (one copy per core, each taking its share of the bugs),
+# rebuilds and runs tests. A mutant is "killed" when a test
 # fails and "survived" when the suite passes: a survivor means the tests run at sizes where that
 # code does not do its job, so a real bug there would pass too.
 # usage: tools/mutants.sh [--no-baseline] [NAME...]     (default: every mutant)
@@ -30,10 +31,11 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/estream-mutants.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 
 # The working tree's tracked files (uncommitted edits included), not HEAD, and the Release build.
-(cd "$root" && git ls-files -z | tar --null -T - -cf -) | tar -xf - -C "$scratch" ||
+mkdir "$scratch/0"
+(cd "$root" && git ls-files -z | tar --null -T - -cf -) | tar -xf - -C "$scratch/0" ||
     { echo "mutants: cannot copy the tree"; exit 1; }
-[ -d "$root/build" ] && cp -a "$root/build" "$scratch/build"
-cd "$scratch"
+[ -d "$root/build" ] && cp -a "$root/build" "$scratch/0/build"
+cd "$scratch/0"
 if ! make -j"$jobs" tests >build.log 2>&1; then tail -n 20 build.log; echo "mutants: unmutated build failed"; exit 1; fi
 runs_here=$(build/estream info --system | sed -n 's/^kernels: .*(runs here: \([^;]*\);.*/\1/p')
 
@@ -89,14 +91,14 @@ if [ $baseline = 1 ]; then
     echo "mutants: the unmutated tree passes every kill entry ($(echo "$entries" | wc -w))"
 fi
 
-killed=0 survived=0 broken=0 na=0
+# One result line per mutant on stdout; its first word says which count it adds to.
 run_mutant() { # name file find repl kill needs
     local name=$1 file=$2 find=$3 repl=$4 kill=$5 needs=$6
     if ! applicable "$needs"; then
         echo "n/a      $name: not applicable here: its code runs only in the $needs kernel table, and this CPU runs ${runs_here:-none}"
-        na=$((na + 1)); return
+        return
     fi
-    if [ -z "$kill" ]; then echo "BROKEN   $name: no kill: line in tests/mutants.txt"; broken=$((broken + 1)); return; fi
+    if [ -z "$kill" ]; then echo "BROKEN   $name: no kill: line in tests/mutants.txt"; return; fi
     cp "$root/$file" "$file" # pristine copy (and a new mtime, so make rebuilds it)
     if ! FIND=$find REPL=$repl perl -0pi -e '
             my ($f, $r) = ($ENV{FIND}, $ENV{REPL});
@@ -104,14 +106,14 @@ run_mutant() { # name file find repl kill needs
             die "found $n times\n" if $n != 1;
             s/\Q$f\E/$r/;' "$file" 2>perl.err; then
         echo "BROKEN   $name: the line to replace in $file $(cat perl.err)"
-        broken=$((broken + 1)); return
+        return
     fi
     local t0=$SECONDS by='' e targets=(tests)
     # the kill programs and the CLI they may run are enough to kill it; the rest of the suite is
     # built only when they pass (relinking every test program took a third of each mutant's time)
     [ "$full" = 1 ] || targets=(build/estream $(for e in $kill; do echo "build/tests/${e%%:*}"; done | sort -u))
     if ! make -j"$jobs" "${targets[@]}" >build.log 2>&1; then
-        echo "killed   $name: does not compile ($((SECONDS - t0)) s)"; killed=$((killed + 1))
+        echo "killed   $name: does not compile ($((SECONDS - t0)) s)"
         cp "$root/$file" "$file"; return
     fi
     if [ "$full" != 1 ]; then
@@ -119,18 +121,18 @@ run_mutant() { # name file find repl kill needs
             run_entry "$e"
             case $? in
             0) ;;
-            200) echo "BROKEN   $name: kill entry $e runs no test"; broken=$((broken + 1))
+            200) echo "BROKEN   $name: kill entry $e runs no test"
                  cp "$root/$file" "$file"; return ;;
             *) by=$e; break ;;
             esac
         done
     fi
     if [ -n "$by" ]; then
-        echo "killed   $name by: $by ($((SECONDS - t0)) s)"; killed=$((killed + 1))
+        echo "killed   $name by: $by ($((SECONDS - t0)) s)"
     elif ! make -j"$jobs" tests >build.log 2>&1; then
-        echo "killed   $name: the suite does not compile ($((SECONDS - t0)) s)"; killed=$((killed + 1))
+        echo "killed   $name: the suite does not compile ($((SECONDS - t0)) s)"
     elif ESTREAM_TEST_FAIL_FAST=$((1 - full)) bash tests/run.sh -j "$jobs" build >suite.log 2>&1; then
-        echo "SURVIVED $name: the suite passes ($((SECONDS - t0)) s)"; survived=$((survived + 1))
+        echo "SURVIVED $name: the suite passes ($((SECONDS - t0)) s)"
     else
         local progs cases
         progs=$(sed -n 's/^FAIL \([^ ]*\).*/\1/p' suite.log | tr '\n' ' ')
@@ -138,14 +140,34 @@ run_mutant() { # name file find repl kill needs
         local note=''
         [ "$full" = 1 ] || note=" -- not by its kill: entries ($kill); correct tests/mutants.txt"
         echo "killed   $name by: ${progs}[${cases% }] ($((SECONDS - t0)) s)$note"
-        killed=$((killed + 1))
     fi
     cp "$root/$file" "$file"
 }
 
-for i in "${!R_name[@]}"; do
-    run_mutant "${R_name[$i]}" "${R_file[$i]}" "${R_find[$i]}" "${R_repl[$i]}" "${R_kill[$i]}" "${R_needs[$i]}"
+# $jobs workers, each in its own copy of the scratch tree (build included, timestamps kept), take
+# every $jobs-th record: a mutant's rebuild and kill tests mostly keep one core busy. The full
+# run (the whole suite on all cores per mutant) has one.
+workers=$jobs
+[ "$full" = 1 ] && workers=1
+[ "$workers" -gt "${#R_name[@]}" ] && workers=${#R_name[@]}
+for ((w = 1; w < workers; w++)); do cp -a "$scratch/0" "$scratch/$w"; done
+: >"$scratch/results"
+for ((w = 0; w < workers; w++)); do
+    (
+        cd "$scratch/$w" || exit 1
+        for i in "${!R_name[@]}"; do
+            [ $((i % workers)) -eq "$w" ] || continue
+            line=$(run_mutant "${R_name[$i]}" "${R_file[$i]}" "${R_find[$i]}" "${R_repl[$i]}" "${R_kill[$i]}" "${R_needs[$i]}")
+            echo "$line" # as it finishes: the workers' lines interleave
+            echo "$line" >>"$scratch/results"
+        done
+    ) &
 done
+wait
+count() { grep -c "^$1" "$scratch/results"; }
+killed=$(count 'killed ') survived=$(count 'SURVIVED ') broken=$(count 'BROKEN ') na=$(count 'n/a ')
+[ $((killed + survived + broken + na)) -eq "${#R_name[@]}" ] ||
+    { echo "mutants: $((killed + survived + broken + na)) results for ${#R_name[@]} records"; broken=$((broken + 1)); }
 echo "mutants: $killed killed, $survived survived, $broken could not be applied, $na not applicable here"
 echo "$killed passed, $((survived + broken)) failed"
 [ $((survived + broken)) -eq 0 ] && [ $((killed + na)) -gt 0 ]
