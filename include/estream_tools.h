@@ -277,6 +277,9 @@ typedef struct es_model_details {
                                 * without a weight (Llama 4) */
     int mla;                   /* multi-head latent attention (es_model_desc's n_lora_kv) */
     int n_layer_nextn;         /* multi-token-prediction blocks in the file, not run */
+    int rope_sections[4];      /* interleaved multimodal RoPE's sections (Qwen3-VL; all 0:
+                                * none): a text token turns by its position on the first three
+                                * axes' pairs and by 0 on the fourth's */
     float embd_scale, resid_scale, logit_mul; /* muP's multipliers (0: not applied) */
 } es_model_details;
 void es_model_describe_details(const es_model *m, es_model_details *out);

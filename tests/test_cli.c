@@ -278,6 +278,11 @@ static void test_info_details(void **state)
     assert_non_null(strstr(out, "\nattention:     q, k, v apart, q/k/v biases, a window of 40 "
                                 "positions on 1 of every 2 layers\n"));
     assert_null(strstr(out, "not run:"));
+    assert_int_equal(run("info -m " DATA "tiny-qwen3vlmoe-q4_0.gguf", out, sizeof(out), NULL, 0),
+                     0);
+    assert_non_null(strstr(out, "\nattention:     q, k, v apart, q/k RMSNorm per head, interleaved "
+                                "multimodal RoPE, sections [6, 4, 4, 2] (text: the fourth axis's "
+                                "pairs stay unturned)\n"));
 }
 
 static void test_broken_tokenizer_one_line(void **state)

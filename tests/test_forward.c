@@ -455,6 +455,19 @@ static void test_family_exaone_moe(void **s)
     compare_lim(model, self, DATA "tiny-exaone-moe-q4_0.llama-logits.bin", quant_llama);
 }
 
+/* qwen3vlmoe (Qwen3-VL-MoE's language model on text): tiny-qwen3moe's layers with interleaved
+ * multimodal RoPE (sections [6, 4, 4, 2]: pairs 13 and 14 on the fourth axis, which stays at 0
+ * for text) and 2 deepstack layers (zeros for text in llama.cpp). Measured against llama.cpp
+ * 3f545bec (per-position max |diff|): F32 (not committed) 1.05e-5 on both paths; F16 median
+ * 0.0022, max 0.0074; Q4_0 median 0, max 0.018. Turning those two pairs as plain NEOX RoPE
+ * would move F32 by 0.038 and Q4_0 by 5.3. The reference's float activations against Q4_0
+ * weights move as on tiny-qwen3moe (p90 0.19, a router flip reaching 3.25), hence its limits. */
+static void test_family_qwen3vlmoe(void **s)
+{
+    (void)s;
+    family("tiny-qwen3vlmoe", (limits){INFINITY, 0.3, 9.0, 0.93, 0.05}, quant_llama);
+}
+
 /* smallthinker (SmallThinker): the router on each layer's input before attention, ReGLU experts,
  * a softmax top-2 renormalised, RoPE on layers 1-3 and none on layers 0 and 4 (llama.cpp's step
  * of 4 with a window), a tied head. Measured against llama.cpp 3f545bec: F32 max 1.1e-5 on both
@@ -1158,6 +1171,7 @@ int main(void)
         cmocka_unit_test(test_family_minimax_m2),
         cmocka_unit_test(test_family_exaone_moe),
         cmocka_unit_test(test_family_smallthinker),
+        cmocka_unit_test(test_family_qwen3vlmoe),
         cmocka_unit_test(test_fused_qkv),
         cmocka_unit_test(test_llama4_past_chunk),
         cmocka_unit_test(test_family_gptoss),

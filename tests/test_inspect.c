@@ -114,6 +114,10 @@ static void test_details(void **state)
     assert_int_equal(x.n_layer_nextn, 1);
     assert_int_equal(x.n_swa, 0);
     assert_true(x.logit_mul == 0.0f);
+    assert_int_equal(x.rope_sections[0] + x.rope_sections[3], 0);
+    x = details_of("tests/data/tiny-qwen3vlmoe-q4_0.gguf", 0);
+    assert_true(x.rope_sections[0] == 6 && x.rope_sections[1] == 4 && x.rope_sections[2] == 4 &&
+                x.rope_sections[3] == 2);
     x = details_of("tests/data/tiny-gptoss-q4_0.gguf", 0);
     assert_string_equal(x.gating, "softmax over the chosen");
     assert_true(x.router_bias && x.qkv_bias && !x.fused_qkv && !x.selection_bias);

@@ -93,6 +93,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-exaone-moe", "q4_0", DATA "tiny-exaone-moe-q4_0.gguf"},
         {"tiny-smallthinker", "f32", DATA "tiny-smallthinker-f32.gguf"},
         {"tiny-smallthinker", "q4_0", DATA "tiny-smallthinker-q4_0.gguf"},
+        {"tiny-qwen3vlmoe", "f16", DATA "tiny-qwen3vlmoe-f16.gguf"},
+        {"tiny-qwen3vlmoe", "q4_0", DATA "tiny-qwen3vlmoe-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -1043,6 +1045,70 @@ static void test_minimax_m2(void **state)
     unlink(dst);
 }
 
+static es_status vl_sections_3(es_gguf_writer *w) /* three entries: llama.cpp wants four */
+{
+    const int32_t v[3] = {6, 4, 4};
+    return es_gguf_writer_set_arr(w, "qwen3vlmoe.rope.dimension_sections", ES_GGUF_INT32, v, 3);
+}
+static es_status vl_sections_zero(es_gguf_writer *w) /* only the fourth axis */
+{
+    const int32_t v[4] = {0, 0, 0, 16};
+    return es_gguf_writer_set_arr(w, "qwen3vlmoe.rope.dimension_sections", ES_GGUF_INT32, v, 4);
+}
+static es_status vl_sections_one(es_gguf_writer *w) /* a number: every section that wide */
+{
+    return es_gguf_writer_set_u32(w, "qwen3vlmoe.rope.dimension_sections", 4);
+}
+
+/* qwen3vlmoe (Qwen3-VL-MoE's language model) on text: Qwen3-MoE with interleaved multimodal
+ * RoPE, whose sections [6, 4, 4, 2] over 16 pairs give pairs 13 and 14 to the fourth axis, where
+ * a text token's position is 0 (ggml's ggml_mrope_cache_init with positions (p, p, p, 0)): those
+ * two pairs never turn; the others turn as NEOX RoPE does at the token's position. */
+static void test_qwen3vlmoe(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-qwen3vlmoe-q4_0.gguf", *dst = t_tmp_path("vl.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "qwen3vlmoe");
+    const es_hparams *hp = &m->hp;
+    assert_true(hp->rope_imrope);
+    assert_int_equal(hp->n_rot, 32);
+    assert_int_equal(hp->rope_sections[0], 6);
+    assert_int_equal(hp->rope_sections[3], 2);
+    assert_true(hp->router.renorm);
+    float cs[32];
+    const int pos = 37;
+    es_rope_cos_sin(hp, pos, cs);
+    for (int i = 0; i < 16; i++) {
+        const double th = i == 13 || i == 14 ? 0.0 : pos * pow(1e4, -2.0 * i / 32.0);
+        if (fabs(cs[2 * i] - cos(th)) > 2e-5 || fabs(cs[2 * i + 1] - sin(th)) > 2e-5)
+            fail_msg("pair %d: (%g, %g), want (%g, %g)", i, cs[2 * i], cs[2 * i + 1], cos(th),
+                     sin(th));
+    }
+    es_model_close(m);
+    /* one number for all four: [4, 4, 4, 4] over 16 pairs gives pairs 12-15 to the fourth axis
+     * (each of the three takes 3 x 4 sectors: 0-11) */
+    rewrite_without(src, dst, "qwen3vlmoe.rope.dimension_sections", vl_sections_one, NULL);
+    m = open_ok(dst);
+    es_rope_cos_sin(&m->hp, pos, cs);
+    for (int i = 11; i < 16; i++)
+        if ((cs[2 * i] == 1.0f && cs[2 * i + 1] == 0.0f) != (i >= 12))
+            fail_msg("[4, 4, 4, 4]: pair %d: (%g, %g)", i, cs[2 * i], cs[2 * i + 1]);
+    es_model_close(m);
+    /* required, four entries, not the fourth axis alone */
+    rewrite_without(src, dst, "qwen3vlmoe.rope.dimension_sections", NULL, NULL);
+    m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "dimension_sections")) fail_msg("'%s'", es_last_error());
+    rewrite_without(src, dst, "qwen3vlmoe.rope.dimension_sections", vl_sections_3, NULL);
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "four integers")) fail_msg("'%s'", es_last_error());
+    rewrite_without(src, dst, "qwen3vlmoe.rope.dimension_sections", vl_sections_zero, NULL);
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+    if (!strstr(es_last_error(), "cannot all be 0")) fail_msg("'%s'", es_last_error());
+    unlink(dst);
+}
+
 static es_status exaone_pattern_lllg(es_gguf_writer *w) /* as EXAONE's converter writes it */
 {
     const uint8_t v[4] = {1, 1, 1, 0};
@@ -1607,6 +1673,7 @@ int main(void)
         cmocka_unit_test(test_bailingmoe2),
         cmocka_unit_test(test_dots1),
         cmocka_unit_test(test_minimax_m2),
+        cmocka_unit_test(test_qwen3vlmoe),
         cmocka_unit_test(test_exaone_moe),
         cmocka_unit_test(test_smallthinker),
         cmocka_unit_test(test_qkv_bias_any_family),

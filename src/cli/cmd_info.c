@@ -196,6 +196,10 @@ static void print_details(const es_model *m)
         printf(", a window of %d positions", x.n_swa);
     if (x.n_swa && x.swa_period > 1)
         printf(" on %d of every %d layers", x.swa_period - 1, x.swa_period);
+    const int *sec = x.rope_sections;
+    if (sec[0] + sec[1] + sec[2] + sec[3])
+        printf(", interleaved multimodal RoPE, sections [%d, %d, %d, %d] (text: the fourth "
+               "axis's pairs stay unturned)", sec[0], sec[1], sec[2], sec[3]);
     printf("\n");
     if (x.n_layer_nextn)
         printf("not run:       %d multi-token-prediction block%s after the layers\n",

@@ -27,6 +27,8 @@ static const char help[] =
     "  tiny-qwen3moe-vocab  tiny-qwen3moe with Qwen3's vocabulary of 151936 and context 4096\n"
     "  qwen3-30b-a3b  Qwen3-30B-A3B's shape: hidden 2048, 48 layers, 32 heads of 128 (4 KV),\n"
     "                 128 experts, top-8, expert FFN 768, vocab 151936 (about 17 GB in q4_0)\n"
+    "  qwen3vlmoe (Qwen3-VL-MoE's language model: interleaved multimodal RoPE):\n"
+    "  tiny-qwen3vlmoe  tiny-qwen3moe's shape, RoPE sections [6, 4, 4, 2], 2 deepstack layers\n"
     "  llama with experts (Mixtral):\n"
     "  tiny-mixtral   hidden 64, 2 layers, 4 heads (2 KV), 8 experts, top-2, expert FFN 64\n"
     "  mixtral-8x7b   Mixtral-8x7B's shape: hidden 4096, 32 layers, 32 heads (8 KV), 8 experts,\n"

@@ -18,6 +18,12 @@ static const es_arch families[] = {
      * attention.key_length (128 in Qwen3-30B-A3B, not hidden / heads). */
     {.name = "qwen3moe", .model_names = "Qwen3-MoE", .qk_norm = ES_QK_NORM_HEAD,
      .rope = ES_ROPE_NEOX, .topk_renorm = true, .output_optional = true, .synth_pre = "qwen2"},
+    /* Qwen3-VL-MoE's language model (llama.cpp's qwen3vlmoe: Qwen3-VL-30B-A3B, -235B-A22B) on
+     * text: Qwen3-MoE's layers with interleaved multimodal RoPE (imrope above). Its deepstack
+     * layers add visual features, which a text token does not have (llama.cpp adds zeros). */
+    {.name = "qwen3vlmoe", .model_names = "Qwen3-VL-MoE", .qk_norm = ES_QK_NORM_HEAD,
+     .rope = ES_ROPE_NEOX, .imrope = true, .topk_renorm = true, .output_optional = true,
+     .synth_pre = "qwen2"},
     /* llama with experts: Mixtral. No q/k norm, normal RoPE (with llama3's frequency factors
      * where the file has them: mixtures made of Llama 3 models), top-k renormalised. */
     {.name = "llama", .model_names = "Mixtral", .qk_norm = ES_QK_NORM_NONE, .rope = ES_ROPE_NORM,
@@ -27,7 +33,7 @@ static const es_arch families[] = {
      * top-k not renormalised but scaled by expert_weights_scale. */
     {.name = "deepseek", .model_names = "DeepSeek-MoE", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
-     .shared_experts = true, .weights_scale = true, .synth_pre = "deepseek-llm"},
+     .shexp = ES_SHEXP_COUNT, .weights_scale = true, .synth_pre = "deepseek-llm"},
     /* LFM2-MoE: short-convolution blocks where head_count_kv is 0 and GQA attention with
      * per-head q/k RMSNorm elsewhere, NEOX RoPE, leading dense layers, a sigmoid router whose
      * expert bias steers the choice, top-k renormalised; the final norm is token_embd_norm. */
@@ -44,13 +50,13 @@ static const es_arch families[] = {
      * blocks (multi-token prediction) are not run. */
     {.name = "deepseek2", .model_names = "DeepSeek-V2/V3", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = false, .output_optional = true, .dense_lead = true,
-     .shared_experts = true, .weights_scale = true, .router_keys = true, .nextn = true,
+     .shexp = ES_SHEXP_COUNT, .weights_scale = true, .router_keys = true, .nextn = true,
      .expert_bias_optional = true, .mla = true, .synth_pre = "deepseek-llm"},
     /* Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): q/k/v projections with biases, NEOX RoPE,
      * a softmax top-k as is, one shared expert gated per token by a sigmoid. */
     {.name = "qwen2moe", .model_names = "Qwen2-MoE", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false, .attn_bias = true,
-     .shexp_gated = true, .synth_pre = "qwen2"},
+     .shexp = ES_SHEXP_ONE_KEY_OR_FF, .shexp_gated = true, .synth_pre = "qwen2"},
     /* gpt-oss (llama.cpp's openai-moe): NEOX RoPE (YaRN in the released models), biases on the
      * attention projections, a sink logit per head, sliding-window attention on every other
      * layer, a router with a bias whose k largest logits are chosen and weighed by a softmax over
@@ -69,9 +75,10 @@ static const es_arch families[] = {
      * blocks (multi-token prediction) are not run. */
     {.name = "glm4moe", .model_names = "GLM-4.5/4.6", .qk_norm = ES_QK_NORM_HEAD,
      .qk_norm_optional = true, .rope = ES_ROPE_NEOX, .topk_renorm = false,
-     .output_optional = true, .dense_lead = true, .shared_experts = true, .weights_scale = true,
-     .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true, .expert_bias = true,
-     .attn_bias = true, .ffn_norm = "post_attention_norm", .synth_pre = "glm4"},
+     .output_optional = true, .dense_lead = true, .shexp = ES_SHEXP_COUNT,
+     .weights_scale = true, .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true,
+     .expert_bias = true, .attn_bias = true, .ffn_norm = "post_attention_norm",
+     .synth_pre = "glm4"},
     /* ERNIE-4.5 MoE (llama.cpp's ernie4_5-moe: ERNIE-4.5-21B-A3B, ERNIE-4.5-300B-A47B): q/k/v
      * biases where present (an output bias llama.cpp loads and does not add), normal RoPE,
      * leading dense layers, a softmax router with exp_probs_b where the file has it, top-k
@@ -80,7 +87,7 @@ static const es_arch families[] = {
      * (only 1, every layer after the dense ones, is a file llama.cpp loads). */
     {.name = "ernie4_5-moe", .model_names = "ERNIE-4.5-MoE", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .topk_renorm = true, .output_optional = true, .dense_lead = true,
-     .weights_scale = true, .expert_bias_optional = true, .shexp_sized = true,
+     .weights_scale = true, .expert_bias_optional = true, .shexp = ES_SHEXP_KEY_OR_NONE,
      .moe_step_one = true, .attn_bias = true, .synth_pre = "llama-bpe"},
     /* Llama 4 (llama.cpp's llama4: Llama-4-Scout-17B-16E, Llama-4-Maverick-17B-128E): normal
      * RoPE with llama3's frequency factors, three chunked-attention RoPE layers with unweighted
@@ -91,20 +98,21 @@ static const es_arch families[] = {
     {.name = "llama4", .model_names = "Llama 4", .qk_norm = ES_QK_NORM_NONE, .rope = ES_ROPE_NORM,
      .topk_renorm = false, .output_optional = true, .gating = ES_GATING_SIGMOID,
      .moe_interleave = true, .irope = true, .rope_factors = true, .select_by_logit = true,
-     .weight_before_ffn = true, .shexp_one = true, .synth_pre = "llama4"},
+     .weight_before_ffn = true, .shexp = ES_SHEXP_ONE_EXPERT, .synth_pre = "llama4"},
     /* Granite MoE (llama.cpp's granitemoe: granite-3.0/3.1-1b-a400m, -3b-a800m, and the
      * GraniteMoeShared models): Mixtral's layers (normal RoPE, rope_freqs where present, a
      * softmax top-k renormalised) with muP's four multipliers (granite_scales above) and one
      * ungated shared expert of expert_shared_feed_forward_length where the file has the key. */
     {.name = "granitemoe", .model_names = "Granite MoE", .qk_norm = ES_QK_NORM_NONE,
      .rope = ES_ROPE_NORM, .rope_factors = true, .topk_renorm = true, .output_optional = true,
-     .shexp_sized = true, .granite_scales = true, .synth_pre = "refact"},
+     .shexp = ES_SHEXP_KEY_OR_NONE, .granite_scales = true, .synth_pre = "refact"},
     /* Hunyuan MoE (llama.cpp's hunyuan-moe: Hunyuan-A13B): NEOX RoPE (NTK-alpha scaling folded
      * into rope.freq_base by the converter; rope_freqs where present), per-head q/k RMSNorm
      * after RoPE, a softmax top-k renormalised, one ungated shared expert on every layer. */
     {.name = "hunyuan-moe", .model_names = "Hunyuan-MoE", .qk_norm = ES_QK_NORM_HEAD,
      .qk_norm_after_rope = true, .rope = ES_ROPE_NEOX, .rope_factors = true,
-     .topk_renorm = true, .output_optional = true, .shexp_ff = true, .synth_pre = "hunyuan"},
+     .topk_renorm = true, .output_optional = true, .shexp = ES_SHEXP_ONE_KEY_OR_FF,
+     .synth_pre = "hunyuan"},
     /* Ling 2.0 (llama.cpp's bailingmoe2: Ling-mini-2.0, Ling-flash-2.0, Ring-2.0, Sarvam-MoE):
      * q, k and v in one fused attn_qkv, per-head q/k RMSNorm before NEOX RoPE on the first
      * rope.dimension_count dims of each head (half in Ling), leading dense layers, shared experts
@@ -113,7 +121,7 @@ static const es_arch families[] = {
      * the file says; nextn_predict_layers trailing blocks (multi-token prediction) not run. */
     {.name = "bailingmoe2", .model_names = "Ling 2.0", .qk_norm = ES_QK_NORM_HEAD,
      .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false, .dense_lead = true,
-     .shared_experts = true, .shexp_width_key = true, .weights_scale = true,
+     .shexp = ES_SHEXP_COUNT_KEYED, .weights_scale = true,
      .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true,
      .expert_bias_optional = true, .synth_pre = "bailingmoe2"},
     /* dots.llm1 (llama.cpp's dots1): Qwen3's attention (per-head q/k RMSNorm before NEOX RoPE)
@@ -122,7 +130,7 @@ static const es_arch families[] = {
      * scaled as the file says. */
     {.name = "dots1", .model_names = "dots.llm1", .qk_norm = ES_QK_NORM_HEAD,
      .rope = ES_ROPE_NEOX, .topk_renorm = false, .output_optional = false, .dense_lead = true,
-     .shared_experts = true, .weights_scale = true, .gating = ES_GATING_SIGMOID,
+     .shexp = ES_SHEXP_COUNT, .weights_scale = true, .gating = ES_GATING_SIGMOID,
      .router_keys = true, .expert_bias_optional = true, .synth_pre = "qwen2"},
     /* MiniMax-M2 (llama.cpp's minimax-m2: MiniMax-M2, M2.1, M2.5): q/k RMSNorm over the whole
      * projections (k's over the KV heads), NEOX RoPE on the first rope.dimension_count dims of
@@ -138,7 +146,7 @@ static const es_arch families[] = {
      * file says; nextn_predict_layers trailing blocks (multi-token prediction) not run. */
     {.name = "exaone-moe", .model_names = "EXAONE-MoE", .qk_norm = ES_QK_NORM_HEAD,
      .rope = ES_ROPE_NEOX, .rope_factors = true, .topk_renorm = false, .output_optional = false,
-     .dense_lead = true, .shexp_exp_width = true, .weights_scale = true,
+     .dense_lead = true, .shexp = ES_SHEXP_ONE_KEY_OR_EXPERT, .weights_scale = true,
      .gating = ES_GATING_SIGMOID, .router_keys = true, .nextn = true,
      .expert_bias_optional = true, .swa = true, .rope_swa_only = true,
      .synth_pre = "exaone-moe"},
@@ -163,7 +171,8 @@ const es_arch *es_arch_find(const char *name)
 
 const char *es_arch_supported(void)
 {
-    return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), llama (Mixtral), deepseek (DeepSeek-MoE), "
+    return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), qwen3vlmoe (Qwen3-VL-MoE), llama (Mixtral), "
+           "deepseek (DeepSeek-MoE), "
            "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
            "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4), "
            "granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), bailingmoe2 (Ling 2.0), dots1 "

@@ -35,6 +35,24 @@ typedef enum es_gating {
                                * those k alone (gpt-oss) */
 } es_gating;
 
+/* How many shared experts a MoE layer has beside the routed ones, and how wide they are: one
+ * rule per family, each a llama.cpp loader's (hparams.c reads the keys). Shared experts are one
+ * FFN (ffn_*_shexp) whatever their number: n_expert_shared of width w are one of width n * w. */
+typedef enum es_shexp_rule {
+    ES_SHEXP_NONE,
+    ES_SHEXP_COUNT,             /* expert_shared_count of the experts' width (DeepSeek, GLM-4.5,
+                                 * dots.llm1) */
+    ES_SHEXP_COUNT_KEYED,       /* expert_shared_count of expert_shared_feed_forward_length
+                                 * each, the experts' width where absent (Ling 2.0) */
+    ES_SHEXP_KEY_OR_NONE,       /* one of expert_shared_feed_forward_length, none without the
+                                 * key (ERNIE-4.5, Granite MoE Shared) */
+    ES_SHEXP_ONE_EXPERT,        /* one of the experts' width (Llama 4) */
+    ES_SHEXP_ONE_KEY_OR_FF,     /* one of expert_shared_feed_forward_length, feed_forward_length
+                                 * where absent (Qwen2-MoE, Hunyuan) */
+    ES_SHEXP_ONE_KEY_OR_EXPERT, /* one of expert_shared_feed_forward_length, the experts' width
+                                 * where absent, whatever expert_shared_count says (EXAONE-MoE) */
+} es_shexp_rule;
+
 typedef struct es_arch {
     const char *name;         /* general.architecture */
     const char *model_names;  /* the models people know it by, for messages and --help */
@@ -49,12 +67,15 @@ typedef struct es_arch {
     bool output_optional;     /* no output.weight: the head is the token embedding (tied) */
     bool dense_lead;          /* the first leading_dense_block_count layers have a dense FFN
                                * (ffn_gate/up/down) instead of experts */
-    bool shared_experts;      /* expert_shared_count shared experts: one FFN of that many times
-                               * the expert size beside the routed experts (ffn_*_shexp) */
+    es_shexp_rule shexp;      /* the shared experts (above) */
     bool weights_scale;       /* expert_weights_scale multiplies the routed weights */
-    bool shexp_gated;         /* qwen2moe: one shared expert of expert_shared_feed_forward_length
-                               * (feed_forward_length where absent) whose output is multiplied per
-                               * token by sigmoid(h . ffn_gate_inp_shexp) */
+    bool imrope;              /* Qwen3-VL's interleaved multimodal RoPE (NEOX pairs) with
+                               * rope.dimension_sections required: a text token turns by its
+                               * position on three axes and by 0 on the fourth */
+    bool shexp_gated;         /* the shared expert's output is multiplied per token by
+                               * sigmoid(h . ffn_gate_inp_shexp), and the experts' width is
+                               * feed_forward_length over top-k where the file has no key
+                               * (Qwen2-MoE) */
     es_gating gating;
     bool router_keys;         /* the file's expert_gating_func (1 softmax, 2 sigmoid, 3 softmax
                                * over the chosen; absent or 0: the family's gating) and
@@ -62,16 +83,6 @@ typedef struct es_arch {
     bool nextn;               /* the last nextn_predict_layers blocks are multi-token-prediction
                                * heads, not part of the forward pass */
     bool expert_bias_optional; /* exp_probs_b where the file has it (deepseek2, ERNIE-4.5) */
-    bool shexp_width_key;     /* with shared_experts: each shared expert is
-                               * expert_shared_feed_forward_length wide where the file has the
-                               * key (the experts' width where not), one FFN of their sum (Ling) */
-    bool shexp_exp_width;     /* one ungated shared expert of expert_shared_feed_forward_length,
-                               * the experts' width where absent, whatever expert_shared_count
-                               * says (EXAONE-MoE) */
-    bool shexp_sized;         /* one shared expert of expert_shared_feed_forward_length, none
-                               * without the key (ERNIE-4.5, Granite MoE Shared) */
-    bool shexp_ff;            /* one ungated shared expert of expert_shared_feed_forward_length,
-                               * feed_forward_length where absent (Hunyuan) */
     bool moe_step_one;        /* interleave_moe_layer_step is required and must be 1 (ERNIE-4.5:
                                * llama.cpp loads experts for every layer after the dense ones) */
     bool expert_bias;         /* blk.N.exp_probs_b.bias [n_expert] is added to the probabilities
@@ -130,7 +141,6 @@ typedef struct es_arch {
                                * still the gating's: llama4's sigmoid of the chosen) */
     bool weight_before_ffn;   /* the router weight multiplies the expert's input, not its output
                                * (llama4; one expert per token) */
-    bool shexp_one;           /* one shared expert of the experts' size in every MoE layer */
     /* Granite MoE (llama.cpp's granitemoe graph) has these (muP's multipliers): */
     bool granite_scales;      /* embedding_scale multiplies the token embeddings, residual_scale
                                * each block's output before it joins the residual (both where the

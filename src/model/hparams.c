@@ -235,14 +235,27 @@ static es_status read_rope_scaling(es_model *m)
     return ES_OK;
 }
 
+/* IMROPE: whether pair i turns by the fourth axis's position (ggml's ggml_mrope_cache_init: the
+ * three axes interleave, each over three times its section's pairs; what is left is the fourth's) */
+static bool imrope_fourth_axis(const int *sec, int i)
+{
+    const int s = i % (sec[0] + sec[1] + sec[2] + sec[3]);
+    if (s % 3 == 1) return s >= 3 * sec[1];
+    if (s % 3 == 2) return s >= 3 * sec[2];
+    return s >= 3 * sec[0];
+}
+
 void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs)
 {
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
     const float fs = hp->rope_freq_scale, ext = hp->rope_ext_factor;
     float theta_extrap = (float)pos;
     for (int i = 0; i < hp->n_rot / 2; i++) {
+        /* a text token's fourth position is 0: its angle stays 0 (ggml's theta_e) */
+        const float t = hp->rope_imrope && imrope_fourth_axis(hp->rope_sections, i) ? 0.0f
+                                                                                     : theta_extrap;
         /* ggml's rope cache divides the angle by the pair's frequency factor */
-        const float te = hp->rope_factors ? theta_extrap / hp->rope_factors[i] : theta_extrap;
+        const float te = hp->rope_factors ? t / hp->rope_factors[i] : t;
         float theta = fs * te;
         if (ext != 0.0f) {
             const float lo = hp->rope_corr[0], hi = hp->rope_corr[1];
@@ -447,9 +460,87 @@ static es_status refuse_mrope(es_model *m)
     return ES_OK;
 }
 
+/* Qwen3-VL's interleaved multimodal RoPE (llama.cpp's IMROPE), read as its qwen3vlmoe loader
+ * reads rope.dimension_sections: required, four integers (or one for all four). A text token's
+ * positions on the four axes are (p, p, p, 0), so the sections only decide which pairs turn by 0
+ * (es_rope_cos_sin). */
+static es_status read_imrope(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    const char *path = es_gguf_path(m->gguf);
+    char key[96];
+    snprintf(key, sizeof(key), "%s.rope.dimension_sections", m->arch);
+    es_gguf_type et;
+    uint64_t n = 0;
+    if (es_gguf_get_arr(m->gguf, key, &et, &n)) {
+        const uint8_t *v = es_gguf_arr_data(m->gguf, key); /* may be unaligned */
+        if ((et != ES_GGUF_INT32 && et != ES_GGUF_UINT32) || n != 4 || !v)
+            return es_fail(ES_E_FORMAT, "%s: %s must be an array of four integers", path, key);
+        for (int i = 0; i < 4; i++) memcpy(&hp->rope_sections[i], v + 4 * i, 4);
+    } else {
+        int64_t one = 0;
+        ES_TRY(es_gguf_read_i64(m->gguf, key, true, &one));
+        if (one < 0 || one > hp->n_rot)
+            return es_fail(ES_E_FORMAT, "%s: %s = %lld is out of range [0, %d]", path, key,
+                           (long long)one, hp->n_rot);
+        for (int i = 0; i < 4; i++) hp->rope_sections[i] = (int)one;
+    }
+    int sum = 0;
+    for (int i = 0; i < 4; i++) {
+        if (hp->rope_sections[i] < 0 || hp->rope_sections[i] > hp->n_rot)
+            return es_fail(ES_E_FORMAT, "%s: %s[%d] = %d is out of range [0, %d]", path, key, i,
+                           hp->rope_sections[i], hp->n_rot);
+        sum += hp->rope_sections[i];
+    }
+    if (hp->rope_sections[0] + hp->rope_sections[1] + hp->rope_sections[2] == 0 || sum > hp->n_rot)
+        return es_fail(ES_E_FORMAT, "%s: %s = [%d, %d, %d, %d]: the first three cannot all be 0 "
+                       "and their sum cannot pass the %d rotated dimensions", path, key,
+                       hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2],
+                       hp->rope_sections[3], hp->n_rot);
+    hp->rope_imrope = true;
+    return ES_OK;
+}
+
 /* Granite's muP multipliers, as llama.cpp's granite loader reads them: logit_scale required,
  * the others optional (absent or 0: not applied; attention.scale 0: 1/sqrt(head)). Read after
  * read_rope_scaling, whose attn_scale attention.scale replaces. */
+/* The shared experts' count and width, by the family's rule (arch.h, es_shexp_rule): one FFN
+ * of n_ff_shexp beside the routed experts. Needs n_ff and n_ff_exp. */
+static es_status read_shared_experts(es_model *m)
+{
+    es_hparams *hp = &m->hp;
+    const es_shexp_rule rule = m->family->shexp;
+    switch (rule) {
+    case ES_SHEXP_NONE:
+        return ES_OK;
+    case ES_SHEXP_COUNT:
+    case ES_SHEXP_COUNT_KEYED: {
+        ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
+        int width = 0; /* each one's: the experts' unless the file says (Ling) */
+        if (rule == ES_SHEXP_COUNT_KEYED)
+            ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 0, 1 << 18, &width));
+        hp->n_ff_shexp = hp->n_expert_shared * (width ? width : hp->n_ff_exp);
+        return ES_OK;
+    }
+    case ES_SHEXP_KEY_OR_NONE:
+        ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 0, 1 << 18,
+                       &hp->n_ff_shexp));
+        hp->n_expert_shared = hp->n_ff_shexp > 0;
+        return ES_OK;
+    case ES_SHEXP_ONE_EXPERT:
+        hp->n_expert_shared = 1;
+        hp->n_ff_shexp = hp->n_ff_exp;
+        return ES_OK;
+    case ES_SHEXP_ONE_KEY_OR_FF:
+    case ES_SHEXP_ONE_KEY_OR_EXPERT:
+        hp->n_expert_shared = 1;
+        hp->n_ff_shexp = rule == ES_SHEXP_ONE_KEY_OR_EXPERT ? hp->n_ff_exp : hp->n_ff;
+        return get_int(m, "expert_shared_feed_forward_length", false, 1, 1 << 18,
+                       &hp->n_ff_shexp);
+    }
+    return ES_OK;
+}
+
 static es_status read_granite_scales(es_model *m)
 {
     es_hparams *hp = &m->hp;
@@ -515,18 +606,7 @@ es_status es_hparams_read(es_model *m)
         return es_fail(ES_E_UNSUPPORTED, "%s: %s.expert_used_count = %d: %s weighs each expert's "
                        "input, which estream runs for one expert per token only (Llama 4's 1)",
                        path, m->arch, hp->n_expert_used, m->arch);
-    if (fam->shared_experts) {
-        ES_TRY(get_int(m, "expert_shared_count", false, 0, 256, &hp->n_expert_shared));
-        int width = 0; /* each shared expert's: the experts' unless the file says (Ling) */
-        if (fam->shexp_width_key)
-            ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 0, 1 << 18, &width));
-        hp->n_ff_shexp = hp->n_expert_shared * (width ? width : hp->n_ff_exp);
-    }
-    if (fam->shexp_sized) { /* ERNIE-4.5, Granite: one shared expert of the key's size, if any */
-        ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 0, 1 << 18,
-                       &hp->n_ff_shexp));
-        hp->n_expert_shared = hp->n_ff_shexp > 0;
-    }
+    ES_TRY(read_shared_experts(m));
     if (fam->moe_step_one) {
         int step = 1; /* llama.cpp's loader makes every layer after the dense ones MoE */
         ES_TRY(get_int(m, "interleave_moe_layer_step", true, 1, 1 << 16, &step));
@@ -534,18 +614,6 @@ es_status es_hparams_read(es_model *m)
             return es_fail(ES_E_UNSUPPORTED, "%s: %s.interleave_moe_layer_step = %d: dense layers "
                            "between the MoE layers are not supported (llama.cpp loads experts "
                            "for every layer after the leading dense ones)", path, m->arch, step);
-    }
-    if (fam->shexp_one) { /* llama4: one shared expert of the experts' size */
-        hp->n_expert_shared = 1;
-        hp->n_ff_shexp = hp->n_ff_exp;
-    }
-    if (fam->shexp_gated || fam->shexp_ff || fam->shexp_exp_width) { /* one shared expert
-                                              * (qwen2moe's gated) of its own size, n_ff (EXAONE:
-                                              * n_ff_exp) where the key is absent */
-        hp->n_expert_shared = 1;
-        hp->n_ff_shexp = fam->shexp_exp_width ? hp->n_ff_exp : hp->n_ff;
-        ES_TRY(get_int(m, "expert_shared_feed_forward_length", false, 1, 1 << 18,
-                       &hp->n_ff_shexp));
     }
     if (hp->n_conv_layers > 0)
         ES_TRY(get_int(m, "shortconv.l_cache", true, 2, 64, &hp->n_conv_taps));
@@ -581,7 +649,7 @@ es_status es_hparams_read(es_model *m)
     ES_TRY(get_float(m, "rope.freq_base", false, 1.0f, 1e12f, &hp->rope_freq_base));
     ES_TRY(get_float(m, "attention.layer_norm_rms_epsilon", false, 0.0f, 1.0f, &hp->rms_eps));
     if (fam->swa || fam->irope) ES_TRY(read_swa(m));
-    ES_TRY(refuse_mrope(m));
+    ES_TRY(fam->imrope ? read_imrope(m) : refuse_mrope(m));
     ES_TRY(read_rope_scaling(m));
     return fam->granite_scales ? read_granite_scales(m) : ES_OK;
 }

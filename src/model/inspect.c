@@ -256,6 +256,7 @@ void es_model_describe_details(const es_model *m, es_model_details *out)
         out->swa_chunked = hp->swa_chunked;
     }
     out->n_layer_nextn = hp->n_layer_nextn;
+    if (hp->rope_imrope) memcpy(out->rope_sections, hp->rope_sections, sizeof(out->rope_sections));
     if (m->family->granite_scales) {
         out->embd_scale = hp->embd_scale;
         out->resid_scale = hp->resid_scale;

@@ -43,7 +43,7 @@ typedef struct es_hparams {
     int n_expert_used;  /* top-k */
     int n_layer_dense_lead; /* layers [0, this) have a dense FFN instead of experts */
     int n_expert_shared;    /* shared experts of each MoE layer: one FFN of n_ff_shexp */
-    int n_ff_shexp;         /* n_expert_shared * n_ff_exp (0: none); qwen2moe: its own key */
+    int n_ff_shexp;         /* their width, by the family's es_shexp_rule (0: none) */
     int n_conv_taps;    /* shortconv.l_cache: taps of the short convolution (conv families) */
     int n_conv_layers;  /* layers that are short-convolution blocks instead of attention */
     es_router router;   /* how the router chooses and weighs the experts (es_arch_route) */
@@ -52,6 +52,8 @@ typedef struct es_hparams {
     float rope_ext_factor;  /* YaRN's extrapolation mix (1 with YaRN scaling, else 0) */
     float rope_cs_scale;    /* multiplies every RoPE cos and sin (YaRN's magnitude) */
     float rope_corr[2];     /* YaRN's correction range of pair indices */
+    bool rope_imrope;       /* Qwen3-VL's interleaved multimodal RoPE (families with imrope) */
+    int rope_sections[4];   /* its rope.dimension_sections: which pairs turn by which axis */
     float attn_scale;       /* the softmax scale of q.k: 1/sqrt(n_embd_head), MLA's mscale^2,
                              * Granite's attention.scale */
     /* Granite's muP multipliers (granite_scales; 0: not applied): */

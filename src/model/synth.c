@@ -407,6 +407,11 @@ static es_status set_hparams(es_gguf_writer *w, const es_synth_preset *p, uint32
     if (!st) st = set_arch_u32(w, a, "expert_count", (uint32_t)p->n_expert);
     if (!st) st = set_arch_u32(w, a, "expert_used_count", (uint32_t)p->n_expert_used);
     if (!st && p->n_swa) st = set_arch_u32(w, a, "attention.sliding_window", (uint32_t)p->n_swa);
+    if (!st && es_arch_find(a)->imrope) {
+        snprintf(name, sizeof(name), "%s.rope.dimension_sections", a);
+        st = es_gguf_writer_set_arr(w, name, ES_GGUF_INT32, p->rope_sections, 4);
+        if (!st) st = set_arch_u32(w, a, "n_deepstack_layers", (uint32_t)p->n_deepstack);
+    }
     if (!st && p->n_ff_shexp)
         st = set_arch_u32(w, a, "expert_shared_feed_forward_length", (uint32_t)p->n_ff_shexp);
     if (!st && es_arch_find(a)->granite_scales) { /* Granite's converter: the config's values */
@@ -570,11 +575,12 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             goto nextn;
         }
         if (p->n_shared || p->n_ff_shexp) { /* the shared experts: one FFN of n_shared experts'
-                                               * size, or of n_ff_shexp (shexp_width_key: of
+                                               * size, or of n_ff_shexp (ES_SHEXP_COUNT_KEYED: of
                                                * n_shared times n_ff_shexp) */
-            const int fs = fam->shexp_width_key ? p->n_shared * (p->n_ff_shexp ? p->n_ff_shexp : p->n_ff_exp)
-                           : p->n_ff_shexp      ? p->n_ff_shexp
-                                                : p->n_shared * p->n_ff_exp;
+            const int each = p->n_ff_shexp ? p->n_ff_shexp : p->n_ff_exp;
+            const int fs = fam->shexp == ES_SHEXP_COUNT_KEYED ? p->n_shared * each
+                           : p->n_ff_shexp                    ? p->n_ff_shexp
+                                                              : p->n_shared * p->n_ff_exp;
             const float sfs = 1.0f / sqrtf((float)fs);
             GEN(LNAME("ffn_gate_shexp"), GEN_NORMAL, wtype, 2, d, fs, 1, sd, o->seed);
             GEN(LNAME("ffn_down_shexp"), GEN_NORMAL, wtype, 2, fs, d, 1, 1.5f * sfs * res, o->seed);

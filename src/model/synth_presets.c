@@ -36,6 +36,13 @@ static const es_synth_preset presets[] = {
      .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
      .n_expert = 8, .n_expert_used = 2, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true,
      .n_ff = 512},
+    /* tiny-qwen3vlmoe: tiny-qwen3moe as Qwen3-VL-MoE's language model; its sections leave
+     * two of the 16 pairs to the fourth axis, as Qwen3-VL's [24, 20, 20, 0] leave two of 64; a
+     * RoPE base of 10,000, so that those pairs would turn visibly over the tests' positions */
+    {.name = "tiny-qwen3vlmoe", .arch = "qwen3vlmoe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 64,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-6f, .tied = true,
+     .n_ff = 512, .rope_sections = {6, 4, 4, 2}, .n_deepstack = 2},
     /* tiny-qwen3moe-yarn: the same with YaRN scaling x4 of 64 positions, as long-context
      * Qwen3 files carry it (x4 of 32,768) */
     {.name = "tiny-qwen3moe-yarn", .arch = "qwen3moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
@@ -340,7 +347,7 @@ static const es_synth_preset presets[] = {
 };
 static const char *const preset_names[] = {
     "tiny", "tiny-gqa", "small", "mini", "olmoe-1b-7b", "tiny-qwen3moe", "tiny-qwen3moe-yarn",
-    "tiny-qwen3moe-vocab", "qwen3-30b-a3b",
+    "tiny-qwen3moe-vocab", "qwen3-30b-a3b", "tiny-qwen3vlmoe",
     "tiny-mixtral", "tiny-mixtral-l3", "mixtral-8x7b", "tiny-deepseek", "small-qwen3moe", "small-mixtral",
     "small-deepseek", "deepseek-moe-16b", "tiny-lfm2moe", "small-lfm2moe", "lfm2-8b-a1b",
     "tiny-deepseek2", "tiny-deepseek2-joined", "small-deepseek2", "tiny-deepseek3",

@@ -32,7 +32,7 @@ typedef struct es_synth_preset {
                                  * selection bias exp_probs_b, weights renormalised */
     int n_group, n_group_used;  /* expert_group_count / _used_count (0: no groups) */
     int n_swa;                  /* attention.sliding_window (families with swa) */
-    int n_ff_shexp;             /* shexp_gated families: the shared expert's FFN */
+    int n_ff_shexp;             /* the shared expert's FFN (its key), where the family reads it */
     int n_rot;                  /* rope.dimension_count where RoPE turns part of each head (0:
                                  * all of it, no key) */
     bool qk_norm;               /* qk_norm_optional families: the file has the q/k norms */
@@ -48,6 +48,9 @@ typedef struct es_synth_preset {
                                  * the same values (Ling 2.0's converter writes it so) */
     /* granite_scales families: the muP multipliers, written as the converter writes them */
     float embd_scale, resid_scale, attn_scale, logit_scale;
+    /* imrope families: rope.dimension_sections, and n_deepstack_layers (visual features added
+     * to the first layers' outputs, zeros for text: written as Qwen3-VL's converter does) */
+    int rope_sections[4], n_deepstack;
 } es_synth_preset;
 
 /* The preset called name, or NULL. */
