@@ -352,6 +352,13 @@ static void test_invariance_minimax_m2(void **st)
     invariance(data("tiny-minimax-m2-q4_0.gguf"), NULL, 512, NULL);
 }
 
+/* bailingmoe (Ling 1.x): the fused attn_qkv, shared experts, the softmax renormalised */
+static void test_invariance_bailingmoe(void **st)
+{
+    (void)st;
+    invariance(data("tiny-bailingmoe-q4_0.gguf"), NULL, 512, NULL);
+}
+
 /* qwen3vlmoe: interleaved multimodal RoPE from each sequence's own positions */
 static void test_invariance_qwen3vlmoe(void **st)
 {
@@ -792,7 +799,8 @@ static void test_logprobs_vs_llama(void **st)
                            "tiny-gptoss-f16", "tiny-glm4moe-f16", "tiny-ernie-f16",
                            "tiny-llama4-f16", "tiny-granitemoe-f16", "tiny-hunyuan-f16",
                            "tiny-bailingmoe2-f16", "tiny-dots1-f16", "tiny-minimax-m2-f16",
-                           "tiny-exaone-moe-f16", "tiny-smallthinker-f32", "tiny-qwen3vlmoe-f16"};
+                           "tiny-exaone-moe-f16", "tiny-smallthinker-f32", "tiny-qwen3vlmoe-f16",
+                           "tiny-bailingmoe-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -908,6 +916,7 @@ int main(void)
         cmocka_unit_test_setup(test_invariance_dots1, reseed),
         cmocka_unit_test_setup(test_invariance_minimax_m2, reseed),
         cmocka_unit_test_setup(test_invariance_qwen3vlmoe, reseed),
+        cmocka_unit_test_setup(test_invariance_bailingmoe, reseed),
         cmocka_unit_test_setup(test_invariance_exaone_moe, reseed),
         cmocka_unit_test_setup(test_invariance_smallthinker, reseed),
         cmocka_unit_test_setup(test_invariance_llama4, reseed),

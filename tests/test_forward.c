@@ -455,6 +455,17 @@ static void test_family_exaone_moe(void **s)
     compare_lim(model, self, DATA "tiny-exaone-moe-q4_0.llama-logits.bin", quant_llama);
 }
 
+/* bailingmoe (Ling 1.x): q, k and v fused in attn_qkv, normal RoPE, no q/k norm, 8 experts top-2
+ * by a softmax renormalised (expert_weights_norm), 2 shared experts. Measured against llama.cpp
+ * 3f545bec (per-position max |diff|): F32 (not committed) 5.7e-6 on both paths; F16 median
+ * 1.1e-4, max 0.0051; Q4_0 median 1.2e-7, max 0.092 where an 8-bit activation rounds the other
+ * way (its AVX2 build gives the same Q4_0 logits bit for bit). */
+static void test_family_bailingmoe(void **s)
+{
+    (void)s;
+    family("tiny-bailingmoe", quant_self, quant_llama);
+}
+
 /* qwen3vlmoe (Qwen3-VL-MoE's language model on text): tiny-qwen3moe's layers with interleaved
  * multimodal RoPE (sections [6, 4, 4, 2]: pairs 13 and 14 on the fourth axis, which stays at 0
  * for text) and 2 deepstack layers (zeros for text in llama.cpp). Measured against llama.cpp
@@ -1172,6 +1183,7 @@ int main(void)
         cmocka_unit_test(test_family_exaone_moe),
         cmocka_unit_test(test_family_smallthinker),
         cmocka_unit_test(test_family_qwen3vlmoe),
+        cmocka_unit_test(test_family_bailingmoe),
         cmocka_unit_test(test_fused_qkv),
         cmocka_unit_test(test_llama4_past_chunk),
         cmocka_unit_test(test_family_gptoss),

@@ -95,6 +95,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-smallthinker", "q4_0", DATA "tiny-smallthinker-q4_0.gguf"},
         {"tiny-qwen3vlmoe", "f16", DATA "tiny-qwen3vlmoe-f16.gguf"},
         {"tiny-qwen3vlmoe", "q4_0", DATA "tiny-qwen3vlmoe-q4_0.gguf"},
+        {"tiny-bailingmoe", "f16", DATA "tiny-bailingmoe-f16.gguf"},
+        {"tiny-bailingmoe", "q4_0", DATA "tiny-bailingmoe-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -1060,6 +1062,62 @@ static es_status vl_sections_one(es_gguf_writer *w) /* a number: every section t
     return es_gguf_writer_set_u32(w, "qwen3vlmoe.rope.dimension_sections", 4);
 }
 
+static es_status ling1_norm_false(es_gguf_writer *w)
+{
+    return es_gguf_writer_set_bool(w, "bailingmoe.expert_weights_norm", false);
+}
+static es_status ling1_llama_ignores(es_gguf_writer *w) /* keys llama.cpp's bailingmoe skips */
+{
+    es_status st = es_gguf_writer_set_u32(w, "bailingmoe.leading_dense_block_count", 1);
+    if (!st) st = es_gguf_writer_set_u32(w, "bailingmoe.expert_gating_func", 2);
+    return st;
+}
+
+/* bailingmoe (Ling 1.x) as llama.cpp reads it: the fused attn_qkv as three views, no q/k norm,
+ * 2 shared experts of the experts' width, a softmax router renormalised as expert_weights_norm
+ * says (not where absent), scaled by expert_weights_scale where set; experts on every layer
+ * whatever leading_dense_block_count says, and the softmax whatever expert_gating_func says
+ * (llama.cpp's loader reads the first and builds every layer with experts, and its graph
+ * passes the softmax). */
+static void test_bailingmoe(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-bailingmoe-q4_0.gguf", *dst = t_tmp_path("ling1.gguf");
+    es_model *m = open_ok(src);
+    assert_string_equal(es_model_arch(m), "bailingmoe");
+    const es_hparams *hp = &m->hp;
+    assert_int_equal(hp->n_expert_shared, 2);
+    assert_int_equal(hp->n_ff_shexp, 64);
+    assert_int_equal(hp->router.gating, ES_GATING_SOFTMAX);
+    assert_true(hp->router.renorm);
+    assert_true(hp->router.scale == 0.0f);
+    for (int il = 0; il < 2; il++) {
+        const es_layer *L = &m->layers[il];
+        assert_true(es_layer_is_moe(L));
+        assert_true(strstr(L->wq.name, "attn_qkv") != NULL);
+        assert_int_equal(L->wq.ne[1], 128);
+        assert_int_equal(L->wk.ne[1], 64);
+        assert_null(L->q_norm.data);
+        assert_non_null(L->gate_shexp.data);
+    }
+    es_model_close(m);
+    rewrite(src, dst, ling1_norm_false, NULL);
+    m = open_ok(dst);
+    assert_false(m->hp.router.renorm);
+    es_model_close(m);
+    rewrite_without(src, dst, "bailingmoe.expert_weights_norm", NULL, NULL);
+    m = open_ok(dst);
+    assert_false(m->hp.router.renorm);
+    es_model_close(m);
+    rewrite(src, dst, ling1_llama_ignores, NULL);
+    m = open_ok(dst);
+    assert_int_equal(m->hp.n_layer_dense_lead, 0);
+    assert_true(es_layer_is_moe(&m->layers[0]));
+    assert_int_equal(m->hp.router.gating, ES_GATING_SOFTMAX);
+    es_model_close(m);
+    unlink(dst);
+}
+
 /* qwen3vlmoe (Qwen3-VL-MoE's language model) on text: Qwen3-MoE with interleaved multimodal
  * RoPE, whose sections [6, 4, 4, 2] over 16 pairs give pairs 13 and 14 to the fourth axis, where
  * a text token's position is 0 (ggml's ggml_mrope_cache_init with positions (p, p, p, 0)): those
@@ -1674,6 +1732,7 @@ int main(void)
         cmocka_unit_test(test_dots1),
         cmocka_unit_test(test_minimax_m2),
         cmocka_unit_test(test_qwen3vlmoe),
+        cmocka_unit_test(test_bailingmoe),
         cmocka_unit_test(test_exaone_moe),
         cmocka_unit_test(test_smallthinker),
         cmocka_unit_test(test_qkv_bias_any_family),

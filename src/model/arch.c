@@ -113,6 +113,16 @@ static const es_arch families[] = {
      .qk_norm_after_rope = true, .rope = ES_ROPE_NEOX, .rope_factors = true,
      .topk_renorm = true, .output_optional = true, .shexp = ES_SHEXP_ONE_KEY_OR_FF,
      .synth_pre = "hunyuan"},
+    /* Ling 1.x (llama.cpp's bailingmoe: Ling-lite, Ling-plus, Ling-Coder-lite): q, k and v
+     * (fused in attn_qkv as its converter writes them), normal RoPE (rope_freqs where present),
+     * no q/k norm, experts on every layer (llama.cpp reads leading_dense_block_count and builds
+     * every layer with experts), expert_shared_count shared experts of the experts' width, a
+     * softmax router renormalised where expert_weights_norm says and scaled by
+     * expert_weights_scale. */
+    {.name = "bailingmoe", .model_names = "Ling 1.x", .qk_norm = ES_QK_NORM_NONE,
+     .rope = ES_ROPE_NORM, .rope_factors = true, .topk_renorm = false, .output_optional = false,
+     .shexp = ES_SHEXP_COUNT, .weights_scale = true, .norm_key = true,
+     .synth_pre = "bailingmoe"},
     /* Ling 2.0 (llama.cpp's bailingmoe2: Ling-mini-2.0, Ling-flash-2.0, Ring-2.0, Sarvam-MoE):
      * q, k and v in one fused attn_qkv, per-head q/k RMSNorm before NEOX RoPE on the first
      * rope.dimension_count dims of each head (half in Ling), leading dense layers, shared experts
@@ -172,12 +182,11 @@ const es_arch *es_arch_find(const char *name)
 const char *es_arch_supported(void)
 {
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), qwen3vlmoe (Qwen3-VL-MoE), llama (Mixtral), "
-           "deepseek (DeepSeek-MoE), "
-           "lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe (Qwen2-MoE), gpt-oss "
-           "(gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), llama4 (Llama 4), "
-           "granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), bailingmoe2 (Ling 2.0), dots1 "
-           "(dots.llm1), minimax-m2 (MiniMax-M2), exaone-moe (EXAONE-MoE), "
-           "smallthinker (SmallThinker)";
+           "deepseek (DeepSeek-MoE), lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe "
+           "(Qwen2-MoE), gpt-oss (gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), "
+           "llama4 (Llama 4), granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), bailingmoe "
+           "(Ling 1.x), bailingmoe2 (Ling 2.0), dots1 (dots.llm1), minimax-m2 (MiniMax-M2), "
+           "exaone-moe (EXAONE-MoE), smallthinker (SmallThinker)";
 }
 
 const es_arch *es_arch_at(int i)

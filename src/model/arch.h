@@ -80,6 +80,9 @@ typedef struct es_arch {
     bool router_keys;         /* the file's expert_gating_func (1 softmax, 2 sigmoid, 3 softmax
                                * over the chosen; absent or 0: the family's gating) and
                                * expert_weights_norm (absent: topk_renorm) choose the router */
+    bool norm_key;            /* expert_weights_norm (absent: topk_renorm) alone of the
+                               * router keys says whether the chosen weights are renormalised
+                               * (Ling 1.x; router_keys reads it too) */
     bool nextn;               /* the last nextn_predict_layers blocks are multi-token-prediction
                                * heads, not part of the forward pass */
     bool expert_bias_optional; /* exp_probs_b where the file has it (deepseek2, ERNIE-4.5) */

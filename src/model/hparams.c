@@ -631,7 +631,7 @@ es_status es_hparams_read(es_model *m)
     if (fam->router_keys || fam->gating_key) ES_TRY(read_gating(m));
     r->renorm = fam->topk_renorm;
     snprintf(key, sizeof(key), "%s.expert_weights_norm", m->arch);
-    if (fam->router_keys && es_gguf_find_key(m->gguf, key) >= 0 &&
+    if ((fam->router_keys || fam->norm_key) && es_gguf_find_key(m->gguf, key) >= 0 &&
         !es_gguf_get_bool(m->gguf, key, &r->renorm))
         return es_fail(ES_E_FORMAT, "%s: %s must be a bool", path, key);
     r->scale = 0.0f; /* none; read only where llama.cpp's graph uses it */

@@ -392,7 +392,7 @@ static es_status set_hparams(es_gguf_writer *w, const es_synth_preset *p, uint32
         st = set_arch_u32(w, a, "expert_gating_func", 2);
     else if (!st && es_arch_find(a)->gating_key) /* SmallThinker's converter: softmax, 1 */
         st = set_arch_u32(w, a, "expert_gating_func", 1);
-    if (!st && p->v3_router) {
+    if (!st && (p->v3_router || p->weights_norm)) {
         snprintf(name, sizeof(name), "%s.expert_weights_norm", a);
         st = es_gguf_writer_set_bool(w, name, true);
     }

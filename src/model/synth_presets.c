@@ -295,6 +295,13 @@ static const es_synth_preset presets[] = {
      .n_expert_used = 4, .rope_base = 6e5f, .rms_eps = 1e-6f, .n_ff = 128, .n_dense_lead = 1,
      .n_shared = 2, .n_ff_shexp = 32, .weights_scale = 2.5f, .v3_router = true, .n_group = 4,
      .n_group_used = 2, .n_rot = 8, .n_nextn = 1, .fused_qkv = true},
+    /* tiny-bailingmoe: Ling 1.x's layers (Ling-lite's RoPE base), q, k and v fused as its
+     * converter writes them, 8 experts of 32 top-2 by a softmax renormalised as
+     * expert_weights_norm says, 2 shared experts */
+    {.name = "tiny-bailingmoe", .arch = "bailingmoe", .n_vocab = 320, .n_ctx = 512,
+     .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_embd_head = 32, .n_ff_exp = 32,
+     .n_expert = 8, .n_expert_used = 2, .rope_base = 6e5f, .rms_eps = 1e-6f, .n_ff = 128,
+     .n_shared = 2, .weights_norm = true, .fused_qkv = true},
     /* Ling-mini-2.0: 20 layers of 2,048, 16 heads of 128 over 4 KV heads, RoPE on half of each
      * head, a dense first layer of 5,120, 256 experts of 512 top-8 in 8 groups of which 4 are
      * eligible, one shared expert, routed_scaling_factor 2.5, vocab 157,184 (BailingMoeV2Config
@@ -354,7 +361,8 @@ static const char *const preset_names[] = {
     "moonlight-16b-a3b", "deepseek-v2-lite", "tiny-qwen2moe", "qwen1.5-moe-a2.7b", "tiny-gptoss",
     "small-gptoss", "gpt-oss-20b", "tiny-glm4moe", "small-glm4moe", "glm-4.5-air", "tiny-ernie",
     "ernie-4.5-21b-a3b", "tiny-llama4", "llama-4-scout", "tiny-granitemoe", "tiny-granitemoe-shared",
-    "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", "tiny-qwen2moe-qkv", "tiny-bailingmoe2",
+    "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", "tiny-qwen2moe-qkv", "tiny-bailingmoe",
+    "tiny-bailingmoe2",
     "ling-mini-2.0", "tiny-dots1", "tiny-minimax-m2", "minimax-m2",
     "tiny-exaone-moe", "tiny-smallthinker", NULL};
 

@@ -51,6 +51,7 @@ typedef struct es_synth_preset {
     /* imrope families: rope.dimension_sections, and n_deepstack_layers (visual features added
      * to the first layers' outputs, zeros for text: written as Qwen3-VL's converter does) */
     int rope_sections[4], n_deepstack;
+    bool weights_norm;          /* norm_key families: expert_weights_norm written true */
 } es_synth_preset;
 
 /* The preset called name, or NULL. */
