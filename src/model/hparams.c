@@ -501,9 +501,6 @@ static es_status read_imrope(es_model *m)
     return ES_OK;
 }
 
-/* Granite's muP multipliers, as llama.cpp's granite loader reads them: logit_scale required,
- * the others optional (absent or 0: not applied; attention.scale 0: 1/sqrt(head)). Read after
- * read_rope_scaling, whose attn_scale attention.scale replaces. */
 /* The shared experts' count and width, by the family's rule (arch.h, es_shexp_rule): one FFN
  * of n_ff_shexp beside the routed experts. Needs n_ff and n_ff_exp. */
 static es_status read_shared_experts(es_model *m)
@@ -541,6 +538,9 @@ static es_status read_shared_experts(es_model *m)
     return ES_OK;
 }
 
+/* Granite's muP multipliers, as llama.cpp's granite loader reads them: logit_scale required,
+ * the others optional (absent or 0: not applied; attention.scale 0: 1/sqrt(head)). Read after
+ * read_rope_scaling, whose attn_scale attention.scale replaces. */
 static es_status read_granite_scales(es_model *m)
 {
     es_hparams *hp = &m->hp;
