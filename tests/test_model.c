@@ -1057,6 +1057,11 @@ static es_status vl_sections_zero(es_gguf_writer *w) /* only the fourth axis */
     const int32_t v[4] = {0, 0, 0, 16};
     return es_gguf_writer_set_arr(w, "qwen3vlmoe.rope.dimension_sections", ES_GGUF_INT32, v, 4);
 }
+static es_status vl_sections_uneven(es_gguf_writer *w) /* the second and third differ */
+{
+    const int32_t v[4] = {6, 5, 3, 2};
+    return es_gguf_writer_set_arr(w, "qwen3vlmoe.rope.dimension_sections", ES_GGUF_INT32, v, 4);
+}
 static es_status vl_sections_one(es_gguf_writer *w) /* a number: every section that wide */
 {
     return es_gguf_writer_set_u32(w, "qwen3vlmoe.rope.dimension_sections", 4);
@@ -1152,6 +1157,15 @@ static void test_qwen3vlmoe(void **state)
     for (int i = 11; i < 16; i++)
         if ((cs[2 * i] == 1.0f && cs[2 * i + 1] == 0.0f) != (i >= 12))
             fail_msg("[4, 4, 4, 4]: pair %d: (%g, %g)", i, cs[2 * i], cs[2 * i + 1]);
+    es_model_close(m);
+    /* [6, 5, 3, 2]: the second axis takes sectors 1-13 of 3k + 1, the third only 2, 5 and 8 of
+     * 3k + 2, so pairs 11 and 14 (and no other) are the fourth's */
+    rewrite_without(src, dst, "qwen3vlmoe.rope.dimension_sections", vl_sections_uneven, NULL);
+    m = open_ok(dst);
+    es_rope_cos_sin(&m->hp, pos, cs);
+    for (int i = 0; i < 16; i++)
+        if ((cs[2 * i] == 1.0f && cs[2 * i + 1] == 0.0f) != (i == 11 || i == 14))
+            fail_msg("[6, 5, 3, 2]: pair %d: (%g, %g)", i, cs[2 * i], cs[2 * i + 1]);
     es_model_close(m);
     /* required, four entries, not the fourth axis alone */
     rewrite_without(src, dst, "qwen3vlmoe.rope.dimension_sections", NULL, NULL);
