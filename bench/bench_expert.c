@@ -145,6 +145,13 @@ int main(int argc, char **argv)
                 ts[l][k][r] = run_once(plans[l][k], &m, sorted, R, lslots[l], y);
             }
     const double ops = moe_ops(&m);
+    /* the weight bytes a pass reads: every matrix of each expert with a route, once */
+    int touched = 0;
+    for (int i = 0; i < R; i++)
+        touched += i == 0 || sorted[i].expert != sorted[i - 1].expert;
+    const double wbytes = (double)touched * (double)(2 * es_qtype_row_bytes(type, MOE_D) * MOE_FF +
+                                                     es_qtype_row_bytes(type, MOE_FF) * MOE_D);
+    const double dram[2] = {dram_read_bw(p1), dram_read_bw(pn)}; /* 1 thread, all */
     printf("expert operator: hidden %d, FFN %d, %d experts, top-%d, %d tokens (%d routes; "
            "busiest expert %d, idlest %d, mean %d), %s weights, kernels %s\n",
            MOE_D, MOE_FF, MOE_E, MOE_TOPK, T, R, m.busiest, m.idlest, R / MOE_E,
@@ -157,14 +164,18 @@ int main(int argc, char **argv)
         printf("vector int8 peak (%s, the amx table's calls below 16 rows): %.1f G ops/s on 1 "
                "thread, %.1f on %d\n",
                vpeak_isa, vpeak[0], vpeak[1], n_cpu);
+    printf("weights read per pass: %d experts with routes, %.1f MB; DRAM read (1 GiB summed, "
+           "best of 5) %.1f GB/s on 1 thread, %.1f on %d\n",
+           touched, wbytes / 1e6, dram[0] / 1e9, dram[1] / 1e9, n_cpu);
     printf("\n");
-    printf("%-7s %-8s %12s %14s %10s\n", "layout", "threads", "median ms", "G int8 ops/s",
-           "% of peak");
+    printf("%-7s %-8s %12s %14s %10s %12s %8s\n", "layout", "threads", "median ms", "G int8 ops/s",
+           "% of peak", "weight GB/s", "% DRAM");
     for (int l = 0; l < 2; l++)
         for (int k = 0; k < 2 && run_l[l]; k++) {
             const double med = median(ts[l][k], reps < 64 ? reps : 64);
-            printf("%-7s %-8d %12.2f %14.1f %9.1f%%\n", lname[l], k ? n_cpu : 1, med * 1e3,
-                   ops / med / 1e9, 100.0 * ops / med / 1e9 / peak[k]);
+            printf("%-7s %-8d %12.2f %14.1f %9.1f%% %12.1f %7.1f%%\n", lname[l], k ? n_cpu : 1,
+                   med * 1e3, ops / med / 1e9, 100.0 * ops / med / 1e9 / peak[k],
+                   wbytes / med / 1e9, 100.0 * wbytes / med / dram[k]);
         }
     for (int l = 0; l < 2; l++)
         for (int k = 0; k < 2; k++)

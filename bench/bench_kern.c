@@ -3,7 +3,7 @@
  * int8 peak. See bench/README.md for what each number means.
  *
  *   build-x/bench/bench_kern [--reps N] [--isa scalar|avx2|avxvnni|avx512|amx] [--type q4_0,...]
- *                            [--quick]
+ *                            [--quick] [--shape K,N,ROWS]
  *
  * Method: each kernel table is compared with the peak of the instruction it is built on: a loop
  * of independent vpdpbusd zmm (avx512), vpdpbusd ymm (avxvnni) or vpmaddubsw ymm (avx2; 64 int8
@@ -24,6 +24,7 @@
 #include "quant/kern.h"
 #include "core/pool.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,7 @@ int main(int argc, char **argv)
 {
     int reps = 11, quick = 0;
     const char *only_isa = NULL, *only_types = NULL;
+    shape one = {0, 0, 0}; /* --shape K,N,ROWS: that shape alone */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -211,10 +213,15 @@ int main(int argc, char **argv)
             only_types = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
+                 sscanf(argv[i + 1], "%" SCNd64 ",%" SCNd64 ",%" SCNd64, &one.K, &one.N,
+                        &one.R) == 3 &&
+                 one.K > 0 && one.K % 256 == 0 && one.N > 0 && one.R > 0)
+            i++;
         else {
             fprintf(stderr,
                     "usage: %s [--reps N] [--isa scalar|avx2|avxvnni|avx512|amx] "
-                    "[--type q4_0,f16,...] [--quick]\n",
+                    "[--type q4_0,f16,...] [--quick] [--shape K,N,ROWS (K a multiple of 256)]\n",
                     argv[0]);
             return 2;
         }
@@ -253,8 +260,9 @@ int main(int argc, char **argv)
     const shape shapes_full[] = {
         {2048, 1024, 128}, {1024, 2048, 128}, {2048, 2048, 512}, {2048, 1024, 16}};
     const shape shapes_quick[] = {{2048, 1024, 128}};
-    const shape *shapes = quick ? shapes_quick : shapes_full;
-    const int n_shapes = quick ? 1 : (int)(sizeof(shapes_full) / sizeof(shapes_full[0]));
+    const shape *shapes = one.K ? &one : quick ? shapes_quick : shapes_full;
+    const int n_shapes =
+        one.K || quick ? 1 : (int)(sizeof(shapes_full) / sizeof(shapes_full[0]));
     const char *const *isas = es_kern_isa_names;
     es_kern ks;
     es_kern_get("scalar", &ks);

@@ -182,6 +182,45 @@ __attribute__((unused)) static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+typedef struct read_job {
+    const uint64_t *buf;
+    size_t n; /* words */
+    uint64_t sink[ES_MAX_THREADS];
+} read_job;
+
+static void read_fn(void *arg, int ith, int nth)
+{
+    read_job *j = arg;
+    const size_t a = j->n * (size_t)ith / (size_t)nth, b = j->n * (size_t)(ith + 1) / (size_t)nth;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = a; i + 4 <= b; i += 4) {
+        s0 += j->buf[i];
+        s1 += j->buf[i + 1];
+        s2 += j->buf[i + 2];
+        s3 += j->buf[i + 3];
+    }
+    j->sink[ith] = s0 + s1 + s2 + s3;
+}
+
+/* Bytes/s all threads of p read from DRAM (the best of 5 passes over 1 GiB). */
+__attribute__((unused)) static double dram_read_bw(es_pool *p)
+{
+    const size_t bytes = (size_t)1 << 30;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0;
+    memset(buf, 1, bytes);
+    read_job j = {buf, bytes / 8, {0}};
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = now_s();
+        es_pool_run(p, read_fn, &j);
+        const double bw = (double)bytes / (now_s() - t0);
+        best = bw > best ? bw : best;
+    }
+    free(buf);
+    return best;
+}
+
 /* ops per iteration: 12 instructions x ops per instruction */
 __attribute__((unused)) static void measure_peak(void (*loop)(long), double ops_per_iter, es_pool *p1, es_pool *p2,
                          double out[2])

@@ -10,6 +10,7 @@
  */
 #include "t.h"
 
+#include "core/cpu.h"
 #include "quant/kern.h"
 #include "quant/tiles.h"
 
@@ -119,7 +120,9 @@ static void check_table(const char *isa, const char *ref_isa)
     if (ref_isa) assert_true(es_kern_get(ref_isa, &kr));
     static const int64_t Ks[] = {32, 96, 2080};
     static const int64_t Ns[] = {1, 17, 45, 96, 130};
-    static const int64_t rows_list[] = {1, 3, 17, 130, 600};
+    /* 1..7: a call of at most one register block, which avx512 runs on the raw tiles
+     * (es_kern_tiling.direct), every block height of it, and the first call past it */
+    static const int64_t rows_list[] = {1, 2, 3, 4, 5, 6, 7, 17, 130, 600};
     long cases = 0;
     for (size_t ti = 0; ti < T_LEN(types); ti++) {
         const uint32_t type = types[ti];
@@ -245,9 +248,11 @@ static void test_guard_pages(void **state)
     for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
         es_kern k;
         if (!es_kern_get(isas[ii], &k)) continue;
-        for (size_t ti = 0; ti < 2 * T_LEN(types); ti++) {
-            const uint32_t type = types[ti / 2];
-            const int64_t K = 96, N = 45, nr = ti % 2 ? 17 : 9; /* 17: the amx table's tiles */
+        for (size_t ti = 0; ti < 3 * T_LEN(types); ti++) {
+            const uint32_t type = types[ti / 3];
+            /* 17: the amx table's tiles; 3: avx512's raw tiles (direct), on a matrix whose last
+             * tile is whole and so read by it up to the page's start */
+            const int64_t K = 96, nr = (int64_t[]){3, 9, 17}[ti % 3], N = nr == 3 ? 64 : 45;
             const size_t bytes = es_qtype_row_bytes(type, K) * (size_t)N;
             uint8_t *w = make_rows(type, N, K, 31 + ti), *wt = make_tiles(type, w, N, K);
             const size_t len = (bytes + pg - 1) / pg * pg + pg;
@@ -278,6 +283,57 @@ static void test_guard_pages(void **state)
     }
 }
 
+/* A few rows over two K-slices: a direct kernel (es_kern_tiling.direct) starts its second slice
+ * at the slice's tile-block of each tile, and that slice's Y adds to the first's. K is one
+ * 256-value unit past the slice avx512's tiles of 32 rows x 1,152 bytes per block take in a
+ * quarter of L2 (kern_drive.c), so every table with tiles as wide runs two slices. */
+static void test_few_rows_two_slices(void **state)
+{
+    (void)state;
+    const int64_t K = ((int64_t)es_cpu_get()->l2_bytes / 4 / (8 * 1152) + 1) * 256, N = 81;
+    long cases = 0;
+    for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
+        es_kern k;
+        if (!es_kern_get(isas[ii], &k)) continue;
+        for (size_t ti = 0; ti < T_LEN(types); ti++) {
+            const uint32_t type = types[ti];
+            uint8_t *w = make_rows(type, N, K, 77 + ti), *wt = make_tiles(type, w, N, K);
+            void *scratch = aalloc(es_gemm_scratch_bytes(&k, type, K));
+            for (int64_t nr = 1; nr <= 7; nr++) {
+                const int64_t nx = nr + 2;
+                float *X = make_x(nx, K, 40 + nr);
+                void *act = aalloc(es_act_bytes(&k, type, nx, K));
+                es_act_prepare(&k, type, X, K, nx, K, act);
+                int32_t rows[7];
+                for (int64_t r = 0; r < nr; r++) rows[r] = (int32_t)((r * 5 + 1) % nx);
+                float *Y1 = aalloc(sizeof(float) * (size_t)(nr * N));
+                float *Y2 = aalloc(sizeof(float) * (size_t)(nr * N));
+                for (int q = 0; q < 4; q++) {
+                    const int64_t n0 = q % 2 ? 5 : 0, n1 = q % 2 ? 70 : N;
+                    const int acc = q / 2;
+                    for (int64_t i = 0; i < nr * N; i++) Y1[i] = Y2[i] = (float)(i % 7) - 3;
+                    es_gemm(&k, type, w, K, n0, n1, act, rows, nr, Y1, N, acc, scratch);
+                    es_gemm_tiled(&k, type, wt, K, N, n0, n1, act, rows, nr, Y2, N, acc, scratch);
+                    if (memcmp(Y1, Y2, sizeof(float) * (size_t)(nr * N)) != 0)
+                        fail_msg("%s %s K=%ld rows=%ld [%ld, %ld) acc=%d: tiled differs from rows",
+                                 isas[ii], es_qtype_name(type), (long)K, (long)nr, (long)n0,
+                                 (long)n1, acc);
+                    cases++;
+                }
+                free(Y1);
+                free(Y2);
+                free(act);
+                free(X);
+            }
+            free(scratch);
+            free(wt);
+            free(w);
+        }
+    }
+    print_message("%ld cases of 1-7 rows over two slices (K=%ld) bit-identical to rows\n", cases,
+                  (long)K);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -288,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_neon),
         cmocka_unit_test(test_i8mm),
         cmocka_unit_test(test_guard_pages),
+        cmocka_unit_test(test_few_rows_two_slices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -436,6 +436,12 @@ typedef struct es_kern_tiling {
     int tiled; /* W is in the tile layout (quant/tiles.h): tiles start at multiples of tile_rows */
     void (*decode)(const es_kern_tile *t, uint8_t *scratch);
     void (*kernel)(const es_kern_block *b);
+    /* Optional, tiled layouts: a micro-kernel that reads a whole tile's raw bytes itself (tile:
+     * the slice's first tile-block of the tile), for calls of at most tb_direct token rows,
+     * whose tiles would otherwise be decoded for those few rows alone. A short last tile of
+     * the matrix still takes decode + kernel. The same bits as decode + kernel. */
+    void (*direct)(const es_kern_block *b);
+    int tb_direct;
     /*
      * The matrix-engine tables (amx) only; 0 / NULL for the vector tables.
      * decode_ahead: the scratch holds two tile buffers. The driver decodes a slice's first tile;

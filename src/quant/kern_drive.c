@@ -144,6 +144,8 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
             t.k1 = tn.k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
             b.nk = t.k1 - k0;
             b.load_y = accumulate || k0 > 0;
+            const size_t row_k0 = wrb * (size_t)k0 / (size_t)K;       /* a row's bytes before k0 */
+            if (tl->tiled) b.pf_wrb = wrb * (size_t)b.nk / (size_t)K; /* a row's slice bytes */
             if (packed) tl->pack_rows(act, arb, K, rows, rg, rg1, k0, t.k1, packed);
             /* the tile layout's tiles start at multiples of the width; rows below n0 are masked */
             const int64_t nt0 = tl->tiled ? n0 / tw * tw : n0;
@@ -153,22 +155,31 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
                 t.lo = b.lo = (int)(n0 > nt ? n0 - nt : 0);
                 t.hi = b.hi = (int)(n1 - nt < tw ? n1 - nt : tw);
                 uint8_t *const cur = buf[i & 1];
-                if (!tl->decode_ahead || nt == nt0) tl->decode(&t, cur);
-                b.tile = cur;
+                /* a few rows on a whole tile: the direct kernel reads the tile's slice itself */
+                const int direct = tl->direct && n_rows <= tl->tb_direct && nt + tw <= N;
+                if (direct)
+                    b.tile = (const uint8_t *)W + nt * wrb + tw * row_k0;
+                else if (!tl->decode_ahead || nt == nt0)
+                    tl->decode(&t, cur);
+                if (!direct) b.tile = cur;
                 /* decode_ahead: the next tile, for the first register block to decode */
                 tn.nt = nt + tw;
                 tn.lo = 0;
                 tn.hi = (int)(n1 - tn.nt < tw ? n1 - tn.nt : tw);
                 const es_kern_tile *next = tl->decode_ahead && tn.nt < n1 ? &tn : NULL;
                 b.next_buf = buf[(i + 1) & 1];
-                /* the raw rows of a later tile, if it is a whole one, for the first register
-                 * block to fetch into L2 (the tile layout needs none: the hardware prefetcher
-                 * follows it) */
+                /* the raw bytes of a later tile's slice, if it is a whole tile, for the first
+                 * register block to fetch into L2 while it works: rows of the row layout, or the
+                 * tile layout's one range of tw x the slice's row bytes, taken as tw parts (a
+                 * table whose tiles are the layout's; the hardware prefetcher follows the rest) */
                 const int64_t pt = nt + pf_ahead * tw;
-                b.pf = !tl->tiled && pt + tw <= n1
-                           ? (const uint8_t *)W + pt * wrb + wrb * (size_t)k0 / (size_t)K
-                           : NULL;
-                const int tb = b.hi <= tl->narrow_rows ? tl->tb_narrow : tl->tb;
+                b.pf = pt + tw > n1         ? NULL
+                       : !tl->tiled         ? (const uint8_t *)W + pt * wrb + row_k0
+                       : tw == ES_TILE_ROWS ? (const uint8_t *)W + pt * wrb + tw * row_k0
+                                            : NULL;
+                const int tb = direct                    ? tl->tb_direct
+                               : b.hi <= tl->narrow_rows ? tl->tb_narrow
+                                                         : tl->tb;
                 for (int64_t r = rg; r < rg1; r += b.T) {
                     b.T = block_rows(rg1 - r, tb, tl->even_split);
                     for (int j = 0; j < b.T; j++) {
@@ -178,7 +189,7 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
                     }
                     if (packed) b.xp = packed + (r - rg) * (b.nk / 32) * tl->pack_bytes_32;
                     b.next = r == rg ? next : NULL;
-                    tl->kernel(&b);
+                    (direct ? tl->direct : tl->kernel)(&b);
                     b.pf = NULL; /* fetched during the first register block */
                 }
             }

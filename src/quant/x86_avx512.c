@@ -5,6 +5,9 @@
  * DESIGN. es_gemm() walks tiles of 32 output rows (two zmm "columns" of 16 int32/float lanes).
  * For each tile and K-slice it decodes the weights once into the per-thread scratch, then runs a
  * register-blocked micro-kernel over all token rows of the call before moving to the next tile.
+ * A call on the tile layout with at most 6 token rows (an expert of a short prompt) skips the
+ * decode: mk_direct reads the raw tiles, whose bytes are the operand already but for a nibble
+ * split or a sign flip (bench/README.md, "few rows per expert").
  *
  * Integer weights: the decoders and the record of x86_avx512_dec.h (shared with the amx
  * table), with DEC_BIAS 128. vpdpbusd multiplies unsigned bytes (first source) by signed bytes
@@ -142,6 +145,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
     const uint8_t *rec = a->tile;
     for (int64_t b = 0; b < nbs; b++, rec += bs) {
         const int64_t oq = 32 * (kb0 + b);
+        if (a->pf) es_kern_prefetch_step(a, b, NRI);
         __m512i acc[2][TB], acc2[2][TB];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
@@ -254,6 +258,110 @@ static const mk_fn mk_table[4][2][TB + 1] = {
     {MK_ROW(K2, 1), MK_ROW(K2, 2)},
 };
 
+/*
+ * A few rows on the tile layout (Q4_0, Q8_0; es_kern_tiling.direct): a call whose token rows all
+ * fit one register block would decode each tile for those rows alone, and at a handful of rows
+ * the decode costs more than the products (bench_expert at 4 rows per expert). This kernel reads
+ * the tile's raw tile-blocks itself (a->tile: the slice's first tile-block of a whole 32-row
+ * tile, quant/tiles.h), splits the nibbles (Q4_0) or flips the sign bit (Q8_0) in registers and
+ * runs mk_int(KQ, 2, T)'s products: the same int32 sums, then the same float operations in the
+ * same order, so the same bits.
+ */
+static inline __attribute__((always_inline)) void mk_direct(const int q8, const int T,
+                                                            const es_kern_block *a)
+{
+    const size_t bs = (size_t)NRI * (q8 ? 34 : 18); /* bytes per tile-block */
+    const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
+    const __mmask16 m[2] = {lane_range(a->lo, a->hi), lane_range(a->lo - 16, a->hi - 16)};
+    const int64_t od = es_act_q8_off_d(K) + 4 * kb0, oc = es_act_q8_off_c(K) + 4 * kb0;
+    const __m512i off = _mm512_set1_epi8((char)(DEC_BIAS - 8));
+    __m512 y[2][TB];
+    const uint8_t *xr[TB];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        xr[t] = a->xr[t];
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++)
+            y[c][t] =
+                a->load_y ? _mm512_maskz_loadu_ps(m[c], a->yp[t] + 16 * c) : _mm512_setzero_ps();
+    }
+    const uint8_t *src = a->tile;
+    for (int64_t b = 0; b < nbs; b++, src += bs) {
+        const int64_t oq = 32 * (kb0 + b);
+        if (a->pf) es_kern_prefetch_step(a, b, NRI);
+        __m512i acc[2][TB];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[0][t] = acc[1][t] = bcst4(xr[t] + oc + 4 * b);
+        /* Q4_0: dword g of a row holds weights 4g..4g+3 (low nibbles) and 16+4g.. (high) */
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            if (!q8 && g == 4) break; /* Q4_0: four dwords, two nibbles each */
+            __m512i w[2], w4[2];
+#pragma GCC unroll 2
+            for (int c = 0; c < 2; c++) {
+                const __m512i raw = _mm512_loadu_si512(src + 2 * NRI + 128 * g + 64 * c);
+                if (q8) {
+                    w[c] = enc_q8(raw);
+                } else {
+                    w[c] = _mm512_add_epi8(and8(raw, 15), off);
+                    w4[c] = _mm512_add_epi8(and8(srl16(raw, 4), 15), off);
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                const __m512i xb = bcst4(xr[t] + oq + 4 * g);
+#pragma GCC unroll 2
+                for (int c = 0; c < 2; c++)
+                    acc[c][t] = _mm512_dpbusd_epi32(acc[c][t], w[c], xb);
+                if (!q8) {
+                    const __m512i xb4 = bcst4(xr[t] + oq + 4 * (g + 4));
+#pragma GCC unroll 2
+                    for (int c = 0; c < 2; c++)
+                        acc[c][t] = _mm512_dpbusd_epi32(acc[c][t], w4[c], xb4);
+                }
+            }
+        }
+        const __m512 s[2] = {t_scales(src, NRI, 0), t_scales(src, NRI, 1)};
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const __m512 xd = bcstf(xr[t] + od + 4 * b);
+#pragma GCC unroll 2
+            for (int c = 0; c < 2; c++)
+                y[c][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][t]), s[c]), xd,
+                                          y[c][t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++)
+            _mm512_mask_storeu_ps(a->yp[t] + 16 * c, m[c], y[c][t]);
+}
+
+#define MKD(q8, T)                                                                                 \
+    static void mk_direct_##q8##_##T(const es_kern_block *a)                                      \
+    {                                                                                              \
+        mk_direct(q8, T, a);                                                                       \
+    }
+MKD(0, 1) MKD(0, 2) MKD(0, 3) MKD(0, 4) MKD(0, 5) MKD(0, 6)
+MKD(1, 1) MKD(1, 2) MKD(1, 3) MKD(1, 4) MKD(1, 5) MKD(1, 6)
+enum { TB_DIRECT = 6 }; /* rows of the direct kernels (mk_int's KQ block of two columns) */
+static const mk_fn mk_direct_table[2][TB_DIRECT + 1] = {
+    {NULL, mk_direct_0_1, mk_direct_0_2, mk_direct_0_3, mk_direct_0_4, mk_direct_0_5,
+     mk_direct_0_6},
+    {NULL, mk_direct_1_1, mk_direct_1_2, mk_direct_1_3, mk_direct_1_4, mk_direct_1_5,
+     mk_direct_1_6},
+};
+static void run_direct_q4_0(const es_kern_block *b)
+{
+    mk_direct_table[0][b->T](b);
+}
+static void run_direct_q8_0(const es_kern_block *b)
+{
+    mk_direct_table[1][b->T](b);
+}
+
 /* The micro-kernel of each kind for the driver: one column if the wanted rows end in the first. */
 #define RUN(kind)                                                                                  \
     static void run_##kind(const es_kern_block *b)                                                 \
@@ -326,7 +434,7 @@ GEMM_INT(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
 GEMM_INT(gemm_mxfp4, KQ, dec_mxfp4, ES_QTYPE_MXFP4)
 
 /* The row layout's records and micro-kernels (kind KQ) on whole 32-row tiles of the layout. */
-#define GEMM_TILED(name, dec, type)                                                                \
+#define GEMM_TILED(name, dec, direct_kernel, type)                                                 \
     static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
         dec((const uint8_t *)t->W + t->nt * t->wrb, es_tile_rows(t->N, t->nt), t->k0 / 32,         \
@@ -337,11 +445,13 @@ GEMM_INT(gemm_mxfp4, KQ, dec_mxfp4, ES_QTYPE_MXFP4)
                      void *scratch)                                                                \
     {                                                                                              \
         ES_ASSERT(K % 32 == 0);                                                                    \
-        const es_kern_tiling tl = int_tiling(KQ, 1, name##_decode);                                \
+        es_kern_tiling tl = int_tiling(KQ, 1, name##_decode);                                      \
+        tl.direct = direct_kernel;                                                                 \
+        tl.tb_direct = TB_DIRECT;                                                                  \
         es_kern_drive(&tl, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
-GEMM_TILED(gemm_tiled_q4_0, dec_t_q4_0, ES_QTYPE_Q4_0)
-GEMM_TILED(gemm_tiled_q8_0, dec_t_q8_0, ES_QTYPE_Q8_0)
+GEMM_TILED(gemm_tiled_q4_0, dec_t_q4_0, run_direct_q4_0, ES_QTYPE_Q4_0)
+GEMM_TILED(gemm_tiled_q8_0, dec_t_q8_0, run_direct_q8_0, ES_QTYPE_Q8_0)
 
 /* ---- activations (integer types) ---------------------------------------------------------- */
 
