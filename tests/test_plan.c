@@ -40,9 +40,11 @@ void *__wrap_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
     return __real_mmap(a, n, prot, flags, fd, off);
 }
 
-/* Sizes where every phase of the operator splits (plan.c: 128-column chunks in gate/up and down,
- * wider for the amx table with 1 or 2 threads; 512-row blocks): D and FF exceed the chunks with a tail, expert BUSY takes more than 512 of
- * the T tokens, expert IDLE takes none, and P = E + 3 slots leave some unused. */
+/* Sizes where every phase of the operator splits (plan.c's chunk_cols: items of 32 to 128
+ * columns by the thread count, here 128 at 1 thread, 128 for FF and 32 for D at 2, 96 and 128
+ * at 3, wider for the amx table with 1 or 2 threads; 512-row blocks): D and FF exceed the chunks
+ * with a tail, expert BUSY takes more than 512 of the T tokens, expert IDLE takes none, and
+ * P = E + 3 slots leave some unused. */
 enum { D = 320, FF = 288, E = 6, T = 700, TOPK = 2, P = E + 3, BUSY = 2, IDLE = 5, NR = T * TOPK };
 
 typedef struct fixture {

@@ -12,19 +12,36 @@ enum {
 };
 _Static_assert(CHUNK % ES_TILE_ROWS == 0, "tile chunks");
 
-/* Columns per work item over n columns: CHUNK, which balances the threads and keeps each
- * SwiGLU chunk hot; for a table whose calls pack their token rows first (es_kern.wide_calls),
- * an even share of the columns per thread (at least CHUNK, a multiple of ES_TILE_ROWS), since
- * each call packs the block's rows again: on the Intel Xeon of bench/README.md the amx table
- * without its matrix unit did 5-16 % less work relative to avx512 at 1,024 tokens this way
- * (bench_amx_bound, Q4_0 and Q4_K, 1 and 2 threads), while the avx512 table got no faster with
- * such chunks (0-4 % slower) and keeps CHUNK. */
+/* Columns per work item over n columns. The pool's threads share a block's items and the next
+ * phase waits for the last of them, so the busiest thread takes ceil(ceil(n / w) / threads)
+ * items of w columns: the width w of at most CHUNK (a multiple of ES_TILE_ROWS, which keeps each
+ * SwiGLU chunk hot) that makes that the fewest columns, the widest of equals (fewer calls). At 2
+ * threads that is CHUNK for an FFN of 512, 768 or 1,024 columns (1,408: 64, 704 columns each
+ * instead of 768); at 16 threads Ling-mini-2.0's 512 take items of 32, where CHUNK's four would
+ * leave 12 threads waiting in every expert's gate/up, and OLMoE's 1,024 items of 64. Results do
+ * not depend on it (kern.h, determinism). A table whose calls pack their token rows first
+ * (es_kern.wide_calls) takes an even share of the columns per thread (at least CHUNK, a multiple
+ * of ES_TILE_ROWS), since each call packs the block's rows again: on the Intel Xeon of
+ * bench/README.md the amx table without its matrix unit did 5-16 % less work relative to avx512
+ * at 1,024 tokens this way (bench_amx_bound, Q4_0 and Q4_K, 1 and 2 threads), while the avx512
+ * table got no faster with such chunks (0-4 % slower). */
 static int64_t chunk_cols(const es_kern *k, int64_t n, int n_threads)
 {
-    if (!k->wide_calls) return CHUNK;
-    const int64_t share = (n + n_threads - 1) / n_threads;
-    const int64_t c = (share + ES_TILE_ROWS - 1) / ES_TILE_ROWS * ES_TILE_ROWS;
-    return c > CHUNK ? c : CHUNK;
+    if (k->wide_calls) {
+        const int64_t share = (n + n_threads - 1) / n_threads;
+        const int64_t c = (share + ES_TILE_ROWS - 1) / ES_TILE_ROWS * ES_TILE_ROWS;
+        return c > CHUNK ? c : CHUNK;
+    }
+    int64_t best = CHUNK, best_cols = INT64_MAX;
+    for (int64_t w = CHUNK; w >= ES_TILE_ROWS; w -= ES_TILE_ROWS) {
+        const int64_t items = (n + w - 1) / w, rounds = (items + n_threads - 1) / n_threads;
+        /* the busiest thread's columns; the last item (n's tail) may be short, and is its
+         * alone when it starts a round of its own */
+        const int64_t tail = n - (items - 1) * w;
+        const int64_t cols = (items - 1) % n_threads == 0 ? (rounds - 1) * w + tail : rounds * w;
+        if (cols < best_cols) best = w, best_cols = cols;
+    }
+    return best;
 }
 
 /* One block of at most ROW_BLOCK routed rows of one expert. */

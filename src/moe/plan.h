@@ -8,8 +8,9 @@
  * the placement map phi (expert -> physical slot), builds the CSR-by-slot descriptors with a
  * counting sort in O(P + R), then walks the slots in increasing order of the expert they hold:
  * for each block of at most RB routed rows it runs gate and up over the gathered rows (threads
- * split the FFN columns in chunks of 128, or an even share each for a table whose calls pack
- * their rows: es_kern.wide_calls), applies SwiGLU while the tiles are hot, quantizes the block
+ * split the FFN columns in chunks of 32 to 128, as wide as keeps every thread busy (plan.c's
+ * chunk_cols), or an even share each for a table whose calls pack their rows:
+ * es_kern.wide_calls), applies SwiGLU while the tiles are hot, quantizes the block
  * once, and runs down (threads split the hidden columns alike) into a per-thread tile that is
  * scaled by the router weight and added into Y[token]. No two threads write the same Y element,
  * and every Y element receives its expert contributions in increasing expert id, each a dot
