@@ -676,6 +676,61 @@ static void test_avx512_vs_scalar(void **state)
     check_isa("avx512");
 }
 
+/* A few token rows (1-7: one register block and the first call past it; avx512 runs calls of at
+ * most 6 rows on Q4_K rows and on the tile layout with direct kernels, es_kern_tiling.direct)
+ * against the scalar table, bit for bit, over whole and part tiles: N = 81 (two whole 32-row
+ * tiles and a short one), [0, N) and [5, 70), accumulating or not, and a K of two slices of
+ * avx512's K-quant tiles (32 rows x 1,280 bytes per block in a quarter of L2) beside 2,048. */
+static void test_few_rows_vs_scalar(void **state)
+{
+    (void)state;
+    es_kern ks;
+    assert_true(es_kern_get("scalar", &ks));
+    static const uint32_t types[] = {ES_QTYPE_Q4_K, ES_QTYPE_Q4_0, ES_QTYPE_Q8_0};
+    const int64_t k_two = ((int64_t)es_cpu_get()->l2_bytes / 4 / (8 * 1280) + 1) * 256;
+    const int64_t Ks[] = {2048, k_two}, N = 81;
+    long cases = 0;
+    for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
+        es_kern kv;
+        if (!strcmp(es_kern_isa_names[ii], "scalar") || !es_kern_get(es_kern_isa_names[ii], &kv))
+            continue;
+        for (size_t ti = 0; ti < ES_LEN(types); ti++)
+            for (size_t ki = 0; ki < ES_LEN(Ks); ki++) {
+                const int64_t K = Ks[ki];
+                mat m = make_mat(types[ti], N, K, 500 + ti * 10 + ki);
+                for (int64_t nr = 1; nr <= 7; nr++) {
+                    const int64_t nx = nr + 2, ldx = K;
+                    float *X = make_x(nx, K, ldx, 90 + nr);
+                    run us = {&ks, &m, X, ldx, nx}, uv = {&kv, &m, X, ldx, nx};
+                    void *as = prep_act(&us), *av = prep_act(&uv);
+                    int32_t rows[7];
+                    for (int64_t r = 0; r < nr; r++) rows[r] = (int32_t)((3 * r + 2) % nx);
+                    float *Ys = aalloc(sizeof(float) * nr * N), *Yv = aalloc(sizeof(float) * nr * N);
+                    for (int q = 0; q < 2; q++) {
+                        const int64_t n0 = q ? 5 : 0, n1 = q ? 70 : N;
+                        for (int64_t i = 0; i < nr * N; i++) Ys[i] = Yv[i] = (float)(i % 11) - 5;
+                        do_gemm(&us, as, n0, n1, rows, nr, Ys, N, q);
+                        do_gemm(&uv, av, n0, n1, rows, nr, Yv, N, q);
+                        if (memcmp(Ys, Yv, sizeof(float) * (size_t)(nr * N)) != 0)
+                            fail_msg("%s %s K=%ld rows=%ld [%ld, %ld) acc=%d: not the scalar "
+                                     "table's bits", es_kern_isa_names[ii],
+                                     es_qtype_name(types[ti]), (long)K, (long)nr, (long)n0,
+                                     (long)n1, q);
+                        cases++;
+                    }
+                    free(Ys);
+                    free(Yv);
+                    free(as);
+                    free(av);
+                    free(X);
+                }
+                free_mat(&m);
+            }
+    }
+    print_message("%ld calls of 1-7 rows bit-identical to scalar (K 2048 and %ld)\n", cases,
+                  (long)k_two);
+}
+
 static void test_asimd_vs_scalar(void **state)
 {
     (void)state;
@@ -1089,6 +1144,7 @@ int main(void)
         cmocka_unit_test(test_avx2_vs_scalar),
         cmocka_unit_test(test_avxvnni_vs_scalar),
         cmocka_unit_test(test_avx512_vs_scalar),
+        cmocka_unit_test(test_few_rows_vs_scalar),
         cmocka_unit_test(test_asimd_vs_scalar),
         cmocka_unit_test(test_neon_vs_scalar),
         cmocka_unit_test(test_i8mm_vs_scalar),

@@ -410,6 +410,7 @@ typedef struct es_kern_block {
     const uint8_t *xr[ES_KERN_TB_MAX];
     float *yp[ES_KERN_TB_MAX];
     const uint8_t *pf;
+    size_t wrb; /* W's bytes per row (a direct kernel on the row layout reads its rows) */
     size_t pf_wrb;
     uint64_t pf_step;
     const uint8_t *xp;
@@ -436,10 +437,12 @@ typedef struct es_kern_tiling {
     int tiled; /* W is in the tile layout (quant/tiles.h): tiles start at multiples of tile_rows */
     void (*decode)(const es_kern_tile *t, uint8_t *scratch);
     void (*kernel)(const es_kern_block *b);
-    /* Optional, tiled layouts: a micro-kernel that reads a whole tile's raw bytes itself (tile:
-     * the slice's first tile-block of the tile), for calls of at most tb_direct token rows,
-     * whose tiles would otherwise be decoded for those few rows alone. A short last tile of
-     * the matrix still takes decode + kernel. The same bits as decode + kernel. */
+    /* Optional: a micro-kernel that reads a whole tile's raw bytes itself, for calls of at most
+     * tb_direct token rows, whose tiles would otherwise be decoded for those few rows alone.
+     * tile: on the tile layout the slice's first tile-block of the tile, on the row layout the
+     * tile's first row (wrb apart; the kernel finds the slice from k0). A tile that is short
+     * (the matrix's last) or on the row layout reaches past n1 still takes decode + kernel.
+     * The same bits as decode + kernel. */
     void (*direct)(const es_kern_block *b);
     int tb_direct;
     /*

@@ -130,7 +130,7 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
     es_kern_tile t = {.W = W, .wrb = wrb, .N = N, .type = type}, tn = t;
     es_kern_block b;
     b.K = K;
-    b.pf_wrb = wrb;
+    b.wrb = b.pf_wrb = wrb;
     b.pf_step = ((uint64_t)wrb << 21) / (uint64_t)K; /* bytes per block of 32 k, << 16 */
     b.xp = NULL;
     b.tl = tl;
@@ -156,9 +156,10 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
                 t.hi = b.hi = (int)(n1 - nt < tw ? n1 - nt : tw);
                 uint8_t *const cur = buf[i & 1];
                 /* a few rows on a whole tile: the direct kernel reads the tile's slice itself */
-                const int direct = tl->direct && n_rows <= tl->tb_direct && nt + tw <= N;
+                const int direct =
+                    tl->direct && n_rows <= tl->tb_direct && nt + tw <= (tl->tiled ? N : n1);
                 if (direct)
-                    b.tile = (const uint8_t *)W + nt * wrb + tw * row_k0;
+                    b.tile = (const uint8_t *)W + nt * wrb + (tl->tiled ? tw * row_k0 : 0);
                 else if (!tl->decode_ahead || nt == nt0)
                     tl->decode(&t, cur);
                 if (!direct) b.tile = cur;

@@ -5,9 +5,10 @@
  * DESIGN. es_gemm() walks tiles of 32 output rows (two zmm "columns" of 16 int32/float lanes).
  * For each tile and K-slice it decodes the weights once into the per-thread scratch, then runs a
  * register-blocked micro-kernel over all token rows of the call before moving to the next tile.
- * A call on the tile layout with at most 6 token rows (an expert of a short prompt) skips the
- * decode: mk_direct reads the raw tiles, whose bytes are the operand already but for a nibble
- * split or a sign flip (bench/README.md, "few rows per expert").
+ * A call of at most 6 token rows (an expert of a short prompt) skips the decode on the tile
+ * layout, whose bytes are the operand already but for a nibble split or a sign flip (mk_direct),
+ * and on Q4_K rows decodes into registers instead of a tile (mk_direct_q4k; bench/README.md,
+ * "few rows per expert").
  *
  * Integer weights: the decoders and the record of x86_avx512_dec.h (shared with the amx
  * table), with DEC_BIAS 128. vpdpbusd multiplies unsigned bytes (first source) by signed bytes
@@ -362,6 +363,87 @@ static void run_direct_q8_0(const es_kern_block *b)
     mk_direct_table[1][b->T](b);
 }
 
+/*
+ * A few rows of Q4_K in GGUF rows (es_kern_tiling.direct): dec_k45's work into registers. Per
+ * 16-row column and super-block the scales go to a small buffer in L1 (k45_scales, as the
+ * decoder stores them) and each 32-byte chunk of the rows' nibbles is transposed (tr16x8) and
+ * split in registers and fed to the token rows' vpdpbusd at once, instead of being stored as a
+ * tile and loaded back for a handful of rows. The int32 sums and the float operations of
+ * mk_int(KM), in its order: the same bits. a->tile: the tile's first row; whole tiles only.
+ */
+static inline __attribute__((always_inline)) void mk_direct_q4k(const int T,
+                                                                const es_kern_block *a)
+{
+    const int64_t K = a->K, s0 = a->k0 / 256, s1 = (a->k0 + a->nk) / 256;
+    const int64_t od = es_act_q8_off_d(K), ods = es_act_q8_off_ds(K);
+    const size_t wrb = a->wrb;
+    const __m512i ro = row_offsets(wrb, 16);
+    uint8_t scb[8 * REC_K] __attribute__((aligned(64))); /* k45_scales' records: scales only */
+    const uint8_t *xr[TB];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) xr[t] = a->xr[t];
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; c++) {
+        const __mmask16 m = lane_range(a->lo - 16 * c, a->hi - 16 * c);
+        if (!m) continue;
+        const uint8_t *W = a->tile + 16 * (size_t)c * wrb;
+        __m512 y[TB];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            y[t] = a->load_y ? _mm512_maskz_loadu_ps(m, a->yp[t] + 16 * c) : _mm512_setzero_ps();
+        for (int64_t S = s0; S < s1; S++) {
+            const uint8_t *sb = W + S * 144;
+            if (a->pf && c == 0)
+                for (int j = 0; j < 8; j++) es_kern_prefetch_step(a, 8 * (S - s0) + j, NRI);
+            k45_scales(sb, ro, scb);
+#pragma GCC unroll 4
+            for (int cc = 0; cc < 4; cc++) {
+                __m512i raw[8], acc[2][TB];
+                tr16x8(sb + 16 + 32 * cc, wrb, 16, raw);
+                const int64_t kl = 8 * S + 2 * cc; /* blocks kl (low nibbles) and kl + 1 */
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++) {
+                    const __m512i lo = and8(raw[g], 15), hi = and8(srl16(raw[g], 4), 15);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        acc[0][t] = dp_bcst(acc[0][t], lo, xr[t] + 32 * kl + 4 * g);
+                        acc[1][t] = dp_bcst(acc[1][t], hi, xr[t] + 32 * (kl + 1) + 4 * g);
+                    }
+                }
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *rec = scb + (2 * cc + h) * REC_K;
+                    const __m512 s = _mm512_load_ps(rec + 1024), mn = _mm512_load_ps(rec + 1152);
+#pragma GCC unroll 8
+                    for (int t = 0; t < T; t++) {
+                        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[h][t]), s);
+                        y[t] = _mm512_fmadd_ps(f, bcstf(xr[t] + od + 4 * (kl + h)), y[t]);
+                        y[t] = _mm512_fmadd_ps(mn, bcstf(xr[t] + ods + 4 * (kl + h)), y[t]);
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(a->yp[t] + 16 * c, m, y[t]);
+    }
+}
+
+#define MKDK(T)                                                                                    \
+    static void mk_direct_q4k_##T(const es_kern_block *a)                                         \
+    {                                                                                              \
+        mk_direct_q4k(T, a);                                                                       \
+    }
+MKDK(1) MKDK(2) MKDK(3) MKDK(4) MKDK(5) MKDK(6)
+static const mk_fn mk_direct_q4k_table[TB_DIRECT + 1] = {
+    NULL, mk_direct_q4k_1, mk_direct_q4k_2, mk_direct_q4k_3, mk_direct_q4k_4, mk_direct_q4k_5,
+    mk_direct_q4k_6};
+static void run_direct_q4_K(const es_kern_block *b)
+{
+    mk_direct_q4k_table[b->T](b);
+}
+
 /* The micro-kernel of each kind for the driver: one column if the wanted rows end in the first. */
 #define RUN(kind)                                                                                  \
     static void run_##kind(const es_kern_block *b)                                                 \
@@ -421,9 +503,25 @@ static size_t scratch_k2(int64_t K)
         const es_kern_tiling tl = int_tiling(kind, 0, name##_decode);                              \
         es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
+/* The same with a direct kernel for calls of at most TB_DIRECT rows (es_kern_tiling.direct). */
+#define GEMM_INT_DIRECT(name, kind, dec, direct_kernel, type)                                     \
+    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
+    {                                                                                              \
+        dec((const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0 / 32, t->k1 / 32, tile);  \
+    }                                                                                              \
+    static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
+                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
+                     void *scratch)                                                                \
+    {                                                                                              \
+        ES_ASSERT(K % 256 == 0);                                                                   \
+        es_kern_tiling tl = int_tiling(kind, 0, name##_decode);                                    \
+        tl.direct = direct_kernel;                                                                 \
+        tl.tb_direct = TB_DIRECT;                                                                  \
+        es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
+    }
 GEMM_INT(gemm_q4_0, KQ, dec_q4_0, ES_QTYPE_Q4_0)
 GEMM_INT(gemm_q8_0, KQ, dec_q8_0, ES_QTYPE_Q8_0)
-GEMM_INT(gemm_q4_K, KM, dec_q4_K, ES_QTYPE_Q4_K)
+GEMM_INT_DIRECT(gemm_q4_K, KM, dec_q4_K, run_direct_q4_K, ES_QTYPE_Q4_K)
 GEMM_INT(gemm_q5_K, KM, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, K6, dec_q6_K, ES_QTYPE_Q6_K)
 GEMM_INT(gemm_q3_K, K6, dec_q3_K, ES_QTYPE_Q3_K)
