@@ -490,7 +490,8 @@ static size_t scratch_k2(int64_t K)
     return es_kern_drive_scratch(&tl, K);
 }
 
-#define GEMM_INT(name, kind, dec, type)                                                            \
+/* direct_kernel: NULL, or a kernel for calls of at most TB_DIRECT rows (es_kern_tiling.direct) */
+#define GEMM_INT(name, kind, dec, direct_kernel, type)                                             \
     static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
         dec((const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0 / 32, t->k1 / 32, tile);  \
@@ -500,36 +501,22 @@ static size_t scratch_k2(int64_t K)
                      void *scratch)                                                                \
     {                                                                                              \
         ES_ASSERT(K % 32 == 0);                                                                    \
-        const es_kern_tiling tl = int_tiling(kind, 0, name##_decode);                              \
-        es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
-    }
-/* The same with a direct kernel for calls of at most TB_DIRECT rows (es_kern_tiling.direct). */
-#define GEMM_INT_DIRECT(name, kind, dec, direct_kernel, type)                                     \
-    static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
-    {                                                                                              \
-        dec((const uint8_t *)t->W + t->nt * t->wrb, t->wrb, t->hi, t->k0 / 32, t->k1 / 32, tile);  \
-    }                                                                                              \
-    static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
-                     const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
-                     void *scratch)                                                                \
-    {                                                                                              \
-        ES_ASSERT(K % 256 == 0);                                                                   \
         es_kern_tiling tl = int_tiling(kind, 0, name##_decode);                                    \
         tl.direct = direct_kernel;                                                                 \
         tl.tb_direct = TB_DIRECT;                                                                  \
         es_kern_drive(&tl, type, W, K, 0, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
-GEMM_INT(gemm_q4_0, KQ, dec_q4_0, ES_QTYPE_Q4_0)
-GEMM_INT(gemm_q8_0, KQ, dec_q8_0, ES_QTYPE_Q8_0)
-GEMM_INT_DIRECT(gemm_q4_K, KM, dec_q4_K, run_direct_q4_K, ES_QTYPE_Q4_K)
-GEMM_INT(gemm_q5_K, KM, dec_q5_K, ES_QTYPE_Q5_K)
-GEMM_INT(gemm_q6_K, K6, dec_q6_K, ES_QTYPE_Q6_K)
-GEMM_INT(gemm_q3_K, K6, dec_q3_K, ES_QTYPE_Q3_K)
-GEMM_INT(gemm_q2_K, K2, dec_q2_K, ES_QTYPE_Q2_K)
-GEMM_INT(gemm_q5_0, KQ, dec_q5_0, ES_QTYPE_Q5_0)
-GEMM_INT(gemm_iq4_nl, KQ, dec_iq4_nl, ES_QTYPE_IQ4_NL)
-GEMM_INT(gemm_iq4_xs, KQ, dec_iq4_xs, ES_QTYPE_IQ4_XS)
-GEMM_INT(gemm_mxfp4, KQ, dec_mxfp4, ES_QTYPE_MXFP4)
+GEMM_INT(gemm_q4_0, KQ, dec_q4_0, NULL, ES_QTYPE_Q4_0)
+GEMM_INT(gemm_q8_0, KQ, dec_q8_0, NULL, ES_QTYPE_Q8_0)
+GEMM_INT(gemm_q4_K, KM, dec_q4_K, run_direct_q4_K, ES_QTYPE_Q4_K)
+GEMM_INT(gemm_q5_K, KM, dec_q5_K, NULL, ES_QTYPE_Q5_K)
+GEMM_INT(gemm_q6_K, K6, dec_q6_K, NULL, ES_QTYPE_Q6_K)
+GEMM_INT(gemm_q3_K, K6, dec_q3_K, NULL, ES_QTYPE_Q3_K)
+GEMM_INT(gemm_q2_K, K2, dec_q2_K, NULL, ES_QTYPE_Q2_K)
+GEMM_INT(gemm_q5_0, KQ, dec_q5_0, NULL, ES_QTYPE_Q5_0)
+GEMM_INT(gemm_iq4_nl, KQ, dec_iq4_nl, NULL, ES_QTYPE_IQ4_NL)
+GEMM_INT(gemm_iq4_xs, KQ, dec_iq4_xs, NULL, ES_QTYPE_IQ4_XS)
+GEMM_INT(gemm_mxfp4, KQ, dec_mxfp4, NULL, ES_QTYPE_MXFP4)
 
 /* The row layout's records and micro-kernels (kind KQ) on whole 32-row tiles of the layout. */
 #define GEMM_TILED(name, dec, direct_kernel, type)                                                 \
