@@ -119,6 +119,8 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
     ES_ASSERT(K > 0 && ((uintptr_t)scratch & 63) == 0);
     ES_ASSERT(tl->tb <= ES_KERN_TB_MAX && tl->tb_narrow <= ES_KERN_TB_MAX);
     ES_ASSERT(!tl->pack_rows || (!tl->even_split && tl->tb == tl->tb_narrow));
+    /* a direct kernel reads the weights in place: nothing decodes a tile ahead for it */
+    ES_ASSERT(!tl->direct || !tl->decode_ahead);
     const int64_t mult = group_multiple(tl->tb);
     const slices pl = make_slices(K, n_rows, tl->unit, tile_unit_bytes(tl), tl->act_bytes, mult);
     const size_t wrb = es_qtype_row_bytes(type, K), arb = tl->act_row_bytes(K);

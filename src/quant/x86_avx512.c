@@ -116,6 +116,23 @@ static inline int tb_of(int kind, int C)
     return C == 1 ? 8 : kind == K6 ? 4 : 6;
 }
 
+/* The start of a register block: the T token rows' activations in xr and, for C columns, the
+ * outputs in y (what a->yp holds where a->load_y, else 0; lanes outside m read nothing). */
+static inline __attribute__((always_inline)) void load_y(const int C, const int T,
+                                                         const es_kern_block *a,
+                                                         const __mmask16 m[2], __m512 y[2][TB],
+                                                         const uint8_t *xr[TB])
+{
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        xr[t] = a->xr[t];
+#pragma GCC unroll 2
+        for (int c = 0; c < C; c++)
+            y[c][t] =
+                a->load_y ? _mm512_maskz_loadu_ps(m[c], a->yp[t] + 16 * c) : _mm512_setzero_ps();
+    }
+}
+
 /*
  * C columns (16 output rows each) x T tokens. Per block: the int32 accumulators start at the
  * correction the act stores (KQ: -128*sum(x); K6: per half; KM: 0), take 8 vpdpbusd (groups g,
@@ -135,14 +152,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
     const int64_t oc = es_act_q8_off_c(K) + 4 * kb0, oc2 = es_act_q8_off_c2(K) + 8 * kb0;
     __m512 y[2][TB];
     const uint8_t *xr[TB];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        xr[t] = a->xr[t];
-#pragma GCC unroll 2
-        for (int c = 0; c < C; c++)
-            y[c][t] =
-                a->load_y ? _mm512_maskz_loadu_ps(m[c], a->yp[t] + 16 * c) : _mm512_setzero_ps();
-    }
+    load_y(C, T, a, m, y, xr);
     const uint8_t *rec = a->tile;
     for (int64_t b = 0; b < nbs; b++, rec += bs) {
         const int64_t oq = 32 * (kb0 + b);
@@ -278,14 +288,7 @@ static inline __attribute__((always_inline)) void mk_direct(const int q8, const 
     const __m512i off = _mm512_set1_epi8((char)(DEC_BIAS - 8));
     __m512 y[2][TB];
     const uint8_t *xr[TB];
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        xr[t] = a->xr[t];
-#pragma GCC unroll 2
-        for (int c = 0; c < 2; c++)
-            y[c][t] =
-                a->load_y ? _mm512_maskz_loadu_ps(m[c], a->yp[t] + 16 * c) : _mm512_setzero_ps();
-    }
+    load_y(2, T, a, m, y, xr);
     const uint8_t *src = a->tile;
     for (int64_t b = 0; b < nbs; b++, src += bs) {
         const int64_t oq = 32 * (kb0 + b);
