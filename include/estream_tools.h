@@ -281,6 +281,14 @@ typedef struct es_model_details {
                                 * none): a text token turns by its position on the first three
                                 * axes' pairs and by 0 on the fourth's */
     float embd_scale, resid_scale, logit_mul; /* muP's multipliers (0: not applied) */
+    int norm_bias;             /* the RMS norms add a bias after their weight (Phi-3.5-MoE) */
+    int output_bias;           /* the head adds output.bias to the logits */
+    int q_prescale;            /* the queries are scaled by 1/sqrt(head) before q.k */
+    int longrope_ctx;          /* LongRoPE: sequences longer than this turn by the long factors,
+                                * the others by the short ones (0: not LongRoPE) */
+    int longrope_short, longrope_long; /* whether the file has each set of factors */
+    float rope_cs_scale;       /* the factor on every RoPE cos and sin (attn_factor, YaRN's
+                                * magnitude; 1: none) */
 } es_model_details;
 void es_model_describe_details(const es_model *m, es_model_details *out);
 

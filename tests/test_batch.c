@@ -330,6 +330,14 @@ static void test_invariance_hunyuan(void **st)
     invariance(data("tiny-hunyuan-q4_0.gguf"), NULL, 512, NULL);
 }
 
+/* phimoe: LongRoPE's factors chosen by each sequence's own length (lengths on both sides of
+ * the original 256 share batches), norm and output biases; from its pack too */
+static void test_invariance_phimoe(void **st)
+{
+    (void)st;
+    invariance(data("tiny-phimoe-q4_0.gguf"), NULL, 512, t_tmp_path("phimoe.pack"));
+}
+
 /* bailingmoe2: the fused attn_qkv's views, half-RoPE, grouped sigmoid routing, two shared
  * experts; from its pack too (the multi-token-prediction block's experts left out) */
 static void test_invariance_bailingmoe2(void **st)
@@ -800,7 +808,7 @@ static void test_logprobs_vs_llama(void **st)
                            "tiny-llama4-f16", "tiny-granitemoe-f16", "tiny-hunyuan-f16",
                            "tiny-bailingmoe2-f16", "tiny-dots1-f16", "tiny-minimax-m2-f16",
                            "tiny-exaone-moe-f16", "tiny-smallthinker-f32", "tiny-qwen3vlmoe-f16",
-                           "tiny-bailingmoe-f16"};
+                           "tiny-bailingmoe-f16", "tiny-phimoe-f16"};
     size_t n = 0;
     char *ids_text = t_read_file("tests/data/tiny-ids.txt", &n);
     assert_non_null(ids_text);
@@ -912,6 +920,7 @@ int main(void)
         cmocka_unit_test_setup(test_invariance_ernie, reseed),
         cmocka_unit_test_setup(test_invariance_granitemoe, reseed),
         cmocka_unit_test_setup(test_invariance_hunyuan, reseed),
+        cmocka_unit_test_setup(test_invariance_phimoe, reseed),
         cmocka_unit_test_setup(test_invariance_bailingmoe2, reseed),
         cmocka_unit_test_setup(test_invariance_dots1, reseed),
         cmocka_unit_test_setup(test_invariance_minimax_m2, reseed),

@@ -45,10 +45,17 @@ static limits loosest(limits a, limits b)
 /* Fast vs reference within `self`; where llama.cpp's logits of the same file are given, fast vs
  * them within `llama`, and the reference vs them within the looser of the two (the reference
  * computes in float: from a quantized file it is as far from llama.cpp as from the fast path). */
-/* Every position's logits of tiny-ids.txt from `model`, by the fast path and the reference. */
-static void prefill_both(const char *model, size_t *n, size_t *nv, float **fast, float **ref)
+/* Every position's logits of tiny-ids.txt repeated `times` times from `model`, by the fast
+ * path and the reference. */
+static void prefill_times(const char *model, int times, size_t *n, size_t *nv, float **fast,
+                          float **ref)
 {
-    int32_t *ids = t_read_ids(DATA "tiny-ids.txt", n);
+    size_t n1;
+    int32_t *one = t_read_ids(DATA "tiny-ids.txt", &n1);
+    int32_t *ids = malloc(sizeof(int32_t) * n1 * (size_t)times);
+    for (int i = 0; i < times; i++) memcpy(ids + n1 * (size_t)i, one, sizeof(int32_t) * n1);
+    free(one);
+    *n = n1 * (size_t)times;
     es_model *m = open_ok(model);
     *nv = (size_t)es_model_n_vocab(m);
     *ref = malloc(sizeof(float) * *n * *nv);
@@ -63,6 +70,10 @@ static void prefill_both(const char *model, size_t *n, size_t *nv, float **fast,
     free(ids);
     es_model_close(m);
 }
+static void prefill_both(const char *model, size_t *n, size_t *nv, float **fast, float **ref)
+{
+    prefill_times(model, 1, n, nv, fast, ref);
+}
 
 /* llama.cpp's logits of tiny-ids.txt, [n][nv] floats, from a tests/data file. */
 static float *read_llama_logits(const char *path, size_t n, size_t nv)
@@ -74,11 +85,13 @@ static float *read_llama_logits(const char *path, size_t n, size_t nv)
     return want;
 }
 
-static void compare_lim(const char *model, limits self, const char *llama_logits, limits llama)
+/* compare_lim over tiny-ids.txt repeated `times` times. */
+static void compare_times(const char *model, int times, limits self, const char *llama_logits,
+                          limits llama)
 {
     size_t n, nv;
     float *fast, *ref;
-    prefill_both(model, &n, &nv, &fast, &ref);
+    prefill_times(model, times, &n, &nv, &fast, &ref);
     check_limits("fast vs reference", model, t_compare_logits(fast, ref, n, nv), self);
     if (llama_logits) {
         float *want = read_llama_logits(llama_logits, n, nv);
@@ -89,6 +102,10 @@ static void compare_lim(const char *model, limits self, const char *llama_logits
     }
     free(ref);
     free(fast);
+}
+static void compare_lim(const char *model, limits self, const char *llama_logits, limits llama)
+{
+    compare_times(model, 1, self, llama_logits, llama);
 }
 
 /*
@@ -392,6 +409,20 @@ static void test_family_hunyuan(void **s)
 {
     (void)s;
     family("tiny-hunyuan", (limits){INFINITY, 0.2, 3.0, 0.93, INFINITY}, quant_llama);
+}
+
+/* phimoe (Phi-3.5-MoE, llama.cpp's phi3 graph): RMS norms with biases, q/k/v and output
+ * projections with biases, NEOX RoPE with LongRoPE's factors and attn_factor, queries scaled
+ * before attention, a softmax top-2 renormalised, an output bias. tiny-ids.txt (114 tokens)
+ * turns by the short factors, the same text three times (342 tokens, past the original 256)
+ * by the long ones, llama.cpp's with its context at 512. Measured against llama.cpp 3f545bec
+ * (per-position max |diff|): see the limits. */
+static void test_family_phimoe(void **s)
+{
+    (void)s;
+    family("tiny-phimoe", quant_self, quant_llama);
+    compare_times(DATA "tiny-phimoe-f16.gguf", 3, f16_self,
+                  DATA "tiny-phimoe-f16.llama-long-logits.bin", f16_llama);
 }
 
 /* bailingmoe2 (Ling 2.0): q, k and v in one fused attn_qkv, per-head q/k norms before NEOX RoPE
@@ -1177,6 +1208,7 @@ int main(void)
         cmocka_unit_test(test_family_llama4),
         cmocka_unit_test(test_family_granitemoe),
         cmocka_unit_test(test_family_hunyuan),
+        cmocka_unit_test(test_family_phimoe),
         cmocka_unit_test(test_family_bailingmoe2),
         cmocka_unit_test(test_family_dots1),
         cmocka_unit_test(test_family_minimax_m2),

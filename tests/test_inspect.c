@@ -132,6 +132,12 @@ static void test_details(void **state)
     assert_true(x.embd_scale == 12.0f && x.resid_scale == 0.22f && x.logit_mul == 1.0f / 6.0f);
     x = details_of("tests/data/tiny-hunyuan-q4_0.gguf", 0);
     assert_true(x.qk_norm_after_rope && !x.mla);
+    assert_false(x.norm_bias || x.output_bias || x.q_prescale || x.longrope_ctx);
+    x = details_of("tests/data/tiny-phimoe-q4_0.gguf", 0);
+    assert_true(x.norm_bias && x.output_bias && x.q_prescale && x.qkv_bias);
+    assert_int_equal(x.longrope_ctx, 256);
+    assert_true(x.longrope_short && x.longrope_long);
+    assert_float_equal(x.rope_cs_scale, 1.118034, 1e-6);
     x = details_of("tests/data/tiny-deepseek2-q4_0.gguf", 0);
     assert_true(x.mla && !x.fused_qkv);
     x = details_of("tests/data/tiny-f32.gguf", ES_OPEN_VOCAB_ONLY);

@@ -97,6 +97,8 @@ static void test_synth_is_deterministic(void **state)
         {"tiny-qwen3vlmoe", "q4_0", DATA "tiny-qwen3vlmoe-q4_0.gguf"},
         {"tiny-bailingmoe", "f16", DATA "tiny-bailingmoe-f16.gguf"},
         {"tiny-bailingmoe", "q4_0", DATA "tiny-bailingmoe-q4_0.gguf"},
+        {"tiny-phimoe", "f16", DATA "tiny-phimoe-f16.gguf"},
+        {"tiny-phimoe", "q4_0", DATA "tiny-phimoe-q4_0.gguf"},
     };
     for (size_t i = 0; i < T_LEN(files); i++) {
         const char *out = t_tmp_path("synth.gguf");
@@ -938,6 +940,56 @@ static void test_hunyuan(void **state)
     unlink(dst);
 }
 
+/* phimoe as llama.cpp reads Phi-3.5-MoE files: biases on the three norms, q/k/v, the output
+ * projection and the head (each required), queries scaled by 1/sqrt(head) with q.k then taken
+ * as is, LongRoPE's short factors up to the original context and the long ones past it, the
+ * converter's attn_factor on cos and sin, the sliding window key ignored. */
+static void test_phimoe(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-phimoe-q4_0.gguf", *dst = t_tmp_path("phimoe.gguf");
+    es_model *m = open_ok(src);
+    const es_hparams *hp = &m->hp;
+    assert_string_equal(es_model_arch(m), "phimoe");
+    assert_true(hp->q_scale == 0.25f && hp->attn_scale == 1.0f); /* heads of 16 */
+    assert_int_equal(hp->rope_orig_ctx, 256);
+    assert_true(hp->rope_long_short);
+    assert_non_null(hp->rope_factors);
+    assert_non_null(hp->rope_factors_long);
+    assert_true(hp->rope_factors[2] == 1.1f && hp->rope_factors_long[2] == 3.0f);
+    assert_ptr_equal(es_rope_factors(hp, 256), hp->rope_factors);
+    assert_ptr_equal(es_rope_factors(hp, 257), hp->rope_factors_long);
+    assert_float_equal(hp->rope_cs_scale, sqrt(1.0 + log(4.0) / log(256.0)), 1e-6);
+    assert_true(hp->router.renorm && hp->router.gating == ES_GATING_SOFTMAX);
+    assert_non_null(m->output_b.data);
+    assert_non_null(m->output_norm_b.data);
+    for (int il = 0; il < 2; il++) {
+        const es_layer *L = &m->layers[il];
+        assert_non_null(L->attn_norm_b.data);
+        assert_non_null(L->ffn_norm_b.data);
+        assert_non_null(L->bq.data);
+        assert_non_null(L->bo.data);
+        assert_false(L->is_swa);
+    }
+    es_model_close(m);
+    /* no long factors: a long sequence turns by none, as llama.cpp's get_rope_factors gives */
+    rewrite(src, dst, NULL, "rope_factors_long.weight");
+    m = open_ok(dst);
+    assert_null(es_rope_factors(&m->hp, 300));
+    assert_ptr_equal(es_rope_factors(&m->hp, 100), m->hp.rope_factors);
+    es_model_close(m);
+    static const char *const required[] = {"output.bias", "output_norm.bias",
+                                           "blk.1.attn_norm.bias", "blk.1.ffn_norm.bias",
+                                           "blk.0.attn_output.bias"};
+    for (size_t i = 0; i < T_LEN(required); i++) {
+        rewrite(src, dst, NULL, required[i]);
+        m = NULL;
+        assert_int_equal(es_model_open(dst, 0, &m), ES_E_FORMAT);
+        if (!strstr(es_last_error(), required[i])) fail_msg("'%s'", es_last_error());
+    }
+    unlink(dst);
+}
+
 static es_status shexp_width_16(es_gguf_writer *w)
 {
     return es_gguf_writer_set_u32(w, "bailingmoe2.expert_shared_feed_forward_length", 16);
@@ -1141,7 +1193,7 @@ static void test_qwen3vlmoe(void **state)
     assert_true(hp->router.renorm);
     float cs[32];
     const int pos = 37;
-    es_rope_cos_sin(hp, pos, cs);
+    es_rope_cos_sin(hp, hp->rope_factors, pos, cs);
     for (int i = 0; i < 16; i++) {
         const double th = i == 13 || i == 14 ? 0.0 : pos * pow(1e4, -2.0 * i / 32.0);
         if (fabs(cs[2 * i] - cos(th)) > 2e-5 || fabs(cs[2 * i + 1] - sin(th)) > 2e-5)
@@ -1153,7 +1205,7 @@ static void test_qwen3vlmoe(void **state)
      * (each of the three takes 3 x 4 sectors: 0-11) */
     rewrite_without(src, dst, "qwen3vlmoe.rope.dimension_sections", vl_sections_one, NULL);
     m = open_ok(dst);
-    es_rope_cos_sin(&m->hp, pos, cs);
+    es_rope_cos_sin(&m->hp, m->hp.rope_factors, pos, cs);
     for (int i = 11; i < 16; i++)
         if ((cs[2 * i] == 1.0f && cs[2 * i + 1] == 0.0f) != (i >= 12))
             fail_msg("[4, 4, 4, 4]: pair %d: (%g, %g)", i, cs[2 * i], cs[2 * i + 1]);
@@ -1162,7 +1214,7 @@ static void test_qwen3vlmoe(void **state)
      * 3k + 2, so pairs 11 and 14 (and no other) are the fourth's */
     rewrite_without(src, dst, "qwen3vlmoe.rope.dimension_sections", vl_sections_uneven, NULL);
     m = open_ok(dst);
-    es_rope_cos_sin(&m->hp, pos, cs);
+    es_rope_cos_sin(&m->hp, m->hp.rope_factors, pos, cs);
     for (int i = 0; i < 16; i++)
         if ((cs[2 * i] == 1.0f && cs[2 * i + 1] == 0.0f) != (i == 11 || i == 14))
             fail_msg("[6, 5, 3, 2]: pair %d: (%g, %g)", i, cs[2 * i], cs[2 * i + 1]);
@@ -1742,6 +1794,7 @@ int main(void)
         cmocka_unit_test(test_granitemoe),
         cmocka_unit_test(test_rope_factors_checked),
         cmocka_unit_test(test_hunyuan),
+        cmocka_unit_test(test_phimoe),
         cmocka_unit_test(test_bailingmoe2),
         cmocka_unit_test(test_dots1),
         cmocka_unit_test(test_minimax_m2),

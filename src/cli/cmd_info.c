@@ -190,6 +190,7 @@ static void print_details(const es_model *m)
     if (x.n_layer_no_rope)
         printf(", %d layer%s without RoPE%s", x.n_layer_no_rope, x.n_layer_no_rope > 1 ? "s" : "",
                x.nope_temperature ? " (queries temperature-scaled)" : "");
+    if (x.q_prescale) printf(", queries scaled by 1/sqrt(head) before q.k");
     if (x.n_swa && x.swa_chunked)
         printf(", chunks of %d positions", x.n_swa);
     else if (x.n_swa)
@@ -201,6 +202,13 @@ static void print_details(const es_model *m)
         printf(", interleaved multimodal RoPE, sections [%d, %d, %d, %d] (text: the fourth "
                "axis's pairs stay unturned)", sec[0], sec[1], sec[2], sec[3]);
     printf("\n");
+    if (x.longrope_ctx)
+        printf("LongRoPE:      %s factors up to %d tokens per sequence, %s past it; cos and sin "
+               "x%g\n", x.longrope_short ? "short" : "no", x.longrope_ctx,
+               x.longrope_long ? "the long ones" : "none", (double)x.rope_cs_scale);
+    if (x.norm_bias || x.output_bias)
+        printf("biases:        %s%s%s\n", x.norm_bias ? "on every RMS norm" : "",
+               x.norm_bias && x.output_bias ? ", " : "", x.output_bias ? "on the logits" : "");
     if (x.n_layer_nextn)
         printf("not run:       %d multi-token-prediction block%s after the layers\n",
                x.n_layer_nextn, x.n_layer_nextn > 1 ? "s" : "");

@@ -113,6 +113,15 @@ static const es_arch families[] = {
      .qk_norm_after_rope = true, .rope = ES_ROPE_NEOX, .rope_factors = true,
      .topk_renorm = true, .output_optional = true, .shexp = ES_SHEXP_ONE_KEY_OR_FF,
      .synth_pre = "hunyuan"},
+    /* Phi-3.5-MoE (llama.cpp's phimoe, built by its phi3 graph): biased RMS norms, q/k/v and
+     * output projections with biases, NEOX RoPE with LongRoPE's short or long factors and the
+     * file's attn_factor on cos and sin, queries scaled before attention, a softmax top-2
+     * renormalised, an output head with a bias. Its attention.sliding_window is not read
+     * (llama.cpp's phimoe loader does not: every layer sees every earlier position). */
+    {.name = "phimoe", .model_names = "Phi-3.5-MoE", .qk_norm = ES_QK_NORM_NONE,
+     .rope = ES_ROPE_NEOX, .rope_long_short = true, .topk_renorm = true, .attn_bias = true,
+     .attn_out_bias = true, .norm_bias = true, .output_bias = true, .q_prescale = true,
+     .output_optional = false, .synth_pre = "default"},
     /* Ling 1.x (llama.cpp's bailingmoe: Ling-lite, Ling-plus, Ling-Coder-lite): q, k and v
      * (fused in attn_qkv as its converter writes them), normal RoPE (rope_freqs where present),
      * no q/k norm, experts on every layer (llama.cpp reads leading_dense_block_count and builds
@@ -184,9 +193,9 @@ const char *es_arch_supported(void)
     return "olmoe (OLMoE), qwen3moe (Qwen3-MoE), qwen3vlmoe (Qwen3-VL-MoE), llama (Mixtral), "
            "deepseek (DeepSeek-MoE), lfm2moe (LFM2-MoE), deepseek2 (DeepSeek-V2/V3), qwen2moe "
            "(Qwen2-MoE), gpt-oss (gpt-oss), glm4moe (GLM-4.5/4.6), ernie4_5-moe (ERNIE-4.5-MoE), "
-           "llama4 (Llama 4), granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), bailingmoe "
-           "(Ling 1.x), bailingmoe2 (Ling 2.0), dots1 (dots.llm1), minimax-m2 (MiniMax-M2), "
-           "exaone-moe (EXAONE-MoE), smallthinker (SmallThinker)";
+           "llama4 (Llama 4), granitemoe (Granite MoE), hunyuan-moe (Hunyuan-MoE), phimoe "
+           "(Phi-3.5-MoE), bailingmoe (Ling 1.x), bailingmoe2 (Ling 2.0), dots1 (dots.llm1), "
+           "minimax-m2 (MiniMax-M2), exaone-moe (EXAONE-MoE), smallthinker (SmallThinker)";
 }
 
 const es_arch *es_arch_at(int i)

@@ -149,6 +149,17 @@ typedef struct es_arch {
                                * each block's output before it joins the residual (both where the
                                * file has them), attention.scale replaces 1/sqrt(head) where set,
                                * and the logits are multiplied by 1/logit_scale (required) */
+    /* Phi-3.5-MoE (llama.cpp's phimoe, phi3's graph) has these: */
+    bool norm_bias;           /* attn_norm, ffn_norm and output_norm have a bias [n_embd] added
+                               * after the RMS norm's weight (llama.cpp's LLM_NORM_RMS with a
+                               * bias, as it builds phimoe; not a LayerNorm) */
+    bool output_bias;         /* output.bias [n_vocab] added to every logit */
+    bool q_prescale;          /* the rotated queries are multiplied by 1/sqrt(head) and q.k is
+                               * not scaled again (the same scale, in llama.cpp's order) */
+    bool rope_long_short;     /* LongRoPE: rope_factors_long / rope_factors_short.weight
+                               * [n_rot/2] where the file has them, a pair's angle divided by
+                               * its factor as rope_freqs'; a sequence longer than
+                               * rope.scaling.original_context_length turns by the long ones */
     const char *ffn_norm;     /* the FFN norm's tensor suffix (NULL: ffn_norm) */
     const char *output_norm;  /* the final norm's tensor name (NULL: output_norm.weight) */
     const char *synth_pre;    /* tokenizer.ggml.pre of the synthetic models' built-in BPE */

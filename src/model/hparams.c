@@ -207,6 +207,7 @@ static es_status read_rope_scaling(es_model *m)
     log_mul /= 0.1f; /* the converter writes 0.1 * mscale_all_dim */
     int n_ctx_orig = hp->n_ctx;
     ES_TRY(get_int(m, "rope.scaling.original_context_length", false, 1, 1 << 24, &n_ctx_orig));
+    hp->rope_orig_ctx = n_ctx_orig;
     hp->rope_freq_scale = none || factor == 0.0f ? 1.0f : 1.0f / factor;
     hp->rope_ext_factor = yarn ? 1.0f : 0.0f;
     const float fs = hp->rope_freq_scale, ln_inv = logf(1.0f / fs);
@@ -228,6 +229,10 @@ static es_status read_rope_scaling(es_model *m)
     af *= attn_factor;
     hp->rope_cs_scale = yarn ? af * (1.0f + 0.1f * ln_inv) : af;
     hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd_head);
+    if (m->family->q_prescale) { /* phi3's graph: the queries scaled, then q.k taken as is */
+        hp->q_scale = hp->attn_scale;
+        hp->attn_scale = 1.0f;
+    }
     if (m->family->mla) { /* deepseek2's graph: the original attn_factor, YaRN's mscale */
         const float mscale = af * (1.0f + 0.1f * ln_inv) * (1.0f + 0.1f * log_mul * ln_inv);
         hp->attn_scale = mscale * mscale / sqrtf((float)hp->n_embd_head);
@@ -245,7 +250,7 @@ static bool imrope_fourth_axis(const int *sec, int i)
     return s >= 3 * sec[0];
 }
 
-void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs)
+void es_rope_cos_sin(const es_hparams *hp, const float *factors, int64_t pos, float *cs)
 {
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
     const float fs = hp->rope_freq_scale, ext = hp->rope_ext_factor;
@@ -255,7 +260,7 @@ void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs)
         const float t = hp->rope_imrope && imrope_fourth_axis(hp->rope_sections, i) ? 0.0f
                                                                                      : theta_extrap;
         /* ggml's rope cache divides the angle by the pair's frequency factor */
-        const float te = hp->rope_factors ? t / hp->rope_factors[i] : t;
+        const float te = factors ? t / factors[i] : t;
         float theta = fs * te;
         if (ext != 0.0f) {
             const float lo = hp->rope_corr[0], hi = hp->rope_corr[1];

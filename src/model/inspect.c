@@ -257,6 +257,15 @@ void es_model_describe_details(const es_model *m, es_model_details *out)
     }
     out->n_layer_nextn = hp->n_layer_nextn;
     if (hp->rope_imrope) memcpy(out->rope_sections, hp->rope_sections, sizeof(out->rope_sections));
+    out->norm_bias = m->output_norm_b.data != NULL;
+    out->output_bias = m->output_b.data != NULL;
+    out->q_prescale = hp->q_scale != 0.0f;
+    if (hp->rope_long_short) {
+        out->longrope_ctx = hp->rope_orig_ctx;
+        out->longrope_short = hp->rope_factors != NULL;
+        out->longrope_long = hp->rope_factors_long != NULL;
+    }
+    out->rope_cs_scale = hp->rope_cs_scale;
     if (m->family->granite_scales) {
         out->embd_scale = hp->embd_scale;
         out->resid_scale = hp->resid_scale;

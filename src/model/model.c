@@ -290,26 +290,48 @@ static es_status bind_output(es_model *m, const int64_t *ne)
     return m->output.name ? ES_OK : es_fail(ES_E_NOMEM, "out of memory");
 }
 
-/* llama3's RoPE frequency factors (rope_freqs.weight, f32 [n_rot/2]) where the family reads
- * them and the file has them: copied, checked (a factor that is not a positive finite number
- * would turn every angle into NaN), and pointed at by hp.rope_factors. */
-static es_status bind_rope_factors(es_model *m)
+/* A table of RoPE frequency factors (f32 [n_rot/2]) copied into *out and checked: a factor
+ * that is not a positive finite number would turn every angle into NaN. */
+static es_status copy_rope_factors(es_model *m, const char *name, float **out)
 {
-    if (!m->family->rope_factors || !es_gguf_find_tensor(m->gguf, "rope_freqs.weight"))
-        return ES_OK;
     const int64_t n = m->hp.n_rot / 2;
     es_tensor t = {0};
-    ES_TRY(bind(m, "rope_freqs.weight", 1, &n, true, &t));
+    ES_TRY(bind(m, name, 1, &n, true, &t));
     free_tensor(&t); /* the view's name: its data stays mapped */
-    if (!(m->rope_factors = malloc(sizeof(float) * (size_t)n)))
+    if (!(*out = malloc(sizeof(float) * (size_t)n)))
         return es_fail(ES_E_NOMEM, "%s: out of memory", es_gguf_path(m->gguf));
-    memcpy(m->rope_factors, t.data, sizeof(float) * (size_t)n);
+    memcpy(*out, t.data, sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n; i++)
-        if (!(m->rope_factors[i] > 0.0f) || !isfinite(m->rope_factors[i]))
-            return es_fail(ES_E_FORMAT, "%s: rope_freqs.weight[%lld] = %g: RoPE frequency factors "
-                           "must be positive", es_gguf_path(m->gguf), (long long)i,
-                           (double)m->rope_factors[i]);
-    m->hp.rope_factors = m->rope_factors;
+        if (!((*out)[i] > 0.0f) || !isfinite((*out)[i]))
+            return es_fail(ES_E_FORMAT, "%s: %s[%lld] = %g: RoPE frequency factors must be "
+                           "positive", es_gguf_path(m->gguf), name, (long long)i,
+                           (double)(*out)[i]);
+    return ES_OK;
+}
+
+/* The RoPE frequency factors the family reads where the file has them, pointed at by
+ * hp.rope_factors: llama3's (rope_freqs.weight), or LongRoPE's short and long ones
+ * (rope_factors_short / rope_factors_long.weight, the long ones in hp.rope_factors_long),
+ * as llama.cpp's get_rope_factors prefers rope_freqs over them. */
+static es_status bind_rope_factors(es_model *m)
+{
+    const es_arch *fam = m->family;
+    if ((fam->rope_factors || fam->rope_long_short) &&
+        es_gguf_find_tensor(m->gguf, "rope_freqs.weight")) {
+        ES_TRY(copy_rope_factors(m, "rope_freqs.weight", &m->rope_factors));
+        m->hp.rope_factors = m->rope_factors;
+        return ES_OK;
+    }
+    if (!fam->rope_long_short) return ES_OK;
+    m->hp.rope_long_short = true;
+    if (es_gguf_find_tensor(m->gguf, "rope_factors_short.weight")) {
+        ES_TRY(copy_rope_factors(m, "rope_factors_short.weight", &m->rope_factors));
+        m->hp.rope_factors = m->rope_factors;
+    }
+    if (es_gguf_find_tensor(m->gguf, "rope_factors_long.weight")) {
+        ES_TRY(copy_rope_factors(m, "rope_factors_long.weight", &m->rope_factors_long));
+        m->hp.rope_factors_long = m->rope_factors_long;
+    }
     return ES_OK;
 }
 
@@ -382,6 +404,8 @@ static es_status bind_tensors(es_model *m)
     const char *out_norm = m->family->output_norm ? m->family->output_norm : "output_norm.weight";
     ES_TRY(bind(m, out_norm, 1, ne, true, &m->output_norm));
     ES_TRY(bind_output(m, ne));
+    if (m->family->norm_bias) ES_TRY(bind(m, "output_norm.bias", 1, ne, true, &m->output_norm_b));
+    if (m->family->output_bias) ES_TRY(bind(m, "output.bias", 1, ne + 1, true, &m->output_b));
     ES_TRY(bind_rope_factors(m));
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
     if (!m->layers)
@@ -390,6 +414,7 @@ static es_status bind_tensors(es_model *m)
     for (int il = 0; il < hp->n_layer; il++) {
         es_layer *L = &m->layers[il];
         ES_TRY(bind_layer(m, il, "attn_norm", 1, d, 1, 1, true, &L->attn_norm));
+        if (m->family->norm_bias) ES_TRY(bind_f32(m, il, "attn_norm", "bias", d, 1, true, &L->attn_norm_b));
         L->is_conv = m->family->conv_layers && es_hparams_head_count_kv(m, il) == 0;
         if (L->is_conv) {
             ES_TRY(bind_layer(m, il, "shortconv.conv", 2, hp->n_conv_taps, d, 1, true, &L->conv));
@@ -405,6 +430,7 @@ static es_status bind_tensors(es_model *m)
         }
         const char *ffn_norm = m->family->ffn_norm ? m->family->ffn_norm : "ffn_norm";
         ES_TRY(bind_layer(m, il, ffn_norm, 1, d, 1, 1, true, &L->ffn_norm));
+        if (m->family->norm_bias) ES_TRY(bind_f32(m, il, ffn_norm, "bias", d, 1, true, &L->ffn_norm_b));
         if (!es_hparams_layer_has_experts(hp, il)) {
             ES_TRY(bind_ffn(m, il, "", hp->n_ff, &L->ffn_gate, &L->ffn_up, &L->ffn_down));
             continue;
@@ -547,8 +573,11 @@ void es_model_close(es_model *m)
     }
     free_tensor(&m->tok_embd);
     free_tensor(&m->output_norm);
+    free_tensor(&m->output_norm_b);
+    free_tensor(&m->output_b);
     free_tensor(&m->output);
     free(m->rope_factors);
+    free(m->rope_factors_long);
     es_tok_destroy(m->tok);
     es_gguf_close(m->gguf);
     free(m);

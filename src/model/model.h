@@ -55,7 +55,9 @@ typedef struct es_hparams {
     bool rope_imrope;       /* Qwen3-VL's interleaved multimodal RoPE (families with imrope) */
     int rope_sections[4];   /* its rope.dimension_sections: which pairs turn by which axis */
     float attn_scale;       /* the softmax scale of q.k: 1/sqrt(n_embd_head), MLA's mscale^2,
-                             * Granite's attention.scale */
+                             * Granite's attention.scale; 1 where q_scale is set */
+    float q_scale;          /* q_prescale families: 1/sqrt(n_embd_head) multiplies the rotated
+                             * queries instead (0: not) */
     /* Granite's muP multipliers (granite_scales; 0: not applied): */
     float embd_scale;       /* multiplies each token's embedding row (embedding_scale) */
     float resid_scale;      /* multiplies each block's output before it joins the residual */
@@ -70,15 +72,32 @@ typedef struct es_hparams {
                              * has experts where (il + 1) % moe_step == 0 (1: every layer) */
     bool kq_norm_rope;      /* irope: q and k RMS-normalised per head, no weight, after RoPE */
     const float *rope_factors; /* [n_rot/2] llama3's frequency factors (rope_freqs.weight, a
-                                * copy the model owns), or NULL */
+                                * copy the model owns), or LongRoPE's short ones, or NULL */
+    bool rope_long_short;   /* LongRoPE (a family's rope_long_short, no rope_freqs): the
+                             * sequence's length chooses rope_factors (short) or: */
+    const float *rope_factors_long; /* [n_rot/2] LongRoPE's long factors, for sequences longer
+                                     * than rope_orig_ctx (NULL: none, as either may be) */
+    int rope_orig_ctx;      /* rope.scaling.original_context_length (n_ctx where absent) */
     float rms_eps;
 } es_hparams;
 
 /* The cos and sin of RoPE at position pos for each of the n_rot/2 pairs, (cos, sin) interleaved
- * in cs[n_rot]: ggml's rope cache (the angle built by repeated multiplication, YaRN's ramp
- * between interpolated and extrapolated angles, the magnitude scale). Shared by the reference
- * and the fast path because it is the spec. */
-void es_rope_cos_sin(const es_hparams *hp, int64_t pos, float *cs);
+ * in cs[n_rot]: ggml's rope cache (the angle built by repeated multiplication, each pair's angle
+ * divided by its frequency factor where factors is not NULL, YaRN's ramp between interpolated
+ * and extrapolated angles, the magnitude scale). Shared by the reference and the fast path
+ * because it is the spec. */
+void es_rope_cos_sin(const es_hparams *hp, const float *factors, int64_t pos, float *cs);
+
+/* The frequency factors of a sequence of seq_len tokens: LongRoPE's long ones past
+ * rope_orig_ctx, else rope_factors (NULL: none). llama.cpp chooses by its context size
+ * instead; estream by the sequence, as the model's own code does, so that a record's numbers
+ * never depend on a setting or on the records beside it. llama.cpp gives the same numbers
+ * with its context set to the sequence's length. */
+static inline const float *es_rope_factors(const es_hparams *hp, int64_t seq_len)
+{
+    if (!hp->rope_long_short) return hp->rope_factors;
+    return seq_len > hp->rope_orig_ctx ? hp->rope_factors_long : hp->rope_factors;
+}
 
 /* True if layer il has experts (from n_layer_dense_lead on, every moe_step-th layer). */
 static inline bool es_hparams_layer_has_experts(const es_hparams *hp, int il)
@@ -111,6 +130,8 @@ typedef struct es_layer {
     bool is_conv;         /* a short-convolution block (conv, conv_in, conv_out) where the other
                            * layers have attention (wq ... k_norm absent then) */
     es_tensor attn_norm;  /* [n_embd] f32 (the operator norm of a conv block too) */
+    es_tensor attn_norm_b, ffn_norm_b; /* norm_bias families: [n_embd] f32 added after the norm's
+                                        * weight (absent: data NULL) */
     es_tensor wq;         /* [n_embd] x n_embd_q rows  */
     es_tensor wk, wv;     /* [n_embd] x n_embd_kv rows */
     es_tensor wo;         /* [n_embd_q] x n_embd rows  */
@@ -190,7 +211,7 @@ static inline void es_layer_matrices(const es_layer *L, const es_tensor *out[ES_
 
 /* Every tensor a layer keeps resident: its norms, convolution taps, biases and sinks, MLA's
  * decompression matrices and es_layer_matrices(). */
-enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 20 };
+enum { ES_LAYER_N_RESIDENT = ES_LAYER_N_MATRICES + 22 };
 static inline void es_layer_resident(const es_layer *L, const es_tensor *out[ES_LAYER_N_RESIDENT])
 {
     const es_tensor *ts[] = {&L->attn_norm,   &L->q_norm,      &L->k_norm,    &L->ffn_norm,
@@ -198,7 +219,7 @@ static inline void es_layer_resident(const es_layer *L, const es_tensor *out[ES_
                              &L->wk_b,        &L->wv_b,        &L->bq,        &L->bk,
                              &L->bv,          &L->bo,          &L->sinks,     &L->gate_inp_b,
                              &L->gate_exps_b, &L->up_exps_b,   &L->down_exps_b,
-                             &L->gate_inp_shexp};
+                             &L->gate_inp_shexp, &L->attn_norm_b, &L->ffn_norm_b};
     _Static_assert(sizeof(ts) / sizeof(ts[0]) + ES_LAYER_N_MATRICES == ES_LAYER_N_RESIDENT,
                    "resident list");
     for (int i = 0; i < ES_LAYER_N_RESIDENT - ES_LAYER_N_MATRICES; i++) out[i] = ts[i];
@@ -221,10 +242,13 @@ struct es_model {
     es_tok *tok;
     es_tensor tok_embd;    /* [n_embd] x n_vocab rows */
     es_tensor output_norm; /* [n_embd] */
+    es_tensor output_norm_b; /* norm_bias families: [n_embd] f32 (absent: data NULL) */
+    es_tensor output_b;    /* output_bias families: [n_vocab] f32 added to the logits */
     es_tensor output;      /* [n_embd] x n_vocab rows; the token embedding's view when the file
                             * has no output.weight and its family ties them */
     es_layer *layers;      /* [n_layer] */
     float *rope_factors;   /* hp.rope_factors' copy (NULL: none) */
+    float *rope_factors_long; /* hp.rope_factors_long's copy (NULL: none) */
 };
 
 /* Bytes of one expert's gate+up+down weights in layer il (all experts of a layer are equal). */

@@ -79,7 +79,6 @@ static void matmul_ref(const void *w, uint32_t type, size_t row_bytes, int64_t N
     matmul_ref_l(w, type, ES_LAYOUT_ROWS, row_bytes, N, K, x, ldx, T, y, ldy, wt, row);
 }
 
-/* out = x / sqrt(mean(x^2) + eps) * w, over n elements. */
 /* out = x / sqrt(mean(x^2) + eps) * w (w NULL: no weight, ggml_rms_norm alone). */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
 {
@@ -137,6 +136,18 @@ static float glu_oai(float g, float u)
 static void add_bias(float *y, const float *b, int64_t n)
 {
     for (int64_t i = 0; b && i < n; i++) y[i] += b[i];
+}
+
+/* The rows [t0, T) of x normed into out: rmsnorm with the weight w, plus the bias b where the
+ * model has one (norm_bias: llama.cpp's RMS norm with a bias). */
+static void norm_rows_ref(const es_hparams *hp, float *out, const float *x, const es_tensor *w,
+                          const es_tensor *b, int64_t t0, int64_t T)
+{
+    const int64_t d = hp->n_embd;
+    for (int64_t t = t0; t < T; t++) {
+        rmsnorm(out + t * d, x + t * d, w->data, d, hp->rms_eps);
+        add_bias(out + t * d, b->data, d);
+    }
 }
 
 /* x[i] += y[i] for i < n: a block's output joining the residual stream, multiplied first by
@@ -214,7 +225,7 @@ static es_status mla_ref(const es_model *m, const es_layer *L, const float *h, i
     for (int64_t t = 0; t < T; t++) {
         float *c = ckv + t * dc;
         rmsnorm(c, c, L->kv_a_norm.data, kv, hp->rms_eps);
-        es_rope_cos_sin(hp, t, cs);
+        es_rope_cos_sin(hp, es_rope_factors(hp, T), t, cs);
         rope(m->family->rope, c + kv, (int)rot, cs);
         for (int64_t hh = 0; hh < nh; hh++) rope(m->family->rope, q + t * dq + hh * dk + nope, (int)rot, cs);
     }
@@ -351,7 +362,7 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
             for (int64_t i = 0; temp != 1.0f && i < dq; i++) q[t * dq + i] *= temp;
             continue;
         }
-        es_rope_cos_sin(hp, t, cs);
+        es_rope_cos_sin(hp, es_rope_factors(hp, T), t, cs);
         const int dh = hp->n_embd_head;
         for (int hh = 0; hh < hp->n_head; hh++) rope(rk, q + t * dq + hh * dh, hp->n_rot, cs);
         for (int hh = 0; hh < hp->n_head_kv; hh++) rope(rk, kk + t * dkv + hh * dh, hp->n_rot, cs);
@@ -360,6 +371,7 @@ static void attention_layer_ref(const es_model *m, const es_layer *L, const floa
         for (int hh = 0; hp->kq_norm_rope && hh < hp->n_head_kv; hh++)
             rmsnorm(kk + t * dkv + hh * dh, kk + t * dkv + hh * dh, NULL, dh, hp->rms_eps);
         if (m->family->qk_norm_after_rope) qk_norm_ref(m, L, q + t * dq, kk + t * dkv);
+        for (int64_t i = 0; hp->q_scale != 0.0f && i < dq; i++) q[t * dq + i] *= hp->q_scale;
     }
     attention_ref(hp, T, q, kk, vv, att, scores, L->is_swa ? hp->n_swa : 0, L->sinks.data);
 }
@@ -432,8 +444,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         if (m->family->router_pre_attn && es_layer_is_moe(L)) /* the layer's input, un-normed */
             route_ref(m, L, x, T, rl, chosen, cw, wt, row);
         /* attention, or a short-convolution block */
-        for (int64_t t = 0; t < T; t++)
-            rmsnorm(h + t * d, x + t * d, L->attn_norm.data, d, hp->rms_eps);
+        norm_rows_ref(hp, h, x, &L->attn_norm, &L->attn_norm_b, 0, T);
         if (L->is_conv) {
             conv_ref(hp, L, h, T, conv, att, q, wt, row);
         } else {
@@ -448,8 +459,7 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
         }
         residual_add(x, q, T * d, hp->resid_scale);
 
-        for (int64_t t = 0; t < T; t++)
-            rmsnorm(h + t * d, x + t * d, L->ffn_norm.data, d, hp->rms_eps);
+        norm_rows_ref(hp, h, x, &L->ffn_norm, &L->ffn_norm_b, 0, T);
         if (!es_layer_is_moe(L)) { /* a dense layer */
             ffn_ref(&L->ffn_gate, &L->ffn_up, &L->ffn_down, h, T, d, g, u, att, wt, row);
             residual_add(x, att, T * d, hp->resid_scale);
@@ -513,13 +523,13 @@ es_status es_forward_ref(const es_model *m, const int32_t *ids, size_t n, int al
     }
 
     const int64_t t0 = all_logits || hidden ? 0 : T - 1;
-    for (int64_t t = t0; t < T; t++)
-        rmsnorm(h + t * d, x + t * d, m->output_norm.data, d, hp->rms_eps);
+    norm_rows_ref(hp, h, x, &m->output_norm, &m->output_norm_b, t0, T);
     if (hidden) memcpy(hidden, h, sizeof(float) * (size_t)(T * d));
     if (!logits) goto done;
     const int64_t l0 = all_logits ? 0 : T - 1;
     matmul_ref(m->output.data, m->output.type, m->output.row_bytes, nv, d, h + l0 * d, d, T - l0,
                logits, nv, wt, row);
+    for (int64_t t = 0; t < T - l0; t++) add_bias(logits + t * nv, m->output_b.data, nv);
     for (int64_t i = 0; hp->logit_mul != 0.0f && i < (T - l0) * nv; i++) logits[i] *= hp->logit_mul;
 done:
     free(x); free(h); free(q); free(kk); free(vv); free(att); free(scores); free(wt); free(row);

@@ -140,6 +140,7 @@ typedef struct synth_ctx {
     float *common;  /* [n_embd] */
     float *bias;    /* [n_layer][n_expert] */
     float *rope_factors; /* [n_rot/2] llama3's RoPE frequency factors, or NULL */
+    float *rope_long;    /* [n_rot] LongRoPE's short factors, then its long ones, or NULL */
 } synth_ctx;
 
 /* llama3's RoPE frequency factors as llama.cpp's converter computes them (conversion/llama.py):
@@ -158,6 +159,18 @@ static void llama3_factors(const es_synth_preset *p, int n_rot, float *out)
             const double smooth = (p->l3_orig_ctx / wl - p->l3_low) / (p->l3_high - p->l3_low);
             out[i] = (float)(1.0 / ((1.0 - smooth) / p->l3_factor + smooth));
         }
+    }
+}
+
+/* LongRoPE's factors for a synthetic model, n_rot/2 of each: short ones near 1 (1 to 1.35),
+ * long ones growing with the wavelength to 1 + half^2 / 2, as trained sets do (Phi-3.5's run
+ * from about 1 to 60 over 64 pairs). */
+static void longrope_factors(int n_rot, float *short_f, float *long_f)
+{
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        short_f[i] = 1.0f + 0.05f * (float)i;
+        long_f[i] = 1.0f + 0.5f * (float)(i * i);
     }
 }
 
@@ -400,6 +413,12 @@ static es_status set_hparams(es_gguf_writer *w, const es_synth_preset *p, uint32
     if (!st && p->n_group) st = set_arch_u32(w, a, "expert_group_used_count", (uint32_t)p->n_group_used);
     if (!st && p->kv_lora) st = set_mla(w, p);
     if (!st && p->yarn_factor > 0.0f) st = set_yarn(w, p);
+    if (!st && p->lr_orig_ctx) { /* LongRoPE as Phi-3's converter writes it (no scaling type) */
+        const double scale = (double)p->n_ctx / p->lr_orig_ctx;
+        const double af = scale > 1.0 ? sqrt(1.0 + log(scale) / log(p->lr_orig_ctx)) : 1.0;
+        st = set_arch_u32(w, a, "rope.scaling.original_context_length", (uint32_t)p->lr_orig_ctx);
+        if (!st) st = set_arch_f32(w, a, "rope.scaling.attn_factor", (float)af);
+    }
     if (!st && p->n_embd_head && !p->kv_lora) st = set_arch_u32(w, a, "attention.key_length", (uint32_t)p->n_embd_head);
     if (!st && p->n_embd_head && !p->kv_lora) st = set_arch_u32(w, a, "attention.value_length", (uint32_t)p->n_embd_head);
     if (!st) st = set_arch_f32(w, a, "rope.freq_base", p->rope_base);
@@ -476,7 +495,7 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         st = es_gguf_writer_set_str(w, "tokenizer.chat_template", o->chat_template);
     if (st) goto done;
 
-    c.cap_gens = 4 + 24 * (L + p->n_nextn);
+    c.cap_gens = 8 + 24 * (L + p->n_nextn);
     c.gens = calloc((size_t)c.cap_gens, sizeof(gen));
     c.common = malloc(sizeof(float) * (size_t)d);
     c.bias = malloc(sizeof(float) * (size_t)((L + p->n_nextn) * E));
@@ -507,9 +526,24 @@ es_status es_synth(const es_synth_opts *o, const char *path)
         GEN("rope_freqs.weight", GEN_VALUES, ES_QTYPE_F32, 1, n_rot / 2, 1, 1, 1.0f, o->seed);
         g->values = c.rope_factors;
     }
+    if (p->lr_orig_ctx) { /* LongRoPE: one pair of tables for every layer, long first */
+        const int n_rot = p->n_rot ? p->n_rot : dh;
+        if (!(c.rope_long = malloc(sizeof(float) * (size_t)n_rot))) {
+            st = es_fail(ES_E_NOMEM, "out of memory");
+            goto done;
+        }
+        longrope_factors(n_rot, c.rope_long, c.rope_long + n_rot / 2);
+        GEN("rope_factors_long.weight", GEN_VALUES, ES_QTYPE_F32, 1, n_rot / 2, 1, 1, 1.0f, o->seed);
+        g->values = c.rope_long + n_rot / 2;
+        GEN("rope_factors_short.weight", GEN_VALUES, ES_QTYPE_F32, 1, n_rot / 2, 1, 1, 1.0f, o->seed);
+        g->values = c.rope_long;
+    }
     for (int il = 0; il < L + p->n_nextn; il++) {
 #define LNAME(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix ".weight", il), name)
+#define BNAME(stem, kind) (snprintf(name, sizeof(name), "blk.%d." stem "." kind, il), name)
         GEN(LNAME("attn_norm"), GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+        if (fam->norm_bias)
+            GEN(BNAME("attn_norm", "bias"), GEN_NORMAL, ES_QTYPE_F32, 1, d, 1, 1, 0.1f, o->seed);
         if (p->kinds && p->kinds[il] == 'c') { /* a short-convolution block */
             GEN(LNAME("shortconv.conv"), GEN_NORMAL, ES_QTYPE_F32, 2, 3, d, 1, 0.5f, o->seed);
             GEN(LNAME("shortconv.in_proj"), GEN_NORMAL, wtype, 2, d, 3 * d, 1, sd, o->seed);
@@ -537,7 +571,6 @@ es_status es_synth(const es_synth_opts *o, const char *path)
             GEN(LNAME("attn_output"), GEN_NORMAL, wtype, 2, datt, d, 1, 0.7f * sdq * res, o->seed);
             goto ffn;
         }
-#define BNAME(stem, kind) (snprintf(name, sizeof(name), "blk.%d." stem "." kind, il), name)
         if (p->fused_qkv) { /* one attn_qkv (and bias), the three below end to end */
             GEN(LNAME("attn_qkv"), GEN_NORMAL, wtype, 2, d, dq + 2 * dkv, 1, sd, o->seed);
             fuse_qkv(g, il, "weight", dq, dkv, o->seed);
@@ -567,6 +600,10 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     ffn:
         snprintf(name, sizeof(name), "blk.%d.%s.weight", il, fam->ffn_norm ? fam->ffn_norm : "ffn_norm");
         GEN(name, GEN_NORM_WEIGHT, ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+        if (fam->norm_bias) {
+            snprintf(name, sizeof(name), "blk.%d.%s.bias", il, fam->ffn_norm ? fam->ffn_norm : "ffn_norm");
+            GEN(name, GEN_NORMAL, ES_QTYPE_F32, 1, d, 1, 1, 0.1f, o->seed);
+        }
         if (!synth_has_experts(p, il)) { /* a dense FFN instead of experts */
             const float sff = 1.0f / sqrtf((float)p->n_ff);
             GEN(LNAME("ffn_gate"), GEN_NORMAL, wtype, 2, d, p->n_ff, 1, sd, o->seed);
@@ -623,7 +660,9 @@ es_status es_synth(const es_synth_opts *o, const char *path)
     }
     GEN(fam->output_norm ? fam->output_norm : "output_norm.weight", GEN_NORM_WEIGHT,
         ES_QTYPE_F32, 1, d, 1, 1, 1.0f, o->seed);
+    if (fam->norm_bias) GEN("output_norm.bias", GEN_NORMAL, ES_QTYPE_F32, 1, d, 1, 1, 0.1f, o->seed);
     if (!p->tied) GEN("output.weight", GEN_NORMAL, out_type, 2, d, n_vocab, 1, 3.0f * sd, o->seed);
+    if (fam->output_bias) GEN("output.bias", GEN_NORMAL, ES_QTYPE_F32, 1, n_vocab, 1, 1, 0.5f, o->seed);
 #undef GEN
     for (int i = 0; i < c.n_gens; i++) {
         gen *t = &c.gens[i];
@@ -644,6 +683,7 @@ done:
     free(c.common);
     free(c.bias);
     free(c.rope_factors);
+    free(c.rope_long);
     es_gguf_writer_destroy(w);
     return st;
 }

@@ -279,6 +279,17 @@ static const es_synth_preset presets[] = {
      .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 3072,
      .n_expert = 64, .n_expert_used = 8, .rope_base = 11158840.0f, .rms_eps = 1e-5f,
      .n_ff = 3072, .n_shared = 1, .n_ff_shexp = 3072},
+    /* tiny-phimoe: Phi-3.5-MoE's graph in small: 4 heads of 16 over 2 KV heads, 8 experts of
+     * 64 top-2, LongRoPE of 256 positions within 1,024 (a 114-token text turns by the short
+     * factors, 342 tokens by the long ones), a sliding window key its loader ignores */
+    {.name = "tiny-phimoe", .arch = "phimoe", .n_vocab = 320, .n_ctx = 1024, .n_embd = 64,
+     .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff_exp = 64, .n_expert = 8,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-5f, .n_swa = 32, .lr_orig_ctx = 256},
+    /* Phi-3.5-MoE-instruct: 32 layers of 4,096, 32 heads of 128 over 8 KV heads, 16 experts of
+     * 6,400 top-2, vocab 32,064, LongRoPE from 4,096 to 131,072 positions (config.json) */
+    {.name = "phi-3.5-moe", .arch = "phimoe", .n_vocab = 32064, .n_ctx = 131072, .n_embd = 4096,
+     .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff_exp = 6400, .n_expert = 16,
+     .n_expert_used = 2, .rope_base = 1e4f, .rms_eps = 1e-5f, .lr_orig_ctx = 4096},
     /* tiny-qwen2moe-qkv: tiny-qwen2moe with q, k and v (and their biases) in one attn_qkv, the
      * same values: its logits are tiny-qwen2moe's */
     {.name = "tiny-qwen2moe-qkv", .arch = "qwen2moe", .n_vocab = 320, .n_ctx = 512, .n_embd = 64,
@@ -364,7 +375,7 @@ static const char *const preset_names[] = {
     "granite-3.1-3b-a800m", "tiny-hunyuan", "hunyuan-a13b", "tiny-qwen2moe-qkv", "tiny-bailingmoe",
     "tiny-bailingmoe2",
     "ling-mini-2.0", "tiny-dots1", "tiny-minimax-m2", "minimax-m2",
-    "tiny-exaone-moe", "tiny-smallthinker", NULL};
+    "tiny-exaone-moe", "tiny-smallthinker", "tiny-phimoe", "phi-3.5-moe", NULL};
 
 const char *const *es_synth_presets(void) { return preset_names; }
 

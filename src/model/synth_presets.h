@@ -52,6 +52,9 @@ typedef struct es_synth_preset {
      * to the first layers' outputs, zeros for text: written as Qwen3-VL's converter does) */
     int rope_sections[4], n_deepstack;
     bool weights_norm;          /* norm_key families: expert_weights_norm written true */
+    int lr_orig_ctx;            /* LongRoPE (rope_long_short families): the original context,
+                                 * with rope_factors_short / _long.weight and the attn_factor
+                                 * llama.cpp's converter derives from n_ctx over it (0: none) */
 } es_synth_preset;
 
 /* The preset called name, or NULL. */

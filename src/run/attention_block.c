@@ -47,7 +47,7 @@ static void norm_heads(const es_fast *f, float *x, int n_head, int dh, const flo
 /* es_layer_rows job: f->q, f->k and f->v with their biases where the layer has them; f->q and
  * f->k normalised as the family says, then rotated (Hunyuan: rotated, then normalised; Llama 4:
  * then normalised again, or on its NoPE layers not rotated and the queries scaled by the
- * position's temperature). */
+ * position's temperature); phi3's graph then scales the rotated queries (hp->q_scale). */
 static void qk_rope_worker(void *arg, int ith, int nth)
 {
     const es_layer_rows *j = arg;
@@ -82,6 +82,7 @@ static void qk_rope_worker(void *arg, int ith, int nth)
             norm_heads(f, k, hp->n_head_kv, hp->n_embd_head, ones, hp->rms_eps);
         }
         if (after) qk_norm(f, j->m, j->L, q, k); /* Hunyuan: the rotated heads */
+        for (int64_t i = 0; hp->q_scale != 0.0f && i < dq; i++) q[i] *= hp->q_scale; /* phi3 */
     }
 }
 

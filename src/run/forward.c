@@ -43,11 +43,12 @@ static void span(es_fast *f, int phase, int il, uint64_t t0)
     es_trace_span(f->trace, f->trace_track[phase], name, t0, es_now_ns(), "layer", il, NULL, 0);
 }
 
-/* RMS norms: f->h = rmsnorm(f->x) * w over rows [r_begin, T) (the norm before attention, the
- * FFN, or the output head). */
+/* RMS norms: f->h = rmsnorm(f->x) * w (+ b where the model has the bias) over rows
+ * [r_begin, T) (the norm before attention, the FFN, or the output head). */
 typedef struct norm_job {
     es_fast *f;
     const float *w; /* [n_embd] */
+    const float *b; /* [n_embd] or NULL */
     int64_t d;
     float eps;
     int64_t r_begin, T;
@@ -60,15 +61,17 @@ static void norm_worker(void *arg, int ith, int nth)
     const int64_t d = j->d;
     int64_t r0, r1;
     if (!es_row_span(j->r_begin, j->T, ith, nth, &r0, &r1)) return;
-    for (int64_t t = r0; t < r1; t++)
+    for (int64_t t = r0; t < r1; t++) {
         f->kern->rmsnorm(f->h + t * d, f->x + t * d, j->w, d, j->eps);
+        if (j->b) f->kern->axpy(f->h + t * d, 1.0f, j->b, d); /* exactly h + b */
+    }
 }
 
-static void norm_rows(es_fast *f, const es_model *m, const es_tensor *w, int64_t r_begin,
-                      int64_t T)
+static void norm_rows(es_fast *f, const es_model *m, const es_tensor *w, const es_tensor *b,
+                      int64_t r_begin, int64_t T)
 {
     es_fast_phase(f, ES_PHASE_NORM);
-    norm_job j = {f, w->data, m->hp.n_embd, m->hp.rms_eps, r_begin, T};
+    norm_job j = {f, w->data, b->data, m->hp.n_embd, m->hp.rms_eps, r_begin, T};
     es_pool_run(f->pool, norm_worker, &j);
 }
 
@@ -123,7 +126,12 @@ static void embed_worker(void *arg, int ith, int nth)
         es_dequantize_row(te->type, row, f->x + t * d, d);
         for (int64_t i = 0; hp->embd_scale != 0.0f && i < d; i++) f->x[t * d + i] *= hp->embd_scale;
     }
-    for (int64_t t = r0; t < r1; t++) es_rope_cos_sin(hp, f->pos[t], f->rope_cs + t * hp->n_rot);
+    int si = 0; /* row t's sequence: LongRoPE's factors follow its length */
+    for (int64_t t = r0; t < r1; t++) {
+        while (f->seq_start[si + 1] <= t) si++;
+        const float *factors = es_rope_factors(hp, f->seq_start[si + 1] - f->seq_start[si]);
+        es_rope_cos_sin(hp, factors, f->pos[t], f->rope_cs + t * hp->n_rot);
+    }
 }
 
 /* ---- the layer loop ---- */
@@ -142,7 +150,7 @@ static es_status layer(es_fast *f, const es_model *m, es_expert_provider *prov, 
         es_ffn_router_logits(f, m, L, f->x, T);
     es_fast_gemm_phase(f, ES_PHASE_ATTN_PROJ);
     /* attention, or a short-convolution block */
-    norm_rows(f, m, &L->attn_norm, 0, T);
+    norm_rows(f, m, &L->attn_norm, &L->attn_norm_b, 0, T);
     if (L->is_conv)
         es_conv_block(f, m, L, T);
     else if (m->family->mla)
@@ -153,7 +161,7 @@ static es_status layer(es_fast *f, const es_model *m, es_expert_provider *prov, 
 
     /* the FFN: dense, or the mixture of experts (+ shared experts) */
     t0 = f->trace ? es_now_ns() : 0;
-    norm_rows(f, m, &L->ffn_norm, 0, T);
+    norm_rows(f, m, &L->ffn_norm, &L->ffn_norm_b, 0, T);
     if (!es_layer_is_moe(L)) {
         es_ffn_dense(f, m, &L->ffn_gate, &L->ffn_up, &L->ffn_down, T, f->moe);
         es_fast_residual_add(f, m, f->moe, T);
@@ -208,7 +216,7 @@ es_status es_fast_layers(es_fast *f, const es_model *m, es_expert_provider *prov
     f->seq_start = NULL; /* borrowed for this call only */
     if (st) return st;
     f->have_counts = true;
-    norm_rows(f, m, &m->output_norm, 0, T); /* every row: embeddings and logits read f->h */
+    norm_rows(f, m, &m->output_norm, &m->output_norm_b, 0, T); /* every row: embeddings and logits read f->h */
     es_fast_prepare(f, f->h, hp->n_embd, m->output.type, 0, T);
     f->head_ready = true;
     return ES_OK;

@@ -24,7 +24,9 @@ typedef struct gemm_job {
     int n_tasks;
     const int32_t *rows; /* NULL: act rows 0..n_rows; else the act row of each output row */
     es_pool_counter next;
-    float y_mul;         /* each output multiplied by this once computed (0: not): Granite's
+    const float *y_bias; /* [N] added to each output once computed (NULL: not): the head's
+                          * output.bias */
+    float y_mul;         /* then each output multiplied by this (0: not): Granite's
                           * 1/logit_scale on the head */
 } gemm_job;
 
@@ -47,6 +49,8 @@ static void gemm_worker(void *arg, int ith, int nth)
         const int64_t n1 = n0 + GEMM_CHUNK < t->w->ne[1] ? n0 + GEMM_CHUNK : t->w->ne[1];
         es_gemm(j->f->kern, t->w->type, t->w->data, t->w->ne[0], n0, n1, t->act, j->rows, t->n_rows,
                 t->y, t->ldy, 0, j->f->scratch[ith]);
+        for (int64_t r = 0; j->y_bias && r < t->n_rows; r++)
+            for (int64_t n = n0; n < n1; n++) t->y[r * t->ldy + n] += j->y_bias[n];
         for (int64_t r = 0; j->y_mul != 0.0f && r < t->n_rows; r++)
             for (int64_t n = n0; n < n1; n++) t->y[r * t->ldy + n] *= j->y_mul;
     }
@@ -67,7 +71,7 @@ void es_fast_gemms(es_fast *f, const es_gemm_task *tasks, int n)
 {
     es_fast_phase(f, f->gemm_phase);
     for (int i = 0; i < n; i++) count_gemm(f, f->gemm_phase, tasks[i].w, tasks[i].n_rows);
-    gemm_job j = {f, tasks, n, NULL, {0}, 0.0f};
+    gemm_job j = {f, tasks, n, NULL, {0}, NULL, 0.0f};
     es_pool_counter_set(&j.next, 0);
     es_pool_run(f->pool, gemm_worker, &j);
 }
@@ -187,7 +191,7 @@ void es_fast_logits(es_fast *f, const es_model *m, const int32_t *rows, int64_t 
                       m->hp.n_vocab, n};
     es_fast_phase(f, ES_PHASE_HEAD);
     count_gemm(f, ES_PHASE_HEAD, &m->output, n);
-    gemm_job j = {f, &t, 1, rows, {0}, m->hp.logit_mul};
+    gemm_job j = {f, &t, 1, rows, {0}, m->output_b.data, m->hp.logit_mul};
     es_pool_counter_set(&j.next, 0);
     es_pool_run(f->pool, gemm_worker, &j);
 }

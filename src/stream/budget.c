@@ -41,7 +41,8 @@ static uint8_t touch(const es_tensor *t)
 
 void es_budget_touch_weights(const es_model *m)
 {
-    uint8_t sink = touch(&m->output_norm) ^ touch(&m->output);
+    uint8_t sink = touch(&m->output_norm) ^ touch(&m->output_norm_b) ^ touch(&m->output) ^
+                   touch(&m->output_b);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const es_tensor *ts[ES_LAYER_N_RESIDENT];
         es_layer_resident(&m->layers[il], ts);
