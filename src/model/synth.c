@@ -379,6 +379,10 @@ static es_status set_hparams(es_gguf_writer *w, const es_synth_preset *p, uint32
     const char *a = p->arch;
     char name[96];
     snprintf(name, sizeof(name), "estream synthetic %s %s", a, p->name);
+    /* llama.cpp's vocabulary loader takes Phi-3's special tokens by name where general.name says
+     * "phi-3", and the built-in vocabulary has none: phi-3.5-moe is written "phi 3.5-moe" */
+    char *phi = strstr(name, "phi-3");
+    if (phi) phi[3] = ' ';
     es_status st = es_gguf_writer_set_str(w, "general.architecture", a);
     if (!st) st = es_gguf_writer_set_str(w, "general.name", name);
     if (!st) st = es_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype));
