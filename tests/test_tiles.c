@@ -120,7 +120,7 @@ static void check_table(const char *isa, const char *ref_isa)
     if (ref_isa) assert_true(es_kern_get(ref_isa, &kr));
     static const int64_t Ks[] = {32, 96, 2080};
     static const int64_t Ns[] = {1, 17, 45, 96, 130};
-    /* 1..7: a call of at most one register block, which avx512 runs on the raw tiles
+    /* 1..7: a call of at most one register block, which avx512 and avx2 run on the raw tiles
      * (es_kern_tiling.direct), every block height of it, and the first call past it */
     static const int64_t rows_list[] = {1, 2, 3, 4, 5, 6, 7, 17, 130, 600};
     long cases = 0;
@@ -250,8 +250,8 @@ static void test_guard_pages(void **state)
         if (!es_kern_get(isas[ii], &k)) continue;
         for (size_t ti = 0; ti < 3 * T_LEN(types); ti++) {
             const uint32_t type = types[ti / 3];
-            /* 17: the amx table's tiles; 3: avx512's raw tiles (direct), on a matrix whose last
-             * tile is whole and so read by it up to the page's start */
+            /* 17: the amx table's tiles; 3: avx512's and avx2's raw tiles (direct), on a matrix
+             * whose last tile is whole and so read by it up to the page's start */
             const int64_t K = 96, nr = (int64_t[]){3, 9, 17}[ti % 3], N = nr == 3 ? 64 : 45;
             const size_t bytes = es_qtype_row_bytes(type, K) * (size_t)N;
             uint8_t *w = make_rows(type, N, K, 31 + ti), *wt = make_tiles(type, w, N, K);
@@ -285,16 +285,20 @@ static void test_guard_pages(void **state)
 
 /* A few rows over two K-slices: a direct kernel (es_kern_tiling.direct) starts its second slice
  * at the slice's tile-block of each tile, and that slice's Y adds to the first's. K is one
- * 256-value unit past the slice avx512's tiles of 32 rows x 1,152 bytes per block take in a
- * quarter of L2 (kern_drive.c), so every table with tiles as wide runs two slices. */
+ * 256-value unit past the longest slice of the table's tiles in a quarter of L2 (kern_drive.c):
+ * avx512's tiles of 32 rows x 1,152 bytes per 256 k, or the avx2 tables' Q8_0 tiles of 8 rows x
+ * 320 bytes (their Q4_0 tiles are two such), so each of these tables runs two slices. */
 static void test_few_rows_two_slices(void **state)
 {
     (void)state;
-    const int64_t K = ((int64_t)es_cpu_get()->l2_bytes / 4 / (8 * 1152) + 1) * 256, N = 81;
+    const int64_t N = 81;
     long cases = 0;
     for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
         es_kern k;
         if (!es_kern_get(isas[ii], &k)) continue;
+        const bool avx2 = !strcmp(isas[ii], "avx2") || !strcmp(isas[ii], "avxvnni");
+        const int64_t tile_256 = avx2 ? 8 * 320 : 8 * 1152;
+        const int64_t K = ((int64_t)es_cpu_get()->l2_bytes / 4 / tile_256 + 1) * 256;
         for (size_t ti = 0; ti < T_LEN(types); ti++) {
             const uint32_t type = types[ti];
             uint8_t *w = make_rows(type, N, K, 77 + ti), *wt = make_tiles(type, w, N, K);
@@ -330,8 +334,7 @@ static void test_few_rows_two_slices(void **state)
             free(w);
         }
     }
-    print_message("%ld cases of 1-7 rows over two slices (K=%ld) bit-identical to rows\n", cases,
-                  (long)K);
+    print_message("%ld cases of 1-7 rows over two slices bit-identical to rows\n", cases);
 }
 
 int main(void)

@@ -411,6 +411,7 @@ typedef struct es_kern_block {
     float *yp[ES_KERN_TB_MAX];
     const uint8_t *pf;
     size_t wrb; /* W's bytes per row (a direct kernel on the row layout reads its rows) */
+    int sub;    /* direct, tile layout: the tile's first row in the layout's tile at `tile` */
     size_t pf_wrb;
     uint64_t pf_step;
     const uint8_t *xp;
@@ -439,10 +440,12 @@ typedef struct es_kern_tiling {
     void (*kernel)(const es_kern_block *b);
     /* Optional: a micro-kernel that reads a whole tile's raw bytes itself, for calls of at most
      * tb_direct token rows, whose tiles would otherwise be decoded for those few rows alone.
-     * tile: on the tile layout the slice's first tile-block of the tile, on the row layout the
-     * tile's first row (wrb apart; the kernel finds the slice from k0). A tile that is short
-     * (the matrix's last) or on the row layout reaches past n1 still takes decode + kernel.
-     * The same bits as decode + kernel. */
+     * tile: on the tile layout the slice's first tile-block of the layout's tile (quant/tiles.h)
+     * that holds the tile, at row sub of it (a table whose tiles are narrower than the layout's
+     * reads a part of each tile-block); on the row layout the tile's first row (wrb apart; the
+     * kernel finds the slice from k0). A tile in a short layout tile (the matrix's last) or on
+     * the row layout reaching past n1 still takes decode + kernel. The same bits as decode +
+     * kernel. */
     void (*direct)(const es_kern_block *b);
     int tb_direct;
     /*

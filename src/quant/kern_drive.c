@@ -146,8 +146,11 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
             t.k1 = tn.k1 = k0 + pl.ks < K ? k0 + pl.ks : K;
             b.nk = t.k1 - k0;
             b.load_y = accumulate || k0 > 0;
-            const size_t row_k0 = wrb * (size_t)k0 / (size_t)K;       /* a row's bytes before k0 */
-            if (tl->tiled) b.pf_wrb = wrb * (size_t)b.nk / (size_t)K; /* a row's slice bytes */
+            const size_t row_k0 = wrb * (size_t)k0 / (size_t)K; /* a row's bytes before k0 */
+            if (tl->tiled) { /* a part: the slice's bytes of 32 / tw rows */
+                b.pf_wrb = wrb * (size_t)b.nk / (size_t)K * (size_t)(ES_TILE_ROWS / tw);
+                b.pf_step = ((uint64_t)wrb << 21) / (uint64_t)K * (uint64_t)(ES_TILE_ROWS / tw);
+            }
             if (packed) tl->pack_rows(act, arb, K, rows, rg, rg1, k0, t.k1, packed);
             /* the tile layout's tiles start at multiples of the width; rows below n0 are masked */
             const int64_t nt0 = tl->tiled ? n0 / tw * tw : n0;
@@ -157,11 +160,16 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
                 t.lo = b.lo = (int)(n0 > nt ? n0 - nt : 0);
                 t.hi = b.hi = (int)(n1 - nt < tw ? n1 - nt : tw);
                 uint8_t *const cur = buf[i & 1];
-                /* a few rows on a whole tile: the direct kernel reads the tile's slice itself */
-                const int direct =
-                    tl->direct && n_rows <= tl->tb_direct && nt + tw <= (tl->tiled ? N : n1);
+                /* a few rows on a whole tile: the direct kernel reads the tile's slice itself
+                 * (on the tile layout from the layout's tile holding it, which must be whole for
+                 * its tile-blocks to be ES_TILE_ROWS rows apart) */
+                const int64_t lt = nt / ES_TILE_ROWS * ES_TILE_ROWS;
+                const int direct = tl->direct && n_rows <= tl->tb_direct &&
+                                   (tl->tiled ? lt + ES_TILE_ROWS <= N : nt + tw <= n1);
+                b.sub = tl->tiled ? (int)(nt - lt) : 0;
                 if (direct)
-                    b.tile = (const uint8_t *)W + nt * wrb + (tl->tiled ? tw * row_k0 : 0);
+                    b.tile = tl->tiled ? (const uint8_t *)W + lt * wrb + ES_TILE_ROWS * row_k0
+                                       : (const uint8_t *)W + nt * wrb;
                 else if (!tl->decode_ahead || nt == nt0)
                     tl->decode(&t, cur);
                 if (!direct) b.tile = cur;
@@ -173,13 +181,19 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
                 b.next_buf = buf[(i + 1) & 1];
                 /* the raw bytes of a later tile's slice, if it is a whole tile, for the first
                  * register block to fetch into L2 while it works: rows of the row layout, or the
-                 * tile layout's one range of tw x the slice's row bytes, taken as tw parts (a
-                 * table whose tiles are the layout's; the hardware prefetcher follows the rest) */
-                const int64_t pt = nt + pf_ahead * tw;
-                b.pf = pt + tw > n1         ? NULL
-                       : !tl->tiled         ? (const uint8_t *)W + pt * wrb + row_k0
-                       : tw == ES_TILE_ROWS ? (const uint8_t *)W + pt * wrb + tw * row_k0
-                                            : NULL;
+                 * tile layout's one range of 32 x the slice's row bytes, taken as tw parts. A
+                 * table whose tiles are narrower than the layout's (avx2: 16 or 8 rows) fetches
+                 * the next layout tile's whole range during the first tile of each layout tile
+                 * (the hardware prefetcher follows the rest); with decode_ahead (amx) only a
+                 * table whose tiles are the layout's fetches. */
+                const int64_t pt = nt + pf_ahead * tw, plt = lt + ES_TILE_ROWS;
+                b.pf = !tl->tiled ? (pt + tw > n1 ? NULL : (const uint8_t *)W + pt * wrb + row_k0)
+                       : tw == ES_TILE_ROWS
+                           ? (pt + tw > n1 ? NULL
+                                           : (const uint8_t *)W + pt * wrb + tw * row_k0)
+                       : !tl->decode_ahead && nt == lt && plt + ES_TILE_ROWS <= n1
+                           ? (const uint8_t *)W + plt * wrb + ES_TILE_ROWS * row_k0
+                           : NULL;
                 const int tb = direct                    ? tl->tb_direct
                                : b.hi <= tl->narrow_rows ? tl->tb_narrow
                                                          : tl->tb;

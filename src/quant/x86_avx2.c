@@ -7,7 +7,8 @@
  * per row) decoded once per K-slice into the per-thread scratch, then a register-blocked
  * micro-kernel over the token rows, groups g outer and tokens inner. Q4_0 and Q4_K without VNNI
  * run tiles of two such columns (16 rows) so that each activation broadcast feeds two products
- * (mk_int2, "two columns per tile" below).
+ * (mk_int2, "two columns per tile" below). On the tile layout (quant/tiles.h), a call of at most
+ * one register block of tokens reads the raw tiles in its micro-kernel instead (mk_direct).
  *
  * Integer dot products without VNNI: vpmaddubsw multiplies unsigned weight bytes by signed
  * activation bytes and adds pairs into int16 with saturation, vpmaddwd by ones widens to int32.
@@ -138,6 +139,16 @@ static inline __attribute__((always_inline)) __m256i gather_rows(const uint8_t *
 static inline __m256 gather_f16(const uint8_t *base, size_t wrb, int nr)
 {
     return _mm256_cvtph_ps(_mm256_castsi256_si128(gather_rows(base, wrb, nr, 2)));
+}
+
+/* The f16 in the low (hi = 0) or high half of each dword, as 8 floats (exact, as
+ * es_f16_to_f32). */
+static inline __m256 f16_half(__m256i v, const int hi)
+{
+    const __m256i h =
+        hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    return _mm256_cvtph_ps(
+        _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
 }
 
 /* ---- weight tile decoders ------------------------------------------------------------------ */
@@ -276,9 +287,12 @@ static void dec_mxfp4(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t
     }
 }
 
-/* IQ4_XS: sub-block j of a 136-byte super-block, scale d * (ls_j - 32) per row. */
+/* IQ4_XS: sub-block j of a 136-byte super-block, scale d * (ls_j - 32) per row (es_iq4xs_scale's
+ * operations, per lane). */
 static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
+    __m256i dh = _mm256_setzero_si256(), sl = dh;
+    __m256 d = _mm256_setzero_ps();
     for (int64_t b = kb0; b < kb1; b++) {
         const uint8_t *sb = W + b / 8 * 136;
         const int j = (int)(b % 8);
@@ -286,14 +300,55 @@ static void dec_iq4_xs(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_
         __m256i raw[4];
         tr8x4(sb + 8 + 16 * j, wrb, nr, raw);
         nib_groups(iq4_lut(), raw, rec);
-        float sc[8] = {0};
-        for (int r = 0; r < nr; r++)
-            sc[r] = es_iq4xs_scale(sb + r * wrb, j);
-        _mm256_store_ps((float *)(rec + 256), _mm256_loadu_ps(sc));
+        if (b == kb0 || j == 0) { /* the super-block's header, a row per lane */
+            dh = gather_rows(sb, wrb, nr, 4);     /* d | scales_h << 16 */
+            sl = gather_rows(sb + 4, wrb, nr, 4); /* scales_l: sub-block j's 4 bits at 4j */
+            d = f16_half(dh, 0);
+        }
+        const __m256i ls = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(15)),
+            _mm256_slli_epi32(
+                _mm256_and_si256(_mm256_srli_epi32(dh, 16 + 2 * j), _mm256_set1_epi32(3)), 4));
+        _mm256_store_ps(
+            (float *)(rec + 256),
+            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)))));
     }
 }
 
-/* Q4_K/Q5_K: u = q (0..15 / 0..31); scales and mins per sub-block, computed per row. */
+/* Q4_K/Q5_K scales of one super-block (header at sb: d, dmin, scales[12]) for its 8 rows: per
+ * sub-block j, s = d*sc at rec + j*REC + 256 and -(dmin*m) at + 288, es_k4_scale_min's 6-bit
+ * fields taken from every row at once (the header's dwords transposed, a row per lane); the
+ * same float operations as the scalar table's, per lane. Rows past nr read as zero. */
+static inline __attribute__((always_inline)) void k45_scales(const uint8_t *sb, size_t wrb, int nr,
+                                                             uint8_t *rec)
+{
+    __m256i h[4]; /* d and dmin, scales[0..3], [4..7], [8..11] */
+    tr8x4(sb, wrb, nr, h);
+    const __m256 d = f16_half(h[0], 0), dmin = f16_half(h[0], 1);
+    const __m256i m6 = _mm256_set1_epi32(63), m4 = _mm256_set1_epi32(15), m2 = _mm256_set1_epi32(3);
+#pragma GCC unroll 16
+    for (int j = 0; j < 8; j++) {
+        __m256i sc, mn;
+        if (j < 4) {
+            sc = _mm256_and_si256(_mm256_srli_epi32(h[1], 8 * j), m6);
+            mn = _mm256_and_si256(_mm256_srli_epi32(h[2], 8 * j), m6);
+        } else {
+            const int sh = 8 * (j - 4);
+            const __m256i c = _mm256_srli_epi32(h[3], sh);
+            sc = _mm256_or_si256(
+                _mm256_and_si256(c, m4),
+                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h[1], sh + 6), m2), 4));
+            mn = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32(c, 4), m4),
+                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h[2], sh + 6), m2), 4));
+        }
+        _mm256_store_ps((float *)(rec + j * REC + 256), _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+        const __m256 mm = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn));
+        _mm256_store_ps((float *)(rec + j * REC + 288), _mm256_xor_ps(mm, _mm256_set1_ps(-0.0f)));
+    }
+}
+
+/* Q4_K/Q5_K: u = q (0..15 / 0..31); scales and mins per sub-block (k45_scales). */
 static inline void dec_k45(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1,
                            uint8_t *tile, const int q5)
 {
@@ -318,26 +373,7 @@ static inline void dec_k45(const uint8_t *W, size_t wrb, int nr, int64_t kb0, in
                 _mm256_store_si256((__m256i *)(rec + (2 * cc + 1) * REC + 32 * g), hi);
             }
         }
-        float s[8][8] = {{0}}, m[8][8] = {{0}}; /* [sub-block][row] */
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *x = sb + j * wrb;
-            es_f16 hd, hm;
-            memcpy(&hd, x, 2);
-            memcpy(&hm, x + 2, 2);
-            const float d = es_f16_to_f32(hd), dmin = es_f16_to_f32(hm);
-#pragma GCC unroll 16
-            for (int sub = 0; sub < 8; sub++) {
-                int sc, mn;
-                es_k4_scale_min(sub, x + 4, &sc, &mn);
-                s[sub][j] = d * (float)sc;
-                m[sub][j] = -(dmin * (float)mn);
-            }
-        }
-#pragma GCC unroll 16
-        for (int sub = 0; sub < 8; sub++) {
-            memcpy(rec + sub * REC + 256, s[sub], 32);
-            memcpy(rec + sub * REC + 288, m[sub], 32);
-        }
+        k45_scales(sb, wrb, nr, rec);
     }
 }
 
@@ -349,6 +385,23 @@ static void dec_q4_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
 static void dec_q5_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
     dec_k45(W, wrb, nr, kb0, kb1, tile, 1);
+}
+
+/* Q6_K's 16 scales of one super-block for its 8 rows, as es_kern_put_scales16 places
+ * es_q6k_row_scales' (d * the signed byte, per lane the scalar table's operation), from the
+ * scale bytes transposed a row per lane, not through a stack array. Rows past nr read as zero. */
+static inline __attribute__((always_inline)) void q6k_scales(const uint8_t *sb, size_t wrb,
+                                                             int nr, uint8_t *rec)
+{
+    __m256i sc[4]; /* scales[4g .. 4g + 3] of row j in lane j */
+    tr8x4(sb + 192, wrb, nr, sc);
+    const __m256 d = gather_f16(sb + 208, wrb, nr);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const __m256i v = _mm256_srai_epi32(_mm256_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24);
+        _mm256_store_ps((float *)(rec + (i / 2) * REC + 256 + 32 * (i % 2)),
+                        _mm256_mul_ps(d, _mm256_cvtepi32_ps(v)));
+    }
 }
 
 /* Q6_K: u = q (0..63; the -32 is in the act correction per half). Layout as in x86_avx512.c. */
@@ -377,7 +430,7 @@ static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
                 _mm256_store_si256((__m256i *)(r + 3 * REC + 32 * g), q3);
             }
         }
-        es_kern_put_scales16(rec, REC, 256, sb, wrb, nr, es_q6k_row_scales);
+        q6k_scales(sb, wrb, nr, rec);
     }
 }
 
@@ -866,7 +919,139 @@ static inline __attribute__((always_inline)) void decode_tiled(tdecode_fn dec, c
     if (cols == 2 && t->hi > NR) dec(Wt, rows, s + 1, kb0, kb1, tile + (kb1 - kb0) * REC);
 }
 
-#define GEMM_TILED(name, kind, dec, type)                                                          \
+/*
+ * A few rows on the tile layout (es_kern_tiling.direct): a call whose token rows all fit one
+ * register block would decode each tile for those rows alone, and at a handful of rows the
+ * decode costs as much as the products (x86_avx512.c's mk_direct, bench/README.md). This kernel
+ * reads the tile's part of the layout's raw tile-blocks itself (a->tile: the slice's first
+ * tile-block of the whole 32-row layout tile holding the tile, at row a->sub of it; column c's
+ * dword group g at 2*32 + 128g + 4(sub + 8c), its f16 scales at 2(sub + 8c)), splits the nibbles
+ * (Q4_0) in registers or takes Q8_0's bytes as they are, and runs the products of the kernel the
+ * decoded tile would have taken: mk_int2 (Q4_0, two columns) or mk_int (Q8_0, one column). Groups g
+ * and g + 4 of Q4_0 come from one load, so their products are summed in another order, but into
+ * exact integers (int16 sums of at most 8 products of |q| <= 15 and |x| <= 127, the file's note),
+ * and the float operations per block are the kernel's, in its order: the same bits as decode +
+ * kernel. The avxvnni table has none yet: the machine they were measured on could not run it
+ * (AMD Zen 4 lacks the VEX encoding of VNNI).
+ */
+#if !VNNI
+static inline __attribute__((always_inline)) void mk_direct(const int q8, const int T,
+                                                            const es_kern_block *a)
+{
+    const int cols = q8 ? 1 : 2;
+    const size_t bs = (size_t)ES_TILE_ROWS * (q8 ? 34 : 18); /* bytes per tile-block */
+    const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
+    const int64_t od = es_act_q8_off_d(K) + 4 * kb0, oc = es_act_q8_off_c(K) + 4 * kb0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i m[2] = {lane_range(a->lo, a->hi), lane_range(a->lo - NR, a->hi - NR)};
+    float ybuf[TBMAX][2 * NR] __attribute__((aligned(32)));
+    const uint8_t *xr[TBMAX];
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++) {
+        xr[t] = a->xr[t];
+#pragma GCC unroll 2
+        for (int c = 0; c < cols; c++)
+            _mm256_store_ps(ybuf[t] + NR * c, a->load_y
+                                                  ? _mm256_maskload_ps(a->yp[t] + NR * c, m[c])
+                                                  : _mm256_setzero_ps());
+    }
+    const uint8_t *src = a->tile;
+    for (int64_t b = 0; b < nbs; b++, src += bs) {
+        const int64_t oq = 32 * (kb0 + b);
+        if (a->pf) es_kern_prefetch_step(a, b, cols * NR);
+        const uint8_t *q = src + 2 * ES_TILE_ROWS + 4 * a->sub;
+        /* Q4_0 starts from the act's correction term (-8 sum(x)), as mk_int does */
+        __m256i acc[2][TBMAX], s16[2][TBMAX];
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+            for (int c = 0; c < cols; c++)
+                acc[c][t] = q8 ? _mm256_setzero_si256() : bcst4(xr[t] + oc + 4 * b);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            if (!q8 && g == 4) break; /* Q4_0: four dwords, two nibbles each */
+            __m256i w[2][2];          /* [column][low nibbles (group g), high (g + 4)] */
+#pragma GCC unroll 2
+            for (int c = 0; c < cols; c++) {
+                const __m256i raw =
+                    _mm256_loadu_si256((const __m256i *)(q + 4 * ES_TILE_ROWS * g + 4 * NR * c));
+                if (q8) {
+                    w[c][0] = raw;
+                } else {
+                    w[c][0] = and8(raw, 15);
+                    w[c][1] = and8(srl16(raw, 4), 15);
+                }
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                if (q8 && h == 1) break;
+#pragma GCC unroll 6
+                for (int t = 0; t < T; t++) {
+                    const __m256i xb = bcst4(xr[t] + oq + 4 * (g + 4 * h));
+#pragma GCC unroll 2
+                    for (int c = 0; c < cols; c++) {
+                        if (q8) {
+                            const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w[c][0]),
+                                                                   _mm256_sign_epi8(xb, w[c][0]));
+                            acc[c][t] = _mm256_add_epi32(acc[c][t], _mm256_madd_epi16(p, ones));
+                        } else {
+                            const __m256i p = _mm256_maddubs_epi16(w[c][h], xb);
+                            s16[c][t] = g + h == 0 ? p : _mm256_add_epi16(s16[c][t], p);
+                            __asm__("" : "+x"(s16[c][t])); /* one running sum (mk_int's note) */
+                        }
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m256 xd = bcstf(xr[t] + od + 4 * b);
+#pragma GCC unroll 2
+            for (int c = 0; c < cols; c++) {
+                if (!q8)
+                    acc[c][t] = _mm256_add_epi32(acc[c][t], _mm256_madd_epi16(s16[c][t], ones));
+                const __m256 d = _mm256_cvtph_ps(ld16(src + 2 * (a->sub + NR * c)));
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[c][t]), d);
+                _mm256_store_ps(ybuf[t] + NR * c,
+                                _mm256_fmadd_ps(f, xd, _mm256_load_ps(ybuf[t] + NR * c)));
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int c = 0; c < cols; c++)
+            _mm256_maskstore_ps(a->yp[t] + NR * c, m[c], _mm256_load_ps(ybuf[t] + NR * c));
+}
+
+#define MKD(q8, T)                                                                                 \
+    static void mk_direct_##q8##_##T(const es_kern_block *a)                                       \
+    {                                                                                              \
+        mk_direct(q8, T, a);                                                                       \
+    }
+MKD(0, 1) MKD(0, 2) MKD(0, 3) MKD(0, 4) MKD(0, 5) MKD(0, 6)
+MKD(1, 1) MKD(1, 2) MKD(1, 3) MKD(1, 4) MKD(1, 5) MKD(1, 6)
+static const mk_fn mk_direct_table[2][TBMAX + 1] = {
+    {NULL, mk_direct_0_1, mk_direct_0_2, mk_direct_0_3, mk_direct_0_4, mk_direct_0_5,
+     mk_direct_0_6},
+    {NULL, mk_direct_1_1, mk_direct_1_2, mk_direct_1_3, mk_direct_1_4, mk_direct_1_5,
+     mk_direct_1_6},
+};
+static void run_direct_q4_0(const es_kern_block *b)
+{
+    mk_direct_table[0][b->T](b);
+}
+static void run_direct_q8_0(const es_kern_block *b)
+{
+    mk_direct_table[1][b->T](b);
+}
+#define DIRECT(fn) fn
+#else
+#define DIRECT(fn) NULL
+#endif
+
+/* direct_kernel: NULL, or the kernel for calls of at most one register block of rows */
+#define GEMM_TILED(name, kind, dec, direct_kernel, type)                                           \
     static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
         decode_tiled(dec, COLUMNS(kind), t, tile);                                                 \
@@ -876,11 +1061,13 @@ static inline __attribute__((always_inline)) void decode_tiled(tdecode_fn dec, c
                      void *scratch)                                                                \
     {                                                                                              \
         ES_ASSERT(K % 32 == 0);                                                                    \
-        const es_kern_tiling tl = int_tiling(kind, 1, name##_decode);                              \
+        es_kern_tiling tl = int_tiling(kind, 1, name##_decode);                                    \
+        tl.direct = direct_kernel;                                                                 \
+        tl.tb_direct = tl.tb;                                                                      \
         es_kern_drive(&tl, type, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch); \
     }
-GEMM_TILED(gemm_tiled_q4_0, A_Q40, dec_t_q4_0, ES_QTYPE_Q4_0)
-GEMM_TILED(gemm_tiled_q8_0, A_Q80, dec_t_q8_0, ES_QTYPE_Q8_0)
+GEMM_TILED(gemm_tiled_q4_0, A_Q40, dec_t_q4_0, DIRECT(run_direct_q4_0), ES_QTYPE_Q4_0)
+GEMM_TILED(gemm_tiled_q8_0, A_Q80, dec_t_q8_0, DIRECT(run_direct_q8_0), ES_QTYPE_Q8_0)
 
 /* ---- activations ---------------------------------------------------------------------------- */
 
