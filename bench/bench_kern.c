@@ -5,6 +5,9 @@
  *   build-x/bench/bench_kern [--reps N] [--isa scalar|avx2|avxvnni|avx512|amx] [--type q4_0,...]
  *                            [--quick] [--shape K,N,ROWS]
  *
+ * --type takes type names in any case (q4_k, Q4_K); a name that is not one of the types below, or
+ * an --isa that is not a table, is an error (exit 2), not an empty table.
+ *
  * Method: each kernel table is compared with the peak of the instruction it is built on: a loop
  * of independent vpdpbusd zmm (avx512), vpdpbusd ymm (avxvnni) or vpmaddubsw ymm (avx2; 64 int8
  * ops each) instructions (12 accumulators, no memory operands; bench/peak.h), or of tdpbssd on
@@ -199,18 +202,66 @@ static void noop_fn(void *arg, int ith, int nth)
     (void)arg, (void)ith, (void)nth;
 }
 
+static const uint32_t types[] = {ES_QTYPE_Q4_0,  ES_QTYPE_Q8_0,   ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
+                                 ES_QTYPE_Q6_K,  ES_QTYPE_Q3_K,   ES_QTYPE_Q2_K, ES_QTYPE_IQ4_NL,
+                                 ES_QTYPE_IQ4_XS, ES_QTYPE_MXFP4, ES_QTYPE_F16,  ES_QTYPE_BF16,
+                                 ES_QTYPE_F32};
+enum { N_TYPES = sizeof(types) / sizeof(types[0]) };
+
+/* --type LIST: comma-separated names in any case (es_qtype_parse) into want[]; false, with
+ * the name said, for one that is not a type or not one benchmarked here. */
+static bool parse_types(const char *list, bool want[N_TYPES])
+{
+    char name[32];
+    for (const char *p = list;;) {
+        const size_t n = strcspn(p, ",");
+        es_qtype t;
+        bool found = false;
+        if (n > 0 && n < sizeof(name)) {
+            memcpy(name, p, n);
+            name[n] = '\0';
+            if (es_qtype_parse(name, &t))
+                for (size_t i = 0; i < N_TYPES; i++)
+                    if (types[i] == (uint32_t)t) want[i] = found = true;
+        }
+        if (!found) {
+            fprintf(stderr, "bench_kern: --type: '%.*s' is not one of the benchmarked types\n",
+                    (int)n, p);
+            return false;
+        }
+        if (!p[n]) return true;
+        p += n + 1;
+    }
+}
+
+/* --isa NAME: one of es_kern_isa_names. */
+static bool known_isa(const char *name)
+{
+    for (size_t i = 0; i < ES_KERN_N_ISA; i++)
+        if (!strcmp(name, es_kern_isa_names[i])) return true;
+    fprintf(stderr, "bench_kern: --isa: '%s' is not a kernel table (", name);
+    for (size_t i = 0; i < ES_KERN_N_ISA; i++)
+        fprintf(stderr, "%s%s", i ? ", " : "", es_kern_isa_names[i]);
+    fprintf(stderr, ")\n");
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     int reps = 11, quick = 0;
-    const char *only_isa = NULL, *only_types = NULL;
+    const char *only_isa = NULL;
+    bool only_types = false, want[N_TYPES] = {false};
     shape one = {0, 0, 0}; /* --shape K,N,ROWS: that shape alone */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--isa") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             only_isa = argv[++i];
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc)
-            only_types = argv[++i];
+            if (!known_isa(only_isa)) return 2;
+        } else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
+            only_types = true;
+            if (!parse_types(argv[++i], want)) return 2;
+        }
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
@@ -253,10 +304,6 @@ int main(int argc, char **argv)
         "      act = es_act_prepare of all rows on 1 thread, and its share of the 1-thread GEMM\n",
         reps);
 
-    static const uint32_t types[] = {ES_QTYPE_Q4_0,   ES_QTYPE_Q8_0,  ES_QTYPE_Q4_K,
-                                     ES_QTYPE_Q5_K,   ES_QTYPE_Q6_K,  ES_QTYPE_Q3_K,
-                                     ES_QTYPE_Q2_K,   ES_QTYPE_IQ4_NL, ES_QTYPE_MXFP4,
-                                     ES_QTYPE_F16,    ES_QTYPE_BF16,  ES_QTYPE_F32};
     const shape shapes_full[] = {
         {2048, 1024, 128}, {1024, 2048, 128}, {2048, 2048, 512}, {2048, 1024, 16}};
     const shape shapes_quick[] = {{2048, 1024, 128}};
@@ -301,8 +348,8 @@ int main(int argc, char **argv)
                    "%.1f %% / %.1f %% of the int8 peak (1 / 2 threads)\n",
                    100 * mix[0] / pk_int[0], 100 * mix[1] / pk_int[1]);
         }
-        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
-            if (only_types && !strstr(only_types, es_qtype_name(types[ti]))) continue;
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            if (only_types && !want[ti]) continue;
             for (int si = 0; si < n_shapes; si++)
                 ok &= bench_one(&k, &ks, types[ti], shapes[si], reps, p1, p2);
         }
