@@ -496,6 +496,26 @@ static inline __attribute__((always_inline)) void es_kern_prefetch_step(const es
             __builtin_prefetch((const uint8_t *)e + j * a->pf_wrb, 0, 2);
 }
 
+/* The tile layout's few-row kernels of a table (es_kern_tiling.direct): from body(q8, T, b), an
+ * always-inline kernel of Q4_0 (q8 0) or Q8_0 (q8 1) on T = 1..6 token rows, the functions
+ * run_direct_q4_0 and run_direct_q8_0, each with an instance of body per T. */
+#define ES_KERN_DIRECT_Q4_0_Q8_0(body)                                                             \
+    ES_KERN_DIRECT_ONE_(body, 0, q4_0)                                                             \
+    ES_KERN_DIRECT_ONE_(body, 1, q8_0)
+#define ES_KERN_DIRECT_ONE_(body, q8, name)                                                        \
+    static void run_direct_##name(const es_kern_block *b)                                          \
+    {                                                                                              \
+        switch (b->T) {                                                                            \
+        case 1: body(q8, 1, b); break;                                                             \
+        case 2: body(q8, 2, b); break;                                                             \
+        case 3: body(q8, 3, b); break;                                                             \
+        case 4: body(q8, 4, b); break;                                                             \
+        case 5: body(q8, 5, b); break;                                                             \
+        case 6: body(q8, 6, b); break;                                                             \
+        default: ES_ASSERT(!"a direct call of 1..6 rows");                                         \
+        }                                                                                          \
+    }
+
 /* The tiling of a table's float kernels (F32, F16, BF16 weights, row layout): tiles of `rows`
  * output rows by 32 k floats per unit, act rows of floats, greedy blocks of at most tb tokens. */
 static inline es_kern_tiling es_kern_float_tiling(int rows, int tb,

@@ -434,6 +434,36 @@ static void dec_q6_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     }
 }
 
+/* Byte k of 16-byte rows transposed by tr8x4 (lane j: row j's byte), as int32 lanes. */
+static inline __m256i byte_of(const __m256i h[4], int k)
+{
+    return _mm256_and_si256(_mm256_srli_epi32(h[k / 4], 8 * (k % 4)), _mm256_set1_epi32(0xff));
+}
+
+/* Q3_K's 16 scales of one super-block for its 8 rows, as es_kern_put_scales16 places
+ * es_q3k_row_scales' (d * es_q3k_scale, per lane the scalar table's operations), from the 16
+ * bytes ending at d (scales[12] at 96, d at 108: read from 94, inside the super-block)
+ * transposed a row per lane. Rows past nr read as zero. */
+static inline __attribute__((always_inline)) void q3k_scales(const uint8_t *sb, size_t wrb,
+                                                             int nr, uint8_t *rec)
+{
+    __m256i h[4]; /* byte k of the 16: scales[k - 2]; d in bytes 14, 15 */
+    tr8x4(sb + 94, wrb, nr, h);
+    const __m256 d = f16_half(h[3], 1);
+    const __m256i m4 = _mm256_set1_epi32(15), m2 = _mm256_set1_epi32(3);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const __m256i lo = i < 8 ? _mm256_and_si256(byte_of(h, 2 + i), m4)
+                                 : _mm256_srli_epi32(byte_of(h, 2 + i - 8), 4);
+        const __m256i hi =
+            _mm256_and_si256(_mm256_srli_epi32(byte_of(h, 2 + 8 + i % 4), 2 * (i / 4)), m2);
+        const __m256i v =
+            _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        _mm256_store_ps((float *)(rec + (i / 2) * REC + 256 + 32 * (i % 2)),
+                        _mm256_mul_ps(d, _mm256_cvtepi32_ps(v)));
+    }
+}
+
 /* Q3_K: u = q2 | hbit << 2 (0..7; the -4 is in the act correction per half), its 16 scales of
  * 16 weights placed as Q6_K's halves (layout in qtypes.c's dq_q3_K). */
 static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
@@ -459,7 +489,7 @@ static void dec_q3_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
                 }
             }
         }
-        es_kern_put_scales16(rec, REC, 256, sb, wrb, nr, es_q3k_row_scales);
+        q3k_scales(sb, wrb, nr, rec);
     }
 }
 
@@ -471,19 +501,18 @@ static void dec_q2_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
     for (int64_t b = kb0; b < kb1; b += 8) {
         const uint8_t *sb = W + b / 8 * 84;
         uint8_t *rec = tile + (b - kb0) * REC2;
-        _Alignas(32) int32_t sc[16][8] = {{0}}; /* [sub-block][row]: sc in both 16-bit halves */
-        _Alignas(32) float d[8] = {0}, m[16][8] = {{0}};
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *x = sb + j * wrb;
-            es_f16 hd, hm;
-            memcpy(&hd, x + 80, 2);
-            memcpy(&hm, x + 82, 2);
-            const float dmin = es_f16_to_f32(hm);
-            d[j] = es_f16_to_f32(hd);
-            for (int i = 0; i < 16; i++) {
-                sc[i][j] = (x[i] & 15) * 0x10001;
-                m[i][j] = -(dmin * (float)(x[i] >> 4));
-            }
+        /* per sub-block i, a row per lane: sc in both 16-bit halves, -(dmin * m) */
+        __m256i hdr[4], sc[16];
+        __m256 m[16];
+        tr8x4(sb, wrb, nr, hdr);
+        const __m256i dh = gather_rows(sb + 80, wrb, nr, 4);
+        const __m256 d = f16_half(dh, 0), dmin = f16_half(dh, 1);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const __m256i x = byte_of(hdr, i), lo = _mm256_and_si256(x, _mm256_set1_epi32(15));
+            sc[i] = _mm256_or_si256(lo, _mm256_slli_epi32(lo, 16));
+            m[i] = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4))),
+                                 _mm256_set1_ps(-0.0f));
         }
 #pragma GCC unroll 16
         for (int h = 0; h < 2; h++) {
@@ -495,13 +524,13 @@ static void dec_q2_K(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
                 uint8_t *r = rec + blk * REC2;
 #pragma GCC unroll 16
                 for (int g = 0; g < 8; g++) {
-                    const __m256i s = _mm256_load_si256((const __m256i *)sc[2 * blk + g / 4]);
                     _mm256_store_si256((__m256i *)(r + 32 * g),
-                                       _mm256_mullo_epi16(and8(srl16(qs[g], 2 * j), 3), s));
+                                       _mm256_mullo_epi16(and8(srl16(qs[g], 2 * j), 3),
+                                                          sc[2 * blk + g / 4]));
                 }
-                memcpy(r + 256, d, 32);
-                memcpy(r + 288, m[2 * blk], 32);
-                memcpy(r + 320, m[2 * blk + 1], 32);
+                _mm256_store_ps((float *)(r + 256), d);
+                _mm256_store_ps((float *)(r + 288), m[2 * blk]);
+                _mm256_store_ps((float *)(r + 320), m[2 * blk + 1]);
             }
         }
     }
@@ -1024,27 +1053,7 @@ static inline __attribute__((always_inline)) void mk_direct(const int q8, const 
             _mm256_maskstore_ps(a->yp[t] + NR * c, m[c], _mm256_load_ps(ybuf[t] + NR * c));
 }
 
-#define MKD(q8, T)                                                                                 \
-    static void mk_direct_##q8##_##T(const es_kern_block *a)                                       \
-    {                                                                                              \
-        mk_direct(q8, T, a);                                                                       \
-    }
-MKD(0, 1) MKD(0, 2) MKD(0, 3) MKD(0, 4) MKD(0, 5) MKD(0, 6)
-MKD(1, 1) MKD(1, 2) MKD(1, 3) MKD(1, 4) MKD(1, 5) MKD(1, 6)
-static const mk_fn mk_direct_table[2][TBMAX + 1] = {
-    {NULL, mk_direct_0_1, mk_direct_0_2, mk_direct_0_3, mk_direct_0_4, mk_direct_0_5,
-     mk_direct_0_6},
-    {NULL, mk_direct_1_1, mk_direct_1_2, mk_direct_1_3, mk_direct_1_4, mk_direct_1_5,
-     mk_direct_1_6},
-};
-static void run_direct_q4_0(const es_kern_block *b)
-{
-    mk_direct_table[0][b->T](b);
-}
-static void run_direct_q8_0(const es_kern_block *b)
-{
-    mk_direct_table[1][b->T](b);
-}
+ES_KERN_DIRECT_Q4_0_Q8_0(mk_direct)
 #define DIRECT(fn) fn
 #else
 #define DIRECT(fn) NULL

@@ -343,28 +343,8 @@ static inline __attribute__((always_inline)) void mk_direct(const int q8, const 
             _mm512_mask_storeu_ps(a->yp[t] + 16 * c, m[c], y[c][t]);
 }
 
-#define MKD(q8, T)                                                                                 \
-    static void mk_direct_##q8##_##T(const es_kern_block *a)                                      \
-    {                                                                                              \
-        mk_direct(q8, T, a);                                                                       \
-    }
-MKD(0, 1) MKD(0, 2) MKD(0, 3) MKD(0, 4) MKD(0, 5) MKD(0, 6)
-MKD(1, 1) MKD(1, 2) MKD(1, 3) MKD(1, 4) MKD(1, 5) MKD(1, 6)
 enum { TB_DIRECT = 6 }; /* rows of the direct kernels (mk_int's KQ block of two columns) */
-static const mk_fn mk_direct_table[2][TB_DIRECT + 1] = {
-    {NULL, mk_direct_0_1, mk_direct_0_2, mk_direct_0_3, mk_direct_0_4, mk_direct_0_5,
-     mk_direct_0_6},
-    {NULL, mk_direct_1_1, mk_direct_1_2, mk_direct_1_3, mk_direct_1_4, mk_direct_1_5,
-     mk_direct_1_6},
-};
-static void run_direct_q4_0(const es_kern_block *b)
-{
-    mk_direct_table[0][b->T](b);
-}
-static void run_direct_q8_0(const es_kern_block *b)
-{
-    mk_direct_table[1][b->T](b);
-}
+ES_KERN_DIRECT_Q4_0_Q8_0(mk_direct)
 
 /*
  * A few rows of Q4_K in GGUF rows (es_kern_tiling.direct): dec_k45's work into registers. Per
