@@ -95,6 +95,7 @@ fi
 name=$(basename "$model" .gguf)
 key=sk-bench-$RANDOM$RANDOM
 printf '%s\n' "$key" >"$tmp/key"
+: >"$tmp/serve.err" # before the server's redirection opens it: the sed below must find it
 "$estream" serve -m "$model" --port 0 --api-key-file "$tmp/key" -t "$threads" \
     --model-name "$name" 2>"$tmp/serve.err" &
 server_pid=$!

@@ -86,6 +86,7 @@ printf '%s\n' "$key" >"$tmp/key"
 start_server() {
     local name=$1 port='' pid
     shift
+    : >"$tmp/$name.err" # before the server's redirection opens it: the sed below must find it
     # shellcheck disable=SC2086 # LMEVAL_SERVE_ARGS is a list of arguments
     "$estream" serve -m "$model" --port 0 --api-key-file "$tmp/key" -t 2 "$@" ${LMEVAL_SERVE_ARGS:-} \
         2>"$tmp/$name.err" &

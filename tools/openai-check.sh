@@ -59,6 +59,7 @@ key=sk-estream-$RANDOM$RANDOM
 printf '%s\n' "$key" >"$tmp/key"
 
 # ---- the server ----
+: >"$tmp/serve.err" # before the server's redirection opens it: the sed below must find it
 "$estream" serve -m "$model" --port 0 --api-key-file "$tmp/key" -t 2 2>"$tmp/serve.err" &
 server_pid=$!
 port=

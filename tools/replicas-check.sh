@@ -89,6 +89,7 @@ model=$tmp/chat-spm.gguf
 # ---- three servers: two replicas and the reference ----
 start() { # name -> starts estream serve, sets $started_pid and $started_port
     local name=$1 port=
+    : >"$tmp/$name.err" # before the server's redirection opens it: the sed below must find it
     "$estream" serve -m "$model" --port 0 -t 1 2>"$tmp/$name.err" &
     started_pid=$!
     pids+=("$started_pid")
