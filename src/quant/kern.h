@@ -314,8 +314,9 @@ static inline void es_q3k_row_scales(const uint8_t *x, float s[16])
 }
 
 /* Those scales of 8 rows (row j's super-block at sb + j*wrb; rows >= nr get 0) into the records
- * of the avx2 and AArch64 tables (rec_bytes each, 8 floats by row per scale): sub-block i goes to
- * block i/2's record at s_off (first half of the block) or s_off + 32 (second). */
+ * of the AArch64 tables (rec_bytes each, 8 floats by row per scale): sub-block i goes to block
+ * i/2's record at s_off (first half of the block) or s_off + 32 (second). The avx2 table places
+ * the same values from vectors (x86_avx2.c q6k_scales, q3k_scales). */
 static inline void es_kern_put_scales16(uint8_t *rec, size_t rec_bytes, size_t s_off,
                                         const uint8_t *sb, size_t wrb, int nr,
                                         void (*row_scales)(const uint8_t *x, float s[16]))

@@ -112,6 +112,28 @@ static int block_rows(int64_t left, int tb, int even)
     return (int)((left + nb - 1) / nb);
 }
 
+/* The raw bytes of a later tile's slice, if it is a whole tile, for the first register block
+ * of tile nt to fetch into L2 while it works (es_kern_block.pf), or NULL: rows of the row
+ * layout, or the tile layout's one range of 32 x the slice's row bytes, taken as tw parts. With
+ * decode_ahead the next tile is being decoded already, so the one after it. A table whose tiles
+ * are narrower than the layout's (avx2: 16 or 8 rows) fetches the next layout tile's whole
+ * range during the first tile of each layout tile (the hardware prefetcher follows the rest);
+ * with decode_ahead (amx) only a table whose tiles are the layout's fetches. */
+static const uint8_t *fetch_ahead(const es_kern_tiling *tl, const void *W, size_t wrb,
+                                  size_t row_k0, int64_t nt, int64_t n1)
+{
+    const int64_t tw = tl->tile_rows;
+    const uint8_t *w = W;
+    if (!tl->tiled || tw == ES_TILE_ROWS) {
+        const int64_t pt = nt + (tl->decode_ahead ? 2 : 1) * tw;
+        return pt + tw > n1 ? NULL : w + pt * wrb + (tl->tiled ? (size_t)tw : 1) * row_k0;
+    }
+    const int64_t next = nt / ES_TILE_ROWS * ES_TILE_ROWS + ES_TILE_ROWS;
+    return !tl->decode_ahead && nt % ES_TILE_ROWS == 0 && next + ES_TILE_ROWS <= n1
+               ? w + next * wrb + ES_TILE_ROWS * row_k0
+               : NULL;
+}
+
 void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64_t K, int64_t N,
                    int64_t n0, int64_t n1, const void *act, const int32_t *rows, int64_t n_rows,
                    float *Y, int64_t ldy, int accumulate, void *scratch)
@@ -136,9 +158,6 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
     b.pf_step = ((uint64_t)wrb << 21) / (uint64_t)K; /* bytes per block of 32 k, << 16 */
     b.xp = NULL;
     b.tl = tl;
-    /* a prefetch runs this many tiles ahead of the one multiplied: with decode_ahead the next
-     * tile is being decoded already, so the one after it */
-    const int64_t pf_ahead = tl->decode_ahead ? 2 : 1;
     for (int64_t rg = 0; rg < n_rows; rg += pl.rg) {
         const int64_t rg1 = rg + pl.rg < n_rows ? rg + pl.rg : n_rows;
         for (int64_t k0 = 0; k0 < K; k0 += pl.ks) {
@@ -179,21 +198,7 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
                 tn.hi = (int)(n1 - tn.nt < tw ? n1 - tn.nt : tw);
                 const es_kern_tile *next = tl->decode_ahead && tn.nt < n1 ? &tn : NULL;
                 b.next_buf = buf[(i + 1) & 1];
-                /* the raw bytes of a later tile's slice, if it is a whole tile, for the first
-                 * register block to fetch into L2 while it works: rows of the row layout, or the
-                 * tile layout's one range of 32 x the slice's row bytes, taken as tw parts. A
-                 * table whose tiles are narrower than the layout's (avx2: 16 or 8 rows) fetches
-                 * the next layout tile's whole range during the first tile of each layout tile
-                 * (the hardware prefetcher follows the rest); with decode_ahead (amx) only a
-                 * table whose tiles are the layout's fetches. */
-                const int64_t pt = nt + pf_ahead * tw, plt = lt + ES_TILE_ROWS;
-                b.pf = !tl->tiled ? (pt + tw > n1 ? NULL : (const uint8_t *)W + pt * wrb + row_k0)
-                       : tw == ES_TILE_ROWS
-                           ? (pt + tw > n1 ? NULL
-                                           : (const uint8_t *)W + pt * wrb + tw * row_k0)
-                       : !tl->decode_ahead && nt == lt && plt + ES_TILE_ROWS <= n1
-                           ? (const uint8_t *)W + plt * wrb + ES_TILE_ROWS * row_k0
-                           : NULL;
+                b.pf = fetch_ahead(tl, W, wrb, row_k0, nt, n1);
                 const int tb = direct                    ? tl->tb_direct
                                : b.hi <= tl->narrow_rows ? tl->tb_narrow
                                                          : tl->tb;
