@@ -713,7 +713,14 @@ static void test_resume(void **state)
     snprintf(cmd, sizeof(cmd), "exec %s score -m %s -f %s -o %s --top 2 --batch-tokens 48 -t 1",
              t_bin(), model, in, o);
     pid_t pid = spawn_sh(cmd);
-    usleep((useconds_t)(whole * 0.5e6));
+    /* signalled once its first batch is out, so mid-job however fast this run goes (half of the
+     * first run's time was not: a run slowed by other tests made that moment too late) */
+    for (const double t1 = now_s(); now_s() - t1 < 60;) {
+        size_t n = 0;
+        free(t_read_file(o, &n));
+        if (n > 0) break;
+        usleep(1000);
+    }
     kill(pid, SIGTERM);
     int st;
     waitpid(pid, &st, 0);

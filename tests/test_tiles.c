@@ -1,8 +1,9 @@
 /*
  * The tile layout (quant/tiles.h) and es_gemm_tiled: conversions round-trip, and for every kernel
- * table this machine has (an ISA it lacks is skipped, not passed) and both tileable types, the
- * tiled kernel gives Y bit-identical to the row kernel of the same table on the same weights: at
- * odd shapes (K of 1 and 65 blocks, N with short last tiles), 1..600 token rows, gather lists
+ * table this machine has (an ISA it lacks is skipped, not passed) and every tiled type (Q4_0 and
+ * Q8_0 of packs, F32 of the attention, aligned and not), the tiled kernel gives Y bit-identical to
+ * the row kernel of the same table on the same weights: at odd shapes (K of 1 and 65 blocks, F32
+ * rows of 16 and 40, N with short last tiles), 1..600 token rows, gather lists
  * with repeats, accumulation, and [n0, n1) ranges that do and do not fall on tile boundaries.
  * A tiled matrix ending at an inaccessible page must not be read past its end. The amx table
  * (real tiles, or the emulation this program links where the CPU has no AMX) is also held to
@@ -16,7 +17,15 @@
 
 #include <sys/mman.h>
 
-static const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0};
+/* the packs' tiled types, then F32 (the attention's keys and values) */
+static const uint32_t types[] = {ES_QTYPE_Q4_0, ES_QTYPE_Q8_0, ES_QTYPE_F32};
+/* K of a case: F32 rows need not be whole blocks (heads of 16 or 40), and its longest K runs two
+ * slices on 1 MiB of L2 (2,048 k per slice of avx512's [k][32] tiles in a quarter of it) */
+static int64_t case_k(uint32_t type, size_t ki)
+{
+    static const int64_t Kq[] = {32, 96, 2080}, Kf[] = {16, 40, 2080};
+    return type == ES_QTYPE_F32 ? Kf[ki] : Kq[ki];
+}
 static const char *const *const isas = es_kern_isa_names;
 
 static void *aalloc(size_t n)
@@ -69,14 +78,14 @@ static void test_roundtrip(void **state)
 {
     (void)state;
     static const int64_t Ns[] = {1, 17, 31, 32, 33, 45, 64, 100};
-    static const int64_t Ks[] = {32, 96, 2080};
     assert_true(es_tiles_type_ok(ES_QTYPE_Q4_0) && es_tiles_type_ok(ES_QTYPE_Q8_0));
+    /* F32 tiles live in memory only: a pack never tiles F32 */
     assert_false(es_tiles_type_ok(ES_QTYPE_Q4_K) || es_tiles_type_ok(ES_QTYPE_F32));
     for (size_t ti = 0; ti < T_LEN(types); ti++)
-        for (size_t ki = 0; ki < T_LEN(Ks); ki++)
+        for (size_t ki = 0; ki < 3; ki++)
             for (size_t ni = 0; ni < T_LEN(Ns); ni++) {
                 const uint32_t type = types[ti];
-                const int64_t K = Ks[ki], N = Ns[ni];
+                const int64_t K = case_k(type, ki), N = Ns[ni];
                 const size_t rb = es_qtype_row_bytes(type, K);
                 uint8_t *w = make_rows(type, N, K, 5 + ki * 10 + ni);
                 uint8_t *t = make_tiles(type, w, N, K);
@@ -92,6 +101,13 @@ static void test_roundtrip(void **state)
                     es_dequantize_row(type, w + (size_t)n * rb, b, K);
                     assert_memory_equal(a, b, sizeof(float) * (size_t)K);
                 }
+                if (type == ES_QTYPE_F32) /* tiles.h's formula, element by element */
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t k = 0; k < K; k++) {
+                            const int64_t n0 = n / 32 * 32, nt = N - n0 < 32 ? N - n0 : 32;
+                            assert_memory_equal(t + 4 * (n0 * K + k * nt + n - n0),
+                                                w + (size_t)n * rb + 4 * k, 4);
+                        }
                 /* tile t starts where row 32t starts in the row layout */
                 if (N > 32) {
                     es_tiles_get_row(type, t, K, N, 32, row);
@@ -118,7 +134,6 @@ static void check_table(const char *isa, const char *ref_isa)
         skip();
     }
     if (ref_isa) assert_true(es_kern_get(ref_isa, &kr));
-    static const int64_t Ks[] = {32, 96, 2080};
     static const int64_t Ns[] = {1, 17, 45, 96, 130};
     /* 1..7: a call of at most one register block, which avx512 and avx2 run on the raw tiles
      * (es_kern_tiling.direct), every block height of it, and the first call past it */
@@ -127,11 +142,16 @@ static void check_table(const char *isa, const char *ref_isa)
     for (size_t ti = 0; ti < T_LEN(types); ti++) {
         const uint32_t type = types[ti];
         assert_true(es_kern_supports_tiled(&k, type));
-        for (size_t ki = 0; ki < T_LEN(Ks); ki++)
+        for (size_t ki = 0; ki < 3; ki++)
             for (size_t ni = 0; ni < T_LEN(Ns); ni++) {
-                const int64_t K = Ks[ki], N = Ns[ni];
+                const int64_t K = case_k(type, ki), N = Ns[ni];
                 uint8_t *w = make_rows(type, N, K, 100 + ti * 100 + ki * 10 + ni);
                 uint8_t *wt = make_tiles(type, w, N, K);
+                /* the same tiles 4 bytes off a 64-byte boundary: F32 tiles are read in place
+                 * only when aligned (es_kern_tiling.in_place), else copied out */
+                const size_t wbytes = es_qtype_row_bytes(type, K) * (size_t)N;
+                uint8_t *wu_buf = aalloc(wbytes + 64), *wu = wu_buf + 4;
+                memcpy(wu, wt, wbytes);
                 void *scratch = aalloc(es_gemm_scratch_bytes(&k, type, K));
                 for (size_t ri = 0; ri < T_LEN(rows_list); ri++) {
                     const int64_t nr = rows_list[ri], nx = nr + 3;
@@ -158,7 +178,11 @@ static void check_table(const char *isa, const char *ref_isa)
                             for (int64_t i = 0; i < nr * ldy; i++)
                                 Y1[i] = Y2[i] = Y3[i] = (float)(i % 13) - 6;
                             es_gemm(&k, type, w, K, n0, n1, act, rl, nr, Y1, ldy, acc, scratch);
-                            es_gemm_tiled(&k, type, wt, K, N, n0, n1, act, rl, nr, Y2, ldy, acc,
+                            /* F32: aligned and not, alternately */
+                            const uint8_t *wti = type == ES_QTYPE_F32 && (qi + (size_t)acc) % 2
+                                                     ? wu
+                                                     : wt;
+                            es_gemm_tiled(&k, type, wti, K, N, n0, n1, act, rl, nr, Y2, ldy, acc,
                                           scratch);
                             if (ref_isa) {
                                 void *sr = aalloc(es_gemm_scratch_bytes(&kr, type, K));
@@ -191,6 +215,7 @@ static void check_table(const char *isa, const char *ref_isa)
                     free(X);
                 }
                 free(scratch);
+                free(wu_buf);
                 free(wt);
                 free(w);
             }
@@ -299,7 +324,7 @@ static void test_few_rows_two_slices(void **state)
         const bool avx2 = !strcmp(isas[ii], "avx2") || !strcmp(isas[ii], "avxvnni");
         const int64_t tile_256 = avx2 ? 8 * 320 : 8 * 1152;
         const int64_t K = ((int64_t)es_cpu_get()->l2_bytes / 4 / tile_256 + 1) * 256;
-        for (size_t ti = 0; ti < T_LEN(types); ti++) {
+        for (size_t ti = 0; ti < 2; ti++) { /* Q4_0 and Q8_0: the types with direct kernels */
             const uint32_t type = types[ti];
             uint8_t *w = make_rows(type, N, K, 77 + ti), *wt = make_tiles(type, w, N, K);
             void *scratch = aalloc(es_gemm_scratch_bytes(&k, type, K));

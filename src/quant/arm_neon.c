@@ -916,14 +916,15 @@ static void dec_f(uint32_t type, const uint8_t *W, size_t wrb, int nr, int64_t k
 
 static inline __attribute__((always_inline)) void mk_flt(const int T, const es_kern_block *a)
 {
-    const int nr = a->hi; /* rows [0, hi): float weights are in the row layout, lo is 0 */
+    /* rows [lo, hi): lo > 0 only on the F32 tile layout, whose tiles start at multiples of 16 */
+    const int lo = a->lo, nr = a->hi;
     const float *xr[TBMAX];
     float32x4_t y[TBMAX][4];
     for (int t = 0; t < T; t++) {
         xr[t] = (const float *)a->xr[t] + a->k0;
         float buf[NRF] = {0};
         if (a->load_y)
-            for (int j = 0; j < nr; j++)
+            for (int j = lo; j < nr; j++)
                 buf[j] = a->yp[t][j];
         for (int i = 0; i < 4; i++)
             y[t][i] = vld1q_f32(buf + 4 * i);
@@ -957,14 +958,14 @@ static inline __attribute__((always_inline)) void mk_flt(const int T, const es_k
                 y[t][i] = vfmaq_f32(y[t][i], vld1q_f32(tp + 4 * i), x);
         }
     for (int t = 0; t < T; t++) {
-        if (nr == NRF) {
+        if (lo == 0 && nr == NRF) {
             for (int i = 0; i < 4; i++)
                 vst1q_f32(a->yp[t] + 4 * i, y[t][i]);
         } else {
             float buf[NRF];
             for (int i = 0; i < 4; i++)
                 vst1q_f32(buf + 4 * i, y[t][i]);
-            for (int j = 0; j < nr; j++)
+            for (int j = lo; j < nr; j++)
                 a->yp[t][j] = buf[j];
         }
     }
@@ -1012,6 +1013,7 @@ static size_t scratch_f(int64_t K)
 GEMM_F(gemm_f32, ES_QTYPE_F32)
 GEMM_F(gemm_f16, ES_QTYPE_F16)
 GEMM_F(gemm_bf16, ES_QTYPE_BF16)
+ES_KERN_GEMM_TILED_F32(flt_tiling, NRF)
 
 void FILL_TABLE(es_kern *k)
 {
@@ -1031,7 +1033,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_k, gemm_iq4_xs, scratch_int, NULL}},
         {ES_QTYPE_MXFP4, {es_act_q8_row_bytes, act_q, gemm_mxfp4, scratch_int, NULL}},
-        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
+        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, gemm_tiled_f32}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},
     };

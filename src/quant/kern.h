@@ -191,7 +191,7 @@ void es_gemm(const es_kern *k, uint32_t wtype, const void *W, int64_t K, int64_t
              const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
              int accumulate, void *scratch);
 
-/* True if es_gemm_tiled() supports weights of this type (Q4_0 and Q8_0 in every table). */
+/* True if es_gemm_tiled() supports weights of this type (Q4_0, Q8_0 and F32 in every table). */
 bool es_kern_supports_tiled(const es_kern *k, uint32_t wtype);
 
 /*
@@ -449,6 +449,10 @@ typedef struct es_kern_tiling {
      * kernel. */
     void (*direct)(const es_kern_block *b);
     int tb_direct;
+    /* The tile layout's whole tiles are already the decoded tile (F32 on a table whose float
+     * tiles are ES_TILE_ROWS wide, W 64-byte aligned): the kernel reads them where they are, at
+     * the slice's offset; only a short last tile is decoded. */
+    int in_place;
     /*
      * The matrix-engine tables (amx) only; 0 / NULL for the vector tables.
      * decode_ahead: the scratch holds two tile buffers. The driver decodes a slice's first tile;
@@ -533,6 +537,48 @@ static inline es_kern_tiling es_kern_float_tiling(int rows, int tb,
                             .decode = decode,
                             .kernel = kernel};
 }
+
+/* The decoder of F32 matrices in the tile layout (quant/tiles.h) for float tiles of `width` rows
+ * (a divisor of ES_TILE_ROWS): rows [nt, nt + width) of the matrix, k in [k0, k1), into
+ * tile[k - k0][width], rows past the matrix's end zero. The layout tile holding them is
+ * [K][ntl] floats, so each k is `width` consecutive floats, and the whole slice is one copy
+ * where the layout tile is as wide as the table's: no transposes, as rows would need. */
+static inline void es_kern_decode_f32_tiles(const es_kern_tile *t, int width, float *tile)
+{
+    const int64_t lt = t->nt / ES_TILE_ROWS * ES_TILE_ROWS, K = (int64_t)(t->wrb / 4);
+    const int ntl = es_tile_rows(t->N, lt), sub = (int)(t->nt - lt);
+    const int n = ntl - sub < width ? ntl - sub : width;
+    const float *src = (const float *)t->W + lt * K + t->k0 * ntl + sub;
+    const int64_t nk = t->k1 - t->k0;
+    if (ntl == width) {
+        memcpy(tile, src, sizeof(float) * (size_t)(nk * width));
+        return;
+    }
+    for (int64_t k = 0; k < nk; k++) {
+        memcpy(tile + k * width, src + k * ntl, sizeof(float) * (size_t)n);
+        memset(tile + k * width + n, 0, sizeof(float) * (size_t)(width - n));
+    }
+}
+
+/* A table's es_gemm_tiled() of F32 (gemm_tiled_f32) on its float tiling: flt_tiling(decode)
+ * as each table defines it, tiles of nrf rows. Tiles as wide as the layout's are read in place
+ * (es_kern_tiling.in_place); narrower ones are copied out of it. */
+#define ES_KERN_GEMM_TILED_F32(flt_tiling, nrf)                                                    \
+    _Static_assert(ES_TILE_ROWS % (nrf) == 0, "float tiles inside the layout's");              \
+    static void gemm_tiled_f32_decode(const es_kern_tile *t, uint8_t *tile)                        \
+    {                                                                                              \
+        es_kern_decode_f32_tiles(t, nrf, (float *)tile);                                           \
+    }                                                                                              \
+    static void gemm_tiled_f32(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,        \
+                               const void *act, const int32_t *rows, int64_t n_rows, float *Y,     \
+                               int64_t ldy, int accumulate, void *scratch)                         \
+    {                                                                                              \
+        es_kern_tiling tl = flt_tiling(gemm_tiled_f32_decode);                                     \
+        tl.tiled = 1;                                                                              \
+        tl.in_place = (nrf) == ES_TILE_ROWS && ((uintptr_t)W & 63) == 0;                           \
+        es_kern_drive(&tl, ES_QTYPE_F32, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate,   \
+                      scratch);                                                                    \
+    }
 
 /* es_gemm() (N: rows of W, used by tiled decoders) with the table's tiling. */
 void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64_t K, int64_t N,

@@ -143,6 +143,7 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
     ES_ASSERT(!tl->pack_rows || (!tl->even_split && tl->tb == tl->tb_narrow));
     /* a direct kernel reads the weights in place: nothing decodes a tile ahead for it */
     ES_ASSERT(!tl->direct || !tl->decode_ahead);
+    ES_ASSERT(!tl->in_place || (tl->tiled && tl->tile_rows == ES_TILE_ROWS && !tl->decode_ahead));
     const int64_t mult = group_multiple(tl->tb);
     const slices pl = make_slices(K, n_rows, tl->unit, tile_unit_bytes(tl), tl->act_bytes, mult);
     const size_t wrb = es_qtype_row_bytes(type, K), arb = tl->act_row_bytes(K);
@@ -183,15 +184,17 @@ void es_kern_drive(const es_kern_tiling *tl, uint32_t type, const void *W, int64
                  * (on the tile layout from the layout's tile holding it, which must be whole for
                  * its tile-blocks to be ES_TILE_ROWS rows apart) */
                 const int64_t lt = nt / ES_TILE_ROWS * ES_TILE_ROWS;
-                const int direct = tl->direct && n_rows <= tl->tb_direct &&
-                                   (tl->tiled ? lt + ES_TILE_ROWS <= N : nt + tw <= n1);
+                const int whole = tl->tiled ? lt + ES_TILE_ROWS <= N : nt + tw <= n1;
+                const int direct = tl->direct && n_rows <= tl->tb_direct && whole;
+                /* in_place: a whole layout tile is the decoded tile itself */
+                const int raw = direct || (tl->in_place && whole);
                 b.sub = tl->tiled ? (int)(nt - lt) : 0;
-                if (direct)
+                if (raw)
                     b.tile = tl->tiled ? (const uint8_t *)W + lt * wrb + ES_TILE_ROWS * row_k0
                                        : (const uint8_t *)W + nt * wrb;
                 else if (!tl->decode_ahead || nt == nt0)
                     tl->decode(&t, cur);
-                if (!direct) b.tile = cur;
+                if (!raw) b.tile = cur;
                 /* decode_ahead: the next tile, for the first register block to decode */
                 tn.nt = nt + tw;
                 tn.lo = 0;

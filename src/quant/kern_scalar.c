@@ -476,14 +476,18 @@ static void gemm_q(uint32_t type, const void *W, int64_t K, int64_t N, int64_t n
     }
 }
 
-static void gemm_f(uint32_t type, const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,
-                   const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,
-                   void *scratch)
+/* N < 0: W is in rows; N >= 0: an F32 matrix of N rows in the tile layout, row n rebuilt first. */
+static void gemm_f(uint32_t type, const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,
+                   const void *act, const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy,
+                   int accumulate, void *scratch)
 {
     const size_t wrb = es_qtype_row_bytes(type, K), arb = es_act_f32_row_bytes(K);
     float *w = scratch;
     for (int64_t n = n0; n < n1; n++) {
-        es_dequantize_row(type, (const uint8_t *)W + n * wrb, w, K); /* exact for float types */
+        if (N >= 0)
+            es_tiles_get_row(type, W, K, N, n, w);
+        else /* exact for float types */
+            es_dequantize_row(type, (const uint8_t *)W + n * wrb, w, K);
         for (int64_t r = 0; r < n_rows; r++) {
             const float *x = (const float *)((const uint8_t *)act + (rows ? rows[r] : r) * arb);
             float y = accumulate ? Y[r * ldy + n] : 0.0f;
@@ -525,16 +529,23 @@ GEMM_Q(gemm_mxfp4, ES_QTYPE_MXFP4)
 GEMM_T(gemm_tiled_q4_0, ES_QTYPE_Q4_0)
 GEMM_T(gemm_tiled_q8_0, ES_QTYPE_Q8_0)
 
-#define GEMM_WRAP(name, kind, type)                                                                \
+#define GEMM_F(name, type)                                                                         \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
                      void *scratch)                                                                \
     {                                                                                              \
-        kind(type, W, K, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);                  \
+        gemm_f(type, W, K, -1, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);            \
     }
-GEMM_WRAP(gemm_f32, gemm_f, ES_QTYPE_F32)
-GEMM_WRAP(gemm_f16, gemm_f, ES_QTYPE_F16)
-GEMM_WRAP(gemm_bf16, gemm_f, ES_QTYPE_BF16)
+GEMM_F(gemm_f32, ES_QTYPE_F32)
+GEMM_F(gemm_f16, ES_QTYPE_F16)
+GEMM_F(gemm_bf16, ES_QTYPE_BF16)
+
+static void gemm_tiled_f32(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1,
+                           const void *act, const int32_t *rows, int64_t n_rows, float *Y,
+                           int64_t ldy, int accumulate, void *scratch)
+{
+    gemm_f(ES_QTYPE_F32, W, K, N, n0, n1, act, rows, n_rows, Y, ldy, accumulate, scratch);
+}
 
 void es_kern_fill_scalar(es_kern *k)
 {
@@ -577,4 +588,5 @@ void es_kern_fill_scalar(es_kern *k)
     k->op[ES_QTYPE_Q5_1].act_prepare = act_prepare_q1;
     k->op[ES_QTYPE_Q4_0].gemm_tiled = gemm_tiled_q4_0;
     k->op[ES_QTYPE_Q8_0].gemm_tiled = gemm_tiled_q8_0;
+    k->op[ES_QTYPE_F32].gemm_tiled = gemm_tiled_f32;
 }

@@ -39,8 +39,31 @@ static void get_block(const uint8_t *tiles, size_t bb, int G, int64_t nb, int64_
         memcpy(dst + 2 + 4 * g, tb + 2 * nt + (size_t)4 * nt * g + 4 * j, 4);
 }
 
+/* F32: tile t is float w[K][nt] at float 32t * K (tiles.h). */
+static void f32_from_rows(const float *rows, int64_t K, int64_t N, float *tiles)
+{
+    for (int64_t n0 = 0; n0 < N; n0 += ES_TILE_ROWS) {
+        const int nt = es_tile_rows(N, n0);
+        for (int j = 0; j < nt; j++)
+            for (int64_t k = 0; k < K; k++)
+                tiles[n0 * K + k * nt + j] = rows[(n0 + j) * K + k];
+    }
+}
+
+static void f32_get_row(const float *tiles, int64_t K, int64_t N, int64_t n, float *row)
+{
+    const int64_t n0 = n / ES_TILE_ROWS * ES_TILE_ROWS;
+    const int nt = es_tile_rows(N, n0);
+    for (int64_t k = 0; k < K; k++)
+        row[k] = tiles[n0 * K + k * nt + (n - n0)];
+}
+
 void es_tiles_from_rows(uint32_t type, const void *rows, int64_t K, int64_t N, void *tiles)
 {
+    if (type == ES_QTYPE_F32) {
+        f32_from_rows(rows, K, N, tiles);
+        return;
+    }
     size_t bb;
     int G;
     geometry(type, &bb, &G);
@@ -65,10 +88,14 @@ void es_tiles_from_rows(uint32_t type, const void *rows, int64_t K, int64_t N, v
 void es_tiles_get_row(uint32_t type, const void *tiles, int64_t K, int64_t N, int64_t n,
                       void *row)
 {
+    ES_ASSERT(n >= 0 && n < N);
+    if (type == ES_QTYPE_F32) {
+        f32_get_row(tiles, K, N, n, row);
+        return;
+    }
     size_t bb;
     int G;
     geometry(type, &bb, &G);
-    ES_ASSERT(n >= 0 && n < N);
     const int64_t nb = K / 32;
     for (int64_t b = 0; b < nb; b++)
         get_block(tiles, bb, G, nb, N, n, b, (uint8_t *)row + (size_t)b * bb);
@@ -77,10 +104,14 @@ void es_tiles_get_row(uint32_t type, const void *tiles, int64_t K, int64_t N, in
 void es_tiles_dequantize_row(uint32_t type, const void *tiles, int64_t K, int64_t N, int64_t n,
                              float *out)
 {
+    ES_ASSERT(n >= 0 && n < N);
+    if (type == ES_QTYPE_F32) {
+        f32_get_row(tiles, K, N, n, out);
+        return;
+    }
     size_t bb;
     int G;
     geometry(type, &bb, &G);
-    ES_ASSERT(n >= 0 && n < N);
     const int64_t nb = K / 32;
     uint8_t blk[34];
     for (int64_t b = 0; b < nb; b++) {

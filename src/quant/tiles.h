@@ -29,6 +29,12 @@
  * s (rows 8s .. 8s+7) reads 32 bytes at 64 + 128g + 32s. Only the nibble split and the kernel's
  * unsigned encoding remain per tile. Short tiles use the same formulas with nt < 32 (masked
  * loads). K-quants are not tiled: a pack keeps them in rows and says so per matrix.
+ *
+ * F32 has a tile layout too, for matrices estream lays out in memory itself (the attention's
+ * keys and values, run/attention.c), never in a pack: each tile is its rows transposed, float
+ * w[K][nt] (w[k][j] = weight k of the tile's row j), starting at float 32t * K as above. K need
+ * not be a multiple of 32. A whole tile is then the AVX-512 float kernel's decoded tile itself
+ * ([k][32]), and a 16-row tile of the other tables is 16 consecutive floats per k.
  */
 #ifndef ES_TILES_H
 #define ES_TILES_H
@@ -44,7 +50,8 @@ enum {
 
 #define ES_TILE_ROWS 32
 
-/* True if matrices of this type have a tile layout (Q4_0, Q8_0). */
+/* True if matrices of this type have a tile layout in packs (Q4_0, Q8_0). The conversions below
+ * take these and F32. */
 bool es_tiles_type_ok(uint32_t type);
 
 /* Rows of the tile that starts at row n0 (a multiple of 32) of N rows. */
@@ -54,7 +61,7 @@ static inline int es_tile_rows(int64_t N, int64_t n0)
 }
 
 /* Converts a matrix from GGUF rows (N rows of K weights) to tiles; rows and tiles do not overlap
- * and have es_qtype_row_bytes(type, K) * N bytes each. type: es_tiles_type_ok(). */
+ * and have es_qtype_row_bytes(type, K) * N bytes each. type: es_tiles_type_ok() or F32. */
 void es_tiles_from_rows(uint32_t type, const void *rows, int64_t K, int64_t N, void *tiles);
 
 /* Rebuilds GGUF row n (0 <= n < N) of a tiled matrix into row (es_qtype_row_bytes(type, K)

@@ -1296,6 +1296,7 @@ static size_t scratch_f(int64_t K)
 GEMM_F(gemm_f32, ES_QTYPE_F32)
 GEMM_F(gemm_f16, ES_QTYPE_F16)
 GEMM_F(gemm_bf16, ES_QTYPE_BF16)
+ES_KERN_GEMM_TILED_F32(flt_tiling, NRF)
 
 void FILL_TABLE(es_kern *k)
 {
@@ -1315,7 +1316,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q8_0, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_iq4_xs, gemm_iq4_xs, scratch_int, NULL}},
         {ES_QTYPE_MXFP4, {es_act_q8_row_bytes, act_q8_0, gemm_mxfp4, scratch_int, NULL}},
-        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
+        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, gemm_tiled_f32}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},
     };

@@ -709,6 +709,7 @@ static size_t scratch_f(int64_t K)
 GEMM_F(gemm_f32, ES_QTYPE_F32)
 GEMM_F(gemm_f16, ES_QTYPE_F16)
 GEMM_F(gemm_bf16, ES_QTYPE_BF16)
+ES_KERN_GEMM_TILED_F32(flt_tiling, NRF)
 
 void es_kern_fill_avx512(es_kern *k)
 {
@@ -728,7 +729,7 @@ void es_kern_fill_avx512(es_kern *k)
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_prepare_q, gemm_iq4_nl, scratch_q, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_prepare_k, gemm_iq4_xs, scratch_q, NULL}},
         {ES_QTYPE_MXFP4, {es_act_q8_row_bytes, act_prepare_q, gemm_mxfp4, scratch_q, NULL}},
-        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, NULL}},
+        {ES_QTYPE_F32, {es_act_f32_row_bytes, es_act_f32_prepare, gemm_f32, scratch_f, gemm_tiled_f32}},
         {ES_QTYPE_F16, {es_act_f32_row_bytes, es_act_f16r_prepare, gemm_f16, scratch_f, NULL}},
         {ES_QTYPE_BF16, {es_act_f32_row_bytes, es_act_bf16r_prepare, gemm_bf16, scratch_f, NULL}},
     };

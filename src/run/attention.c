@@ -22,10 +22,16 @@ struct es_attn {
     int64_t t_max;
     int n_head, n_kv, n_kv_v, dk, dv, n_threads;
     es_pool *pool;
-    float *kh;  /* [n_kv][t_max][dk]: key rows of each head, contiguous */
-    float *vtb; /* [n_kv_v][n_blocks][dv][ATTN_BK]: V transposed per key block, zero padded;
-                 * blocks start at each sequence's first row, so a sequence's last block may
-                 * be partial: n_blocks = t_max / ATTN_BK rounded up, plus one per sequence */
+    /* Both in the F32 tile layout (quant/tiles.h), which the kernels read without transposing
+     * (rows would be transposed again for every query block that reads them):
+     * kh: [n_kv][t_max][dk]: each head's keys of sequence i, rows [seq_start[i], seq_start[i+1]),
+     *     as a tiled matrix of those rows (tiles of 32 keys from the sequence's first, [dk][32]).
+     * vtb: [n_kv_v][n_blocks][dv][ATTN_BK]: V per key block, a tiled matrix of dv rows of
+     *     ATTN_BK keys (tiles of 32 value dims, [ATTN_BK keys][32]), keys past the sequence's
+     *     end zero; blocks start at each sequence's first row, so a sequence's last block may
+     *     be partial: n_blocks = t_max / ATTN_BK rounded up, plus one per sequence. */
+    float *kh;
+    float *vtb;
     int64_t n_blocks;
     int max_seqs;
     int64_t *vblock0;  /* [max_seqs]: the running batch's first V block of each sequence */
@@ -50,6 +56,7 @@ es_status es_attn_create(int64_t t_max, int max_seqs, int n_head, int n_kv, int 
                          int dv, es_pool *pool, const es_kern *k, es_attn **out)
 {
     *out = NULL;
+    ES_ASSERT(es_kern_supports_tiled(k, ES_QTYPE_F32)); /* every table has F32 tiles */
     es_attn *a = calloc(1, sizeof(*a));
     if (!a) return es_fail(ES_E_NOMEM, "out of memory");
     a->k = k;
@@ -149,16 +156,30 @@ static void kv_worker(void *arg, int ith, int nth)
         const int sq = seq_of_block(a, g);
         const int64_t r0 = a->seq_start[sq], r_end = a->seq_start[sq + 1];
         const int64_t s0 = r0 + (g - a->vblock0[sq]) * ATTN_BK; /* the block's first row */
-        for (int64_t jj = 0; h < a->n_kv && jj < ATTN_BK; jj++) {
-            const int64_t s = s0 + jj;
-            float *kr = a->kh + ((size_t)h * (size_t)a->t_max + (size_t)s) * (size_t)dk;
-            if (s < r_end) memcpy(kr, j->k + s * ldk + h * dk, sizeof(float) * (size_t)dk);
+        /* the block's key tiles in the sequence's matrix of T keys: key s is row s - r0 */
+        const int64_t T = r_end - r0;
+        const float *kseq = a->kh + ((size_t)h * (size_t)a->t_max + (size_t)r0) * (size_t)dk;
+        for (int64_t n0 = s0 - r0; h < a->n_kv && n0 < s0 - r0 + ATTN_BK && n0 < T;
+             n0 += ES_TILE_ROWS) {
+            const int nt = es_tile_rows(T, n0);
+            float *tile = (float *)kseq + n0 * dk;
+            for (int jj = 0; jj < nt; jj++) {
+                const float *kr = j->k + (r0 + n0 + jj) * ldk + h * dk;
+                for (int i = 0; i < dk; i++) tile[i * nt + jj] = kr[i];
+            }
         }
+        /* the block's values: value dims [i0, i0 + nt) of key jj are nt consecutive floats */
         float *vt = a->vtb + (((size_t)h * (size_t)a->n_blocks + (size_t)g) * (size_t)dv) * ATTN_BK;
-        for (int64_t jj = 0; h < a->n_kv_v && jj < ATTN_BK; jj++) {
-            const int64_t s = s0 + jj;
-            for (int i = 0; i < dv; i++)
-                vt[(size_t)i * ATTN_BK + (size_t)jj] = s < r_end ? j->v[s * ldv + h * dv + i] : 0.0f;
+        for (int i0 = 0; h < a->n_kv_v && i0 < dv; i0 += ES_TILE_ROWS) {
+            const int nt = es_tile_rows(dv, i0);
+            float *tile = vt + (size_t)i0 * ATTN_BK;
+            for (int64_t jj = 0; jj < ATTN_BK; jj++) {
+                const int64_t s = s0 + jj;
+                if (s < r_end)
+                    memcpy(tile + jj * nt, j->v + s * ldv + h * dv + i0, sizeof(float) * (size_t)nt);
+                else
+                    memset(tile + jj * nt, 0, sizeof(float) * (size_t)nt);
+            }
         }
     }
 }
@@ -228,8 +249,8 @@ static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
     for (int64_t s0 = first_key / ATTN_BK * ATTN_BK; s0 <= last_q; s0 += ATTN_BK) {
         const int64_t s1 = s0 + ATTN_BK; /* padded keys beyond T are masked below */
         const int64_t s_end = s1 < T ? s1 : T;
-        es_gemm(a->k, ES_QTYPE_F32, kh, dk, s0, s_end, t->q_act, NULL, nq, t->s - s0, ATTN_BK, 0,
-                t->scratch);
+        es_gemm_tiled(a->k, ES_QTYPE_F32, kh, dk, T, s0, s_end, t->q_act, NULL, nq, t->s - s0,
+                      ATTN_BK, 0, t->scratch);
         for (int64_t i = 0; i < nq; i++) {
             float *srow = t->s + i * ATTN_BK;
             const int64_t q = q0 + i, hi = (q + 1 < s_end ? q + 1 : s_end) - s0;
@@ -252,7 +273,8 @@ static void attn_item(es_attn *a, attn_thread *t, int sq, int h, int64_t q0)
         es_act_prepare(a->k, ES_QTYPE_F32, t->s, ATTN_BK, nq, ATTN_BK, t->p_act);
         const float *vt = a->vtb + (((size_t)hv * (size_t)a->n_blocks +
                                      (size_t)(a->vblock0[sq] + s0 / ATTN_BK)) * (size_t)dv) * ATTN_BK;
-        es_gemm(a->k, ES_QTYPE_F32, vt, ATTN_BK, 0, dv, t->p_act, NULL, nq, t->o, dv, 1, t->scratch);
+        es_gemm_tiled(a->k, ES_QTYPE_F32, vt, ATTN_BK, dv, 0, dv, t->p_act, NULL, nq, t->o, dv, 1,
+                      t->scratch);
     }
     for (int64_t i = 0; i < nq; i++) {
         float inv = 1.0f / t->l[i];

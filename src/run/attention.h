@@ -4,10 +4,13 @@
  *
  * DESIGN: work items are (head, block of ATTN_BQ queries), handed out by an atomic counter. For
  * each item the key blocks of ATTN_BK keys up to the diagonal are visited in increasing order:
- * S = Q K^T through es_gemm (F32 "weights" = the head's key rows), the running max and sum are
- * updated, the partial output is rescaled and O += P V through es_gemm (V stored transposed per
- * key block so each block is a weight matrix of ATTN_BK-long rows). Every output element is
- * computed by one thread in a fixed order, so results do not depend on the thread count.
+ * S = Q K^T through es_gemm_tiled (F32 "weights" = the head's keys of the sequence), the running
+ * max and sum are updated, the partial output is rescaled and O += P V through es_gemm_tiled
+ * (each key block's V a weight matrix of dv rows of ATTN_BK keys). es_attn_set_kv stores keys
+ * and values once per layer in the F32 tile layout (quant/tiles.h), the kernels' own operand
+ * layout, so the kernels read them without transposing; as rows, every query block transposed
+ * its keys and values again (40 % of the attention's time at 2,048 tokens). Every output element
+ * is computed by one thread in a fixed order, so results do not depend on the thread count.
  */
 #ifndef ES_ATTENTION_H
 #define ES_ATTENTION_H
