@@ -158,11 +158,11 @@ static void kv_worker(void *arg, int ith, int nth)
         const int64_t s0 = r0 + (g - a->vblock0[sq]) * ATTN_BK; /* the block's first row */
         /* the block's key tiles in the sequence's matrix of T keys: key s is row s - r0 */
         const int64_t T = r_end - r0;
-        const float *kseq = a->kh + ((size_t)h * (size_t)a->t_max + (size_t)r0) * (size_t)dk;
+        float *kseq = a->kh + ((size_t)h * (size_t)a->t_max + (size_t)r0) * (size_t)dk;
         for (int64_t n0 = s0 - r0; h < a->n_kv && n0 < s0 - r0 + ATTN_BK && n0 < T;
              n0 += ES_TILE_ROWS) {
             const int nt = es_tile_rows(T, n0);
-            float *tile = (float *)kseq + n0 * dk;
+            float *tile = kseq + n0 * dk;
             for (int jj = 0; jj < nt; jj++) {
                 const float *kr = j->k + (r0 + n0 + jj) * ldk + h * dk;
                 for (int i = 0; i < dk; i++) tile[i * nt + jj] = kr[i];
