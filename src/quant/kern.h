@@ -554,6 +554,11 @@ static inline void es_kern_decode_f32_tiles(const es_kern_tile *t, int width, fl
         memcpy(tile, src, sizeof(float) * (size_t)(nk * width));
         return;
     }
+    if (n == width) { /* a whole part of a whole tile: a constant size, so copied inline */
+        for (int64_t k = 0; k < nk; k++)
+            memcpy(tile + k * width, src + k * ntl, sizeof(float) * (size_t)width);
+        return;
+    }
     for (int64_t k = 0; k < nk; k++) {
         memcpy(tile + k * width, src + k * ntl, sizeof(float) * (size_t)n);
         memset(tile + k * width + n, 0, sizeof(float) * (size_t)(width - n));
