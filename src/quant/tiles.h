@@ -33,8 +33,8 @@
  * F32 has a tile layout too, for matrices estream lays out in memory itself (the attention's
  * keys and values, run/attention.c), never in a pack: each tile is its rows transposed, float
  * w[K][nt] (w[k][j] = weight k of the tile's row j), starting at float 32t * K as above. K need
- * not be a multiple of 32. A whole tile is then the AVX-512 float kernel's decoded tile itself
- * ([k][32]), and a 16-row tile of the other tables is 16 consecutive floats per k.
+ * not be a multiple of 32. A whole tile is then the x86 float kernels' operand itself ([k][32]),
+ * and a 16-row tile of the NEON tables is 16 consecutive floats per k.
  */
 #ifndef ES_TILES_H
 #define ES_TILES_H

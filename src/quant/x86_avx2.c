@@ -36,8 +36,12 @@
  *
  * Tile record per block of 32 (REC bytes): u8 q[8 groups][8 rows][4], f32 s[8], f32 m[8]
  * (Q4_K/Q5_K: -(dmin*m); Q6_K: second-half scale); Q2_K's (REC2) s = d, m and a third f32 [8]
- * are the halves' -(dmin*m). Float weights: tiles of 16 rows x K-slice,
- * [k][16] floats, 6 tokens x 2 vectors of accumulators.
+ * are the halves' -(dmin*m). Float weights in rows: tiles of 16 rows x K-slice, [k][16] floats,
+ * 6 tokens x 2 vectors of accumulators. F32 in the tile layout (the attention's keys and values,
+ * short K): tiles of 32 rows, [k][32], the layout's own shape read in place, 3 tokens x 4
+ * vectors: a broadcast of x feeds four FMAs instead of two (a broadcast from memory takes a
+ * vector pipe on AMD's Zen cores); on long K in rows, where the tile streams from L2, it was no
+ * faster (bench/README, "Attention on tiles").
  */
 #include "quant/kern.h"
 
@@ -57,7 +61,9 @@
 #endif
 
 #define NR 8    /* output rows per integer tile */
-#define NRF 16  /* output rows per float tile: two ymm */
+#define NRF 16  /* output rows per float tile in rows: two ymm */
+#define NRF_T 32 /* per F32 tile of the tile layout: four ymm */
+#define TBF_T 3  /* token rows per register block on those */
 #define TBMAX 6 /* most token rows per register block */
 #define REC 320 /* record bytes per block */
 #define REC2 352 /* Q2_K's: a third float slot for its second half's mins */
@@ -1224,60 +1230,82 @@ static void dec_f(uint32_t type, const uint8_t *W, size_t wrb, int nr, int64_t k
     }
 }
 
-static inline __attribute__((always_inline)) void mk_flt(const int T, const es_kern_block *a)
+/* T token rows x C ymm columns of a [k][8 * C] float tile */
+static inline __attribute__((always_inline)) void mk_flt(const int T, const int C,
+                                                         const es_kern_block *a)
 {
-    const __m256i m0 = lane_range(a->lo, a->hi), m1 = lane_range(a->lo - 8, a->hi - 8);
-    __m256 y0[TBMAX], y1[TBMAX];
+    __m256i m[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) m[c] = lane_range(a->lo - 8 * c, a->hi - 8 * c);
+    __m256 y[TBMAX][4];
     const float *xr[TBMAX];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
         xr[t] = (const float *)a->xr[t] + a->k0;
-        y0[t] = a->load_y ? _mm256_maskload_ps(a->yp[t], m0) : _mm256_setzero_ps();
-        y1[t] = a->load_y ? _mm256_maskload_ps(a->yp[t] + 8, m1) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            y[t][c] = a->load_y ? _mm256_maskload_ps(a->yp[t] + 8 * c, m[c]) : _mm256_setzero_ps();
     }
     const float *tp = (const float *)a->tile;
-    for (int64_t k = 0; k < a->nk; k++, tp += NRF) {
-        const __m256 w0 = _mm256_load_ps(tp), w1 = _mm256_load_ps(tp + 8);
-#pragma GCC unroll 6
+    const int64_t nk = a->nk;
+    for (int64_t k = 0; k < nk; k++, tp += 8 * C) {
+        __m256 w[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) w[c] = _mm256_load_ps(tp + 8 * c);
+#pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const __m256 x = _mm256_broadcast_ss(xr[t] + k);
-            y0[t] = _mm256_fmadd_ps(w0, x, y0[t]);
-            y1[t] = _mm256_fmadd_ps(w1, x, y1[t]);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) y[t][c] = _mm256_fmadd_ps(w[c], x, y[t][c]);
         }
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        _mm256_maskstore_ps(a->yp[t], m0, y0[t]);
-        _mm256_maskstore_ps(a->yp[t] + 8, m1, y1[t]);
-    }
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) _mm256_maskstore_ps(a->yp[t] + 8 * c, m[c], y[t][c]);
 }
 
-#define MKF(T)                                                                                     \
-    static void mkf_##T(const es_kern_block *a)                                                    \
+#define MKF(T, C)                                                                                  \
+    static void mkf##C##_##T(const es_kern_block *a)                                               \
     {                                                                                              \
-        mk_flt(T, a);                                                                              \
+        mk_flt(T, C, a);                                                                           \
     }
-MKF(1)
-MKF(2)
-MKF(3)
-MKF(4)
-MKF(5)
-MKF(6)
-static const mk_fn mkf_table[TBMAX + 1] = {NULL, mkf_1, mkf_2, mkf_3, mkf_4, mkf_5, mkf_6};
+MKF(1, 2)
+MKF(2, 2)
+MKF(3, 2)
+MKF(4, 2)
+MKF(5, 2)
+MKF(6, 2)
+MKF(1, 4)
+MKF(2, 4)
+MKF(3, 4)
+static const mk_fn mkf_table[TBMAX + 1] = {NULL, mkf2_1, mkf2_2, mkf2_3, mkf2_4, mkf2_5, mkf2_6};
+_Static_assert(TBF_T == 3, "one mkf4_T per block height");
+static const mk_fn mkf_t_table[TBF_T + 1] = {NULL, mkf4_1, mkf4_2, mkf4_3};
 static void run_flt(const es_kern_block *b)
 {
     mkf_table[b->T](b);
+}
+static void run_flt_t(const es_kern_block *b)
+{
+    mkf_t_table[b->T](b);
 }
 
 static es_kern_tiling flt_tiling(void (*decode)(const es_kern_tile *, uint8_t *))
 {
     return es_kern_float_tiling(NRF, TBMAX, decode, run_flt);
 }
+/* F32 in the tile layout */
+static es_kern_tiling flt_t_tiling(void (*decode)(const es_kern_tile *, uint8_t *))
+{
+    return es_kern_float_tiling(NRF_T, TBF_T, decode, run_flt_t);
+}
 
 static size_t scratch_f(int64_t K)
 {
-    const es_kern_tiling tl = flt_tiling(NULL);
-    return es_kern_drive_scratch(&tl, K);
+    const es_kern_tiling tl = flt_tiling(NULL), tt = flt_t_tiling(NULL);
+    const size_t a = es_kern_drive_scratch(&tl, K), b = es_kern_drive_scratch(&tt, K);
+    return a > b ? a : b;
 }
 
 #define GEMM_F(name, type)                                                                         \
@@ -1296,7 +1324,7 @@ static size_t scratch_f(int64_t K)
 GEMM_F(gemm_f32, ES_QTYPE_F32)
 GEMM_F(gemm_f16, ES_QTYPE_F16)
 GEMM_F(gemm_bf16, ES_QTYPE_BF16)
-ES_KERN_GEMM_TILED_F32(flt_tiling, NRF)
+ES_KERN_GEMM_TILED_F32(flt_t_tiling, NRF_T)
 
 void FILL_TABLE(es_kern *k)
 {
