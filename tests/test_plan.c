@@ -134,6 +134,10 @@ static void expected(const fixture *f, double y[T][D])
 
 /* The kernel table the plans below use (NULL: es_kern_default()). */
 static const es_kern *plan_kern;
+/* es_plan_waves() of the last run_plan_l's plan */
+static long last_waves;
+/* Y before the invocations: y_init * (i % 7 - 3) at element i (0: zeros) */
+static float y_init;
 
 /* Runs the plan with n_threads and capacity cap over routes[0..NR) with placement phi (expert ->
  * slot among P) and returns Y [T][D]. group 0: invocations take the routes in their order, cap at
@@ -141,8 +145,8 @@ static const es_kern *plan_kern;
  * in increasing id at a time: its routes (split by cap), and only its slots bound (the others
  * NULL, so a read of an expert outside the group crashes). */
 static float *run_plan_l(const fixture *f, int n_threads, int cap, int group,
-                         const es_route *routes, const int32_t *phi, long *allocs_in_invoke,
-                         int tiled)
+                         const es_route *routes, int n_routes, const int32_t *phi,
+                         long *allocs_in_invoke, int tiled)
 {
     es_pool *pool;
     assert_int_equal(es_pool_create(n_threads, &pool), ES_OK);
@@ -158,7 +162,7 @@ static float *run_plan_l(const fixture *f, int n_threads, int cap, int group,
             es_tiles_from_rows(f->type, f->up + e * f->g_bytes, D, FF, ft->up + e * f->g_bytes);
             es_tiles_from_rows(f->type, f->down + e * f->d_bytes, FF, D, ft->down + e * f->d_bytes);
         }
-        float *y = run_plan_l(ft, n_threads, cap, group, routes, phi, allocs_in_invoke, -1);
+        float *y = run_plan_l(ft, n_threads, cap, group, routes, n_routes, phi, allocs_in_invoke, -1);
         free_fixture(ft);
         free(ft);
         es_pool_destroy(pool);
@@ -174,6 +178,7 @@ static float *run_plan_l(const fixture *f, int n_threads, int cap, int group,
         all[phi[e]] = (es_expert_slot){f->gate + e * f->g_bytes, f->up + e * f->g_bytes,
                                        f->down + e * f->d_bytes};
     float *y = calloc(T * D, sizeof(float));
+    for (int i = 0; i < T * D; i++) y[i] = y_init * (float)(i % 7 - 3);
     es_route *sel = malloc(sizeof(es_route) * NR);
     es_plan_set_input(p, &f->x[0][0], D, T);
     long before = n_allocs;
@@ -181,7 +186,7 @@ static float *run_plan_l(const fixture *f, int n_threads, int cap, int group,
         const int e1 = group && e0 + group < E ? e0 + group : E;
         es_expert_slot bound[P] = {{0}};
         int n = 0;
-        for (int i = 0; i < NR; i++)
+        for (int i = 0; i < n_routes; i++)
             if (routes[i].expert >= e0 && routes[i].expert < e1) sel[n++] = routes[i];
         for (int e = e0; e < e1; e++) bound[phi[e]] = all[phi[e]];
         for (int r0 = 0; r0 < n; r0 += cap) {
@@ -191,6 +196,7 @@ static float *run_plan_l(const fixture *f, int n_threads, int cap, int group,
     }
     if (allocs_in_invoke) *allocs_in_invoke = n_allocs - before;
     free(sel);
+    last_waves = es_plan_waves(p);
     es_plan_destroy(p);
     es_pool_destroy(pool);
     return y;
@@ -199,10 +205,11 @@ static float *run_plan_l(const fixture *f, int n_threads, int cap, int group,
 static float *run_plan(const fixture *f, int n_threads, int cap, int group, const es_route *routes,
                        const int32_t *phi, long *allocs_in_invoke)
 {
-    return run_plan_l(f, n_threads, cap, group, routes, phi, allocs_in_invoke, 0);
+    return run_plan_l(f, n_threads, cap, group, routes, NR, phi, allocs_in_invoke, 0);
 }
 
 static const int32_t identity[E] = {0, 1, 2, 3, 4, 5};
+static const int32_t permuted_phi[E] = {3, 5, 0, 1, 4, 2};
 
 static void check_type(uint32_t type, double tol)
 {
@@ -265,7 +272,7 @@ static void check_type(uint32_t type, double tol)
     if (es_tiles_type_ok(type))
         for (int threads = 1; threads <= 3; threads += 2) {
             long allocs_t = -1;
-            float *yt = run_plan_l(f, threads, 300, 4, f->routes, permuted, &allocs_t, 1);
+            float *yt = run_plan_l(f, threads, 300, 4, f->routes, NR, permuted, &allocs_t, 1);
             assert_int_equal(allocs_t, 0);
             if (memcmp(yt, y, sizeof(float) * T * D) != 0)
                 fail_msg("%s: tiled experts, %d threads: Y differs from rows", es_qtype_name(type),
@@ -273,6 +280,44 @@ static void check_type(uint32_t type, double tol)
             free(yt);
         }
     free(y);
+    free_fixture(f);
+    free(f);
+}
+
+/* Waves of small blocks (plan.c: at most 128 rows each, 512 together, two barriers a wave)
+ * give the bits of blocks run one at a time (three barriers each). Routes: both of tokens 0..99
+ * and those of experts 0 and 1 of the others, by expert: experts 0 and 1 run alone (166 and 168
+ * rows), experts 2 to 4 (93, 44 and 22; 5 has none) as one wave that holds both routes of many
+ * tokens; Y starts non-zero, so the order of a token's contributions shows in its bits. Against
+ * the same routes one per invocation (every block alone), and invocations of 40 routes. */
+static void test_plan_waves(void **state)
+{
+    (void)state;
+    fixture *f = malloc(sizeof(*f));
+    make_fixture(f, ES_QTYPE_Q4_0, 3);
+    es_route sub[NR];
+    int n = 0;
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < NR; i++)
+            if (f->routes[i].expert == e && (f->routes[i].token < 100 || e < 2))
+                sub[n++] = f->routes[i];
+    y_init = 0.37f;
+    for (int threads = 1; threads <= 3; threads++) {
+        float *alone = run_plan_l(f, threads, 1, 0, sub, n, permuted_phi, NULL, 0);
+        assert_int_equal(last_waves, 0);
+        float *mixed = run_plan_l(f, threads, NR, 0, sub, n, permuted_phi, NULL, 0);
+        assert_int_equal(last_waves, 1);
+        float *small = run_plan_l(f, threads, 40, 0, sub, n, identity, NULL, 0);
+        assert_true(last_waves >= 2);
+        if (memcmp(alone, mixed, sizeof(float) * T * D) != 0)
+            fail_msg("%d threads: a wave after single blocks differs from blocks alone", threads);
+        if (memcmp(alone, small, sizeof(float) * T * D) != 0)
+            fail_msg("%d threads: invocations with waves differ from blocks alone", threads);
+        free(alone);
+        free(mixed);
+        free(small);
+    }
+    y_init = 0;
     free_fixture(f);
     free(f);
 }
@@ -305,7 +350,7 @@ static void test_plan_amx_wide_chunks(void **state)
         plan_kern = &amx;
         for (int threads = 1; threads <= 3; threads++)
             for (int tiled = 0; tiled <= 1; tiled++) {
-                float *y = run_plan_l(f, threads, NR, 0, f->routes, identity, NULL, tiled);
+                float *y = run_plan_l(f, threads, NR, 0, f->routes, NR, identity, NULL, tiled);
                 for (int i = 0; i < T * D; i++)
                     if (memcmp(&y[i], &want[i], sizeof(float)) != 0)
                         fail_msg("%s, %d threads%s: amx y[%d][%d] = %.9g, scalar's %.9g",
@@ -357,6 +402,7 @@ static void test_plan_rejects_bad_routes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_waves),
         cmocka_unit_test(test_plan_q4_0),
         cmocka_unit_test(test_plan_q8_0),
         cmocka_unit_test(test_plan_f32),

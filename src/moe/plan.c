@@ -3,12 +3,16 @@
 
 #include "quant/kern.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum {
     ROW_BLOCK = 512, /* RB: routed rows per gate/up -> down pass; bounds the SwiGLU block */
     CHUNK = 128,     /* columns per gate/up or down work item (a multiple of ES_TILE_ROWS) */
+    /* Waves (invoke_worker): blocks of at most WAVE_ROWS rows (each quantized by one thread),
+     * consecutive in expert order and together at most ROW_BLOCK rows */
+    WAVE_ROWS = 128,
 };
 _Static_assert(CHUNK % ES_TILE_ROWS == 0, "tile chunks");
 
@@ -49,6 +53,9 @@ typedef struct plan_block {
     int32_t slot;
     int32_t first; /* index into the CSR arrays */
     int32_t n;
+    /* the first block after this one's wave (this one + 1: no wave), set on a wave's first
+     * block; off: the block's first row in the wave's g, u and h_act rows (0 outside waves) */
+    int32_t wave_end, off;
 } plan_block;
 
 typedef struct thread_buf {
@@ -73,6 +80,7 @@ struct es_plan {
     int32_t *csr_token;  /* [C] */
     float *csr_weight;   /* [C] */
     plan_block *blocks;  /* [n_expert + C / ROW_BLOCK + 1] */
+    atomic_int *chunks_left; /* [same]: per block of a wave, its gate/up chunks not yet done */
     int n_blocks;
     /* per block: gate outputs then SwiGLU (g), up outputs (u), SwiGLU quantized for down */
     float *g, *u;        /* [ROW_BLOCK][n_ff] */
@@ -84,6 +92,7 @@ struct es_plan {
     float *Y;
     int64_t ldy;
     es_pool_counter next_ff, next_out;
+    long n_waves; /* waves run since es_plan_create (es_plan_waves) */
     /* the work of the invocations since es_plan_take_profile: per es_phase */
     double int_ops[ES_PHASE_COUNT], float_ops[ES_PHASE_COUNT], weight_bytes[ES_PHASE_COUNT];
 };
@@ -134,13 +143,14 @@ es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, 
     p->csr_token = calloc((size_t)capacity, sizeof(int32_t));
     p->csr_weight = calloc((size_t)capacity, sizeof(float));
     p->blocks = calloc((size_t)max_blocks, sizeof(plan_block));
+    p->chunks_left = calloc((size_t)max_blocks, sizeof(atomic_int));
     p->g = es_alloc_big(sizeof(float) * ROW_BLOCK * (size_t)ff);
     p->u = es_alloc_big(sizeof(float) * ROW_BLOCK * (size_t)ff);
     p->h_act_bytes = es_act_bytes(k, shape->down_type, ROW_BLOCK, ff);
     p->h_act = es_alloc_big(p->h_act_bytes);
     p->tb = calloc((size_t)p->n_threads, sizeof(thread_buf));
     bool ok = p->x_gate && (p->x_up || shape->up_type == shape->gate_type) && p->slot_count &&
-              p->slot_owner && p->csr_token && p->csr_weight && p->blocks && p->g && p->u &&
+              p->slot_owner && p->csr_token && p->csr_weight && p->blocks && p->chunks_left && p->g && p->u &&
               p->h_act && p->tb;
     size_t sb = es_gemm_scratch_bytes(k, shape->gate_type, d);
     sb = sb > es_gemm_scratch_bytes(k, shape->up_type, d) ? sb : es_gemm_scratch_bytes(k, shape->up_type, d);
@@ -170,6 +180,7 @@ void es_plan_destroy(es_plan *p)
     free(p->csr_token);
     free(p->csr_weight);
     free(p->blocks);
+    free(p->chunks_left);
     es_free_big(p->g, sizeof(float) * ROW_BLOCK * (size_t)s->n_ff);
     es_free_big(p->u, sizeof(float) * ROW_BLOCK * (size_t)s->n_ff);
     es_free_big(p->h_act, p->h_act_bytes);
@@ -185,19 +196,22 @@ void es_plan_destroy(es_plan *p)
 
 int es_plan_capacity(const es_plan *p) { return p->capacity; }
 
+long es_plan_waves(const es_plan *p) { return p->n_waves; }
+
 void es_plan_set_extras(es_plan *p, const es_expert_extras *x)
 {
     p->extras = x ? *x : (es_expert_extras){0};
 }
 
-/* The GLU of n_rows rows of columns [j0, j1) of the gate (g) and up (u) blocks of expert e,
- * their biases first where the extras have them (axpy with 1: exactly y + b); g receives the
- * result. */
-static void glu_rows(const es_plan *p, int32_t e, int64_t n_rows, int64_t j0, int64_t j1)
+/* The GLU of rows [off, off + n_rows) of columns [j0, j1) of the gate (g) and up (u) blocks,
+ * of expert e, their biases first where the extras have them (axpy with 1: exactly y + b); g
+ * receives the result. */
+static void glu_rows(const es_plan *p, int32_t e, int64_t off, int64_t n_rows, int64_t j0,
+                     int64_t j1)
 {
     const es_expert_extras *x = &p->extras;
     const int64_t ff = p->shape.n_ff, n = j1 - j0;
-    for (int64_t r = 0; r < n_rows; r++) {
+    for (int64_t r = off; r < off + n_rows; r++) {
         float *g = p->g + r * ff + j0, *u = p->u + r * ff + j0;
         if (x->gate_b) p->k->axpy(g, 1.0f, x->gate_b + (size_t)e * (size_t)ff + (size_t)j0, n);
         if (x->up_b) p->k->axpy(u, 1.0f, x->up_b + (size_t)e * (size_t)ff + (size_t)j0, n);
@@ -249,74 +263,164 @@ static inline void mat_gemm(const es_plan *p, int i, uint32_t type, const void *
         es_gemm(p->k, type, W, K, n0, n1, act, rows, n, Y, ldy, 0, scratch);
 }
 
-/* Runs every block: gate/up (+SwiGLU) -> quantize -> down (+weighted scatter-add). The column
- * chunks (ff_chunk, out_chunk) are multiples of the 32-row tile, so a tiled matrix is split at
- * tile boundaries. */
+/* The sub-phase clock of a worker: the time since *t goes to tb->ns[phase]. */
+static inline void clock_to(thread_buf *tb, uint64_t *t, int phase)
+{
+    const uint64_t now = es_now_ns();
+    tb->ns[phase] += now - *t;
+    *t = now;
+}
+
+/* Gate and up of a block's columns [j0, j1) into rows [off, off + n) of g and u, and the GLU of
+ * that chunk while it is hot. */
+static void gate_up_chunk(es_plan *p, const plan_block *blk, int64_t off, int64_t j0, int64_t j1,
+                          thread_buf *tb, uint64_t *t)
+{
+    const es_expert_shape *s = &p->shape;
+    const int64_t d = s->n_embd, ff = s->n_ff;
+    const es_expert_slot *slot = &p->slots[blk->slot];
+    const int32_t *rows = p->csr_token + blk->first;
+    mat_gemm(p, 0, s->gate_type, slot->gate, d, ff, j0, j1, p->x_gate, rows, blk->n,
+             p->g + off * ff, ff, tb->scratch);
+    mat_gemm(p, 1, s->up_type, slot->up, d, ff, j0, j1, p->x_up ? p->x_up : p->x_gate, rows,
+             blk->n, p->u + off * ff, ff, tb->scratch);
+    clock_to(tb, t, ES_PHASE_EXPERT_GATE_UP);
+    glu_rows(p, p->slot_owner[blk->slot], off, blk->n, j0, j1);
+    clock_to(tb, t, ES_PHASE_SWIGLU);
+}
+
+/* Down of a block's quantized GLU rows (h_act rows [off, off + n)) over hidden columns
+ * [c0, c1) into the thread's tile, then scaled by each route's weight and added to its Y row. */
+static void down_chunk(es_plan *p, const plan_block *blk, int64_t off, int64_t c0, int64_t c1,
+                       thread_buf *tb, uint64_t *t)
+{
+    const es_expert_shape *s = &p->shape;
+    const int64_t d = s->n_embd, ff = s->n_ff, n = blk->n;
+    const size_t h_row = es_act_row_bytes(p->k, s->down_type, ff);
+    const int32_t *rows = p->csr_token + blk->first;
+    const float *w = p->csr_weight + blk->first;
+    /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride out_chunk */
+    mat_gemm(p, 2, s->down_type, p->slots[blk->slot].down, ff, d, c0, c1,
+             (const uint8_t *)p->h_act + (size_t)off * h_row, NULL, n, tb->tile - c0,
+             p->out_chunk, tb->scratch);
+    clock_to(tb, t, ES_PHASE_EXPERT_DOWN);
+    const float *bd = p->extras.down_b; /* llama.cpp: (down + bias) * weight */
+    for (int64_t r = 0; bd && r < n; r++)
+        p->k->axpy(tb->tile + r * p->out_chunk, 1.0f,
+                   bd + (size_t)p->slot_owner[blk->slot] * (size_t)d + (size_t)c0, c1 - c0);
+    for (int64_t r = 0; r < n; r++)
+        p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * p->out_chunk,
+                   c1 - c0);
+    clock_to(tb, t, ES_PHASE_SCATTER_ADD);
+}
+
+/* Quantizes rows [r0, r1) of the GLU block g into h_act for the down kernel. */
+static void quantize_rows(es_plan *p, int64_t r0, int64_t r1)
+{
+    const int64_t ff = p->shape.n_ff;
+    const size_t h_row = es_act_row_bytes(p->k, p->shape.down_type, ff);
+    if (r1 > r0)
+        es_act_prepare(p->k, p->shape.down_type, p->g + r0 * ff, ff, r1 - r0, ff,
+                       (uint8_t *)p->h_act + (size_t)r0 * h_row);
+}
+
+static void barrier(es_plan *p, thread_buf *tb, uint64_t *t)
+{
+    es_pool_barrier(p->pool);
+    clock_to(tb, t, ES_PHASE_BARRIER);
+}
+
+/* One block: gate/up (+GLU) with the threads splitting the FFN columns, quantize with the
+ * threads splitting the rows, down (+weighted scatter-add) with the threads splitting the hidden
+ * columns: three barriers. */
+static void run_block(es_plan *p, const plan_block *blk, int ith, int nth, thread_buf *tb,
+                      uint64_t *t)
+{
+    const int64_t d = p->shape.n_embd, ff = p->shape.n_ff, n = blk->n;
+    for (long j0; (j0 = es_pool_counter_next(&p->next_ff, p->ff_chunk)) < ff;)
+        gate_up_chunk(p, blk, 0, j0, j0 + p->ff_chunk < ff ? j0 + p->ff_chunk : ff, tb, t);
+    barrier(p, tb, t);
+    if (ith == 0) es_pool_counter_set(&p->next_out, 0); /* nobody uses it in this phase */
+    quantize_rows(p, n * ith / nth, n * (ith + 1) / nth);
+    clock_to(tb, t, ES_PHASE_ACT_QUANT);
+    barrier(p, tb, t);
+    if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
+    /* a thread owns its columns of every Y row it touches */
+    for (long c0; (c0 = es_pool_counter_next(&p->next_out, p->out_chunk)) < d;)
+        down_chunk(p, blk, 0, c0, c0 + p->out_chunk < d ? c0 + p->out_chunk : d, tb, t);
+    barrier(p, tb, t);
+}
+
+/* A wave of small blocks [b0, b1) (their rows at blk->off in g, u and h_act): the threads take
+ * the gate/up (+GLU) column chunks of all its blocks as they come, and the thread that finishes
+ * a block's last chunk quantizes the block; then down over the hidden columns, each thread
+ * taking the columns of every block of the wave in block order. Two barriers for the wave,
+ * where run_block takes three per block, each waiting for the slowest thread's last chunk (at
+ * 16 rows an expert, 3-6 % of a prefill on 2 threads). Every Y element still receives its
+ * contributions in block (expert) order. */
+static void run_wave(es_plan *p, int b0, int b1, int ith, thread_buf *tb, uint64_t *t)
+{
+    const int64_t d = p->shape.n_embd, ff = p->shape.n_ff;
+    const long per_block = (long)((ff + p->ff_chunk - 1) / p->ff_chunk), n = per_block * (b1 - b0);
+    /* nobody uses next_out before the barrier below; run_block and the waves leave next_ff 0 */
+    if (ith == 0) es_pool_counter_set(&p->next_out, 0);
+    for (long i; (i = es_pool_counter_next(&p->next_ff, 1)) < n;) {
+        const int b = b0 + (int)(i / per_block);
+        const plan_block *blk = &p->blocks[b];
+        const int64_t j0 = i % per_block * p->ff_chunk;
+        gate_up_chunk(p, blk, blk->off, j0, j0 + p->ff_chunk < ff ? j0 + p->ff_chunk : ff, tb, t);
+        /* acq_rel: the last one sees every other chunk's g */
+        if (atomic_fetch_sub_explicit(&p->chunks_left[b], 1, memory_order_acq_rel) == 1) {
+            quantize_rows(p, blk->off, blk->off + blk->n);
+            clock_to(tb, t, ES_PHASE_ACT_QUANT);
+        }
+    }
+    barrier(p, tb, t);
+    if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
+    for (long c0; (c0 = es_pool_counter_next(&p->next_out, p->out_chunk)) < d;)
+        for (int b = b0; b < b1; b++)
+            down_chunk(p, &p->blocks[b], p->blocks[b].off, c0,
+                       c0 + p->out_chunk < d ? c0 + p->out_chunk : d, tb, t);
+    barrier(p, tb, t);
+}
+
+/* Runs every block in order, a wave or one block at a time. */
 static void invoke_worker(void *arg, int ith, int nth)
 {
     es_plan *p = arg;
-    const es_expert_shape *s = &p->shape;
-    const int64_t d = s->n_embd, ff = s->n_ff;
-    const void *x_up = p->x_up ? p->x_up : p->x_gate;
     thread_buf *tb = &p->tb[ith];
-    const size_t h_row = es_act_row_bytes(p->k, s->down_type, ff);
-    /* the sub-phase clock: the time since t goes to tb->ns[phase] */
     uint64_t t = es_now_ns();
-#define CLOCK(phase)                                                                               \
-    do {                                                                                           \
-        const uint64_t t_ = es_now_ns();                                                           \
-        tb->ns[phase] += t_ - t;                                                                   \
-        t = t_;                                                                                    \
-    } while (0)
-    for (int b = 0; b < p->n_blocks; b++) {
-        const plan_block *blk = &p->blocks[b];
-        const es_expert_slot *slot = &p->slots[blk->slot];
-        const int32_t *rows = p->csr_token + blk->first;
-        const float *w = p->csr_weight + blk->first;
-        const int64_t n = blk->n;
-        /* gate and up over FFN column chunks, SwiGLU on each chunk while it is hot */
-        for (long j0; (j0 = es_pool_counter_next(&p->next_ff, p->ff_chunk)) < ff;) {
-            const int64_t j1 = j0 + p->ff_chunk < ff ? j0 + p->ff_chunk : ff;
-            mat_gemm(p, 0, s->gate_type, slot->gate, d, ff, j0, j1, p->x_gate, rows, n, p->g, ff,
-                     tb->scratch);
-            mat_gemm(p, 1, s->up_type, slot->up, d, ff, j0, j1, x_up, rows, n, p->u, ff,
-                     tb->scratch);
-            CLOCK(ES_PHASE_EXPERT_GATE_UP);
-            glu_rows(p, p->slot_owner[blk->slot], n, j0, j1);
-            CLOCK(ES_PHASE_SWIGLU);
-        }
-        es_pool_barrier(p->pool);
-        CLOCK(ES_PHASE_BARRIER);
-        if (ith == 0) es_pool_counter_set(&p->next_out, 0); /* nobody uses it in this phase */
-        /* quantize the SwiGLU block once for the down kernel, rows split across threads */
-        const int64_t r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
-        if (r1 > r0)
-            es_act_prepare(p->k, s->down_type, p->g + r0 * ff, ff, r1 - r0, ff,
-                           (uint8_t *)p->h_act + (size_t)r0 * h_row);
-        CLOCK(ES_PHASE_ACT_QUANT);
-        es_pool_barrier(p->pool);
-        CLOCK(ES_PHASE_BARRIER);
-        if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
-        /* down over hidden column chunks: a thread owns its columns of every Y row it touches */
-        for (long c0; (c0 = es_pool_counter_next(&p->next_out, p->out_chunk)) < d;) {
-            const int64_t c1 = c0 + p->out_chunk < d ? c0 + p->out_chunk : d;
-            /* tile - c0: es_gemm writes absolute columns [c0, c1) of a row of stride out_chunk */
-            mat_gemm(p, 2, s->down_type, slot->down, ff, d, c0, c1, p->h_act, NULL, n,
-                     tb->tile - c0, p->out_chunk, tb->scratch);
-            CLOCK(ES_PHASE_EXPERT_DOWN);
-            const float *bd = p->extras.down_b; /* llama.cpp: (down + bias) * weight */
-            for (int64_t r = 0; bd && r < n; r++)
-                p->k->axpy(tb->tile + r * p->out_chunk, 1.0f,
-                           bd + (size_t)p->slot_owner[blk->slot] * (size_t)d + (size_t)c0, c1 - c0);
-            for (int64_t r = 0; r < n; r++)
-                p->k->axpy(p->Y + (int64_t)rows[r] * p->ldy + c0, w[r], tb->tile + r * p->out_chunk,
-                           c1 - c0);
-            CLOCK(ES_PHASE_SCATTER_ADD);
-        }
-        es_pool_barrier(p->pool);
-        CLOCK(ES_PHASE_BARRIER);
+    for (int b = 0; b < p->n_blocks; b = p->blocks[b].wave_end) {
+        if (p->blocks[b].wave_end > b + 1)
+            run_wave(p, b, p->blocks[b].wave_end, ith, tb, &t);
+        else
+            run_block(p, &p->blocks[b], ith, nth, tb, &t);
     }
-#undef CLOCK
+}
+
+/* Groups consecutive small blocks into waves (plan_block.wave_end, .off; chunks_left): as many
+ * as fit ROW_BLOCK rows, two at least. */
+static void form_waves(es_plan *p)
+{
+    const int per_block = (int)((p->shape.n_ff + p->ff_chunk - 1) / p->ff_chunk);
+    for (int b = 0; b < p->n_blocks;) {
+        int e = b, rows = 0;
+        while (e < p->n_blocks && p->blocks[e].n <= WAVE_ROWS && rows + p->blocks[e].n <= ROW_BLOCK) {
+            p->blocks[e].off = rows;
+            rows += p->blocks[e].n;
+            atomic_init(&p->chunks_left[e], per_block);
+            e++;
+        }
+        if (e - b < 2) { /* no wave: block b alone */
+            p->blocks[b].off = 0;
+            p->blocks[b].wave_end = b + 1;
+            b++;
+        } else {
+            p->blocks[b].wave_end = e;
+            p->n_waves++;
+            b = e;
+        }
+    }
 }
 
 /* The work of the blocks about to run, for es_plan_take_profile. */
@@ -395,8 +499,10 @@ es_status es_plan_invoke(es_plan *p, const es_route *routes, int R, const int32_
         if (s < 0 || s >= P || p->slot_owner[s] != e) continue;
         const int32_t start = s ? p->slot_count[s - 1] : 0, end = p->slot_count[s];
         for (int32_t f = start; f < end; f += ROW_BLOCK)
-            p->blocks[p->n_blocks++] = (plan_block){s, f, end - f < ROW_BLOCK ? end - f : ROW_BLOCK};
+            p->blocks[p->n_blocks++] =
+                (plan_block){s, f, end - f < ROW_BLOCK ? end - f : ROW_BLOCK, 0, 0};
     }
+    form_waves(p);
     p->slots = slots;
     p->Y = Y;
     p->ldy = ldy;

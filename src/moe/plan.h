@@ -6,12 +6,13 @@
  * operator will ever use: CSR arrays, the SwiGLU block, its quantized form and the per-thread
  * tiles. es_plan_invoke() allocates nothing. It receives the routes (token, expert, weight) and
  * the placement map phi (expert -> physical slot), builds the CSR-by-slot descriptors with a
- * counting sort in O(P + R), then walks the slots in increasing order of the expert they hold:
- * for each block of at most RB routed rows it runs gate and up over the gathered rows (threads
- * split the FFN columns in chunks of 32 to 128, as wide as keeps every thread busy (plan.c's
- * chunk_cols), or an even share each for a table whose calls pack their rows:
- * es_kern.wide_calls), applies SwiGLU while the tiles are hot, quantizes the block
- * once, and runs down (threads split the hidden columns alike) into a per-thread tile that is
+ * counting sort in O(P + R), then walks the slots in increasing order of the expert they hold
+ * (consecutive small blocks together, as a wave: plan.c's run_wave, two barriers a wave instead
+ * of three a block): for each block of at most RB routed rows it runs gate and up over the
+ * gathered rows (threads split the FFN columns in chunks of 32 to 128, as wide as keeps every
+ * thread busy (plan.c's chunk_cols), or an even share each for a table whose calls pack their
+ * rows: es_kern.wide_calls), applies SwiGLU while the tiles are hot, quantizes the block once,
+ * and runs down (threads split the hidden columns alike) into a per-thread tile that is
  * scaled by the router weight and added into Y[token]. No two threads write the same Y element,
  * and every Y element receives its expert contributions in increasing expert id, each a dot
  * product reduced in a fixed order: Y is bit-identical for any thread count, route order,
@@ -63,6 +64,8 @@ es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, 
                          es_pool *pool, const es_kern *k, es_plan **out);
 void es_plan_destroy(es_plan *p); /* NULL is a no-op */
 int es_plan_capacity(const es_plan *p);
+/* The waves of small blocks (plan.c) the invocations since es_plan_create ran: for tests. */
+long es_plan_waves(const es_plan *p);
 
 /* What each expert computes besides its three products, the same for a whole layer: the GLU
  * between gate and up, and biases added to its gate, up and down outputs (gpt-oss). Zero
