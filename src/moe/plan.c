@@ -150,8 +150,8 @@ es_status es_plan_create(const es_expert_shape *shape, int capacity, int t_max, 
     p->h_act = es_alloc_big(p->h_act_bytes);
     p->tb = calloc((size_t)p->n_threads, sizeof(thread_buf));
     bool ok = p->x_gate && (p->x_up || shape->up_type == shape->gate_type) && p->slot_count &&
-              p->slot_owner && p->csr_token && p->csr_weight && p->blocks && p->chunks_left && p->g && p->u &&
-              p->h_act && p->tb;
+              p->slot_owner && p->csr_token && p->csr_weight && p->blocks && p->chunks_left &&
+              p->g && p->u && p->h_act && p->tb;
     size_t sb = es_gemm_scratch_bytes(k, shape->gate_type, d);
     sb = sb > es_gemm_scratch_bytes(k, shape->up_type, d) ? sb : es_gemm_scratch_bytes(k, shape->up_type, d);
     sb = sb > es_gemm_scratch_bytes(k, shape->down_type, ff) ? sb : es_gemm_scratch_bytes(k, shape->down_type, ff);
@@ -405,7 +405,8 @@ static void form_waves(es_plan *p)
     const int per_block = (int)((p->shape.n_ff + p->ff_chunk - 1) / p->ff_chunk);
     for (int b = 0; b < p->n_blocks;) {
         int e = b, rows = 0;
-        while (e < p->n_blocks && p->blocks[e].n <= WAVE_ROWS && rows + p->blocks[e].n <= ROW_BLOCK) {
+        while (e < p->n_blocks && p->blocks[e].n <= WAVE_ROWS &&
+               rows + p->blocks[e].n <= ROW_BLOCK) {
             p->blocks[e].off = rows;
             rows += p->blocks[e].n;
             atomic_init(&p->chunks_left[e], per_block);
