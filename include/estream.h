@@ -275,8 +275,10 @@ ES_API const char *es_io_backend_name(es_io_backend b); /* "auto", "io_uring", "
 /* A session's parameters. Start from es_session_default_params() and change what you need;
  * a field documented "0 = chosen" is chosen at creation from the model and the machine. */
 typedef struct es_session_params {
-    int n_threads;      /* compute threads, 1..ES_MAX_THREADS (default: online CPUs, at most
-                         * ES_MAX_THREADS; 0 also means that) */
+    int n_threads;      /* compute threads, 1..ES_MAX_THREADS (default: one per physical core
+                         * among the CPUs this process may run on (its affinity mask), at most
+                         * its cgroup's CPU quota rounded up and ES_MAX_THREADS; 0 also means
+                         * that) */
     int reference;      /* 1 = the plain reference path (single-threaded oracle); default 0 */
     int max_tokens;     /* most tokens in one prefill (a batch: all its sequences together; each
                          * sequence at most the model's context); buffers are sized for it at
@@ -339,8 +341,9 @@ typedef struct es_session_params {
     void *cb_user;              /* passed to both */
 } es_session_params;
 
-/* The defaults documented field by field above: all online CPUs, the fast path, buffers that
- * grow on demand, the default kernel table, no budget; O_DIRECT and checksums on. */
+/* The defaults documented field by field above: a thread per physical core this process may use,
+ * the fast path, buffers that grow on demand, the default kernel table, no budget; O_DIRECT and
+ * checksums on. */
 ES_API es_session_params es_session_default_params(void);
 
 /* Creates a session; the kernel table is copied, so a later es_kernels_select() does not affect

@@ -299,6 +299,11 @@ typedef struct es_cpu_desc {
     char features[512];      /* the detected features, space-separated ("avx2 fma ...") */
     size_t l1d_bytes, l2_bytes, l3_bytes; /* per core (L3: 0 if none) */
     int cache_from_cpuid;    /* 0: the cache sizes are defaults */
+    int cpus_online;         /* CPUs online */
+    int cpus_allowed;        /* of them, those this process may run on (its affinity mask) */
+    int cores;               /* the physical cores those belong to */
+    double cpu_quota;        /* its cgroup's CPU limit in CPUs (0: none) */
+    int default_threads;     /* the default thread count (es_session_default_params) */
 } es_cpu_desc;
 /* This CPU as estream detected it (a feature counts only if the OS enabled it too). */
 void es_cpu_describe(es_cpu_desc *out);

@@ -120,7 +120,7 @@ static void test_flags(void **state)
     snprintf(args, sizeof(args), "prefill -m %s -p hi -t %d --json", DATA "tiny-f32.gguf",
              ES_MAX_THREADS);
     assert_int_equal(run(args, out, sizeof(out), NULL, 0), 0);
-    /* the default: online CPUs, at most ES_MAX_THREADS */
+    /* the default: the physical cores this process may use, at most ES_MAX_THREADS */
     assert_int_equal(run("prefill -m " DATA "tiny-f32.gguf -p hi --json", out, sizeof(out), NULL, 0), 0);
     const char *t = strstr(out, "\"n_threads\": ");
     assert_non_null(t);

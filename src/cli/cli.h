@@ -50,7 +50,7 @@ double cli_median(double *v, int n);
 /* A macro's value as a string literal, for help texts ("1.." CLI_XSTR(ES_MAX_THREADS)). */
 #define CLI_STR(x) #x
 #define CLI_XSTR(x) CLI_STR(x)
-/* Default thread count: online CPUs, at most ES_MAX_THREADS (what the library accepts). */
+/* Default thread count: the library's (es_session_default_params, core/cpuset.h). */
 int cli_default_threads(void);
 /* Writes s as a JSON string literal (quotes included) to f. */
 void cli_json_str(FILE *f, const char *s, size_t len);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const char help[] =
     "usage: estream info -m MODEL\n"
@@ -19,19 +18,26 @@ static const char help[] =
     "A pack (estream pack) shows its version, layout, source and the record size of each layer.\n"
     "\n"
     "--system prints this machine instead: the CPU, the features estream detected (and the OS\n"
-    "enabled), its caches, and the kernel table the fast path uses (the best this CPU runs, or the\n"
-    "one ESTREAM_ISA names) with every table it could run, and why each other table of this\n"
-    "architecture does not (amx: AMX-TILE/AMX-INT8 in CPUID, the tile state in XCR0, the\n"
-    "kernel's permission). `estream bench` prints the same.\n";
+    "enabled), its caches, the default thread count and what set it (one per physical core among\n"
+    "the CPUs this process may run on, at most its cgroup's CPU quota rounded up), and the\n"
+    "kernel table the fast path uses (the best this CPU runs, or the one ESTREAM_ISA names) with\n"
+    "every table it could run, and why each other table of this architecture does not (amx:\n"
+    "AMX-TILE/AMX-INT8 in CPUID, the tile state in XCR0, the kernel's permission). `estream\n"
+    "bench` prints the same.\n";
 
 void cli_print_system(FILE *f)
 {
     es_cpu_desc c;
     es_cpu_describe(&c);
-    fprintf(f, "cpu:           %s (%ld online CPUs)\n", c.brand, sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(f, "cpu:           %s (%d online CPUs)\n", c.brand, c.cpus_online);
     fprintf(f, "features:      %s\n", c.features);
     fprintf(f, "caches:        L1d %zu KiB, L2 %zu KiB, L3 %zu KiB (%s)\n", c.l1d_bytes >> 10,
             c.l2_bytes >> 10, c.l3_bytes >> 10, c.cache_from_cpuid ? "cpuid" : "defaults");
+    char quota[48] = "none";
+    if (c.cpu_quota > 0) snprintf(quota, sizeof(quota), "%.2f CPUs", c.cpu_quota);
+    fprintf(f, "threads:       %d by default (-t sets them): CPUs it may run on %d of %d, physical "
+               "cores %d, cgroup CPU quota %s\n",
+            c.default_threads, c.cpus_allowed, c.cpus_online, c.cores, quota);
 }
 
 static void print_kernels(FILE *f)
@@ -57,6 +63,9 @@ void cli_system_json(FILE *f)
     cli_json_str(f, c.brand, strlen(c.brand));
     fputs(", \"cpu_features\": ", f);
     cli_json_str(f, c.features, strlen(c.features));
+    fprintf(f, ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"cores\": %d, \"cpu_quota\": %g, "
+               "\"default_threads\": %d",
+            c.cpus_online, c.cpus_allowed, c.cores, c.cpu_quota, c.default_threads);
 }
 
 static void print_bytes(double b)

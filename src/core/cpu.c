@@ -9,6 +9,7 @@
  * kernels then run.
  */
 #include "core/cpu.h"
+#include "core/cpuset.h"
 
 #include "estream.h"
 #include "estream_tools.h"
@@ -418,4 +419,10 @@ void es_cpu_describe(es_cpu_desc *out)
     out->l2_bytes = ci->l2_bytes;
     out->l3_bytes = ci->l3_bytes;
     out->cache_from_cpuid = ci->cache_from_cpuid;
+    const es_cpuset *cs = es_cpuset_get();
+    out->cpus_online = cs->online;
+    out->cpus_allowed = cs->allowed;
+    out->cores = cs->cores;
+    out->cpu_quota = cs->quota;
+    out->default_threads = cs->threads;
 }

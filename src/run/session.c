@@ -14,6 +14,7 @@
  */
 #include "run/session.h"
 
+#include "core/cpuset.h"
 #include "core/trace.h"
 #include "core/util.h"
 #include "stream/arena.h"
@@ -46,16 +47,17 @@ struct es_session {
     bool have_profile;      /* the last request completed on the fast path */
 };
 
-static int online_cpus(void)
+/* One thread per physical core this process may use, within its cgroup's CPU quota
+ * (core/cpuset.h). */
+static int default_threads(void)
 {
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    return c < 1 ? 1 : c > ES_MAX_THREADS ? ES_MAX_THREADS : (int)c;
+    return es_cpuset_get()->threads;
 }
 
 es_session_params es_session_default_params(void)
 {
     return (es_session_params){
-        .n_threads = online_cpus(),
+        .n_threads = default_threads(),
         .plan_capacity = 16384,
         .policy = ES_POLICY_EARLY,
         .io_backend = ES_IO_AUTO,
@@ -77,7 +79,7 @@ static es_status check_params(const es_model *m, const es_session_params *p)
 {
     if (m->vocab_only) return es_fail(ES_E_INVAL, "the model was opened vocabulary-only");
     if (p->n_threads < 0 || p->n_threads > ES_MAX_THREADS)
-        return es_fail(ES_E_INVAL, "thread count %d is outside 1..%d (0: online CPUs)",
+        return es_fail(ES_E_INVAL, "thread count %d is outside 1..%d (0: the default)",
                        p->n_threads, ES_MAX_THREADS);
     if (p->plan_capacity < 0) return es_fail(ES_E_INVAL, "plan capacity must be >= 0");
     if (p->groups < 0 || p->banks < 0 || p->banks > ES_STREAM_MAX_BANKS || p->queue_depth < 0 ||
@@ -241,7 +243,7 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     if (!m) return es_fail(ES_E_INVAL, "es_session_create: NULL model");
     es_session_params p = params ? *params : es_session_default_params();
     ES_TRY(check_params(m, &p));
-    if (p.n_threads == 0) p.n_threads = online_cpus();
+    if (p.n_threads == 0) p.n_threads = default_threads();
     if (p.max_seqs == 0) p.max_seqs = 64;
     if (streams(&p)) es_budget_touch_weights(m); /* counted as mapped, in rss_before */
     const uint64_t rss_before = streams(&p) ? es_budget_live_rss_bytes() : 0;

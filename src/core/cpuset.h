@@ -1,0 +1,44 @@
+/*
+ * The CPUs this process may use, and how many compute threads it runs by default.
+ *
+ * DESIGN: a process started by a scheduler (Slurm, Kubernetes, docker --cpus or --cpuset-cpus,
+ * taskset, systemd's CPUQuota=) sees every CPU of the host in sysconf(_SC_NPROCESSORS_ONLN) but
+ * may run on fewer: its affinity mask names the CPUs it may run on (cpusets), and a cgroup CPU
+ * quota caps the CPU time of all its threads (cpu.max in cgroup v2, cpu.cfs_quota_us over
+ * cpu.cfs_period_us in v1; the lowest limit on the path from its cgroup to the hierarchy's root
+ * applies). Threads beyond either bound wait at every barrier of the fork-join pool for one
+ * another to be scheduled. Within the allowed CPUs the default is also one thread per physical
+ * core: the hyperthreads of a core share its vector units and its L2, which the kernels size
+ * their tiles and scratch for per thread (quant/kern_drive.c), and llama.cpp's default thread
+ * count is the physical cores too, so the two engines compare at their defaults.
+ *
+ *   threads = min(physical cores among the allowed CPUs, ceil(cgroup quota), ES_MAX_THREADS),
+ *             at least 1
+ *
+ * What cannot be read (no sysfs topology, no cgroup file, an unparsable line) bounds nothing: the
+ * count falls back to the allowed CPUs, then to the online ones. Read once per process.
+ *
+ * Thread-safety: es_cpuset_get() may be called from any thread; es_cpuset_read() is reentrant.
+ */
+#ifndef ES_CPUSET_H
+#define ES_CPUSET_H
+
+typedef struct es_cpuset {
+    int online;   /* CPUs online (sysconf) */
+    int allowed;  /* CPUs in the affinity mask; online when the mask cannot be read */
+    int cores;    /* physical cores the allowed CPUs belong to; allowed when the topology is
+                   * unknown */
+    double quota; /* the cgroup CPU limit in CPUs (1.5: 150 ms of CPU time per 100 ms); 0: none */
+    int threads;  /* the default compute thread count (the rule above): es_session_default_params */
+} es_cpuset;
+
+/* This process's, read on the first call. */
+const es_cpuset *es_cpuset_get(void);
+
+/* The same from the files under root ("" for the real ones; tests give a directory holding
+ * proc/self/mountinfo, proc/self/cgroup, the cgroup files the mountinfo names and
+ * sys/devices/system/cpu/cpuN/topology/thread_siblings_list) for the n_cpus allowed CPU ids in
+ * cpus, of online CPUs online. */
+void es_cpuset_read(const char *root, const int *cpus, int n_cpus, int online, es_cpuset *out);
+
+#endif

@@ -1,0 +1,278 @@
+/* The default thread count (core/cpuset.h): physical cores among the allowed CPUs, cgroup v2 and
+ * v1 CPU quotas up the hierarchy, containers whose mount shows only their own cgroup, files that
+ * are missing or malformed; on fake /proc and /sys trees, then this process's own affinity. */
+#include "t.h"
+
+#include "core/cpuset.h"
+#include "estream.h"
+
+#include <sched.h>
+#include <sys/stat.h>
+
+/* Writes text to root + path, making the directories on the way. */
+static void put(const char *root, const char *path, const char *text)
+{
+    char full[1024];
+    snprintf(full, sizeof(full), "%s%s", root, path);
+    for (char *s = strchr(full + strlen(root) + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = 0;
+        mkdir(full, 0755);
+        *s = '/';
+    }
+    FILE *f = fopen(full, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* CPUs 0..n-1 where CPU c and CPU c + n/2 are the two threads of core c % (n/2) (Linux's
+ * numbering on x86 servers: the second threads after all the first ones). */
+static void put_smt_topology(const char *root, int n)
+{
+    for (int c = 0; c < n; c++) {
+        char path[128], text[32];
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+                 c);
+        snprintf(text, sizeof(text), "%d,%d\n", c % (n / 2), c % (n / 2) + n / 2);
+        put(root, path, text);
+    }
+}
+
+static const char mountinfo_v2[] =
+    "22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n"
+    "25 21 0:23 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 "
+    "rw,nsdelegate,memory_recursiveprot\n";
+
+static es_cpuset read_all(const char *root, int n_allowed, int online)
+{
+    int cpus[64];
+    for (int i = 0; i < n_allowed; i++)
+        cpus[i] = i;
+    es_cpuset s;
+    memset(&s, 0x5a, sizeof(s));
+    es_cpuset_read(root, cpus, n_allowed, online, &s);
+    return s;
+}
+
+static void test_physical_cores(void **state)
+{
+    (void)state;
+    char *root = t_mkdtemp("cpuset");
+    assert_non_null(root);
+    put_smt_topology(root, 16); /* 8 cores of 2 threads */
+    es_cpuset s = read_all(root, 16, 16);
+    assert_int_equal(s.online, 16);
+    assert_int_equal(s.allowed, 16);
+    assert_int_equal(s.cores, 8);
+    assert_true(s.quota == 0); /* no cgroup files at all: nothing bounds */
+    assert_int_equal(s.threads, 8);
+
+    /* allowed: CPUs 0..5 = the first threads of cores 0..5 only */
+    s = read_all(root, 6, 16);
+    assert_int_equal(s.allowed, 6);
+    assert_int_equal(s.cores, 6);
+    assert_int_equal(s.threads, 6);
+    /* allowed: CPUs 0..11 = cores 0..7, four of them with both threads */
+    s = read_all(root, 12, 16);
+    assert_int_equal(s.cores, 8);
+    assert_int_equal(s.threads, 8);
+
+    /* a CPU whose topology is unreadable: the cores are unknown, every allowed CPU counts */
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/sys/devices/system/cpu/cpu3/topology/thread_siblings_list",
+             root);
+    assert_int_equal(unlink(path), 0);
+    s = read_all(root, 16, 16);
+    assert_int_equal(s.cores, 16);
+    assert_int_equal(s.threads, 16);
+    /* a mask that could not be read: the online CPUs */
+    s = read_all(root, 0, 12);
+    assert_int_equal(s.allowed, 12);
+    assert_int_equal(s.threads, 12);
+    t_rm_rf(root);
+    free(root);
+}
+
+static void test_cgroup_v2(void **state)
+{
+    (void)state;
+    char *root = t_mkdtemp("cpuset");
+    assert_non_null(root);
+    put_smt_topology(root, 16);
+    put(root, "/proc/self/mountinfo", mountinfo_v2);
+    put(root, "/proc/self/cgroup", "0::/slurm/job7/step0\n");
+    put(root, "/sys/fs/cgroup/cpu.max", "max 100000\n");
+    put(root, "/sys/fs/cgroup/slurm/cpu.max", "max 100000\n");
+    put(root, "/sys/fs/cgroup/slurm/job7/cpu.max", "250000 100000\n");
+    put(root, "/sys/fs/cgroup/slurm/job7/step0/cpu.max", "max 100000\n");
+    es_cpuset s = read_all(root, 16, 16);
+    assert_true(t_near(s.quota, 2.5, 1e-12));
+    assert_int_equal(s.cores, 8);
+    assert_int_equal(s.threads, 3); /* 2.5 CPUs of time keep three threads busy */
+
+    /* the lowest limit on the path wins, wherever it is */
+    put(root, "/sys/fs/cgroup/slurm/cpu.max", "150000 100000\n");
+    s = read_all(root, 16, 16);
+    assert_true(t_near(s.quota, 1.5, 1e-12));
+    assert_int_equal(s.threads, 2);
+    put(root, "/sys/fs/cgroup/slurm/job7/step0/cpu.max", "50000 100000\n");
+    s = read_all(root, 16, 16);
+    assert_true(t_near(s.quota, 0.5, 1e-12));
+    assert_int_equal(s.threads, 1);
+
+    /* a quota above the cores does not add threads */
+    put(root, "/sys/fs/cgroup/slurm/cpu.max", "max 100000\n");
+    put(root, "/sys/fs/cgroup/slurm/job7/step0/cpu.max", "max 100000\n");
+    put(root, "/sys/fs/cgroup/slurm/job7/cpu.max", "2000000 100000\n");
+    s = read_all(root, 16, 16);
+    assert_true(t_near(s.quota, 20.0, 1e-12));
+    assert_int_equal(s.threads, 8);
+
+    /* malformed or empty limits bound nothing, and crash nothing */
+    put(root, "/sys/fs/cgroup/slurm/job7/cpu.max", "lots 100000\n");
+    s = read_all(root, 16, 16);
+    assert_true(s.quota == 0);
+    assert_int_equal(s.threads, 8);
+    put(root, "/sys/fs/cgroup/slurm/job7/cpu.max", "");
+    assert_int_equal(read_all(root, 16, 16).threads, 8);
+    put(root, "/sys/fs/cgroup/slurm/job7/cpu.max", "100000 0\n");
+    assert_int_equal(read_all(root, 16, 16).threads, 8);
+    put(root, "/sys/fs/cgroup/slurm/job7/cpu.max", "-100000 100000\n");
+    assert_int_equal(read_all(root, 16, 16).threads, 8);
+    t_rm_rf(root);
+    free(root);
+}
+
+/* A container: the mount shows its own cgroup as the top (mountinfo's root is the cgroup's path
+ * on the host, or the container has its own cgroup namespace and sees "/"). */
+static void test_cgroup_container(void **state)
+{
+    (void)state;
+    char *root = t_mkdtemp("cpuset");
+    assert_non_null(root);
+    put_smt_topology(root, 8);
+    put(root, "/proc/self/mountinfo",
+        "30 25 0:27 /docker/abc /sys/fs/cgroup ro,nosuid - cgroup2 cgroup rw\n");
+    put(root, "/proc/self/cgroup", "0::/docker/abc\n");
+    put(root, "/sys/fs/cgroup/cpu.max", "200000 100000\n");
+    es_cpuset s = read_all(root, 8, 8);
+    assert_true(t_near(s.quota, 2.0, 1e-12));
+    assert_int_equal(s.threads, 2);
+    /* a cgroup namespace: the process's path is outside the mount's root */
+    put(root, "/proc/self/cgroup", "0::/\n");
+    s = read_all(root, 8, 8);
+    assert_int_equal(s.threads, 2);
+    /* a mount point written with an escaped space */
+    put(root, "/proc/self/mountinfo", "30 25 0:27 / /sys/fs/cg\\040v2 rw - cgroup2 cgroup2 rw\n");
+    put(root, "/proc/self/cgroup", "0::/a\n");
+    put(root, "/sys/fs/cg v2/a/cpu.max", "100000 100000\n");
+    s = read_all(root, 8, 8);
+    assert_true(t_near(s.quota, 1.0, 1e-12));
+    assert_int_equal(s.threads, 1);
+
+    /* broken files: short and overlong lines, no separator, no type, paths past any buffer */
+    char *junk = malloc(20000);
+    assert_non_null(junk);
+    memset(junk, '/', 19999);
+    junk[19999] = 0;
+    put(root, "/proc/self/mountinfo", "30 25\n\n - cgroup2\n30 25 0:27 / /x rw cgroup2 cgroup2\n");
+    put(root, "/proc/self/cgroup", "0:/a\n::\n0::\nnonsense\n");
+    assert_true(read_all(root, 8, 8).quota == 0);
+    put(root, "/proc/self/mountinfo", junk);
+    put(root, "/proc/self/cgroup", junk);
+    s = read_all(root, 8, 8);
+    assert_true(s.quota == 0);
+    assert_int_equal(s.threads, 4);
+    put(root, "/proc/self/mountinfo", "30 25 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+    junk[0] = '0', junk[1] = ':', junk[2] = ':';
+    put(root, "/proc/self/cgroup", junk);
+    assert_int_equal(read_all(root, 8, 8).threads, 4);
+    free(junk);
+    t_rm_rf(root);
+    free(root);
+}
+
+/* cgroup v1 (and the hybrid layout: v2 mounted without the cpu controller beside v1's cpu) */
+static void test_cgroup_v1(void **state)
+{
+    (void)state;
+    char *root = t_mkdtemp("cpuset");
+    assert_non_null(root);
+    put_smt_topology(root, 32);
+    put(root, "/proc/self/mountinfo",
+        "31 25 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+        "33 25 0:29 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        "34 25 0:30 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
+        "35 25 0:31 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n");
+    put(root, "/proc/self/cgroup",
+        "12:memory:/kubepods/pod1/c1\n"
+        "6:cpuset:/kubepods/pod1/c1\n"
+        "4:cpu,cpuacct:/kubepods/pod1/c1\n"
+        "0::/kubepods/pod1/c1\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_quota_us", "400000\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_period_us", "100000\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us", "-1\n");
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us", "100000\n");
+    /* a cpuset controller's file named like a quota does not count */
+    put(root, "/sys/fs/cgroup/cpuset/kubepods/pod1/c1/cpu.cfs_quota_us", "100000\n");
+    es_cpuset s = read_all(root, 32, 32);
+    assert_true(t_near(s.quota, 4.0, 1e-12));
+    assert_int_equal(s.cores, 16);
+    assert_int_equal(s.threads, 4);
+    /* the pod's limit is lower */
+    put(root, "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us", "300000\n");
+    s = read_all(root, 32, 32);
+    assert_true(t_near(s.quota, 3.0, 1e-12));
+    assert_int_equal(s.threads, 3);
+    /* v2 (unified) with a lower cpu.max too: the lower of the two */
+    put(root, "/sys/fs/cgroup/unified/kubepods/pod1/c1/cpu.max", "120000 100000\n");
+    s = read_all(root, 32, 32);
+    assert_true(t_near(s.quota, 1.2, 1e-12));
+    assert_int_equal(s.threads, 2);
+    /* a period file that is missing: that level bounds nothing */
+    put(root, "/sys/fs/cgroup/unified/kubepods/pod1/c1/cpu.max", "max 100000\n");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us",
+             root);
+    assert_int_equal(unlink(path), 0);
+    s = read_all(root, 32, 32);
+    assert_true(t_near(s.quota, 4.0, 1e-12));
+    t_rm_rf(root);
+    free(root);
+}
+
+/* This process: the default never exceeds the CPUs it may run on, and a session created with
+ * n_threads 0 runs the default; a child pinned to one CPU defaults to one thread. */
+static void test_this_process(void **state)
+{
+    (void)state;
+    const es_cpuset *s = es_cpuset_get();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+    assert_int_equal(s->allowed, CPU_COUNT(&set));
+    assert_true(s->threads >= 1 && s->threads <= s->cores && s->cores <= s->allowed);
+    assert_true(s->allowed <= s->online);
+    assert_int_equal(es_session_default_params().n_threads, s->threads);
+
+    int first = 0;
+    while (!CPU_ISSET(first, &set))
+        first++;
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof(cmd), "taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi --json",
+             first, t_bin());
+    assert_int_equal(t_run(cmd, out, sizeof(out)), 0);
+    const char *t = strstr(out, "\"n_threads\": ");
+    assert_non_null(t);
+    assert_int_equal(atoi(t + 13), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_physical_cores),   cmocka_unit_test(test_cgroup_v2),
+        cmocka_unit_test(test_cgroup_container), cmocka_unit_test(test_cgroup_v1),
+        cmocka_unit_test(test_this_process),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
