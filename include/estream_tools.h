@@ -304,6 +304,10 @@ typedef struct es_cpu_desc {
     int cores;               /* the physical cores those belong to */
     double cpu_quota;        /* its cgroup's CPU limit in CPUs (0: none) */
     int default_threads;     /* the default thread count (es_session_default_params) */
+    uint64_t mem_total;      /* the machine's memory (MemTotal); 0 if unknown */
+    uint64_t mem_cgroup;     /* the cgroup's memory limit (0: none) */
+    uint64_t mem_bytes;      /* what this process may use: the lower (or ESTREAM_MEM_LIMIT's) */
+    char mem_source[24];     /* what set mem_bytes: "MemTotal", "cgroup", "ESTREAM_MEM_LIMIT" */
 } es_cpu_desc;
 /* This CPU as estream detected it (a feature counts only if the OS enabled it too). */
 void es_cpu_describe(es_cpu_desc *out);

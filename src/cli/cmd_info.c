@@ -2,6 +2,7 @@
  * with --system, the CPU, its features and the kernel table the fast path would use. */
 #include "cli/cli.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,12 @@ void cli_print_system(FILE *f)
     fprintf(f, "threads:       %d by default (-t sets them): CPUs it may run on %d of %d, physical "
                "cores %d, cgroup CPU quota %s\n",
             c.default_threads, c.cpus_allowed, c.cpus_online, c.cores, quota);
+    const uint64_t mib = 1u << 20;
+    char cg[48] = "none";
+    if (c.mem_cgroup) snprintf(cg, sizeof(cg), "%" PRIu64 " MiB", c.mem_cgroup / mib);
+    fprintf(f, "memory:        %" PRIu64 " MiB this process may use (%s): MemTotal %" PRIu64
+               " MiB, cgroup limit %s\n",
+            c.mem_bytes / mib, c.mem_source[0] ? c.mem_source : "unknown", c.mem_total / mib, cg);
 }
 
 static void print_kernels(FILE *f)
@@ -64,8 +71,10 @@ void cli_system_json(FILE *f)
     fputs(", \"cpu_features\": ", f);
     cli_json_str(f, c.features, strlen(c.features));
     fprintf(f, ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"cores\": %d, \"cpu_quota\": %g, "
-               "\"default_threads\": %d",
-            c.cpus_online, c.cpus_allowed, c.cores, c.cpu_quota, c.default_threads);
+               "\"default_threads\": %d, \"mem_total\": %" PRIu64 ", \"mem_cgroup\": %" PRIu64
+               ", \"mem_limit\": %" PRIu64,
+            c.cpus_online, c.cpus_allowed, c.cores, c.cpu_quota, c.default_threads, c.mem_total,
+            c.mem_cgroup, c.mem_bytes);
 }
 
 static void print_bytes(double b)

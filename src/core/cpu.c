@@ -10,6 +10,7 @@
  */
 #include "core/cpu.h"
 #include "core/cpuset.h"
+#include "core/memlimit.h"
 
 #include "estream.h"
 #include "estream_tools.h"
@@ -425,4 +426,9 @@ void es_cpu_describe(es_cpu_desc *out)
     out->cores = cs->cores;
     out->cpu_quota = cs->quota;
     out->default_threads = cs->threads;
+    const es_memlimit *ml = es_memlimit_get();
+    out->mem_total = ml->total;
+    out->mem_cgroup = ml->cgroup;
+    out->mem_bytes = ml->bytes;
+    snprintf(out->mem_source, sizeof(out->mem_source), "%s", ml->source);
 }

@@ -15,6 +15,7 @@
 #include "run/session.h"
 
 #include "core/cpuset.h"
+#include "core/memlimit.h"
 #include "core/trace.h"
 #include "core/util.h"
 #include "stream/arena.h"
@@ -27,6 +28,8 @@
 #include "tune/tune.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +76,23 @@ es_session_params es_session_default_params(void)
 static int streams(const es_session_params *p)
 {
     return p->stream || p->mem_budget_bytes || p->groups || p->banks || p->queue_depth;
+}
+
+/* A model run resident whose file is larger than the memory this process may use reads its
+ * experts from disk again and again through the page cache (often unnoticed in a container,
+ * whose limit `free` does not show): said once per process, with the budget that streams them. */
+static void warn_if_larger_than_memory(const es_model *m)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    const es_memlimit *lim = es_memlimit_get();
+    const uint64_t file = es_gguf_file_size(m->gguf);
+    if (!lim->bytes || file <= lim->bytes || atomic_flag_test_and_set(&said)) return;
+    const uint64_t mib = 1u << 20, suggest = lim->bytes / 5 * 4 / mib; /* room for the rest */
+    es_log(ES_LOG_WARN,
+           "the model file (%" PRIu64 " MiB) is larger than the memory this process may use (%" PRIu64
+           " MiB, %s): run resident, its experts are read from disk again and again; a memory "
+           "budget below that (--mem %" PRIu64 "M; mem= in Python) streams them instead",
+           file / mib, lim->bytes / mib, lim->source, suggest ? suggest : 1);
 }
 
 static es_status check_params(const es_model *m, const es_session_params *p)
@@ -245,6 +265,7 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     ES_TRY(check_params(m, &p));
     if (p.n_threads == 0) p.n_threads = default_threads();
     if (p.max_seqs == 0) p.max_seqs = 64;
+    if (!streams(&p)) warn_if_larger_than_memory(m);
     if (streams(&p)) es_budget_touch_weights(m); /* counted as mapped, in rss_before */
     const uint64_t rss_before = streams(&p) ? es_budget_live_rss_bytes() : 0;
     const size_t big_before = es_big_bytes_live();

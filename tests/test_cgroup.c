@@ -1,9 +1,12 @@
-/* The default thread count (core/cpuset.h): physical cores among the allowed CPUs, cgroup v2 and
- * v1 CPU quotas up the hierarchy, containers whose mount shows only their own cgroup, files that
- * are missing or malformed; on fake /proc and /sys trees, then this process's own affinity. */
+/* What the machine and its cgroups let this process use (core/cgroup.h): the default thread count
+ * (core/cpuset.h: physical cores among the allowed CPUs, cgroup v2 and v1 CPU quotas up the
+ * hierarchy, containers whose mount shows only their own cgroup, files that are missing or
+ * malformed) and the memory (core/memlimit.h), on fake /proc and /sys trees; then this process's
+ * own affinity, and the warning of a resident run on a model larger than its memory. */
 #include "t.h"
 
 #include "core/cpuset.h"
+#include "core/memlimit.h"
 #include "estream.h"
 
 #include <sched.h>
@@ -241,6 +244,88 @@ static void test_cgroup_v1(void **state)
     free(root);
 }
 
+static const uint64_t GIB = 1ull << 30;
+
+static void test_memory_limit(void **state)
+{
+    (void)state;
+    char *root = t_mkdtemp("memlimit");
+    assert_non_null(root);
+    es_memlimit m;
+    es_memlimit_read(root, &m); /* nothing readable */
+    assert_true(m.total == 0 && m.cgroup == 0 && m.bytes == 0);
+    assert_string_equal(m.source, "");
+
+    put(root, "/proc/meminfo", "MemTotal:       16777216 kB\nMemFree:         1000 kB\n");
+    es_memlimit_read(root, &m);
+    assert_true(m.total == 16 * GIB && m.cgroup == 0 && m.bytes == 16 * GIB);
+    assert_string_equal(m.source, "MemTotal");
+
+    /* v2: the job's limit below the slice's "max" */
+    put(root, "/proc/self/mountinfo", mountinfo_v2);
+    put(root, "/proc/self/cgroup", "0::/slurm/job7/step0\n");
+    put(root, "/sys/fs/cgroup/slurm/memory.max", "max\n");
+    put(root, "/sys/fs/cgroup/slurm/job7/memory.max", "4294967296\n");
+    put(root, "/sys/fs/cgroup/slurm/job7/step0/memory.max", "max\n");
+    es_memlimit_read(root, &m);
+    assert_true(m.cgroup == 4 * GIB && m.bytes == 4 * GIB);
+    assert_string_equal(m.source, "cgroup");
+    /* a step's lower limit; then one above the machine's memory, which is the bound */
+    put(root, "/sys/fs/cgroup/slurm/job7/step0/memory.max", "3221225472\n");
+    es_memlimit_read(root, &m);
+    assert_true(m.bytes == 3 * GIB);
+    put(root, "/sys/fs/cgroup/slurm/job7/step0/memory.max", "max\n");
+    put(root, "/sys/fs/cgroup/slurm/job7/memory.max", "68719476736\n");
+    es_memlimit_read(root, &m);
+    assert_true(m.cgroup == 64 * GIB && m.bytes == 16 * GIB);
+    assert_string_equal(m.source, "MemTotal");
+    /* junk bounds nothing */
+    put(root, "/sys/fs/cgroup/slurm/job7/memory.max", "4294967296 bytes\n");
+    es_memlimit_read(root, &m);
+    assert_true(m.cgroup == 0 && m.bytes == 16 * GIB);
+
+    /* v1: "unlimited" is about 2^63; the parent's 2 GiB holds */
+    put(root, "/proc/self/mountinfo",
+        "34 25 0:30 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n");
+    put(root, "/proc/self/cgroup", "9:memory:/docker/abc\n0::/\n");
+    put(root, "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
+    put(root, "/sys/fs/cgroup/memory/docker/memory.limit_in_bytes", "2147483648\n");
+    es_memlimit_read(root, &m);
+    assert_true(m.cgroup == 2 * GIB && m.bytes == 2 * GIB);
+    assert_string_equal(m.source, "cgroup");
+    t_rm_rf(root);
+    free(root);
+}
+
+/* A resident run on a model file larger than the memory the process may use says so once, with
+ * the budget that streams it; a run under a budget, or on a machine that holds the file, does
+ * not. */
+static void test_resident_warning(void **state)
+{
+    (void)state;
+    static const char warning[] = "larger than the memory this process may use";
+    char out[8192], err[8192];
+    const char *bin = t_bin();
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "ESTREAM_MEM_LIMIT=1000000 %s prefill -m tests/data/tiny-f32.gguf -p hi", bin);
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    const char *w = strstr(err, warning);
+    assert_non_null(w);
+    assert_non_null(strstr(err, "(0 MiB, ESTREAM_MEM_LIMIT)"));
+    assert_non_null(strstr(err, "--mem 1M"));
+    assert_null(strstr(w + 1, warning)); /* once */
+    snprintf(cmd, sizeof(cmd),
+             "ESTREAM_MEM_LIMIT=1000000 %s prefill -m tests/data/tiny-f32.gguf -p hi --mem 64M",
+             bin);
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_null(strstr(err, warning));
+    snprintf(cmd, sizeof(cmd),
+             "ESTREAM_MEM_LIMIT=2000000 %s prefill -m tests/data/tiny-f32.gguf -p hi", bin);
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_null(strstr(err, warning));
+}
+
 /* This process: the default never exceeds the CPUs it may run on, and a session created with
  * n_threads 0 runs the default; a child pinned to one CPU defaults to one thread. */
 static void test_this_process(void **state)
@@ -272,6 +357,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_physical_cores),   cmocka_unit_test(test_cgroup_v2),
         cmocka_unit_test(test_cgroup_container), cmocka_unit_test(test_cgroup_v1),
+        cmocka_unit_test(test_memory_limit),     cmocka_unit_test(test_resident_warning),
         cmocka_unit_test(test_this_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
