@@ -237,13 +237,14 @@ mutants:
 
 # libFuzzer harnesses (clang): fuzz_gguf (the GGUF reader), fuzz_model (es_model_open on whole
 # files, with a metadata-level mutator), fuzz_tok (every pre-tokenizer and SentencePiece on
-# arbitrary text), fuzz_chat (arbitrary chat templates rendered with a fixed conversation) and
+# arbitrary text), fuzz_chat (arbitrary chat templates rendered with a fixed conversation),
+# fuzz_cgroup (the /proc and /sys files that size the threads and the memory) and
 # fuzz_serve (the HTTP service's request bodies, below). Run one with
 # (new inputs go to the first folder):
 #   mkdir -p build-fuzz/corpus && build-fuzz/fuzz_gguf -max_total_time=60 \
 #       -dict=tests/fuzz/gguf.dict build-fuzz/corpus tests/fuzz/corpus
 # tools/test-all.sh runs each for ESTREAM_FUZZ_SECONDS (30 s by default).
-FUZZ_TARGETS := fuzz_gguf fuzz_model fuzz_tok fuzz_chat
+FUZZ_TARGETS := fuzz_gguf fuzz_model fuzz_tok fuzz_chat fuzz_cgroup
 # fuzz_serve: estream serve's request parsers and replies, and the records they build (no HTTP)
 FUZZ_SERVE_SRC := $(wildcard src/records/*.c) $(wildcard src/serve/api*.c) src/serve/exec.c \
                   src/serve/metrics.c src/serve/http1.c src/serve/jmem.c

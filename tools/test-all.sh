@@ -218,7 +218,8 @@ if make -j"$jobs" fuzz >/dev/null 2>&1; then
                 "fuzz_model tests/fuzz/corpus-model -dict=tests/fuzz/model.dict" \
                 "fuzz_tok tests/fuzz/corpus-tok" \
                 "fuzz_chat tests/fuzz/corpus-chat -dict=tests/fuzz/chat.dict" \
-                "fuzz_serve tests/fuzz/corpus-serve -dict=tests/fuzz/serve.dict"; do
+                "fuzz_serve tests/fuzz/corpus-serve -dict=tests/fuzz/serve.dict" \
+                "fuzz_cgroup tests/fuzz/corpus-cgroup"; do
         i=$((i + 1))
         # shellcheck disable=SC2086 # the spec is target, seeds and flags
         fuzz_one $spec >"$fuzz_out/$i" &
