@@ -271,13 +271,19 @@ static inline void clock_to(thread_buf *tb, uint64_t *t, int phase)
     *t = now;
 }
 
-/* Gate and up of a block's columns [j0, j1) into rows [off, off + n) of g and u, and the GLU of
- * that chunk while it is hot. */
-static void gate_up_chunk(es_plan *p, const plan_block *blk, int64_t off, int64_t j0, int64_t j1,
+/* The end of the chunk of `chunk` columns starting at c0, of n. */
+static inline int64_t chunk_end(int64_t c0, int64_t chunk, int64_t n)
+{
+    return c0 + chunk < n ? c0 + chunk : n;
+}
+
+/* Gate and up of a block's columns [j0, j1) into its rows [off, off + n) of g and u, and the GLU
+ * of that chunk while it is hot. */
+static void gate_up_chunk(es_plan *p, const plan_block *blk, int64_t j0, int64_t j1,
                           thread_buf *tb, uint64_t *t)
 {
     const es_expert_shape *s = &p->shape;
-    const int64_t d = s->n_embd, ff = s->n_ff;
+    const int64_t d = s->n_embd, ff = s->n_ff, off = blk->off;
     const es_expert_slot *slot = &p->slots[blk->slot];
     const int32_t *rows = p->csr_token + blk->first;
     mat_gemm(p, 0, s->gate_type, slot->gate, d, ff, j0, j1, p->x_gate, rows, blk->n,
@@ -291,11 +297,11 @@ static void gate_up_chunk(es_plan *p, const plan_block *blk, int64_t off, int64_
 
 /* Down of a block's quantized GLU rows (h_act rows [off, off + n)) over hidden columns
  * [c0, c1) into the thread's tile, then scaled by each route's weight and added to its Y row. */
-static void down_chunk(es_plan *p, const plan_block *blk, int64_t off, int64_t c0, int64_t c1,
-                       thread_buf *tb, uint64_t *t)
+static void down_chunk(es_plan *p, const plan_block *blk, int64_t c0, int64_t c1, thread_buf *tb,
+                       uint64_t *t)
 {
     const es_expert_shape *s = &p->shape;
-    const int64_t d = s->n_embd, ff = s->n_ff, n = blk->n;
+    const int64_t d = s->n_embd, ff = s->n_ff, n = blk->n, off = blk->off;
     const size_t h_row = es_act_row_bytes(p->k, s->down_type, ff);
     const int32_t *rows = p->csr_token + blk->first;
     const float *w = p->csr_weight + blk->first;
@@ -338,7 +344,7 @@ static void run_block(es_plan *p, const plan_block *blk, int ith, int nth, threa
 {
     const int64_t d = p->shape.n_embd, ff = p->shape.n_ff, n = blk->n;
     for (long j0; (j0 = es_pool_counter_next(&p->next_ff, p->ff_chunk)) < ff;)
-        gate_up_chunk(p, blk, 0, j0, j0 + p->ff_chunk < ff ? j0 + p->ff_chunk : ff, tb, t);
+        gate_up_chunk(p, blk, j0, chunk_end(j0, p->ff_chunk, ff), tb, t);
     barrier(p, tb, t);
     if (ith == 0) es_pool_counter_set(&p->next_out, 0); /* nobody uses it in this phase */
     quantize_rows(p, n * ith / nth, n * (ith + 1) / nth);
@@ -347,7 +353,7 @@ static void run_block(es_plan *p, const plan_block *blk, int ith, int nth, threa
     if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
     /* a thread owns its columns of every Y row it touches */
     for (long c0; (c0 = es_pool_counter_next(&p->next_out, p->out_chunk)) < d;)
-        down_chunk(p, blk, 0, c0, c0 + p->out_chunk < d ? c0 + p->out_chunk : d, tb, t);
+        down_chunk(p, blk, c0, chunk_end(c0, p->out_chunk, d), tb, t);
     barrier(p, tb, t);
 }
 
@@ -368,7 +374,7 @@ static void run_wave(es_plan *p, int b0, int b1, int ith, thread_buf *tb, uint64
         const int b = b0 + (int)(i / per_block);
         const plan_block *blk = &p->blocks[b];
         const int64_t j0 = i % per_block * p->ff_chunk;
-        gate_up_chunk(p, blk, blk->off, j0, j0 + p->ff_chunk < ff ? j0 + p->ff_chunk : ff, tb, t);
+        gate_up_chunk(p, blk, j0, chunk_end(j0, p->ff_chunk, ff), tb, t);
         /* acq_rel: the last one sees every other chunk's g */
         if (atomic_fetch_sub_explicit(&p->chunks_left[b], 1, memory_order_acq_rel) == 1) {
             quantize_rows(p, blk->off, blk->off + blk->n);
@@ -379,8 +385,7 @@ static void run_wave(es_plan *p, int b0, int b1, int ith, thread_buf *tb, uint64
     if (ith == 0) es_pool_counter_set(&p->next_ff, 0);
     for (long c0; (c0 = es_pool_counter_next(&p->next_out, p->out_chunk)) < d;)
         for (int b = b0; b < b1; b++)
-            down_chunk(p, &p->blocks[b], p->blocks[b].off, c0,
-                       c0 + p->out_chunk < d ? c0 + p->out_chunk : d, tb, t);
+            down_chunk(p, &p->blocks[b], c0, chunk_end(c0, p->out_chunk, d), tb, t);
     barrier(p, tb, t);
 }
 
