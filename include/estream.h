@@ -275,10 +275,10 @@ ES_API const char *es_io_backend_name(es_io_backend b); /* "auto", "io_uring", "
 /* A session's parameters. Start from es_session_default_params() and change what you need;
  * a field documented "0 = chosen" is chosen at creation from the model and the machine. */
 typedef struct es_session_params {
-    int n_threads;      /* compute threads, 1..ES_MAX_THREADS (default: one per physical core
-                         * among the CPUs this process may run on (its affinity mask), at most
-                         * its cgroup's CPU quota rounded up and ES_MAX_THREADS; 0 also means
-                         * that) */
+    int n_threads;      /* compute threads, 1..ES_MAX_THREADS (default: OMP_NUM_THREADS where it
+                         * names a count, else one per physical core among the CPUs this process
+                         * may run on (its affinity mask), at most its cgroup's CPU quota rounded
+                         * up; at most ES_MAX_THREADS; 0 also means that) */
     int reference;      /* 1 = the plain reference path (single-threaded oracle); default 0 */
     int max_tokens;     /* most tokens in one prefill (a batch: all its sequences together; each
                          * sequence at most the model's context); buffers are sized for it at

@@ -222,6 +222,20 @@ def ray_part(ck, args, recs, want):
                   types.get("choices") == "list<item: string>" and
                   types.get("logprobs") == "list<item: double>",
                   "%s: the columns of a choices dataset are %r" % (fmt, types))
+        # without threads, an actor's session runs OMP_NUM_THREADS of them, which Ray sets to the
+        # actor's num_cpus: 1 here, below the 2 cores a default would take on CI's machines
+        @ray.remote(num_cpus=1)
+        class Threads:
+            def count(self, model):
+                import estream
+                s = estream.Session(model)
+                n = s.stats()["n_threads"]
+                s.close()
+                return n, os.environ.get("OMP_NUM_THREADS")
+
+        n, omp = ray.get(Threads.remote().count.remote(args.model))
+        ck.ok(omp == "1" and n == 1, "an actor of num_cpus=1: OMP_NUM_THREADS %r, %d threads, "
+              "not 1 and 1" % (omp, n))
     finally:
         ray.shutdown()
 

@@ -326,6 +326,53 @@ static void test_resident_warning(void **state)
     assert_null(strstr(err, warning));
 }
 
+/* The lowest CPU this process may run on (not always 0 in a container). */
+static int first_allowed_cpu(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+    int first = 0;
+    while (first < CPU_SETSIZE && !CPU_ISSET(first, &set))
+        first++;
+    assert_true(first < CPU_SETSIZE);
+    return first;
+}
+
+/* OMP_NUM_THREADS: a count (its first entry) is the default, whatever the CPUs; anything else is
+ * ignored with a warning. */
+static void test_omp_num_threads(void **state)
+{
+    (void)state;
+    assert_int_equal(es_cpuset_omp_threads(NULL), 0);
+    assert_int_equal(es_cpuset_omp_threads(""), 0);
+    assert_int_equal(es_cpuset_omp_threads("4"), 4);
+    assert_int_equal(es_cpuset_omp_threads("4,2"), 4);
+    assert_int_equal(es_cpuset_omp_threads("3 "), 3);
+    assert_int_equal(es_cpuset_omp_threads("100000"), ES_MAX_THREADS);
+    const char *bad[] = {"0", "-2", "x", "4x", "99999999999999999999999", ",4", "2.5"};
+    for (size_t i = 0; i < T_LEN(bad); i++)
+        assert_int_equal(es_cpuset_omp_threads(bad[i]), -1);
+
+    char cmd[1024], out[8192], err[8192];
+    const int first = first_allowed_cpu();
+    snprintf(cmd, sizeof(cmd),
+             "OMP_NUM_THREADS=3 taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi --json",
+             first, t_bin());
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    const char *t = strstr(out, "\"n_threads\": ");
+    assert_non_null(t);
+    assert_int_equal(atoi(t + 13), 3);
+    snprintf(cmd, sizeof(cmd),
+             "OMP_NUM_THREADS=many taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi "
+             "--json",
+             first, t_bin());
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "OMP_NUM_THREADS=many is not a positive number of threads"));
+    assert_non_null(t = strstr(out, "\"n_threads\": "));
+    assert_int_equal(atoi(t + 13), 1); /* the one CPU of the mask */
+}
+
 /* This process: the default never exceeds the CPUs it may run on, and a session created with
  * n_threads 0 runs the default; a child pinned to one CPU defaults to one thread. */
 static void test_this_process(void **state)
@@ -336,15 +383,15 @@ static void test_this_process(void **state)
     CPU_ZERO(&set);
     assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
     assert_int_equal(s->allowed, CPU_COUNT(&set));
-    assert_true(s->threads >= 1 && s->threads <= s->cores && s->cores <= s->allowed);
-    assert_true(s->allowed <= s->online);
+    assert_true(s->cores <= s->allowed && s->allowed <= s->online);
+    if (s->omp <= 0) assert_true(s->threads >= 1 && s->threads <= s->cores);
     assert_int_equal(es_session_default_params().n_threads, s->threads);
 
-    int first = 0;
-    while (!CPU_ISSET(first, &set))
-        first++;
     char cmd[1024], out[8192];
-    snprintf(cmd, sizeof(cmd), "taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi --json",
+    const int first = first_allowed_cpu();
+    snprintf(cmd, sizeof(cmd),
+             "env -u OMP_NUM_THREADS taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi "
+             "--json",
              first, t_bin());
     assert_int_equal(t_run(cmd, out, sizeof(out)), 0);
     const char *t = strstr(out, "\"n_threads\": ");
@@ -358,7 +405,7 @@ int main(void)
         cmocka_unit_test(test_physical_cores),   cmocka_unit_test(test_cgroup_v2),
         cmocka_unit_test(test_cgroup_container), cmocka_unit_test(test_cgroup_v1),
         cmocka_unit_test(test_memory_limit),     cmocka_unit_test(test_resident_warning),
-        cmocka_unit_test(test_this_process),
+        cmocka_unit_test(test_omp_num_threads),  cmocka_unit_test(test_this_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

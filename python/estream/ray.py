@@ -4,8 +4,11 @@ are ``estream score`` records, with one estream.Session per actor::
     import ray, estream.ray
     ds = ray.data.read_json("records.jsonl")
     out = ds.map_batches(estream.ray.Scorer, fn_constructor_kwargs={"model": "olmoe.gguf",
-                         "mem": "2G", "threads": 4}, compute=ray.data.ActorPoolStrategy(size=2),
+                         "mem": "2G"}, compute=ray.data.ActorPoolStrategy(size=2),
                          num_cpus=4, batch_size=64, batch_format="numpy")
+
+Each actor runs 4 threads there: without ``threads``, a Session runs OMP_NUM_THREADS of them,
+which Ray sets to the actor's num_cpus (and to 1 where none is given).
 
 This module does not import ray (``import estream`` never does): a Scorer is a callable class
 that takes a batch (a dict of numpy arrays, or a pandas DataFrame) and returns it with columns

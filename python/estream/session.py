@@ -108,8 +108,8 @@ class Session:
 
     model:        an estream.Model, or a path (then the session opens and owns the model)
     mem:          memory budget: None (resident), bytes, or "600M" / "1.5G" / "25%" as --mem
-    threads:      compute threads (None: the library's default, as the CLI's -t: one per
-                  physical core this process may use, within its cgroup CPU quota)
+    threads:      compute threads (None: the library's default, as the CLI's -t: OMP_NUM_THREADS,
+                  else one per physical core this process may use, within its cgroup CPU quota)
     batch_tokens: tokens per batch (None: 2048, or under mem the largest of 4096..512 that fits)
     reference:    the single-threaded reference path (no budget or streaming)
     kernels:      force a kernel table ("scalar", "avx2", ...; None: the best available)

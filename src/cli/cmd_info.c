@@ -19,8 +19,9 @@ static const char help[] =
     "A pack (estream pack) shows its version, layout, source and the record size of each layer.\n"
     "\n"
     "--system prints this machine instead: the CPU, the features estream detected (and the OS\n"
-    "enabled), its caches, the default thread count and what set it (one per physical core among\n"
-    "the CPUs this process may run on, at most its cgroup's CPU quota rounded up), and the\n"
+    "enabled), its caches, the default thread count and what set it (OMP_NUM_THREADS, else one\n"
+    "per physical core among the CPUs this process may run on, at most its cgroup's CPU quota\n"
+    "rounded up), the memory it may use (MemTotal, or its cgroup's lower limit), and the\n"
     "kernel table the fast path uses (the best this CPU runs, or the one ESTREAM_ISA names) with\n"
     "every table it could run, and why each other table of this architecture does not (amx:\n"
     "AMX-TILE/AMX-INT8 in CPUID, the tile state in XCR0, the kernel's permission). `estream\n"
@@ -36,9 +37,10 @@ void cli_print_system(FILE *f)
             c.l2_bytes >> 10, c.l3_bytes >> 10, c.cache_from_cpuid ? "cpuid" : "defaults");
     char quota[48] = "none";
     if (c.cpu_quota > 0) snprintf(quota, sizeof(quota), "%.2f CPUs", c.cpu_quota);
-    fprintf(f, "threads:       %d by default (-t sets them): CPUs it may run on %d of %d, physical "
-               "cores %d, cgroup CPU quota %s\n",
-            c.default_threads, c.cpus_allowed, c.cpus_online, c.cores, quota);
+    fprintf(f, "threads:       %d by default (-t sets them)%s: CPUs it may run on %d of %d, "
+               "physical cores %d, cgroup CPU quota %s\n",
+            c.default_threads, c.omp_threads > 0 ? ", from OMP_NUM_THREADS" : "", c.cpus_allowed,
+            c.cpus_online, c.cores, quota);
     const uint64_t mib = 1u << 20;
     char cg[48] = "none";
     if (c.mem_cgroup) snprintf(cg, sizeof(cg), "%" PRIu64 " MiB", c.mem_cgroup / mib);
@@ -71,9 +73,10 @@ void cli_system_json(FILE *f)
     fputs(", \"cpu_features\": ", f);
     cli_json_str(f, c.features, strlen(c.features));
     fprintf(f, ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"cores\": %d, \"cpu_quota\": %g, "
-               "\"default_threads\": %d, \"mem_total\": %" PRIu64 ", \"mem_cgroup\": %" PRIu64
+               "\"default_threads\": %d, \"omp_num_threads\": %d, \"mem_total\": %" PRIu64 ", \"mem_cgroup\": %" PRIu64
                ", \"mem_limit\": %" PRIu64,
-            c.cpus_online, c.cpus_allowed, c.cores, c.cpu_quota, c.default_threads, c.mem_total,
+            c.cpus_online, c.cpus_allowed, c.cores, c.cpu_quota, c.default_threads, c.omp_threads,
+            c.mem_total,
             c.mem_cgroup, c.mem_bytes);
 }
 

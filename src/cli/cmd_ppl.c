@@ -17,8 +17,9 @@ static const char help[] =
     "tokens of text.\n"
     "  -c CTX       chunk length in tokens (default 512)\n"
     "  --chunks N   evaluate at most N chunks (default all)\n"
-    "  -t THREADS   compute threads, 1.." CLI_XSTR(ES_MAX_THREADS) " (default: one per physical core\n"
-    "               this process may use, within its cgroup CPU quota: estream info --system)\n"
+    "  -t THREADS   compute threads, 1.." CLI_XSTR(ES_MAX_THREADS) " (default: OMP_NUM_THREADS,\n"
+    "               else one per physical core this process may use, within its cgroup CPU\n"
+    "               quota: estream info --system)\n"
     "  --json       print {\"ppl\", \"n_scored\", \"chunks\", \"seconds\", peak_rss_bytes and\n"
     "               the streaming fields of estream prefill --json} as one JSON object\n"
     "Progress goes to stderr, one line per chunk.\n";

@@ -76,8 +76,9 @@ static const char help[] =
     "                         first token, and ids without one (default, for a model whose\n"
     "                         tokenizer adds BOS: a prompt not starting with BOS is conditioned\n"
     "                         on one that is not echoed: docs/prompts.md)\n"
-    "  -t THREADS             compute threads (default: one per physical core this process may\n"
-    "                         use, within its cgroup CPU quota: estream info --system)\n"
+    "  -t THREADS             compute threads (default: OMP_NUM_THREADS, else one per physical\n"
+    "                         core this process may use, within its cgroup CPU quota: estream\n"
+    "                         info --system)\n"
     "  --quiet                no line per failed connection on stderr\n";
 
 static serve *g_sv;

@@ -63,8 +63,9 @@ const char cli_job_help[] =
     "  --json             the summary as one JSON object (records, resumed, errors, tokens,\n"
     "                     seconds, tokens_per_second, batch_tokens, and the command's own):\n"
     "                     on stdout when -o names a file, else as the last line of stderr\n"
-    "  -t THREADS         compute threads (default: one per physical core this process may use,\n"
-    "                     within its cgroup CPU quota: estream info --system)\n"
+    "  -t THREADS         compute threads (default: OMP_NUM_THREADS, else one per physical core\n"
+    "                     this process may use, within its cgroup CPU quota: estream info\n"
+    "                     --system)\n"
     "On a terminal, stderr shows progress (records, records/s, tokens/s, ETA). SIGINT/SIGTERM\n"
     "stop after the batch in progress (the output stays complete; exit 130/143).\n";
 

@@ -426,6 +426,7 @@ void es_cpu_describe(es_cpu_desc *out)
     out->cores = cs->cores;
     out->cpu_quota = cs->quota;
     out->default_threads = cs->threads;
+    out->omp_threads = cs->omp;
     const es_memlimit *ml = es_memlimit_get();
     out->mem_total = ml->total;
     out->mem_cgroup = ml->cgroup;

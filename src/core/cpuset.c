@@ -2,9 +2,11 @@
 #include "core/cpuset.h"
 
 #include "core/cgroup.h"
+#include "core/util.h"
 
 #include "estream.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -89,6 +91,7 @@ static double cpu_cfs(const char *root, const char *dir)
 
 void es_cpuset_read(const char *root, const int *cpus, int n_cpus, int online, es_cpuset *out)
 {
+    out->omp = 0;
     out->online = online > 0 ? online : 1;
     out->allowed = n_cpus > 0 ? n_cpus : out->online;
     out->cores = n_cpus > 0 ? count_cores(root, cpus, n_cpus) : out->allowed;
@@ -130,6 +133,24 @@ static void detect(void)
     }
     es_cpuset_read("", ids, ids ? n : 0, online, &detected);
     free(ids);
+    detected.omp = es_cpuset_omp_threads(getenv("OMP_NUM_THREADS"));
+    if (detected.omp > 0) detected.threads = detected.omp;
+}
+
+int es_cpuset_omp_threads(const char *v)
+{
+    if (!v || !*v) return 0;
+    char *end;
+    errno = 0;
+    const long n = strtol(v, &end, 10);
+    while (isspace((unsigned char)*end))
+        end++;
+    /* OpenMP's list of nested levels ("4,2"): the first is the outer team's */
+    if (errno || end == v || n < 1 || (*end && *end != ',')) {
+        es_log(ES_LOG_WARN, "OMP_NUM_THREADS=%s is not a positive number of threads; ignored", v);
+        return -1;
+    }
+    return n > ES_MAX_THREADS ? ES_MAX_THREADS : (int)n;
 }
 
 const es_cpuset *es_cpuset_get(void)

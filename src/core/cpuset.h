@@ -15,6 +15,11 @@
  *   threads = min(physical cores among the allowed CPUs, ceil(cgroup quota), ES_MAX_THREADS),
  *             at least 1
  *
+ * unless OMP_NUM_THREADS names a count (at most ES_MAX_THREADS): the convention numerical
+ * libraries (OpenMP, BLAS, PyTorch) share for "this process's compute threads", which Ray sets
+ * to each task's and actor's num_cpus (1 where none is given) and batch scripts set to their
+ * allocation. A value that is not a positive number is ignored with a warning.
+ *
  * What cannot be read (no sysfs topology, no cgroup file, an unparsable line) bounds nothing: the
  * count falls back to the allowed CPUs, then to the online ones. Read once per process.
  *
@@ -29,11 +34,16 @@ typedef struct es_cpuset {
     int cores;    /* physical cores the allowed CPUs belong to; allowed when the topology is
                    * unknown */
     double quota; /* the cgroup CPU limit in CPUs (1.5: 150 ms of CPU time per 100 ms); 0: none */
+    int omp;      /* OMP_NUM_THREADS's count; 0: unset, -1: not a count (ignored) */
     int threads;  /* the default compute thread count (the rule above): es_session_default_params */
 } es_cpuset;
 
 /* This process's, read on the first call. */
 const es_cpuset *es_cpuset_get(void);
+
+/* The thread count an OMP_NUM_THREADS value names (its first entry, at most ES_MAX_THREADS); 0
+ * for NULL or empty, -1 (with a warning) for one that is not a positive number. */
+int es_cpuset_omp_threads(const char *v);
 
 /* The same from the files under root ("" for the real ones; tests give a directory holding
  * proc/self/mountinfo, proc/self/cgroup, the cgroup files the mountinfo names and
