@@ -165,10 +165,11 @@ static void test_cgroup_container(void **state)
     put(root, "/proc/self/cgroup", "0::/\n");
     s = read_all(root, 8, 8);
     assert_int_equal(s.threads, 2);
-    /* a mount point written with an escaped space */
-    put(root, "/proc/self/mountinfo", "30 25 0:27 / /sys/fs/cg\\040v2 rw - cgroup2 cgroup2 rw\n");
+    /* a mount point written with an escaped space and an escaped backslash */
+    put(root, "/proc/self/mountinfo",
+        "30 25 0:27 / /sys/fs/cg\\040v2\\134x rw - cgroup2 cgroup2 rw\n");
     put(root, "/proc/self/cgroup", "0::/a\n");
-    put(root, "/sys/fs/cg v2/a/cpu.max", "100000 100000\n");
+    put(root, "/sys/fs/cg v2\\x/a/cpu.max", "100000 100000\n");
     s = read_all(root, 8, 8);
     assert_true(t_near(s.quota, 1.0, 1e-12));
     assert_int_equal(s.threads, 1);
