@@ -18,8 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { LINE_CAP = 8192 };
-
 /* ---- physical cores ------------------------------------------------------------------------ */
 
 static int cmp_int(const void *a, const void *b)
@@ -35,7 +33,7 @@ static int count_cores(const char *root, const int *cpus, int n)
     int *core = malloc((size_t)n * sizeof(*core));
     if (!core) return n;
     for (int i = 0; i < n; i++) {
-        char path[96], line[LINE_CAP], *end;
+        char path[96], line[256], *end; /* "0,64", "0-1": only the first number is read */
         snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
                  cpus[i]);
         const long first =
@@ -86,8 +84,7 @@ static double cpu_cfs(const char *root, const char *dir)
     return cpus_of(quota, period);
 }
 
-/* ---- the rule ---------------------------------------------------------------------------------
- */
+/* ---- the rule -------------------------------------------------------------------------------- */
 
 void es_cpuset_read(const char *root, const int *cpus, int n_cpus, int online, es_cpuset *out)
 {

@@ -28,9 +28,9 @@
 #include "tune/tune.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdatomic.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,17 +50,10 @@ struct es_session {
     bool have_profile;      /* the last request completed on the fast path */
 };
 
-/* One thread per physical core this process may use, within its cgroup's CPU quota
- * (core/cpuset.h). */
-static int default_threads(void)
-{
-    return es_cpuset_get()->threads;
-}
-
 es_session_params es_session_default_params(void)
 {
     return (es_session_params){
-        .n_threads = default_threads(),
+        .n_threads = es_cpuset_get()->threads, /* core/cpuset.h: OMP_NUM_THREADS, cores, quota */
         .plan_capacity = 16384,
         .policy = ES_POLICY_EARLY,
         .io_backend = ES_IO_AUTO,
@@ -263,7 +256,7 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     if (!m) return es_fail(ES_E_INVAL, "es_session_create: NULL model");
     es_session_params p = params ? *params : es_session_default_params();
     ES_TRY(check_params(m, &p));
-    if (p.n_threads == 0) p.n_threads = default_threads();
+    if (p.n_threads == 0) p.n_threads = es_cpuset_get()->threads;
     if (p.max_seqs == 0) p.max_seqs = 64;
     if (!streams(&p)) warn_if_larger_than_memory(m);
     if (streams(&p)) es_budget_touch_weights(m); /* counted as mapped, in rss_before */
