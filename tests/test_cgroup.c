@@ -69,12 +69,14 @@ static void test_physical_cores(void **state)
     assert_int_equal(s.cores, 8);
     assert_true(s.quota == 0); /* no cgroup files at all: nothing bounds */
     assert_int_equal(s.threads, 8);
+    assert_int_equal(s.runnable, 16); /* hyperthreads can run, if not by default */
 
     /* allowed: CPUs 0..5 = the first threads of cores 0..5 only */
     s = read_all(root, 6, 16);
     assert_int_equal(s.allowed, 6);
     assert_int_equal(s.cores, 6);
     assert_int_equal(s.threads, 6);
+    assert_int_equal(s.runnable, 6);
     /* allowed: CPUs 0..11 = cores 0..7, four of them with both threads */
     s = read_all(root, 12, 16);
     assert_int_equal(s.cores, 8);
@@ -112,6 +114,7 @@ static void test_cgroup_v2(void **state)
     assert_true(t_near(s.quota, 2.5, 1e-12));
     assert_int_equal(s.cores, 8);
     assert_int_equal(s.threads, 3); /* 2.5 CPUs of time keep three threads busy */
+    assert_int_equal(s.runnable, 3);
 
     /* the lowest limit on the path wins, wherever it is */
     put(root, "/sys/fs/cgroup/slurm/cpu.max", "150000 100000\n");
@@ -122,6 +125,7 @@ static void test_cgroup_v2(void **state)
     s = read_all(root, 16, 16);
     assert_true(t_near(s.quota, 0.5, 1e-12));
     assert_int_equal(s.threads, 1);
+    assert_int_equal(s.runnable, 1);
 
     /* a quota above the cores does not add threads */
     put(root, "/sys/fs/cgroup/slurm/cpu.max", "max 100000\n");
@@ -130,6 +134,7 @@ static void test_cgroup_v2(void **state)
     s = read_all(root, 16, 16);
     assert_true(t_near(s.quota, 20.0, 1e-12));
     assert_int_equal(s.threads, 8);
+    assert_int_equal(s.runnable, 16); /* the CPUs bound it, not the quota */
 
     /* malformed or empty limits bound nothing, and crash nothing */
     put(root, "/sys/fs/cgroup/slurm/job7/cpu.max", "lots 100000\n");
@@ -400,6 +405,49 @@ static void test_this_process(void **state)
     assert_int_equal(atoi(t + 13), 1);
 }
 
+/* An explicit count, or OMP_NUM_THREADS's, above the CPUs that can run at once is obeyed and
+ * said on stderr with the count that runs; a count within them is not. */
+static void test_thread_warning(void **state)
+{
+    (void)state;
+    static const char warning[] = "but this process can run at most 1 at once (1 CPU in its "
+                                  "affinity mask)";
+    char cmd[1024], out[8192], err[8192];
+    const int first = first_allowed_cpu();
+    snprintf(cmd, sizeof(cmd),
+             "env -u OMP_NUM_THREADS taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi "
+             "-t 2 --json",
+             first, t_bin());
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    const char *w = strstr(err, "2 compute threads, but");
+    assert_non_null(w);
+    assert_non_null(strstr(err, warning));
+    assert_non_null(strstr(err, "-t 1 (threads=1 in Python) runs faster"));
+    assert_null(strstr(w + 22, "compute threads, but")); /* once */
+    const char *t = strstr(out, "\"n_threads\": ");
+    assert_non_null(t);
+    assert_int_equal(atoi(t + 13), 2); /* obeyed */
+    snprintf(cmd, sizeof(cmd),
+             "OMP_NUM_THREADS=3 taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi",
+             first, t_bin());
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "3 compute threads (OMP_NUM_THREADS), but"));
+    assert_non_null(strstr(err, "OMP_NUM_THREADS=1 runs faster"));
+    snprintf(cmd, sizeof(cmd),
+             "env -u OMP_NUM_THREADS taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi "
+             "-t 1",
+             first, t_bin());
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_null(strstr(err, "compute threads"));
+    /* the reference path runs one thread whatever the count */
+    snprintf(cmd, sizeof(cmd),
+             "env -u OMP_NUM_THREADS taskset -c %d %s prefill -m tests/data/tiny-f32.gguf -p hi "
+             "-t 2 --reference",
+             first, t_bin());
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_null(strstr(err, "compute threads"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -407,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_cgroup_container), cmocka_unit_test(test_cgroup_v1),
         cmocka_unit_test(test_memory_limit),     cmocka_unit_test(test_resident_warning),
         cmocka_unit_test(test_omp_num_threads),  cmocka_unit_test(test_this_process),
+        cmocka_unit_test(test_thread_warning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

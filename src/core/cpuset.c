@@ -95,9 +95,11 @@ void es_cpuset_read(const char *root, const int *cpus, int n_cpus, int online, e
 
     out->quota = es_cgroup_lowest(root, "cpu", cpu_max, cpu_cfs);
     int threads = out->cores;
+    out->runnable = out->allowed;
     if (out->quota > 0) {
         const double q = ceil(out->quota); /* 1.5 CPUs of time keep two threads busy */
         if (q < threads) threads = (int)q;
+        if (q < out->runnable) out->runnable = (int)q;
     }
     out->threads = threads < 1 ? 1 : threads > ES_MAX_THREADS ? ES_MAX_THREADS : threads;
 }

@@ -20,6 +20,9 @@
  * to each task's and actor's num_cpus (1 where none is given) and batch scripts set to their
  * allocation. A value that is not a positive number is ignored with a warning.
  *
+ * A count given explicitly (-t, threads=) is obeyed, hyperthreads included, but one above the
+ * CPUs that can run at once (`runnable`) is said once on stderr.
+ *
  * What cannot be read (no sysfs topology, no cgroup file, an unparsable line) bounds nothing: the
  * count falls back to the allowed CPUs, then to the online ones. Read once per process.
  *
@@ -34,6 +37,8 @@ typedef struct es_cpuset {
     int cores;    /* physical cores the allowed CPUs belong to; allowed when the topology is
                    * unknown */
     double quota; /* the cgroup CPU limit in CPUs (1.5: 150 ms of CPU time per 100 ms); 0: none */
+    int runnable; /* the most threads that can run at once: min(allowed, ceil(quota)); more (an
+                   * explicit count) wait at the pool's barriers: run/session.c warns */
     int omp;      /* OMP_NUM_THREADS's count; 0: unset, -1: not a count (ignored) */
     int threads;  /* the default compute thread count (the rule above): es_session_default_params */
 } es_cpuset;

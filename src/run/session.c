@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,32 @@ static void warn_if_larger_than_memory(const es_model *m)
            " MiB, %s): run resident, its experts are read from disk again and again; a memory "
            "budget below that (--mem %" PRIu64 "M; mem= in Python) streams them instead",
            file / mib, lim->bytes / mib, lim->source, suggest ? suggest : 1);
+}
+
+/* More threads than can run at once (an explicit count, or OMP_NUM_THREADS's, above the CPUs of
+ * the affinity mask or the cgroup quota: core/cpuset.h) wait for one another at every barrier
+ * of the fork-join pool: obeyed, but said once per process, with the count that runs. */
+static void warn_if_more_threads_than_cpus(int n_threads)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    const es_cpuset *cs = es_cpuset_get();
+    if (n_threads <= cs->runnable || atomic_flag_test_and_set(&said)) return;
+    char why[96];
+    if (cs->quota > 0 && ceil(cs->quota) < cs->allowed)
+        snprintf(why, sizeof(why), "a cgroup CPU quota of %.2f CPUs", cs->quota);
+    else
+        snprintf(why, sizeof(why), "%d CPU%s in its affinity mask", cs->allowed,
+                 cs->allowed == 1 ? "" : "s");
+    const bool omp = n_threads == cs->threads && cs->omp > 0;
+    char fix[64];
+    if (omp)
+        snprintf(fix, sizeof(fix), "OMP_NUM_THREADS=%d", cs->runnable);
+    else
+        snprintf(fix, sizeof(fix), "-t %d (threads=%d in Python)", cs->runnable, cs->runnable);
+    es_log(ES_LOG_WARN,
+           "%d compute threads%s, but this process can run at most %d at once (%s): the others "
+           "wait for them at every step; %s runs faster",
+           n_threads, omp ? " (OMP_NUM_THREADS)" : "", cs->runnable, why, fix);
 }
 
 static es_status check_params(const es_model *m, const es_session_params *p)
@@ -259,6 +286,7 @@ es_status es_session_create_rec(const es_model *m, const es_session_params *para
     if (p.n_threads == 0) p.n_threads = es_cpuset_get()->threads;
     if (p.max_seqs == 0) p.max_seqs = 64;
     if (!streams(&p)) warn_if_larger_than_memory(m);
+    if (!p.reference) warn_if_more_threads_than_cpus(p.n_threads);
     if (streams(&p)) es_budget_touch_weights(m); /* counted as mapped, in rss_before */
     const uint64_t rss_before = streams(&p) ? es_budget_live_rss_bytes() : 0;
     const size_t big_before = es_big_bytes_live();
