@@ -55,7 +55,7 @@ extern "C" {
 /* The library's version (see "Versions" above). es_version() is the version of the library
  * running ("2.0.0"), which may differ from the header a caller was compiled with. */
 #define ES_VERSION_MAJOR 2
-#define ES_VERSION_MINOR 0
+#define ES_VERSION_MINOR 1
 #define ES_VERSION_PATCH 0
 
 /* What the shared library exports: only the functions declared with ES_API (the objects are
@@ -641,6 +641,21 @@ typedef struct es_job_size {
 ES_API es_status es_session_create_for_job(const es_model *m, const es_session_params *p,
                                            const es_job_shape *job, es_session **out,
                                            es_job_size *size);
+
+/* The memory this process may use: MemTotal, or its cgroup's lower limit (cgroup v2 memory.max,
+ * v1 memory.limit_in_bytes, the lowest up the hierarchy: what docker --memory, Kubernetes and
+ * Slurm set), or ESTREAM_MEM_LIMIT (bytes) where set; 0 if unknown. *source (if source) names
+ * which: "MemTotal", "cgroup", "ESTREAM_MEM_LIMIT" or "". Read once per process. */
+ES_API uint64_t es_memory_limit(const char **source);
+
+/* A memory budget (mem_budget_bytes) as `--mem` and Python's mem= write it: bytes with an
+ * optional unit K, M, G, T (powers of 1024; also KiB.., B): "600M", "1.5G", "2048"; a share of
+ * the model file at model_path: "25%"; or "auto": ES_MEM_AUTO_PERCENT % of es_memory_limit()
+ * when the model file is larger than that, else 0 (no budget: every expert resident, as without
+ * one). ES_E_INVAL with the reason in es_last_error() (a malformed size, a unit, over 100 % of
+ * the file, auto where the memory is unknown); ES_E_IO when the file's size cannot be read. */
+#define ES_MEM_AUTO_PERCENT 80
+ES_API es_status es_mem_budget_parse(const char *spec, const char *model_path, uint64_t *bytes);
 
 
 /* ---- statistics ------------------------------------------------------------------------------- */

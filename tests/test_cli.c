@@ -823,6 +823,25 @@ static void test_streaming_flags(void **state)
     expect_error(args, "unknown unit");
     snprintf(args, sizeof(args), "prefill -m %s -p hi --mem 150%%", pk);
     expect_error(args, "more than the whole file");
+    /* auto: 80 % of the memory the process may use where the file is larger (here too small a
+     * budget, refused as one), else resident; what it chose is said on stderr */
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "ESTREAM_MEM_LIMIT=524288 %s prefill -m %s -p hi --mem auto",
+             t_bin(), pk);
+    assert_int_not_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "--mem auto: 0.4 MiB (80 % of the 0.5 MiB this process may use, "
+                                "ESTREAM_MEM_LIMIT)"));
+    assert_non_null(strstr(err, "the smallest budget that works is"));
+    snprintf(cmd, sizeof(cmd), "ESTREAM_MEM_LIMIT=1000000000 %s prefill -m %s -p hi --mem auto",
+             t_bin(), pk);
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "--mem auto: resident (the model file fits in 80 % of the 953.7 "
+                                "MiB this process may use, ESTREAM_MEM_LIMIT)"));
+    assert_null(strstr(out, "budget:"));
+    snprintf(args, sizeof(args), "serve -m %s --max-body auto", pk);
+    expect_error(args, "serve: --max-body: expected a size such as 600M or 1.5G, got 'auto'");
+    snprintf(args, sizeof(args), "tune -m %s --mem auto", pk);
+    expect_error(args, "nothing to tune");
     snprintf(args, sizeof(args), "prefill -m %s -p hi --policy sometimes", pk);
     expect_error(args, "early, after-routing or on-demand");
     snprintf(args, sizeof(args), "prefill -m %s -p hi --mem 1G --reference", pk);

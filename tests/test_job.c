@@ -507,8 +507,73 @@ static void test_chats_and_reranking(void **state)
     free(dir);
 }
 
+/* Memory budgets as --mem and mem= write them (es_mem_budget_parse), against sizes worked out by
+ * hand; auto against the limit main() sets (ESTREAM_MEM_LIMIT = 1,000,000 bytes: 80 % is
+ * 800,000, above tiny-q4_0.gguf's 176,512 bytes and below tiny-f32.gguf's 1,095,552). */
+static void test_mem_budget(void **state)
+{
+    (void)state;
+    const char *q4 = DATA "tiny-q4_0.gguf", *f32 = DATA "tiny-f32.gguf";
+    static const struct {
+        const char *spec;
+        uint64_t bytes;
+    } good[] = {{"600M", 629145600}, {"1.5G", 1610612736}, {"2048", 2048},
+                {"2048B", 2048},     {"64k", 65536},       {"64K", 65536},
+                {"64KiB", 65536},    {" +1e3", 1000},      {"1T", 1099511627776ull},
+                {"0.25MiB", 262144}, {"50%", 88256},       {"100%", 176512},
+                {".5%", 882}};
+    for (size_t i = 0; i < T_LEN(good); i++) {
+        uint64_t b = 1;
+        if (es_mem_budget_parse(good[i].spec, q4, &b) != ES_OK)
+            fail_msg("'%s': %s", good[i].spec, es_last_error());
+        if (b != good[i].bytes)
+            fail_msg("'%s': %llu, want %llu", good[i].spec, (unsigned long long)b,
+                     (unsigned long long)good[i].bytes);
+    }
+    static const struct {
+        const char *spec, *why;
+    } bad[] = {{"", "expected a size"},      {"G", "expected a size"},
+               {"-1G", "expected a size"},   {"0", "expected a size"},
+               {"1X", "unknown unit"},       {"1 G", "unknown unit"},
+               {"nan", "expected a size"},   {"inf", "expected a size"},
+               {"0x10", "expected a size"},  {"150%", "more than the whole file"},
+               {"auto ", "expected a size"}, {"Auto", "expected a size"},
+               {"0.5", "out of range"},      {"1e19", "out of range"}};
+    for (size_t i = 0; i < T_LEN(bad); i++) {
+        uint64_t b = 1;
+        if (es_mem_budget_parse(bad[i].spec, q4, &b) != ES_E_INVAL)
+            fail_msg("'%s' was accepted (%llu)", bad[i].spec, (unsigned long long)b);
+        if (!strstr(es_last_error(), bad[i].why))
+            fail_msg("'%s': '%s' lacks '%s'", bad[i].spec, es_last_error(), bad[i].why);
+    }
+    uint64_t b = 1;
+    assert_int_equal(es_mem_budget_parse("25%", NULL, &b), ES_E_INVAL);
+    assert_int_equal(es_mem_budget_parse("25%", DATA "no-such.gguf", &b), ES_E_IO);
+    assert_non_null(strstr(es_last_error(), "no-such.gguf"));
+
+    const char *source = NULL;
+    assert_int_equal(es_memory_limit(&source), 1000000);
+    assert_string_equal(source, "ESTREAM_MEM_LIMIT");
+    assert_int_equal(es_mem_budget_parse("auto", q4, &b), ES_OK);
+    assert_int_equal(b, 0); /* the file fits: resident */
+    assert_int_equal(es_mem_budget_parse("auto", f32, &b), ES_OK);
+    assert_int_equal(b, 800000);
+    /* a file of 900,000 bytes: below the limit but above 80 % of it, so streamed too */
+    const char *mid = t_tmp_path("900000.bin");
+    FILE *f = fopen(mid, "wb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 899999, SEEK_SET), 0);
+    assert_int_equal(fputc(0, f), 0);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(es_mem_budget_parse("auto", mid, &b), ES_OK);
+    assert_int_equal(b, 800000);
+    unlink(mid);
+    assert_int_equal(es_mem_budget_parse("auto", NULL, &b), ES_E_INVAL);
+}
+
 int main(void)
 {
+    setenv("ESTREAM_MEM_LIMIT", "1000000", 1); /* before anything reads it: test_mem_budget */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_pick),
         cmocka_unit_test(test_records_follow_the_rules),
@@ -516,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_sizing),
         cmocka_unit_test(test_bos_rule),
         cmocka_unit_test(test_chats_and_reranking),
+        cmocka_unit_test(test_mem_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -32,7 +32,7 @@ from ._job import RecordError
 from .errors import Cancelled, Error
 from .model import Model
 from .results import Choice, Classification, NextTokens, Perplexity, Rerank, TextScore
-from .session import Session, parse_size
+from .session import Session, memory_limit, parse_size
 
 try:  # the version pip installed (the library's, read from estream.h when the package was built)
     from importlib.metadata import PackageNotFoundError, version as _dist_version
@@ -59,6 +59,7 @@ def kernels() -> str:
 
 __all__ = [
     "Model", "Session", "Error", "Cancelled", "RecordError", "TextScore", "Choice",
-    "Classification", "NextTokens", "Rerank", "Perplexity", "parse_size", "library_version", "library_path", "kernels",
+    "Classification", "NextTokens", "Rerank", "Perplexity", "parse_size", "memory_limit",
+    "library_version", "library_path", "kernels",
     "E_INVAL", "E_NOMEM", "E_BUDGET", "E_IO", "E_FORMAT", "E_UNSUPPORTED", "E_CANCELLED",
 ]

@@ -210,6 +210,8 @@ _FUNCTIONS = [
     ("es_tune_load", c_int, [_p, c_char_p, POINTER(c_void_p)]),
     ("es_tune_destroy", None, [_p]),
     ("es_tune_applies", c_int, [_p, c_int, c_char_p]),
+    ("es_mem_budget_parse", c_int, [c_char_p, c_char_p, POINTER(c_uint64)]),
+    ("es_memory_limit", c_uint64, [POINTER(c_char_p)]),
 ]
 
 _lock = threading.Lock()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import signal
 import threading
 from typing import Any, Iterator, Optional, Sequence, Union
@@ -45,38 +44,43 @@ from .model import Model, PathLike
 from .results import Choice, Classification, NextTokens, Perplexity, Rerank, TextScore
 
 
-_UNITS = {"": 1, "B": 1, "K": 1024, "KiB": 1024, "k": 1024, "M": 1024**2, "MiB": 1024**2,
-          "G": 1024**3, "GiB": 1024**3, "T": 1024**4, "TiB": 1024**4}
-_SIZE = re.compile(r"\s*([+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(.*)", re.S)
-
-
 def parse_size(v: Union[str, int], model_path: Optional[str] = None) -> int:
-    """A memory budget in bytes, as ``--mem`` reads it: an int is bytes; a string is a number
-    with an optional unit K, M, G, T (powers of 1024; KiB.. and B too) or % (of the model
-    file, model_path), e.g. "600M", "1.5G", "25%". ValueError for anything else."""
-    if isinstance(v, bool):
-        raise ValueError(f"mem: expected a size such as 600M, 1.5G or 25%, got {v!r}")
+    """A memory budget in bytes, as ``--mem`` reads it (es_mem_budget_parse, one reading for
+    both): an int is bytes; a string is a number with an optional unit K, M, G, T (powers of
+    1024; KiB.. and B too) or % (of the model file, model_path), e.g. "600M", "1.5G", "25%",
+    or "auto": 80 % of the memory this process may use (estream.memory_limit()) where the model
+    file is larger than that, else 0 (no budget: resident). ValueError for anything else;
+    OSError when the model file's size cannot be read."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"mem: expected a size such as 600M, 1.5G, 25% or auto, got {v!r}")
     if isinstance(v, int):
         if v < 1 or v > 10**18:
             raise ValueError(f"mem: {v} is out of range")
         return v
-    m = _SIZE.fullmatch(v)
-    if not m or not float(m.group(1)) > 0:
-        raise ValueError(f"mem: expected a size such as 600M, 1.5G or 25%, got {v!r}")
-    x, unit = float(m.group(1)), m.group(2)
-    if unit == "%":
-        if x > 100:
-            raise ValueError(f"mem: {v} is more than the whole file")
-        if model_path is None:
-            raise ValueError(f"mem: {v} needs the model file's size")
-        size = x / 100.0 * float(os.stat(model_path).st_size)
-    elif unit in _UNITS:
-        size = x * _UNITS[unit]
-    else:
-        raise ValueError(f"mem: unknown unit in {v!r} (use K, M, G, T: powers of 1024, or %)")
-    if size < 1 or size > 1e18:
-        raise ValueError(f"mem: {v!r} is out of range")
-    return int(size)  # truncated, as the CLI's (uint64_t) cast
+    out = ctypes.c_uint64(0)
+    path = None if model_path is None else os.fsencode(model_path)
+    try:
+        spec = v.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"mem: expected a size such as 600M, 1.5G, 25% or auto, got {v!r}") \
+            from None
+    if "\0" in v:
+        raise ValueError(f"mem: expected a size such as 600M, 1.5G, 25% or auto, got {v!r}")
+    st = _capi.load().es_mem_budget_parse(spec, path, ctypes.byref(out))
+    if st == _capi.ES_E_IO:
+        raise OSError(f"mem: {_capi.last_error()}")
+    if st != _capi.ES_OK:
+        raise ValueError(f"mem: {_capi.last_error()}")
+    return out.value
+
+
+def memory_limit() -> tuple[int, str]:
+    """(bytes, source): the memory this process may use (es_memory_limit: MemTotal, or a
+    cgroup's lower limit as docker --memory, Kubernetes and Slurm set, or ESTREAM_MEM_LIMIT),
+    and which of "MemTotal", "cgroup", "ESTREAM_MEM_LIMIT" set it; (0, "") if unknown."""
+    src = ctypes.c_char_p()
+    n = _capi.load().es_memory_limit(ctypes.byref(src))
+    return int(n), (src.value or b"").decode()
 
 
 class _Stop(Exception):
@@ -107,7 +111,8 @@ class Session:
     streamer (es_session_create).
 
     model:        an estream.Model, or a path (then the session opens and owns the model)
-    mem:          memory budget: None (resident), bytes, or "600M" / "1.5G" / "25%" as --mem
+    mem:          memory budget: None (resident), bytes, or "600M" / "1.5G" / "25%" / "auto" as
+                  --mem (parse_size)
     threads:      compute threads (None: the library's default, as the CLI's -t: OMP_NUM_THREADS,
                   else one per physical core this process may use, within its cgroup CPU quota)
     batch_tokens: tokens per batch (None: 2048, or under mem the largest of 4096..512 that fits)
@@ -159,7 +164,7 @@ class Session:
             raise ValueError(f"io_backend: expected auto, io_uring or pread, got {io_backend!r}")
         if io_limit is not None and not 0 < io_limit <= 1e7:
             raise ValueError(f"io_limit: expected megabytes per second (> 0), got {io_limit}")
-        self.mem_bytes = None if mem is None else parse_size(mem, self.model.path)
+        self.mem_bytes = None if mem is None else (parse_size(mem, self.model.path) or None)
         streaming = (stream or policy is not None or io_limit is not None
                      or io_backend != "auto" or not direct_io)
         if reference and (mem is not None or groups or banks or queue_depth or streaming):

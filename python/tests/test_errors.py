@@ -140,6 +140,32 @@ def test_parse_size() -> None:
 
 def test_parse_size_percent(tiny: Path) -> None:
     assert estream.parse_size("50%", str(tiny)) == tiny.stat().st_size // 2
+    for bad in ["0x10", "auto ", "Auto", "1\x00G", "\udc80", 1.5, None]:
+        with pytest.raises(ValueError):
+            estream.parse_size(bad, str(tiny))  # type: ignore[arg-type]
+    with pytest.raises(OSError):
+        estream.parse_size("auto", str(tiny) + ".missing")
+
+
+def test_mem_auto(tiny: Path) -> None:
+    """mem="auto": 80 % of the memory the process may use where the file is larger (a budget),
+    else resident (None); in a child whose ESTREAM_MEM_LIMIT sets that memory."""
+    size = tiny.stat().st_size
+    code = ("import estream, sys\n"
+            "print(estream.memory_limit())\n"
+            "print(estream.parse_size('auto', sys.argv[1]))\n"
+            "s = estream.Session(sys.argv[1], mem='auto')\n"
+            "print(s.mem_bytes)\n")
+    for limit, budget in [(size * 4, 0), (size, size // 100 * 80)]:
+        env = dict(os.environ, ESTREAM_MEM_LIMIT=str(limit))
+        p = subprocess.run([sys.executable, "-c", code, str(tiny)], capture_output=True,
+                           text=True, env=env, timeout=120)
+        lines = p.stdout.splitlines()
+        assert lines[:2] == [f"({limit}, 'ESTREAM_MEM_LIMIT')", str(budget)], p.stderr
+        if budget == 0:
+            assert p.returncode == 0 and lines[2] == "None", p.stderr
+        else:  # a budget far below what the run needs besides the experts: refused as one
+            assert p.returncode != 0 and "smallest budget that works" in p.stderr, p.stderr
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:

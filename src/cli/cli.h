@@ -88,7 +88,10 @@ es_tune *cli_stream_tune(const char *cmd, const cli_stream *o, const es_model *m
  * strdup of list the caller frees); dies on an empty list or too many items. */
 int cli_split_list(const char *cmd, const char *flag, const char *list, char **copy,
                    char **items, int cap);
-/* "600M", "1.5G", "25%" (of the file at model_path), plain bytes; dies on anything else. */
+/* A size (es_mem_budget_parse: "600M", "1.5G", "25%" of the file at model_path, plain bytes,
+ * and "auto" where allow_auto, said on stderr) for the option named by what ("score: --mem");
+ * dies on anything else. cli_budget_bytes: --mem of the command cmd. */
+uint64_t cli_size_bytes(const char *what, const char *v, const char *model_path, bool allow_auto);
 uint64_t cli_budget_bytes(const char *cmd, const char *v, const char *model_path);
 int cli_policy(const char *v, es_policy *out); /* 0, or -1 for an unknown name */
 /* What the run used besides the arena: its peak resident memory less the arena. */

@@ -45,8 +45,10 @@ void cli_print_system(FILE *f)
     char cg[48] = "none";
     if (c.mem_cgroup) snprintf(cg, sizeof(cg), "%" PRIu64 " MiB", c.mem_cgroup / mib);
     fprintf(f, "memory:        %" PRIu64 " MiB this process may use (%s): MemTotal %" PRIu64
-               " MiB, cgroup limit %s\n",
-            c.mem_bytes / mib, c.mem_source[0] ? c.mem_source : "unknown", c.mem_total / mib, cg);
+               " MiB, cgroup limit %s; --mem auto streams a model file larger than %" PRIu64
+               " MiB\n",
+            c.mem_bytes / mib, c.mem_source[0] ? c.mem_source : "unknown", c.mem_total / mib, cg,
+            c.mem_bytes / 100 * ES_MEM_AUTO_PERCENT / mib);
 }
 
 static void print_kernels(FILE *f)

@@ -195,11 +195,11 @@ int cmd_serve(int argc, char **argv)
     if (o.api_key && !*o.api_key) cli_die("serve: --api-key is empty");
     char *dflt_name = name ? NULL : default_name(model);
     o.model_name = name ? name : dflt_name;
-    if (body) o.max_body_bytes = (size_t)cli_budget_bytes("serve --max-body", body, model);
+    if (body) o.max_body_bytes = (size_t)cli_size_bytes("serve: --max-body", body, model, false);
     es_session_params sp = es_session_default_params();
     if (threads) sp.n_threads = threads;
     cli_stream_apply("serve", &so, model, &sp);
-    if (req_mem) o.request_mem_bytes = cli_budget_bytes("serve --request-mem", req_mem, model);
+    if (req_mem) o.request_mem_bytes = cli_size_bytes("serve: --request-mem", req_mem, model, false);
     else if (sp.mem_budget_bytes) {
         uint64_t r = sp.mem_budget_bytes / 32;
         o.request_mem_bytes = r < (32u << 20) ? 32u << 20 : r > (512u << 20) ? 512u << 20 : r;

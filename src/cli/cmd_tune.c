@@ -80,8 +80,13 @@ static void parse_lists(tune_opts *o, const es_model *m)
 {
     char *items[MAX_LIST], *s = NULL;
     o->n_budgets = cli_split_list("tune", "--mem", o->mem_list, &s, items, MAX_LIST);
-    for (int i = 0; i < o->n_budgets; i++)
+    for (int i = 0; i < o->n_budgets; i++) {
+        uint64_t b;
+        if (!strcmp(items[i], "auto") && es_mem_budget_parse("auto", o->model, &b) == ES_OK && !b)
+            cli_die("tune: --mem auto: the model runs resident here, with nothing to tune; give a "
+                    "budget below the model file's size");
         o->budgets[i] = cli_budget_bytes("tune", items[i], o->model);
+    }
     free(s);
     o->n_io = 1;
     o->io[0] = 0;

@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,9 @@
 const char cli_stream_help[] =
     "memory budget and expert streaming:\n"
     "  --mem BUDGET       keep the process's peak resident memory under BUDGET: 600M, 1.5G,\n"
-    "                     2048M, 1073741824 (bytes), or 25% (of the model file). Experts are\n"
+    "                     2048M, 1073741824 (bytes), 25% (of the model file), or auto (80% of\n"
+    "                     the memory this process may use, MemTotal or its cgroup's limit,\n"
+    "                     where the model file is larger: else resident). Experts are\n"
     "                     streamed from the file into an arena of banks; a budget too small is\n"
     "                     refused up front with the smallest one that works; one that holds\n"
     "                     every expert runs resident\n"
@@ -92,35 +95,35 @@ int cli_policy(const char *v, es_policy *out)
     return -1;
 }
 
+uint64_t cli_size_bytes(const char *what, const char *v, const char *model_path, bool allow_auto)
+{
+    if (!allow_auto && !strcmp(v, "auto"))
+        cli_die("%s: expected a size such as 600M or 1.5G, got 'auto'", what);
+    uint64_t bytes;
+    const es_status st = es_mem_budget_parse(v, model_path, &bytes);
+    if (st) cli_die_status(st, what);
+    if (!strcmp(v, "auto")) { /* implicit: say what it chose */
+        const char *source;
+        const double lim = (double)es_memory_limit(&source) / (1 << 20);
+        if (bytes)
+            fprintf(stderr,
+                    "estream: %s auto: %.1f MiB (%d %% of the %.1f MiB this process may "
+                    "use, %s)\n",
+                    what, (double)bytes / (1 << 20), ES_MEM_AUTO_PERCENT, lim, source);
+        else
+            fprintf(stderr,
+                    "estream: %s auto: resident (the model file fits in %d %% of the %.1f "
+                    "MiB this process may use, %s)\n",
+                    what, ES_MEM_AUTO_PERCENT, lim, source);
+    }
+    return bytes;
+}
+
 uint64_t cli_budget_bytes(const char *cmd, const char *v, const char *model_path)
 {
-    char *end;
-    errno = 0;
-    const double x = strtod(v, &end);
-    if (errno || end == v || !(x > 0) || !isfinite(x))
-        cli_die("%s: --mem: expected a size such as 600M, 1.5G or 25%%, got '%s'", cmd, v);
-    double bytes;
-    if (!strcmp(end, "%")) {
-        struct stat sb;
-        if (x > 100) cli_die("%s: --mem: %s is more than the whole file", cmd, v);
-        if (stat(model_path, &sb) != 0)
-            cli_die("%s: --mem %s: cannot read the size of %s: %s", cmd, v, model_path,
-                    strerror(errno));
-        bytes = x / 100.0 * (double)sb.st_size;
-    } else {
-        double unit = 1;
-        if (!strcmp(end, "") || !strcmp(end, "B")) unit = 1;
-        else if (!strcmp(end, "K") || !strcmp(end, "KiB") || !strcmp(end, "k")) unit = 1024.0;
-        else if (!strcmp(end, "M") || !strcmp(end, "MiB")) unit = 1024.0 * 1024;
-        else if (!strcmp(end, "G") || !strcmp(end, "GiB")) unit = 1024.0 * 1024 * 1024;
-        else if (!strcmp(end, "T") || !strcmp(end, "TiB")) unit = 1024.0 * 1024 * 1024 * 1024;
-        else
-            cli_die("%s: --mem: unknown unit in '%s' (use K, M, G, T: powers of 1024, or %%)",
-                    cmd, v);
-        bytes = x * unit;
-    }
-    if (bytes < 1 || bytes > 1e18) cli_die("%s: --mem: '%s' is out of range", cmd, v);
-    return (uint64_t)bytes;
+    char what[64];
+    snprintf(what, sizeof(what), "%s: --mem", cmd);
+    return cli_size_bytes(what, v, model_path, true);
 }
 
 void cli_stream_apply(const char *cmd, const cli_stream *o, const char *model_path,

@@ -2,14 +2,17 @@
  * libFuzzer harness for the readers of /proc and /sys that size a run (core/cgroup.c,
  * core/cpuset.c, core/memlimit.c): the input is split at NUL bytes into the files of a fake
  * root (mountinfo, /proc/self/cgroup, meminfo, then one text written as every cgroup limit file
- * and CPU topology file the readers look for), and both readers run on it. Build and run:
+ * and CPU topology file the readers look for), and both readers run on it; the fourth part is
+ * also read as a memory budget (es_mem_budget_parse, `--mem`). Build and run:
  *   make fuzz && build-fuzz/fuzz_cgroup -max_total_time=60 -rss_limit_mb=2048 -timeout=10 \
  *       NEW_DIR tests/fuzz/corpus-cgroup
- * Checked: no crash or leak, 1 <= threads <= cores <= allowed CPUs, a quota and a memory limit
- * that are 0 or positive, and a memory limit never above a known MemTotal unless no MemTotal.
+ * Checked: no crash or leak, 1 <= threads <= cores <= allowed CPUs, threads <= runnable <=
+ * allowed, a quota and a memory limit that are 0 or positive, a memory limit never above a known
+ * MemTotal unless no MemTotal, and a budget accepted only within 1 byte .. 1e18 (auto: 0 too).
  */
 #include "core/cpuset.h"
 #include "core/memlimit.h"
+#include "estream.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -110,11 +113,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     es_cpuset c;
     es_cpuset_read(g_root, cpus, 2, 4, &c);
     if (c.threads < 1 || c.threads > c.cores || c.cores > c.allowed || c.allowed != 2 ||
-        !(c.quota >= 0))
+        !(c.quota >= 0) || c.threads > c.runnable || c.runnable > c.allowed)
         abort();
     es_memlimit m;
     es_memlimit_read(g_root, &m);
     if (m.total && m.bytes > m.total) abort();
     if (m.bytes && m.bytes != m.total && m.bytes != m.cgroup) abort();
+
+    char spec[64], file[512];
+    const size_t n = len[3] < sizeof(spec) - 1 ? len[3] : sizeof(spec) - 1;
+    memcpy(spec, part[3], n);
+    spec[n] = 0;
+    snprintf(file, sizeof(file), "%s/proc/meminfo", g_root); /* a file for "%" and auto */
+    uint64_t bytes = 7;
+    const es_status st = es_mem_budget_parse(spec, file, &bytes);
+    if (st == ES_OK && !(bytes >= 1 && bytes <= 1000000000000000000ull) &&
+        !(strcmp(spec, "auto") == 0 && bytes <= 1000000000000000000ull))
+        abort();
+    if (st != ES_OK && (st != ES_E_INVAL || bytes != 0)) abort();
     return 0;
 }
