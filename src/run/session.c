@@ -85,7 +85,8 @@ static void warn_if_larger_than_memory(const es_model *m)
     es_log(ES_LOG_WARN,
            "the model file (%" PRIu64 " MiB) is larger than the memory this process may use (%" PRIu64
            " MiB, %s): run resident, its experts are read from disk again and again; a memory "
-           "budget below that (--mem %" PRIu64 "M; mem= in Python) streams them instead",
+           "budget below that (--mem %" PRIu64 "M, or --mem auto; mem= in Python) streams them "
+           "instead",
            file / mib, lim->bytes / mib, lim->source, suggest ? suggest : 1);
 }
 
