@@ -832,6 +832,11 @@ static void test_streaming_flags(void **state)
     assert_non_null(strstr(err, "--mem auto: 0.4 MiB (80 % of the 0.5 MiB this process may use, "
                                 "ESTREAM_MEM_LIMIT)"));
     assert_non_null(strstr(err, "the smallest budget that works is"));
+    /* a limit under 100 bytes: 80 % of it rounds to 0, still a budget (refused), not resident */
+    snprintf(cmd, sizeof(cmd), "ESTREAM_MEM_LIMIT=50 %s prefill -m %s -p hi --mem auto", t_bin(),
+             pk);
+    assert_int_not_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "the smallest budget that works is"));
     snprintf(cmd, sizeof(cmd), "ESTREAM_MEM_LIMIT=1000000000 %s prefill -m %s -p hi --mem auto",
              t_bin(), pk);
     assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);

@@ -49,7 +49,7 @@ static es_status auto_budget(const char *model_path, uint64_t *bytes)
     uint64_t file;
     ES_TRY(file_size("auto", model_path, &file));
     const uint64_t budget = limit / 100 * ES_MEM_AUTO_PERCENT;
-    *bytes = file > budget ? budget : 0;
+    *bytes = file > budget ? (budget ? budget : 1) : 0; /* 0 would mean resident */
     return ES_OK;
 }
 
