@@ -843,6 +843,15 @@ static void test_streaming_flags(void **state)
     assert_non_null(strstr(err, "--mem auto: resident (the model file fits in 80 % of the 953.7 "
                                 "MiB this process may use, ESTREAM_MEM_LIMIT)"));
     assert_null(strstr(out, "budget:"));
+    /* bench's table: an auto row that runs resident is a table row like a budget's, not the
+     * plain rows' format under the table's header */
+    snprintf(cmd, sizeof(cmd),
+             "ESTREAM_MEM_LIMIT=1000000000 %s bench -m %s -p 8 -r 1 --no-bounds --mem auto,4G",
+             t_bin(), pk);
+    assert_int_equal(t_run_cmd(cmd, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(out, "\n-       -                   8 "));
+    assert_non_null(strstr(out, "\n4096    -                   8 "));
+    assert_null(strstr(out, "(min .. max)"));
     snprintf(args, sizeof(args), "serve -m %s --max-body auto", pk);
     expect_error(args, "serve: --max-body: expected a size such as 600M or 1.5G, got 'auto'");
     snprintf(args, sizeof(args), "tune -m %s --mem auto", pk);

@@ -46,6 +46,7 @@ typedef struct bench_opts {
     const char *model;
     int lens[64], n_lens, reps, n_threads;
     bool json, reference, bounds;
+    bool table; /* the latency-memory table's rows (a --mem of auto may still run resident) */
     cli_stream so;
 } bench_opts;
 
@@ -161,7 +162,7 @@ static void print_row(const bench_opts *b, const bench_row *r, const es_session_
                    "\"of_bound\": %.4f",
                    res_tps, raw_bps, disk, bound, bound > 0 ? r->tps / bound : 0);
         printf("}\n");
-    } else if (!s->streaming && !sp->mem_budget_bytes) {
+    } else if (!b->table) {
         printf("%-8d %8d %12.1f %9.1f .. %-9.1f %12.1f  %s\n", r->n_prompt, threads, r->tps,
                r->tps_min, r->tps_max, (double)r->peak_rss / (1 << 20),
                b->reference ? "ref" : s->kernels);
@@ -248,6 +249,7 @@ int cmd_bench(int argc, char **argv)
     es_model_close(m0);
     const bool table = mem_list || policy_list || base.stream || base.mem_budget_bytes ||
                        base.groups || base.banks || base.queue_depth;
+    b.table = table;
     if (b.reference && table) cli_die("bench: --mem and --policy need the fast path");
     if (plot && !table) cli_die("bench: --plot needs --mem or --policy");
 
