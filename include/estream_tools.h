@@ -305,6 +305,7 @@ typedef struct es_cpu_desc {
     double cpu_quota;        /* its cgroup's CPU limit in CPUs (0: none) */
     int default_threads;     /* the default thread count (es_session_default_params) */
     int omp_threads;         /* OMP_NUM_THREADS's count (0: unset; -1: not a count, ignored) */
+    int perf_cores, eff_cpus; /* a hybrid CPU's allowed P-cores and E-core CPUs (else 0, 0) */
     uint64_t mem_total;      /* the machine's memory (MemTotal); 0 if unknown */
     uint64_t mem_cgroup;     /* the cgroup's memory limit (0: none) */
     uint64_t mem_bytes;      /* what this process may use: the lower (or ESTREAM_MEM_LIMIT's) */

@@ -98,6 +98,62 @@ static void test_physical_cores(void **state)
     free(root);
 }
 
+/* An Intel hybrid CPU (sysfs cpu_core and cpu_atom): its kinds among the allowed CPUs are
+ * reported, and the default still counts every core (the E-cores' effect is unmeasured). */
+static void test_hybrid(void **state)
+{
+    (void)state;
+    char *root = t_mkdtemp("hybrid");
+    assert_non_null(root);
+    /* 6 P-cores of 2 threads (CPUs 0-11: siblings 0-1, 2-3, ...), 8 E-cores (12-19) */
+    for (int c = 0; c < 20; c++) {
+        char path[128], text[32];
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+                 c);
+        if (c < 12)
+            snprintf(text, sizeof(text), "%d-%d\n", c / 2 * 2, c / 2 * 2 + 1);
+        else
+            snprintf(text, sizeof(text), "%d\n", c);
+        put(root, path, text);
+    }
+    put(root, "/sys/devices/cpu_core/cpus", "0-11\n");
+    put(root, "/sys/devices/cpu_atom/cpus", "12-19\n");
+    es_cpuset s = read_all(root, 20, 20);
+    assert_int_equal(s.cores, 14);
+    assert_int_equal(s.threads, 14);
+    assert_int_equal(s.perf_cores, 6);
+    assert_int_equal(s.eff_cpus, 8);
+    /* a mask of P-core CPUs 0-3 and 12 only: 2 P-cores, 1 E-core CPU */
+    const int some[] = {0, 1, 2, 3, 12};
+    es_cpuset_read(root, some, 5, 20, &s);
+    assert_int_equal(s.perf_cores, 2);
+    assert_int_equal(s.eff_cpus, 1);
+    /* only one kind in the mask (CPUs 0-5: P-cores): nothing hybrid about this process */
+    s = read_all(root, 6, 20);
+    assert_int_equal(s.perf_cores, 0);
+    assert_int_equal(s.eff_cpus, 0);
+    /* lists of single CPUs and ranges mixed; a malformed list counts nothing as its kind */
+    put(root, "/sys/devices/cpu_core/cpus", "0,1,2-3,4-5,6-11\n");
+    put(root, "/sys/devices/cpu_atom/cpus", "12-15,16,17-19\n");
+    s = read_all(root, 20, 20);
+    assert_int_equal(s.perf_cores, 6);
+    assert_int_equal(s.eff_cpus, 8);
+    put(root, "/sys/devices/cpu_atom/cpus", "12-x\n");
+    s = read_all(root, 20, 20);
+    assert_int_equal(s.perf_cores, 0);
+    assert_int_equal(s.eff_cpus, 0);
+    /* no cpu_atom at all (not hybrid) */
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/sys/devices/cpu_atom/cpus", root);
+    assert_int_equal(unlink(path), 0);
+    s = read_all(root, 20, 20);
+    assert_int_equal(s.perf_cores, 0);
+    assert_int_equal(s.eff_cpus, 0);
+    assert_int_equal(s.threads, 14);
+    t_rm_rf(root);
+    free(root);
+}
+
 static void test_cgroup_v2(void **state)
 {
     (void)state;
@@ -455,7 +511,7 @@ int main(void)
         cmocka_unit_test(test_cgroup_container), cmocka_unit_test(test_cgroup_v1),
         cmocka_unit_test(test_memory_limit),     cmocka_unit_test(test_resident_warning),
         cmocka_unit_test(test_omp_num_threads),  cmocka_unit_test(test_this_process),
-        cmocka_unit_test(test_thread_warning),
+        cmocka_unit_test(test_thread_warning),   cmocka_unit_test(test_hybrid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

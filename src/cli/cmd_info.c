@@ -41,6 +41,10 @@ void cli_print_system(FILE *f)
                "physical cores %d, cgroup CPU quota %s\n",
             c.default_threads, c.omp_threads > 0 ? ", from OMP_NUM_THREADS" : "", c.cpus_allowed,
             c.cpus_online, c.cores, quota);
+    if (c.perf_cores)
+        fprintf(f, "hybrid:        %d performance cores and %d efficiency-core CPUs, both counted "
+                   "(llama.cpp's default leaves the efficiency cores out: -t %d compares with it)\n",
+                c.perf_cores, c.eff_cpus, c.perf_cores);
     const uint64_t mib = 1u << 20;
     char cg[48] = "none";
     if (c.mem_cgroup) snprintf(cg, sizeof(cg), "%" PRIu64 " MiB", c.mem_cgroup / mib);
@@ -76,10 +80,10 @@ void cli_system_json(FILE *f)
     cli_json_str(f, c.features, strlen(c.features));
     fprintf(f, ", \"cpus_online\": %d, \"cpus_allowed\": %d, \"cores\": %d, \"cpu_quota\": %g, "
                "\"default_threads\": %d, \"omp_num_threads\": %d, \"mem_total\": %" PRIu64 ", \"mem_cgroup\": %" PRIu64
-               ", \"mem_limit\": %" PRIu64,
+               ", \"mem_limit\": %" PRIu64 ", \"perf_cores\": %d, \"eff_cpus\": %d",
             c.cpus_online, c.cpus_allowed, c.cores, c.cpu_quota, c.default_threads, c.omp_threads,
             c.mem_total,
-            c.mem_cgroup, c.mem_bytes);
+            c.mem_cgroup, c.mem_bytes, c.perf_cores, c.eff_cpus);
 }
 
 static void print_bytes(double b)

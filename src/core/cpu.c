@@ -427,6 +427,8 @@ void es_cpu_describe(es_cpu_desc *out)
     out->cpu_quota = cs->quota;
     out->default_threads = cs->threads;
     out->omp_threads = cs->omp;
+    out->perf_cores = cs->perf_cores;
+    out->eff_cpus = cs->eff_cpus;
     const es_memlimit *ml = es_memlimit_get();
     out->mem_total = ml->total;
     out->mem_cgroup = ml->cgroup;

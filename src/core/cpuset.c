@@ -52,6 +52,51 @@ static int count_cores(const char *root, const int *cpus, int n)
     return distinct;
 }
 
+/* Whether cpu is in a sysfs CPU list ("0-5,12,14-15"); false for a malformed list. */
+static bool cpulist_has(const char *s, int cpu)
+{
+    while (*s) {
+        char *end;
+        const long a = strtol(s, &end, 10);
+        long b = a;
+        if (end == s || a < 0) return false;
+        s = end;
+        if (*s == '-') {
+            b = strtol(s + 1, &end, 10);
+            if (end == s + 1 || b < a) return false;
+            s = end;
+        }
+        if (cpu >= a && cpu <= b) return true;
+        if (*s != ',') return false;
+        s++;
+    }
+    return false;
+}
+
+/* A hybrid CPU's kinds among the allowed CPUs: out->perf_cores and out->eff_cpus, both 0 unless
+ * the machine lists both kinds (sysfs cpu_core and cpu_atom, as Linux does for Intel's hybrid
+ * parts) and the mask holds some of each. */
+static void hybrid_kinds(const char *root, const int *cpus, int n, es_cpuset *out)
+{
+    enum { LIST = 4096 }; /* a list of single CPUs of a large part is long */
+    out->perf_cores = out->eff_cpus = 0;
+    char *perf = malloc(2 * LIST), *eff = perf + LIST;
+    int *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(*p)), np = 0, ne = 0;
+    if (perf && p && n > 0 && es_read_first_line(root, "/sys/devices/cpu_core/cpus", perf, LIST) &&
+        es_read_first_line(root, "/sys/devices/cpu_atom/cpus", eff, LIST)) {
+        for (int i = 0; i < n; i++) {
+            if (cpulist_has(perf, cpus[i])) p[np++] = cpus[i];
+            else if (cpulist_has(eff, cpus[i])) ne++;
+        }
+        if (np && ne) {
+            out->perf_cores = count_cores(root, p, np);
+            out->eff_cpus = ne;
+        }
+    }
+    free(perf);
+    free(p);
+}
+
 static double cpus_of(double quota, double period)
 {
     return isfinite(quota) && isfinite(period) && quota > 0 && period > 0 ? quota / period : 0;
@@ -92,6 +137,7 @@ void es_cpuset_read(const char *root, const int *cpus, int n_cpus, int online, e
     out->online = online > 0 ? online : 1;
     out->allowed = n_cpus > 0 ? n_cpus : out->online;
     out->cores = n_cpus > 0 ? count_cores(root, cpus, n_cpus) : out->allowed;
+    hybrid_kinds(root, cpus, n_cpus, out);
 
     out->quota = es_cgroup_lowest(root, "cpu", cpu_max, cpu_cfs);
     int threads = out->cores;

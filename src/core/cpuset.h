@@ -23,6 +23,11 @@
  * A count given explicitly (-t, threads=) is obeyed, hyperthreads included, but one above the
  * CPUs that can run at once (`runnable`) is said once on stderr.
  *
+ * On a hybrid CPU (Intel's P- and E-cores) the E-cores count as cores too: the expert operator
+ * takes its chunks as threads come, the other phases split evenly, and which way the slower
+ * cores tip a run has not been measured (llama.cpp's default leaves them out). `perf_cores` and
+ * `eff_cpus` say what the machine has, for `estream info --system` and a user's -t.
+ *
  * What cannot be read (no sysfs topology, no cgroup file, an unparsable line) bounds nothing: the
  * count falls back to the allowed CPUs, then to the online ones. Read once per process.
  *
@@ -39,6 +44,9 @@ typedef struct es_cpuset {
     double quota; /* the cgroup CPU limit in CPUs (1.5: 150 ms of CPU time per 100 ms); 0: none */
     int runnable; /* the most threads that can run at once: min(allowed, ceil(quota)); more (an
                    * explicit count) wait at the pool's barriers: run/session.c warns */
+    int perf_cores; /* a hybrid CPU (Intel's P- and E-cores, sysfs cpu_core and cpu_atom) with
+                     * both kinds allowed: the physical performance cores among them; else 0 */
+    int eff_cpus;   /* ... and the allowed efficiency CPUs; else 0 */
     int omp;      /* OMP_NUM_THREADS's count; 0: unset, -1: not a count (ignored) */
     int threads;  /* the default compute thread count (the rule above): es_session_default_params */
 } es_cpuset;
@@ -52,7 +60,8 @@ int es_cpuset_omp_threads(const char *v);
 
 /* The same from the files under root ("" for the real ones; tests give a directory holding
  * proc/self/mountinfo, proc/self/cgroup, the cgroup files the mountinfo names and
- * sys/devices/system/cpu/cpuN/topology/thread_siblings_list) for the n_cpus allowed CPU ids in
+ * sys/devices/system/cpu/cpuN/topology/thread_siblings_list, and sys/devices/cpu_core/cpus and
+ * sys/devices/cpu_atom/cpus on a hybrid CPU) for the n_cpus allowed CPU ids in
  * cpus, of online CPUs online. */
 void es_cpuset_read(const char *root, const int *cpus, int n_cpus, int online, es_cpuset *out);
 

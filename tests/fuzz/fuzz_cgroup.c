@@ -8,7 +8,8 @@
  *       NEW_DIR tests/fuzz/corpus-cgroup
  * Checked: no crash or leak, 1 <= threads <= cores <= allowed CPUs, threads <= runnable <=
  * allowed, a quota and a memory limit that are 0 or positive, a memory limit never above a known
- * MemTotal unless no MemTotal, and a budget accepted only within 1 byte .. 1e18 (auto: 0 too).
+ * MemTotal unless no MemTotal, a hybrid CPU's kinds both 0 or both counted within the allowed
+ * CPUs, and a budget accepted only within 1 byte .. 1e18 (auto: 0 too).
  */
 #include "core/cpuset.h"
 #include "core/memlimit.h"
@@ -45,6 +46,8 @@ static const char *const dirs[] = {
     "/sys/devices/system/cpu/cpu0/topology",
     "/sys/devices/system/cpu/cpu1",
     "/sys/devices/system/cpu/cpu1/topology",
+    "/sys/devices/cpu_core",
+    "/sys/devices/cpu_atom",
 };
 /* every file the fourth part is written to */
 static const char *const limits[] = {
@@ -56,6 +59,8 @@ static const char *const limits[] = {
     "/sys/fs/cgroup/cpu,cpuacct/a/cpu.cfs_period_us",
     "/sys/fs/cgroup/memory/a/memory.limit_in_bytes",
     "/sys/devices/system/cpu/cpu0/topology/thread_siblings_list",
+    "/sys/devices/cpu_core/cpus",
+    "/sys/devices/cpu_atom/cpus",
 };
 
 static void put(const char *path, const uint8_t *text, size_t n)
@@ -113,7 +118,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     es_cpuset c;
     es_cpuset_read(g_root, cpus, 2, 4, &c);
     if (c.threads < 1 || c.threads > c.cores || c.cores > c.allowed || c.allowed != 2 ||
-        !(c.quota >= 0) || c.threads > c.runnable || c.runnable > c.allowed)
+        !(c.quota >= 0) || c.threads > c.runnable || c.runnable > c.allowed ||
+        c.perf_cores < 0 || c.eff_cpus < 0 || (c.perf_cores == 0) != (c.eff_cpus == 0) ||
+        c.perf_cores + c.eff_cpus > c.allowed)
         abort();
     es_memlimit m;
     es_memlimit_read(g_root, &m);
