@@ -80,10 +80,12 @@ static void hybrid_kinds(const char *root, const int *cpus, int n, es_cpuset *ou
 {
     enum { LIST = 4096 }; /* a list of single CPUs of a large part is long */
     out->perf_cores = out->eff_cpus = 0;
-    char *perf = malloc(2 * LIST), *eff = perf + LIST;
-    int *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(*p)), np = 0, ne = 0;
-    if (perf && p && n > 0 && es_read_first_line(root, "/sys/devices/cpu_core/cpus", perf, LIST) &&
-        es_read_first_line(root, "/sys/devices/cpu_atom/cpus", eff, LIST)) {
+    if (n < 1) return;
+    char *perf = malloc(2 * LIST); /* then the efficiency CPUs' list */
+    int *p = malloc((size_t)n * sizeof(*p)), np = 0, ne = 0;
+    if (perf && p && es_read_first_line(root, "/sys/devices/cpu_core/cpus", perf, LIST) &&
+        es_read_first_line(root, "/sys/devices/cpu_atom/cpus", perf + LIST, LIST)) {
+        const char *eff = perf + LIST;
         for (int i = 0; i < n; i++) {
             if (cpulist_has(perf, cpus[i])) p[np++] = cpus[i];
             else if (cpulist_has(eff, cpus[i])) ne++;
@@ -140,13 +142,13 @@ void es_cpuset_read(const char *root, const int *cpus, int n_cpus, int online, e
     hybrid_kinds(root, cpus, n_cpus, out);
 
     out->quota = es_cgroup_lowest(root, "cpu", cpu_max, cpu_cfs);
-    int threads = out->cores;
     out->runnable = out->allowed;
     if (out->quota > 0) {
         const double q = ceil(out->quota); /* 1.5 CPUs of time keep two threads busy */
-        if (q < threads) threads = (int)q;
         if (q < out->runnable) out->runnable = (int)q;
     }
+    /* cores <= allowed, so this is min(cores, ceil(quota)) */
+    const int threads = out->cores < out->runnable ? out->cores : out->runnable;
     out->threads = threads < 1 ? 1 : threads > ES_MAX_THREADS ? ES_MAX_THREADS : threads;
 }
 
