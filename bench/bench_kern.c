@@ -202,10 +202,10 @@ static void noop_fn(void *arg, int ith, int nth)
     (void)arg, (void)ith, (void)nth;
 }
 
-static const uint32_t types[] = {ES_QTYPE_Q4_0,  ES_QTYPE_Q8_0,   ES_QTYPE_Q4_K, ES_QTYPE_Q5_K,
-                                 ES_QTYPE_Q6_K,  ES_QTYPE_Q3_K,   ES_QTYPE_Q2_K, ES_QTYPE_IQ4_NL,
-                                 ES_QTYPE_IQ4_XS, ES_QTYPE_MXFP4, ES_QTYPE_F16,  ES_QTYPE_BF16,
-                                 ES_QTYPE_F32};
+static const uint32_t types[] = {ES_QTYPE_Q4_0,  ES_QTYPE_Q8_0,   ES_QTYPE_Q4_K,  ES_QTYPE_Q5_K,
+                                 ES_QTYPE_Q6_K,  ES_QTYPE_Q3_K,   ES_QTYPE_Q2_K,  ES_QTYPE_Q5_0,
+                                 ES_QTYPE_Q4_1,  ES_QTYPE_Q5_1,   ES_QTYPE_IQ4_NL, ES_QTYPE_IQ4_XS,
+                                 ES_QTYPE_MXFP4, ES_QTYPE_F16,    ES_QTYPE_BF16,  ES_QTYPE_F32};
 enum { N_TYPES = sizeof(types) / sizeof(types[0]) };
 
 /* --type LIST: comma-separated names in any case (es_qtype_parse) into want[]; false, with

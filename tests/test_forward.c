@@ -144,6 +144,15 @@ static void test_fast_q4_0(void **s)
     compare_quant(DATA "tiny-q4_0.gguf", DATA "tiny-q4_0.llama-logits.bin", quant_self);
 }
 
+/* Q4_1 and Q5_1 (w = d q + m per block) in whole files as llama-quantize makes them (their
+ * attn_k and attn_v in Q8_0, the head in Q8_0): the mins take llama.cpp's Q8_1 block sums. */
+static void test_fast_q4_1_q5_1(void **s)
+{
+    (void)s;
+    compare_quant(DATA "tiny-q4_1.gguf", DATA "tiny-q4_1.llama-logits.bin", quant_self);
+    compare_quant(DATA "tiny-q5_1.gguf", DATA "tiny-q5_1.llama-logits.bin", quant_self);
+}
+
 /* The other families against llama.cpp on the same files (tests/data/README.md), each file as
  * (stem, how far the fast path may be from the reference):
  *   tiny-qwen3moe  per-head q/k norms, a head size (32) that is not hidden / heads (16) and a tied
@@ -1201,6 +1210,7 @@ int main(void)
         cmocka_unit_test(test_fast_f32),
         cmocka_unit_test(test_fast_q8_0),
         cmocka_unit_test(test_fast_q4_0),
+        cmocka_unit_test(test_fast_q4_1_q5_1),
         cmocka_unit_test(test_fast_gqa),
         cmocka_unit_test(test_family_qwen3moe),
         cmocka_unit_test(test_family_mixtral),

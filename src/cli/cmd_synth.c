@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: estream synth --preset NAME [--type f32|f16|q8_0|q4_0|mxfp4] [--seed N]\n"
+    "usage: estream synth --preset NAME [--type f32|f16|q8_0|q4_0|q4_1|q5_1|mxfp4] [--seed N]\n"
     "                     [--vocab VOCAB.gguf]\n"
     "                     [--chat-template FILE]\n"
     "                     [--arch ARCH] -o FILE\n"
@@ -129,10 +129,10 @@ static const char help[] =
     "  tiny-mixtral-l3  tiny-mixtral with llama3's RoPE frequency factors (rope_freqs.weight)\n"
     "  tiny-qwen2moe-qkv  tiny-qwen2moe with q, k and v fused in one attn_qkv (the same values)\n"
     "--arch, if given, must be the preset's architecture.\n"
-    "Type defaults to f32; q4_0 keeps the output head in q6_k as llama-quantize does; mxfp4 is\n"
-    "llama-quantize's MXFP4_MOE mix (the experts and other 3-D tensors mxfp4, the rest q8_0). The\n"
-    "tokenizer is estream's built-in byte-level BPE unless --vocab copies one from a GGUF file;\n"
-    "--chat-template FILE puts that Jinja text in tokenizer.chat_template.\n"
+    "Type defaults to f32; q4_0, q4_1 and q5_1 keep the output head in q6_k as llama-quantize\n"
+    "does; mxfp4 is llama-quantize's MXFP4_MOE mix (the experts and other 3-D tensors mxfp4, the\n"
+    "rest q8_0). The tokenizer is estream's built-in byte-level BPE unless --vocab copies one from\n"
+    "a GGUF file; --chat-template FILE puts that Jinja text in tokenizer.chat_template.\n"
     "FILE is written atomically: a temporary file beside it is renamed over it when complete; a\n"
     "failure or an interrupt (Ctrl-C, SIGTERM) leaves neither FILE nor the temporary file. A\n"
     "symbolic link's target is replaced (the link stays). A FIFO or character device is\n"

@@ -300,10 +300,11 @@ static es_status parse_type(const char *name, uint32_t *out, uint32_t *exp)
 {
     es_qtype t;
     if (!name) name = "f32";
-    if (!es_qtype_parse(name, &t) || (t != ES_QTYPE_F32 && t != ES_QTYPE_F16 &&
-                                      t != ES_QTYPE_Q8_0 && t != ES_QTYPE_Q4_0 &&
-                                      t != ES_QTYPE_MXFP4))
-        return es_fail(ES_E_INVAL, "unknown weight type '%s' (use f32, f16, q8_0, q4_0 or mxfp4)",
+    if (!es_qtype_parse(name, &t) ||
+        (t != ES_QTYPE_F32 && t != ES_QTYPE_F16 && t != ES_QTYPE_Q8_0 && t != ES_QTYPE_Q4_0 &&
+         t != ES_QTYPE_Q4_1 && t != ES_QTYPE_Q5_1 && t != ES_QTYPE_MXFP4))
+        return es_fail(ES_E_INVAL,
+                       "unknown weight type '%s' (use f32, f16, q8_0, q4_0, q4_1, q5_1 or mxfp4)",
                        name);
     *exp = t;
     *out = t == ES_QTYPE_MXFP4 ? ES_QTYPE_Q8_0 : t;
@@ -317,6 +318,8 @@ static uint32_t file_type_of(uint32_t t)
     case ES_QTYPE_F32: return 0;
     case ES_QTYPE_F16: return 1;
     case ES_QTYPE_Q4_0: return 2;
+    case ES_QTYPE_Q4_1: return 3;
+    case ES_QTYPE_Q5_1: return 9;
     case ES_QTYPE_Q8_0: return 7;
     case ES_QTYPE_MXFP4: return 38; /* MXFP4_MOE */
     default: return 0;
@@ -480,9 +483,11 @@ es_status es_synth(const es_synth_opts *o, const char *path)
                         es_qtype_row_bytes(wtype, dh - p->qk_rope) == 0)) ||
         (p->q_lora && es_qtype_row_bytes(wtype, p->q_lora) == 0))
         return es_fail(ES_E_INVAL, "synth: preset %s rows do not fit type %s", p->name, o->type);
-    /* llama-quantize keeps a Q4_0 model's output head in Q6_K; do the same where rows allow. */
+    /* llama-quantize keeps the output head of a Q4_0, Q4_1 or Q5_1 model in Q6_K; do the same
+     * where rows allow. */
     uint32_t out_type = wtype;
-    if (wtype == ES_QTYPE_Q4_0) out_type = p->n_embd % 256 == 0 ? ES_QTYPE_Q6_K : ES_QTYPE_Q8_0;
+    if (wtype == ES_QTYPE_Q4_0 || wtype == ES_QTYPE_Q4_1 || wtype == ES_QTYPE_Q5_1)
+        out_type = p->n_embd % 256 == 0 ? ES_QTYPE_Q6_K : ES_QTYPE_Q8_0;
 
     es_gguf_writer *w = NULL;
     synth_ctx c = {0};

@@ -12,7 +12,8 @@
  * rows of the call.
  *
  * Weights are decoded to their SIGNED values (q-8 for Q4_0, q for Q8_0, q-16 for Q5_0, the
- * non-linear levels for IQ4_NL/IQ4_XS, -12..12 for MXFP4, 0..15 / 0..31 for Q4_K/Q5_K, q-32 for
+ * non-linear levels for IQ4_NL/IQ4_XS, -12..12 for MXFP4, 0..15 / 0..31 for Q4_K/Q5_K and
+ * Q4_1/Q5_1 (whose d and m take Q4_K's scale and min slots), q-32 for
  * Q6_K, q-4 or q for Q3_K, sc*q for Q2_K): sdot and smmla multiply signed bytes by signed
  * bytes, so unlike x86 (vpdpbusd wants unsigned weights) no correction term is needed, and the
  * act's c and c2 are 0 (c_mult = c2_mult = 0), except for Q2_K, whose mins take the act's half
@@ -217,6 +218,51 @@ static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
         }
         put_f16x8(W + b * 22, wrb, nr, (float *)(rec + 256));
     }
+}
+
+/* Q4_1 (d, m, qs[16]) and Q5_1 (d, m, qh[4], qs[16]), value d*q + m: q (0..15 / 0..31) in
+ * Q4_K's / Q5_K's record, s = d and the mins slot +m, which the act's Q8_1 block sums (ds)
+ * multiply, as kern_scalar.c does. */
+static inline __attribute__((always_inline)) void dec_q41_q51(const uint8_t *W, size_t wrb, int nr,
+                                                              int64_t kb0, int64_t kb1,
+                                                              uint8_t *tile, const int q5)
+{
+    const size_t bb = q5 ? 24 : 20;
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        uint8x16_t lo[4], hi[4], qh_lo = vdupq_n_u8(0), qh_hi = vdupq_n_u8(0);
+        tr8x16(W + b * bb + (q5 ? 8 : 4), wrb, nr, lo, hi);
+        if (q5) {
+            uint64_t q[4];
+            es_kern_gather_rows(W + b * bb + 4, wrb, nr, 4, q);
+            qh_lo = vreinterpretq_u8_u64(vcombine_u64(vcreate_u64(q[0]), vcreate_u64(q[1])));
+            qh_hi = vreinterpretq_u8_u64(vcombine_u64(vcreate_u64(q[2]), vcreate_u64(q[3])));
+        }
+        for (int g = 0; g < 4; g++) {
+            uint8x16_t l0 = and8(lo[g], 15), h0 = and8(hi[g], 15);
+            uint8x16_t l1 = vshrq_n_u8(lo[g], 4), h1 = vshrq_n_u8(hi[g], 4);
+            if (q5) {
+                l0 = vorrq_u8(l0, qh_bits(qh_lo, g));
+                h0 = vorrq_u8(h0, qh_bits(qh_hi, g));
+                l1 = vorrq_u8(l1, qh_bits(qh_lo, g + 4));
+                h1 = vorrq_u8(h1, qh_bits(qh_hi, g + 4));
+            }
+            put_group(rec, g, l0, h0, 0);
+            put_group(rec, g + 4, l1, h1, 0);
+        }
+        put_f16x8(W + b * bb, wrb, nr, (float *)(rec + 256));
+        put_f16x8(W + b * bb + 2, wrb, nr, (float *)(rec + 288));
+    }
+}
+
+static void dec_q4_1(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    dec_q41_q51(W, wrb, nr, kb0, kb1, tile, 0);
+}
+
+static void dec_q5_1(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    dec_q41_q51(W, wrb, nr, kb0, kb1, tile, 1);
 }
 
 /* The 16 signed levels a nibble picks (kern_scalar.c's tables): IQ4_NL / IQ4_XS (llama.cpp's
@@ -775,6 +821,8 @@ GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
 GEMM_INT(gemm_q3_K, A_Q6K, dec_q3_K, ES_QTYPE_Q3_K)
 GEMM_INT(gemm_q2_K, A_Q2K, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
+GEMM_INT(gemm_q4_1, A_Q4K, dec_q4_1, ES_QTYPE_Q4_1)
+GEMM_INT(gemm_q5_1, A_Q5K, dec_q5_1, ES_QTYPE_Q5_1)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
 GEMM_INT(gemm_mxfp4, A_Q80, dec_mxfp4, ES_QTYPE_MXFP4)
@@ -860,6 +908,11 @@ GEMM_TILED(gemm_tiled_q8_0, A_Q80, dec_t_q8_0, ES_QTYPE_Q8_0)
 static void act_q(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
     es_act_q8_prepare(X, ldx, n, K, act, 0, 0);
+}
+/* Q4_1 / Q5_1: llama.cpp's Q8_1, Q8_0 with its block sums in ds */
+static void act_q1(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    es_act_q8_1_prepare(X, ldx, n, K, act, 0, 0);
 }
 /* K-quant weights: scaled per 256 values as llama.cpp's Q8_K (kern.h) */
 static void act_k(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
@@ -1030,6 +1083,8 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_k, gemm_q3_K, scratch_int, NULL}},
         {ES_QTYPE_Q2_K, {es_act_q8_row_bytes, act_q2k, gemm_q2_K, scratch_q2k, NULL}},
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q, gemm_q5_0, scratch_int, NULL}},
+        {ES_QTYPE_Q4_1, {es_act_q8_row_bytes, act_q1, gemm_q4_1, scratch_int, NULL}},
+        {ES_QTYPE_Q5_1, {es_act_q8_row_bytes, act_q1, gemm_q5_1, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_k, gemm_iq4_xs, scratch_int, NULL}},
         {ES_QTYPE_MXFP4, {es_act_q8_row_bytes, act_q, gemm_mxfp4, scratch_int, NULL}},

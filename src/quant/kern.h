@@ -244,6 +244,14 @@ static inline float es_act_group_scale(float amax, int gb, float *id)
     return amax != 0.0f ? 1.0f / *id : 0.0f;
 }
 
+/* llama.cpp's Q8_1 block sum, which Q4_1 / Q5_1 weights' mins multiply: d * sum(q) with d the
+ * float amax / 127 of the block (before Q8_0's F16 rounding of it), rounded to F16. Every table
+ * computes it with this code. */
+static inline float es_act_q8_1_sum(float amax, int32_t sum)
+{
+    return es_f16_to_f32(es_f32_to_f16(amax / 127.0f * (float)sum));
+}
+
 static inline int64_t es_act_q8_off_d(int64_t K)
 {
     return K;
@@ -599,6 +607,10 @@ void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, v
  * the 8 blocks' d (llama.cpp's Q8_K; every table uses this code). */
 void es_act_q8k_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                         int32_t c_mult, int32_t c2_mult);
+/* The same layout for Q4_1 / Q5_1 weights: llama.cpp's Q8_1, Q8_0 with ds its block sum
+ * (es_act_q8_1_sum). */
+void es_act_q8_1_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                         int32_t c_mult, int32_t c2_mult);
 void es_act_f32_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act);
 /* The same rows rounded to F16 (|x| <= 65504) or BF16, for F16 and BF16 weights: llama.cpp
  * converts activations to the weights' type before it multiplies. */

@@ -31,14 +31,15 @@
 
 /* ---- activations ---------------------------------------------------------------------------- */
 
-/* The per-block fields every table reads besides q and d (kern.h). */
-static void act_q8_block_sums(const int8_t *q, float db, int64_t b, float *ds, int32_t *c,
-                              int32_t *c2, int32_t c_mult, int32_t c2_mult)
+/* The per-block fields every table reads besides q and d (kern.h); ds as Q8_1's
+ * (es_act_q8_1_sum of amax81) where amax81 >= 0. */
+static void act_q8_block_sums(const int8_t *q, float db, float amax81, int64_t b, float *ds,
+                              int32_t *c, int32_t *c2, int32_t c_mult, int32_t c2_mult)
 {
     int32_t s[2] = {0, 0};
     for (int i = 0; i < 32; i++)
         s[i >> 4] += q[i];
-    ds[b] = db * (float)(s[0] + s[1]);
+    ds[b] = amax81 >= 0 ? es_act_q8_1_sum(amax81, s[0] + s[1]) : db * (float)(s[0] + s[1]);
     c[b] = c_mult * (s[0] + s[1]);
     c2[2 * b] = c2_mult * s[0];
     c2[2 * b + 1] = c2_mult * s[1];
@@ -48,10 +49,11 @@ static void act_q8_block_sums(const int8_t *q, float db, int64_t b, float *ds, i
  * llama.cpp's Q8_0 (the scale amax / 127 rounded to F16, es_act_q8_scale), gb = 8 its Q8_K (the
  * float 1 / (127 / amax)); q = x * 127 / amax rounded to nearest even (lrintf, as vcvtps2dq in
  * the SIMD versions), at most 127 in magnitude. */
-static float act_q8_group(const float *x, int gb, int8_t *q)
+static float act_q8_group(const float *x, int gb, int8_t *q, float *amax_out)
 {
     float amax = 0.0f;
     for (int i = 0; i < 32 * gb; i++) amax = fmaxf(amax, fabsf(x[i]));
+    *amax_out = amax;
     float id;
     const float db = es_act_group_scale(amax, gb, &id);
     for (int i = 0; i < 32 * gb; i++) {
@@ -74,15 +76,17 @@ void es_act_round(uint32_t wtype, float *x, int64_t n)
     const int gb = qi && qi->block_elems == 256 ? 8 : 1; /* Q8_K for K-quants, else Q8_0 */
     ES_ASSERT(n % (32 * gb) == 0);
     int8_t q[256];
+    float amax;
     for (int64_t g0 = 0; g0 < n; g0 += 32 * gb) {
-        const float db = act_q8_group(x + g0, gb, q);
+        const float db = act_q8_group(x + g0, gb, q, &amax);
         for (int i = 0; i < 32 * gb; i++) x[g0 + i] = (float)q[i] * db;
     }
 }
 
-/* Rows quantized with one scale per group of gb blocks of 32 (act_q8_group). */
+/* Rows quantized with one scale per group of gb blocks of 32 (act_q8_group); q81: ds as Q8_1's
+ * (gb 1). */
 static void act_q8_groups(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
-                          int gb, int32_t c_mult, int32_t c2_mult)
+                          int gb, int32_t c_mult, int32_t c2_mult, int q81)
 {
     ES_ASSERT(K % (32 * gb) == 0);
     const int64_t nb = K / 32, g = 32 * gb;
@@ -96,10 +100,12 @@ static void act_q8_groups(const float *X, int64_t ldx, int64_t n_rows, int64_t K
         int32_t *c = (int32_t *)(row + es_act_q8_off_c(K));
         int32_t *c2 = (int32_t *)(row + es_act_q8_off_c2(K));
         for (int64_t b0 = 0; b0 < nb; b0 += gb, x += g, q += g) {
-            const float db = act_q8_group(x, gb, q);
+            float amax;
+            const float db = act_q8_group(x, gb, q, &amax);
             for (int64_t b = b0; b < b0 + gb; b++) {
                 d[b] = db;
-                act_q8_block_sums(q + 32 * (b - b0), db, b, ds, c, c2, c_mult, c2_mult);
+                act_q8_block_sums(q + 32 * (b - b0), db, q81 ? amax : -1.0f, b, ds, c, c2, c_mult,
+                                  c2_mult);
             }
         }
         const size_t used = (size_t)es_act_q8_off_c2(K) + (size_t)nb * 8;
@@ -110,13 +116,19 @@ static void act_q8_groups(const float *X, int64_t ldx, int64_t n_rows, int64_t K
 void es_act_q8_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                        int32_t c_mult, int32_t c2_mult)
 {
-    act_q8_groups(X, ldx, n_rows, K, act, 1, c_mult, c2_mult);
+    act_q8_groups(X, ldx, n_rows, K, act, 1, c_mult, c2_mult, 0);
+}
+
+void es_act_q8_1_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
+                         int32_t c_mult, int32_t c2_mult)
+{
+    act_q8_groups(X, ldx, n_rows, K, act, 1, c_mult, c2_mult, 1);
 }
 
 void es_act_q8k_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act,
                         int32_t c_mult, int32_t c2_mult)
 {
-    act_q8_groups(X, ldx, n_rows, K, act, 8, c_mult, c2_mult);
+    act_q8_groups(X, ldx, n_rows, K, act, 8, c_mult, c2_mult, 0);
 }
 
 void es_act_f32_prepare(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act)
@@ -163,25 +175,10 @@ static void act_prepare_k(const float *X, int64_t ldx, int64_t n, int64_t K, voi
 {
     es_act_q8k_prepare(X, ldx, n, K, act, -128, -128);
 }
-/* Q4_1 / Q5_1 weights: llama.cpp's Q8_1, which is Q8_0 plus s = d * sum(q) per block rounded to
- * F16, with d the float amax / 127 (before its F16 rounding): ds holds that s. */
+/* Q4_1 / Q5_1 weights: llama.cpp's Q8_1. */
 static void act_prepare_q1(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    es_act_q8_prepare(X, ldx, n, K, act, -128, -128);
-    const size_t rb = es_act_q8_row_bytes(K);
-    for (int64_t r = 0; r < n; r++) {
-        const uint8_t *row = (const uint8_t *)act + r * rb;
-        float *ds = (float *)(row + es_act_q8_off_ds(K));
-        for (int64_t b = 0; b < K / 32; b++) {
-            /* two loops: GCC 12's AArch64 vectorizer crashes on the float max and the integer
-             * sum in one loop (internal compiler error in vect_transform_reduction) */
-            float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(X[r * ldx + 32 * b + i]));
-            int32_t sum = 0;
-            for (int i = 0; i < 32; i++) sum += ((const int8_t *)row)[32 * b + i];
-            ds[b] = es_f16_to_f32(es_f32_to_f16(amax / 127.0f * (float)sum));
-        }
-    }
+    es_act_q8_1_prepare(X, ldx, n, K, act, -128, -128);
 }
 
 /* ---- weight row decoding ---------------------------------------------------------------- */

@@ -5,17 +5,19 @@
  *
  * DESIGN: the structure of x86_avx512.c on 256-bit registers: tiles of 8 output rows (one lane
  * per row) decoded once per K-slice into the per-thread scratch, then a register-blocked
- * micro-kernel over the token rows, groups g outer and tokens inner. Q4_0 and Q4_K without VNNI
- * run tiles of two such columns (16 rows) so that each activation broadcast feeds two products
- * (mk_int2, "two columns per tile" below). On the tile layout (quant/tiles.h), a call of at most
- * one register block of tokens reads the raw tiles in its micro-kernel instead (mk_direct).
+ * micro-kernel over the token rows, groups g outer and tokens inner. Q4_0 and Q4_K (and Q4_1,
+ * which uses Q4_K's record) without VNNI run tiles of two such columns (16 rows) so that each
+ * activation broadcast feeds two products (mk_int2, "two columns per tile" below). On the tile
+ * layout (quant/tiles.h), a call of at most one register block of tokens reads the raw tiles in
+ * its micro-kernel instead (mk_direct).
  *
  * Integer dot products without VNNI: vpmaddubsw multiplies unsigned weight bytes by signed
  * activation bytes and adds pairs into int16 with saturation, vpmaddwd by ones widens to int32.
  * The int16 stage must never saturate (|x| <= 127):
- *   Q4_0, Q4_K  weights 0..15 (Q4_0: nibble, corrected by -8*sum(x) from the act), pair sums
+ *   Q4_0, Q4_K, Q4_1
+ *               weights 0..15 (Q4_0: nibble, corrected by -8*sum(x) from the act), pair sums
  *               <= 3810, all 8 groups of a block summed in int16 (<= 30480)
- *   Q5_K        0..31: sums of 4 groups (<= 31496)
+ *   Q5_K, Q5_1  0..31: sums of 4 groups (<= 31496)
  *   Q6_K        0..63 (corrected by -32*sum(x) per half): sums of 2 groups (<= 32004)
  *   Q3_K        0..7 (q + 4, corrected by -4*sum(x) per half): Q6_K's path
  *   Q2_K        sc*q, 0..45 (its 4-bit scale folded in): sums of 2 groups (<= 22860); its mins
@@ -229,6 +231,45 @@ static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
         }
         _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 22, wrb, nr));
     }
+}
+
+/* Q4_1 (d, m, qs[16]) and Q5_1 (d, m, qh[4], qs[16]), value d*q + m: u = q (0..15 / 0..31) in
+ * Q4_K's / Q5_K's record, s = d and the mins slot +m, which the act's Q8_1 block sums (ds)
+ * multiply, as kern_scalar.c does. */
+static inline __attribute__((always_inline)) void dec_q41_q51(const uint8_t *W, size_t wrb, int nr,
+                                                              int64_t kb0, int64_t kb1,
+                                                              uint8_t *tile, const int q5)
+{
+    const size_t bb = q5 ? 24 : 20;
+    for (int64_t b = kb0; b < kb1; b++) {
+        uint8_t *rec = tile + (b - kb0) * REC;
+        __m256i raw[4];
+        tr8x4(W + b * bb + (q5 ? 8 : 4), wrb, nr, raw);
+        const __m256i qh = q5 ? gather_rows(W + b * bb + 4, wrb, nr, 4) : _mm256_setzero_si256();
+#pragma GCC unroll 16
+        for (int g = 0; g < 4; g++) {
+            __m256i lo = and8(raw[g], 15), hi = and8(srl16(raw[g], 4), 15);
+            if (q5) {
+                lo = _mm256_or_si256(lo, qh_to_bytes(qh, g));
+                hi = _mm256_or_si256(hi, qh_to_bytes(qh, g + 4));
+            }
+            _mm256_store_si256((__m256i *)(rec + 32 * g), lo);
+            _mm256_store_si256((__m256i *)(rec + 32 * (g + 4)), hi);
+        }
+        const __m256i dm = gather_rows(W + b * bb, wrb, nr, 4); /* d low, m high in each dword */
+        _mm256_store_ps((float *)(rec + 256), f16_half(dm, 0));
+        _mm256_store_ps((float *)(rec + 288), f16_half(dm, 1));
+    }
+}
+
+static void dec_q4_1(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    dec_q41_q51(W, wrb, nr, kb0, kb1, tile, 0);
+}
+
+static void dec_q5_1(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
+{
+    dec_q41_q51(W, wrb, nr, kb0, kb1, tile, 1);
 }
 
 /* The 16 signed levels a nibble picks, in both 128-bit lanes for vpshufb: IQ4_NL / IQ4_XS
@@ -877,6 +918,8 @@ GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
 GEMM_INT(gemm_q3_K, A_Q6K, dec_q3_K, ES_QTYPE_Q3_K)
 GEMM_INT(gemm_q2_K, A_Q2K, dec_q2_K, ES_QTYPE_Q2_K)
 GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
+GEMM_INT(gemm_q4_1, A_Q4K, dec_q4_1, ES_QTYPE_Q4_1)
+GEMM_INT(gemm_q5_1, A_Q5K, dec_q5_1, ES_QTYPE_Q5_1)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
 GEMM_INT(gemm_iq4_xs, A_Q80, dec_iq4_xs, ES_QTYPE_IQ4_XS)
 GEMM_INT(gemm_mxfp4, A_Q80, dec_mxfp4, ES_QTYPE_MXFP4)
@@ -1102,11 +1145,12 @@ static inline int32_t hsum8i(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
-/* Bit-identical to es_act_q8_prepare() (gb = 1: one scale per block of 32) and to
- * es_act_q8k_prepare() (gb = 8: one per 256) in q, d, ds: max|x| is exact in any order, the
+/* Bit-identical to es_act_q8_prepare() (gb = 1: one scale per block of 32), to
+ * es_act_q8_1_prepare() (gb = 1, q81) and to es_act_q8k_prepare() (gb = 8: one per 256) in q, d,
+ * ds: max|x| is exact in any order, the
  * scale is the same IEEE operations, and vcvtps2dq rounds to nearest even like lrintf. */
 static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void *act, int gb,
-                   int32_t c_mult, int32_t c2_mult)
+                   int32_t c_mult, int32_t c2_mult, int q81)
 {
     ES_ASSERT(K % (32 * gb) == 0);
     const int64_t nb = K / 32;
@@ -1141,7 +1185,7 @@ static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void 
                 p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
                 _mm256_storeu_si256((__m256i *)(row + 32 * b), p8);
                 d[b] = db;
-                ds[b] = db * (float)(s0 + s1);
+                ds[b] = q81 ? es_act_q8_1_sum(am, s0 + s1) : db * (float)(s0 + s1);
                 c[b] = c_mult * (s0 + s1);
                 c2[2 * b] = c2_mult * s0;
                 c2[2 * b + 1] = c2_mult * s1;
@@ -1154,34 +1198,39 @@ static void act_q8(const float *X, int64_t ldx, int64_t n_rows, int64_t K, void 
 
 static void act_q4_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, 1, -8, 0);
+    act_q8(X, ldx, n, K, act, 1, -8, 0, 0);
 }
 static void act_q8_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, 1, VNNI ? -128 : 0, 0);
+    act_q8(X, ldx, n, K, act, 1, VNNI ? -128 : 0, 0, 0);
 }
 /* K-quant weights: one scale per 256 values, as llama.cpp's Q8_K (kern.h) */
 static void act_k45(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, 8, 0, 0);
+    act_q8(X, ldx, n, K, act, 8, 0, 0, 0);
+}
+/* Q4_1 / Q5_1: llama.cpp's Q8_1, Q8_0 with its block sums in ds (es_act_q8_1_sum) */
+static void act_q8_1(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, 1, 0, 0, 1);
 }
 /* IQ4_XS: Q8_K as llama.cpp's vec_dot, in Q8_0's correction (its weights use that record) */
 static void act_iq4_xs(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, 8, VNNI ? -128 : 0, 0);
+    act_q8(X, ldx, n, K, act, 8, VNNI ? -128 : 0, 0, 0);
 }
 static void act_q6_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, 8, 0, -32);
+    act_q8(X, ldx, n, K, act, 8, 0, -32, 0);
 }
 static void act_q3_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, 8, 0, -4);
+    act_q8(X, ldx, n, K, act, 8, 0, -4, 0);
 }
 /* Q2_K: c2 holds the halves' sums of x themselves, which its mins multiply */
 static void act_q2_K(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
-    act_q8(X, ldx, n, K, act, 8, 0, 1);
+    act_q8(X, ldx, n, K, act, 8, 0, 1, 0);
 }
 
 /* ---- float weights ----------------------------------------------------------------------------
@@ -1341,6 +1390,8 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_q3_K, gemm_q3_K, scratch_int, NULL}},
         {ES_QTYPE_Q2_K, {es_act_q8_row_bytes, act_q2_K, gemm_q2_K, scratch_int, NULL}},
         {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q8_0, gemm_q5_0, scratch_int, NULL}},
+        {ES_QTYPE_Q4_1, {es_act_q8_row_bytes, act_q8_1, gemm_q4_1, scratch_int, NULL}},
+        {ES_QTYPE_Q5_1, {es_act_q8_row_bytes, act_q8_1, gemm_q5_1, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q8_0, gemm_iq4_nl, scratch_int, NULL}},
         {ES_QTYPE_IQ4_XS, {es_act_q8_row_bytes, act_iq4_xs, gemm_iq4_xs, scratch_int, NULL}},
         {ES_QTYPE_MXFP4, {es_act_q8_row_bytes, act_q8_0, gemm_mxfp4, scratch_int, NULL}},
