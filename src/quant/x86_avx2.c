@@ -17,13 +17,15 @@
  *   Q4_0, Q4_K, Q4_1
  *               weights 0..15 (Q4_0: nibble, corrected by -8*sum(x) from the act), pair sums
  *               <= 3810, all 8 groups of a block summed in int16 (<= 30480)
- *   Q5_K, Q5_1  0..31: sums of 4 groups (<= 31496)
+ *   Q5_K, Q5_1, Q5_0
+ *               0..31 (Q5_0: q5, corrected by -16*sum(x) from the act): sums of 4 groups
+ *               (<= 31496)
  *   Q6_K        0..63 (corrected by -32*sum(x) per half): sums of 2 groups (<= 32004)
  *   Q3_K        0..7 (q + 4, corrected by -4*sum(x) per half): Q6_K's path
  *   Q2_K        sc*q, 0..45 (its 4-bit scale folded in): sums of 2 groups (<= 22860); its mins
  *               per half take the act's half sums of x (c2 with multiplier 1)
  *   Q8_0        signed weights: |w| times x with w's sign moved onto x (vpsignb), each group
- *               widened on its own (pair sums <= 32512); Q5_0 (q5 - 16), IQ4_NL and IQ4_XS
+ *               widened on its own (pair sums <= 32512); IQ4_NL and IQ4_XS
  *               (levels -127..113) and MXFP4 (levels -12..12, scale 2^(e-128)) are decoded
  *               to signed bytes and use this path
  * so the int32 result is the exact dot product, and the float operations per block are those of
@@ -71,7 +73,7 @@
 #define REC2 352 /* Q2_K's: a third float slot for its second half's mins */
 #define ACT256 416
 
-enum { A_Q40, A_Q80, A_Q4K, A_Q5K, A_Q6K, A_Q2K };
+enum { A_Q40, A_Q80, A_Q4K, A_Q5K, A_Q6K, A_Q2K, A_Q50, A_N };
 #define REC_OF(kind) ((kind) == A_Q2K ? REC2 : REC)
 
 /* ---- helpers ------------------------------------------------------------------------------- */
@@ -197,7 +199,7 @@ static void dec_q8_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
 }
 
 /* Signed weights in Q8_0's record (A_Q80): as they are for AVX2's sign trick, + 128 for
- * AVX-VNNI. Q5_0, IQ4_NL, IQ4_XS and MXFP4 use it. */
+ * AVX-VNNI. IQ4_NL, IQ4_XS and MXFP4 use it. */
 static inline __m256i q80_enc(__m256i v)
 {
     return _mm256_xor_si256(v, _mm256_set1_epi8(VNNI ? (char)0x80 : 0));
@@ -213,10 +215,9 @@ static inline __m256i qh_to_bytes(__m256i v, int i)
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, sel), _mm256_set1_epi8(0x10));
 }
 
-/* Q5_0 (d, qh[4], qs[16]): q5 - 16, signed. */
+/* Q5_0 (d, qh[4], qs[16]): u = q5 (0..31; the -16 is in the act correction, as Q4_0's -8). */
 static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t kb1, uint8_t *tile)
 {
-    const __m256i sixteen = _mm256_set1_epi8(16);
     for (int64_t b = kb0; b < kb1; b++) {
         uint8_t *rec = tile + (b - kb0) * REC;
         __m256i raw[4];
@@ -226,8 +227,8 @@ static void dec_q5_0(const uint8_t *W, size_t wrb, int nr, int64_t kb0, int64_t 
         for (int g = 0; g < 4; g++) {
             const __m256i lo = _mm256_or_si256(and8(raw[g], 15), qh_to_bytes(qh, g));
             const __m256i hi = _mm256_or_si256(and8(srl16(raw[g], 4), 15), qh_to_bytes(qh, g + 4));
-            _mm256_store_si256((__m256i *)(rec + 32 * g), q80_enc(_mm256_sub_epi8(lo, sixteen)));
-            _mm256_store_si256((__m256i *)(rec + 32 * (g + 4)), q80_enc(_mm256_sub_epi8(hi, sixteen)));
+            _mm256_store_si256((__m256i *)(rec + 32 * g), lo);
+            _mm256_store_si256((__m256i *)(rec + 32 * (g + 4)), hi);
         }
         _mm256_store_ps((float *)(rec + 256), gather_f16(W + b * 22, wrb, nr));
     }
@@ -606,6 +607,7 @@ static inline int tb_of(int kind)
     case A_Q40:
     case A_Q4K:
     case A_Q80:
+    case A_Q50:
         return 5;
     case A_Q5K:
     case A_Q2K:
@@ -619,7 +621,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
                                                          const es_kern_block *a)
 {
     const int gs = kind == A_Q40 || kind == A_Q4K   ? 8
-                   : kind == A_Q5K                  ? 4
+                   : kind == A_Q5K || kind == A_Q50 ? 4
                    : kind == A_Q6K || kind == A_Q2K ? 2
                                                     : 1;
     const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
@@ -641,7 +643,8 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
         __m256 flo[TBMAX];
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++)
-            acc[t] = kind == A_Q40 || (VNNI && kind == A_Q80) ? bcst4(xr[t] + oc + 4 * b)
+            acc[t] = kind == A_Q40 || kind == A_Q50 || (VNNI && kind == A_Q80)
+                         ? bcst4(xr[t] + oc + 4 * b)
                      : kind == A_Q6K                         ? bcst4(xr[t] + oc2 + 8 * b)
                                                              : _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -724,14 +727,16 @@ MK_ALL(A_Q4K)
 MK_ALL(A_Q5K)
 MK_ALL(A_Q6K)
 MK_ALL(A_Q2K)
+MK_ALL(A_Q50)
 typedef void (*mk_fn)(const es_kern_block *a);
 #define MK_ROW(kind)                                                                               \
     {                                                                                              \
         NULL, mk_##kind##_1, mk_##kind##_2, mk_##kind##_3, mk_##kind##_4, mk_##kind##_5,           \
             mk_##kind##_6                                                                          \
     }
-static const mk_fn mk_table[6][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
-                                             MK_ROW(A_Q5K), MK_ROW(A_Q6K), MK_ROW(A_Q2K)};
+static const mk_fn mk_table[A_N][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_ROW(A_Q4K),
+                                               MK_ROW(A_Q5K), MK_ROW(A_Q6K), MK_ROW(A_Q2K),
+                                               MK_ROW(A_Q50)};
 
 /* ---- two columns per tile (AVX2 without VNNI; Q4_0 and Q4_K) ---------------------------------
  *
@@ -853,8 +858,9 @@ RUN(A_Q4K)
 RUN(A_Q5K)
 RUN(A_Q6K)
 RUN(A_Q2K)
-static void (*const run_table[6])(const es_kern_block *) = {run_A_Q40, run_A_Q80, run_A_Q4K,
-                                                            run_A_Q5K, run_A_Q6K, run_A_Q2K};
+RUN(A_Q50)
+static void (*const run_table[A_N])(const es_kern_block *) = {
+    run_A_Q40, run_A_Q80, run_A_Q4K, run_A_Q5K, run_A_Q6K, run_A_Q2K, run_A_Q50};
 
 static es_kern_tiling int_tiling(int kind, int tiled,
                                  void (*decode)(const es_kern_tile *, uint8_t *))
@@ -889,7 +895,7 @@ static inline __attribute__((always_inline)) void decode_rows(decode_fn dec, con
 static size_t scratch_int(int64_t K)
 {
     size_t most = 0;
-    for (int kind = A_Q40; kind <= A_Q2K; kind++) {
+    for (int kind = A_Q40; kind < A_N; kind++) {
         const es_kern_tiling tl = int_tiling(kind, 0, NULL);
         const size_t s = es_kern_drive_scratch(&tl, K);
         most = s > most ? s : most;
@@ -917,7 +923,7 @@ GEMM_INT(gemm_q5_K, A_Q5K, dec_q5_K, ES_QTYPE_Q5_K)
 GEMM_INT(gemm_q6_K, A_Q6K, dec_q6_K, ES_QTYPE_Q6_K)
 GEMM_INT(gemm_q3_K, A_Q6K, dec_q3_K, ES_QTYPE_Q3_K)
 GEMM_INT(gemm_q2_K, A_Q2K, dec_q2_K, ES_QTYPE_Q2_K)
-GEMM_INT(gemm_q5_0, A_Q80, dec_q5_0, ES_QTYPE_Q5_0)
+GEMM_INT(gemm_q5_0, A_Q50, dec_q5_0, ES_QTYPE_Q5_0)
 GEMM_INT(gemm_q4_1, A_Q4K, dec_q4_1, ES_QTYPE_Q4_1)
 GEMM_INT(gemm_q5_1, A_Q5K, dec_q5_1, ES_QTYPE_Q5_1)
 GEMM_INT(gemm_iq4_nl, A_Q80, dec_iq4_nl, ES_QTYPE_IQ4_NL)
@@ -1200,6 +1206,11 @@ static void act_q4_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *ac
 {
     act_q8(X, ldx, n, K, act, 1, -8, 0, 0);
 }
+/* Q5_0: the weights are q5 (0..31), c = -16 * sum(x) */
+static void act_q5_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
+{
+    act_q8(X, ldx, n, K, act, 1, -16, 0, 0);
+}
 static void act_q8_0(const float *X, int64_t ldx, int64_t n, int64_t K, void *act)
 {
     act_q8(X, ldx, n, K, act, 1, VNNI ? -128 : 0, 0, 0);
@@ -1389,7 +1400,7 @@ void FILL_TABLE(es_kern *k)
         {ES_QTYPE_Q6_K, {es_act_q8_row_bytes, act_q6_K, gemm_q6_K, scratch_int, NULL}},
         {ES_QTYPE_Q3_K, {es_act_q8_row_bytes, act_q3_K, gemm_q3_K, scratch_int, NULL}},
         {ES_QTYPE_Q2_K, {es_act_q8_row_bytes, act_q2_K, gemm_q2_K, scratch_int, NULL}},
-        {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q8_0, gemm_q5_0, scratch_int, NULL}},
+        {ES_QTYPE_Q5_0, {es_act_q8_row_bytes, act_q5_0, gemm_q5_0, scratch_int, NULL}},
         {ES_QTYPE_Q4_1, {es_act_q8_row_bytes, act_q8_1, gemm_q4_1, scratch_int, NULL}},
         {ES_QTYPE_Q5_1, {es_act_q8_row_bytes, act_q8_1, gemm_q5_1, scratch_int, NULL}},
         {ES_QTYPE_IQ4_NL, {es_act_q8_row_bytes, act_q8_0, gemm_iq4_nl, scratch_int, NULL}},
