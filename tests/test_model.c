@@ -705,6 +705,51 @@ static void test_synth_mxfp4_is_llama_quantize(void **state)
     unlink(out);
 }
 
+/* synth --type q4_1 / q5_1 (for benchmarks of those types): every matrix in the type but the
+ * head, which llama-quantize keeps in Q6_K where its rows fit 256 (tiny's 64 do not: Q8_0, its
+ * fallback), llama.cpp's file type, and a model that runs. */
+static void test_synth_q4_1_q5_1(void **state)
+{
+    (void)state;
+    static const struct { const char *name; uint32_t type, ftype; } types[] = {
+        {"q4_1", ES_QTYPE_Q4_1, 3}, {"q5_1", ES_QTYPE_Q5_1, 9}};
+    for (size_t i = 0; i < T_LEN(types); i++) {
+        const char *out = t_tmp_path("synth-q41.gguf");
+        es_synth_opts o = {.preset = "tiny", .type = types[i].name, .seed = 1};
+        assert_int_equal(es_synth(&o, out), ES_OK);
+        es_gguf *g = NULL;
+        assert_int_equal(es_gguf_open(out, &g), ES_OK);
+        uint32_t ft = 0;
+        assert_true(es_gguf_get_u32(g, "general.file_type", &ft));
+        assert_int_equal(ft, types[i].ftype);
+        int n_type = 0;
+        for (int64_t k = 0; k < es_gguf_n_tensors(g); k++) {
+            const es_gguf_tensor *t = es_gguf_tensor_at(g, k);
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+            if (t->n_dims < 2) continue; /* norms */
+            const uint32_t want = !strcmp(name, "output.weight")          ? ES_QTYPE_Q8_0
+                                  : strstr(name, "ffn_gate_inp") != NULL ? ES_QTYPE_F32
+                                                                         : types[i].type;
+            if (t->type != want)
+                fail_msg("%s %s: %s", types[i].name, name, es_qtype_name(t->type));
+            n_type += t->type == types[i].type;
+        }
+        assert_true(n_type >= 9); /* the embedding, 4 attention and 3 expert matrices a layer */
+        es_gguf_close(g);
+        es_model *m = NULL;
+        assert_int_equal(es_model_open(out, 0, &m), ES_OK);
+        const int32_t ids[] = {1, 2, 3, 4, 5};
+        float *logits = malloc(sizeof(float) * (size_t)es_model_n_vocab(m));
+        es_session_params p = es_session_default_params();
+        assert_int_equal(es_prefill(m, ids, 5, &p, 0, logits), ES_OK);
+        assert_true(isfinite(logits[0]));
+        free(logits);
+        es_model_close(m);
+        unlink(out);
+    }
+}
+
 /* qwen2moe's sizes where its file leaves them out, as llama.cpp reads Qwen1.5-MoE files: the
  * shared expert of feed_forward_length (128 here), the routed ones of it over top-k (64): the
  * file's own tensors (96, 32) then do not fit, and the error names the expected shape. */
@@ -1787,6 +1832,7 @@ int main(void)
         cmocka_unit_test(test_nextn_layers_skipped),
         cmocka_unit_test(test_gptoss_windows),
         cmocka_unit_test(test_synth_mxfp4_is_llama_quantize),
+        cmocka_unit_test(test_synth_q4_1_q5_1),
         cmocka_unit_test(test_qwen2moe_sizes),
         cmocka_unit_test(test_glm4moe),
         cmocka_unit_test(test_ernie),
