@@ -5,9 +5,9 @@
  *
  * DESIGN: the structure of x86_avx512.c on 256-bit registers: tiles of 8 output rows (one lane
  * per row) decoded once per K-slice into the per-thread scratch, then a register-blocked
- * micro-kernel over the token rows, groups g outer and tokens inner. Q4_0 and Q4_K (and Q4_1,
- * which uses Q4_K's record) without VNNI run tiles of two such columns (16 rows) so that each
- * activation broadcast feeds two products (mk_int2, "two columns per tile" below). On the tile
+ * micro-kernel over the token rows, groups g outer and tokens inner. Q4_0, Q4_K and Q8_0 (and
+ * the types decoded into their records) without VNNI run tiles of two such columns (16 rows) so
+ * that each activation broadcast feeds two products (mk_int2, "two columns per tile" below). On the tile
  * layout (quant/tiles.h), a call of at most one register block of tokens reads the raw tiles in
  * its micro-kernel instead (mk_direct).
  *
@@ -738,7 +738,7 @@ static const mk_fn mk_table[A_N][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_
                                                MK_ROW(A_Q5K), MK_ROW(A_Q6K), MK_ROW(A_Q2K),
                                                MK_ROW(A_Q50)};
 
-/* ---- two columns per tile (AVX2 without VNNI; Q4_0 and Q4_K) ---------------------------------
+/* ---- two columns per tile (AVX2 without VNNI; Q4_0, Q4_K and Q8_0's record) ---------------------
  *
  * Without VNNI each vpmaddubsw needs its 4 activation bytes broadcast into a register first, and
  * on AMD Zen 3 that broadcast from memory takes a vector pipe: one broadcast per product held a
@@ -751,10 +751,17 @@ static const mk_fn mk_table[A_N][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_
  * vectors, the broadcast and a product. The int32 and float operations per block and column are
  * those of mk_int, in the same order: results are bit-identical to the one-column kernel's. A
  * tile whose wanted rows end in its first column (the end of a range) runs mk_int on it.
+ * Q8_0's record (Q8_0, IQ4_NL, IQ4_XS, MXFP4 in the row layout) takes the same tiles with its
+ * sign trick and int32 sums per group, 4 tokens x 2 columns (its |w| of both columns also take
+ * registers): 1.1-1.3x its one-column kernel at 128 and 512 rows on Zen 3, even at 16
+ * (bench/README.md). Q8_0 in the tile layout keeps one column, which its direct kernel reads.
  */
 #define TB2 5 /* token rows per two-column register block */
 #if !VNNI
-#define COLUMNS(kind) ((kind) == A_Q40 || (kind) == A_Q4K ? 2 : 1)
+#define COLUMNS(kind) ((kind) == A_Q40 || (kind) == A_Q4K || (kind) == A_Q80 ? 2 : 1)
+/* Q8_0 in the tile layout keeps one column: its direct kernel reads 8-row tiles (mk_direct) */
+#define COLUMNS_TILED(kind) ((kind) == A_Q80 ? 1 : COLUMNS(kind))
+#define TB2_OF(kind) ((kind) == A_Q80 ? 4 : TB2) /* Q8_0 also holds |w| of both columns */
 
 static inline __attribute__((always_inline)) void mk_int2(const int kind, const int T,
                                                           const es_kern_block *a)
@@ -762,6 +769,7 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
     const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
     const int64_t oc = es_act_q8_off_c(K) + 4 * kb0;
+    const int q8 = kind == A_Q80;
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i m[2] = {lane_range(a->lo, a->hi), lane_range(a->lo - NR, a->hi - NR)};
     float ybuf[TB2][16] __attribute__((aligned(32)));
@@ -778,18 +786,29 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
     for (int64_t b = 0; b < nbs; b++, rec0 += REC, rec1 += REC) {
         const int64_t oq = 32 * (kb0 + b);
         if (a->pf) es_kern_prefetch_step(a, b, 2 * NR);
+        /* int16 sums of the 8 groups (Q4_0, Q4_K), or Q8_0's int32 sums */
         __m256i s16[2][TB2];
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
             const __m256i w0 = _mm256_load_si256((const __m256i *)(rec0 + 32 * g));
             const __m256i w1 = _mm256_load_si256((const __m256i *)(rec1 + 32 * g));
+            const __m256i a0 = q8 ? _mm256_abs_epi8(w0) : w0, a1 = q8 ? _mm256_abs_epi8(w1) : w1;
 #pragma GCC unroll 5
             for (int t = 0; t < T; t++) {
                 const __m256i xb = bcst4(xr[t] + oq + 4 * g);
-                const __m256i p0 = _mm256_maddubs_epi16(w0, xb);
-                const __m256i p1 = _mm256_maddubs_epi16(w1, xb);
-                s16[0][t] = g == 0 ? p0 : _mm256_add_epi16(s16[0][t], p0);
-                s16[1][t] = g == 0 ? p1 : _mm256_add_epi16(s16[1][t], p1);
+                if (q8) { /* the sign trick, each group widened on its own (mk_int) */
+                    const __m256i p0 = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0)), ones);
+                    const __m256i p1 = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1)), ones);
+                    s16[0][t] = g == 0 ? p0 : _mm256_add_epi32(s16[0][t], p0);
+                    s16[1][t] = g == 0 ? p1 : _mm256_add_epi32(s16[1][t], p1);
+                } else {
+                    const __m256i p0 = _mm256_maddubs_epi16(a0, xb);
+                    const __m256i p1 = _mm256_maddubs_epi16(a1, xb);
+                    s16[0][t] = g == 0 ? p0 : _mm256_add_epi16(s16[0][t], p0);
+                    s16[1][t] = g == 0 ? p1 : _mm256_add_epi16(s16[1][t], p1);
+                }
                 __asm__("" : "+x"(s16[0][t]), "+x"(s16[1][t])); /* one running sum each */
             }
         }
@@ -800,7 +819,7 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
             for (int c = 0; c < 2; c++) {
                 const uint8_t *rec = c ? rec1 : rec0;
                 __m256i acc = kind == A_Q40 ? bcst4(xr[t] + oc + 4 * b) : _mm256_setzero_si256();
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s16[c][t], ones));
+                acc = _mm256_add_epi32(acc, q8 ? s16[c][t] : _mm256_madd_epi16(s16[c][t], ones));
                 const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc),
                                                _mm256_load_ps((const float *)(rec + 256)));
                 __m256 yv = _mm256_fmadd_ps(f, xd, _mm256_load_ps(ybuf[t] + 8 * c));
@@ -826,13 +845,17 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
 #define MK2_ALL(kind) MK2(kind, 1) MK2(kind, 2) MK2(kind, 3) MK2(kind, 4) MK2(kind, 5)
 MK2_ALL(A_Q40)
 MK2_ALL(A_Q4K)
+MK2(A_Q80, 1) MK2(A_Q80, 2) MK2(A_Q80, 3) MK2(A_Q80, 4)
 #define MK2_ROW(kind)                                                                              \
     {                                                                                              \
         NULL, mk2_##kind##_1, mk2_##kind##_2, mk2_##kind##_3, mk2_##kind##_4, mk2_##kind##_5       \
     }
-static const mk_fn mk2_table[2][TB2 + 1] = {MK2_ROW(A_Q40), MK2_ROW(A_Q4K)};
+static const mk_fn mk2_table[3][TB2 + 1] = {
+    MK2_ROW(A_Q40), MK2_ROW(A_Q4K), {NULL, mk2_A_Q80_1, mk2_A_Q80_2, mk2_A_Q80_3, mk2_A_Q80_4, NULL}};
 #else
 #define COLUMNS(kind) 1
+#define COLUMNS_TILED(kind) 1
+#define TB2_OF(kind) TB2
 #endif
 
 /* The micro-kernel of each kind for the driver: two columns where the tile has them and its
@@ -841,7 +864,7 @@ static inline void run_kind(const int kind, const es_kern_block *b)
 {
 #if !VNNI
     if (COLUMNS(kind) == 2 && b->hi > NR) {
-        mk2_table[kind == A_Q40 ? 0 : 1][b->T](b);
+        mk2_table[kind == A_Q40 ? 0 : kind == A_Q4K ? 1 : 2][b->T](b);
         return;
     }
 #endif
@@ -865,13 +888,13 @@ static void (*const run_table[A_N])(const es_kern_block *) = {
 static es_kern_tiling int_tiling(int kind, int tiled,
                                  void (*decode)(const es_kern_tile *, uint8_t *))
 {
-    const int cols = COLUMNS(kind);
+    const int cols = tiled ? COLUMNS_TILED(kind) : COLUMNS(kind);
     return (es_kern_tiling){.tile_rows = cols * NR,
                             .unit = 256,
                             .tile_bytes = 8 * (size_t)cols * REC_OF(kind),
                             .act_bytes = ACT256,
                             .act_row_bytes = es_act_q8_row_bytes,
-                            .tb = cols == 2 ? TB2 : tb_of(kind),
+                            .tb = cols == 2 ? TB2_OF(kind) : tb_of(kind),
                             .narrow_rows = cols == 2 ? NR : 0,
                             .tb_narrow = tb_of(kind),
                             .even_split = 1,
@@ -1118,7 +1141,7 @@ ES_KERN_DIRECT_Q4_0_Q8_0(mk_direct)
 #define GEMM_TILED(name, kind, dec, direct_kernel, type)                                           \
     static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
-        decode_tiled(dec, COLUMNS(kind), t, tile);                                                 \
+        decode_tiled(dec, COLUMNS_TILED(kind), t, tile);                                                 \
     }                                                                                              \
     static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1, const void *act, \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
