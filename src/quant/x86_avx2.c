@@ -7,9 +7,9 @@
  * per row) decoded once per K-slice into the per-thread scratch, then a register-blocked
  * micro-kernel over the token rows, groups g outer and tokens inner. Q4_0, Q4_K and Q8_0 (and
  * the types decoded into their records) without VNNI run tiles of two such columns (16 rows) so
- * that each activation broadcast feeds two products (mk_int2, "two columns per tile" below). On the tile
- * layout (quant/tiles.h), a call of at most one register block of tokens reads the raw tiles in
- * its micro-kernel instead (mk_direct).
+ * that each activation broadcast feeds two products (mk_int2, "two columns per tile" below). On
+ * the tile layout (quant/tiles.h), a call of at most one register block of tokens reads the raw
+ * tiles in its micro-kernel instead (mk_direct).
  *
  * Integer dot products without VNNI: vpmaddubsw multiplies unsigned weight bytes by signed
  * activation bytes and adds pairs into int16 with saturation, vpmaddwd by ones widens to int32.
@@ -645,8 +645,7 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
         for (int t = 0; t < T; t++)
             acc[t] = kind == A_Q40 || kind == A_Q50 || (VNNI && kind == A_Q80)
                          ? bcst4(xr[t] + oc + 4 * b)
-                     : kind == A_Q6K                         ? bcst4(xr[t] + oc2 + 8 * b)
-                                                             : _mm256_setzero_si256();
+                         : kind == A_Q6K ? bcst4(xr[t] + oc2 + 8 * b) : _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
             const __m256i w = _mm256_load_si256((const __m256i *)(rec + 32 * g));
@@ -753,7 +752,7 @@ static const mk_fn mk_table[A_N][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_
  * tile whose wanted rows end in its first column (the end of a range) runs mk_int on it.
  * Q8_0's record (Q8_0, IQ4_NL, IQ4_XS, MXFP4 in the row layout) takes the same tiles with its
  * sign trick and int32 sums per group, 4 tokens x 2 columns (its |w| of both columns also take
- * registers): 1.1-1.3x its one-column kernel at 128 and 512 rows on Zen 3, even at 16
+ * registers): 1.1-1.3x its one-column kernel at 128 and 512 rows on Zen 3, within noise at 16
  * (bench/README.md). Q8_0 in the tile layout keeps one column, which its direct kernel reads.
  */
 #define TB2 5 /* token rows per two-column register block */
@@ -851,7 +850,8 @@ MK2(A_Q80, 1) MK2(A_Q80, 2) MK2(A_Q80, 3) MK2(A_Q80, 4)
         NULL, mk2_##kind##_1, mk2_##kind##_2, mk2_##kind##_3, mk2_##kind##_4, mk2_##kind##_5       \
     }
 static const mk_fn mk2_table[3][TB2 + 1] = {
-    MK2_ROW(A_Q40), MK2_ROW(A_Q4K), {NULL, mk2_A_Q80_1, mk2_A_Q80_2, mk2_A_Q80_3, mk2_A_Q80_4, NULL}};
+    MK2_ROW(A_Q40), MK2_ROW(A_Q4K),
+    {NULL, mk2_A_Q80_1, mk2_A_Q80_2, mk2_A_Q80_3, mk2_A_Q80_4, NULL}};
 #else
 #define COLUMNS(kind) 1
 #define COLUMNS_TILED(kind) 1
@@ -1141,7 +1141,7 @@ ES_KERN_DIRECT_Q4_0_Q8_0(mk_direct)
 #define GEMM_TILED(name, kind, dec, direct_kernel, type)                                           \
     static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
-        decode_tiled(dec, COLUMNS_TILED(kind), t, tile);                                                 \
+        decode_tiled(dec, COLUMNS_TILED(kind), t, tile);                                           \
     }                                                                                              \
     static void name(const void *W, int64_t K, int64_t N, int64_t n0, int64_t n1, const void *act, \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
