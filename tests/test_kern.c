@@ -314,6 +314,56 @@ static void test_iq4_and_act_round(void **state)
  * Exponents above 200 make 12 * 2^(e-128) times the activations overflow; their bits are the same
  * formula as these.
  */
+/* Q8_1's block sum where F16 cannot hold it: activations of a few thousand, all positive, give
+ * block sums near 10^5. llama.cpp's F16 sum is infinite there (inf, or NaN for a block whose min
+ * is 0, as in the all-zero rows); estream keeps the float and stays finite and right, while in
+ * F16's range it rounds as llama.cpp does (the values below worked out by hand: 127 / 127 = 1). */
+static void test_q8_1_sum_range(void **state)
+{
+    (void)state;
+    assert_true(es_act_q8_1_sum(127.0f, 1000) == 1000.0f);
+    assert_true(es_act_q8_1_sum(127.0f, 2049) == 2048.0f);     /* F16 steps by 2 there, ties even */
+    assert_true(es_act_q8_1_sum(127.0f, 65519) == 65504.0f);   /* F16's largest finite value */
+    assert_true(es_act_q8_1_sum(127.0f, 65520) == 65520.0f);   /* would round to infinity */
+    assert_true(es_act_q8_1_sum(127.0f, -70001) == -70001.0f);
+    static const uint32_t types[] = {ES_QTYPE_Q4_1, ES_QTYPE_Q5_1};
+    int ran = 0;
+    for (size_t ii = 0; ii < ES_KERN_N_ISA; ii++) {
+        es_kern k;
+        if (!es_kern_get(es_kern_isa_names[ii], &k)) continue;
+        ran++;
+        for (size_t ti = 0; ti < ES_LEN(types); ti++) {
+            const int64_t K = 128, N = 13, nr = 3, ldx = K;
+            mat m = make_mat(types[ti], N, K, 91 + ti);
+            float *X = make_x(nr, K, ldx, 5 + ti);
+            for (int64_t i = 0; i < nr * ldx; i++) X[i] = 3000.0f * (1.0f + fabsf(X[i]));
+            run u = {&k, &m, X, ldx, nr};
+            void *act = prep_act(&u);
+            float *Y = aalloc(sizeof(float) * nr * N), *xr = malloc(sizeof(float) * K);
+            do_gemm(&u, act, 0, N, NULL, nr, Y, N, 0);
+            for (int64_t r = 0; r < nr; r++) {
+                memcpy(xr, X + r * ldx, sizeof(float) * K);
+                es_act_round(types[ti], xr, K);
+                for (int64_t n = 0; n < N; n++) {
+                    double want = 0;
+                    for (int64_t i = 0; i < K; i++) want += (double)m.wf[n * K + i] * xr[i];
+                    const double tol =
+                        2e-5 * abs_dot(m.wf + n * K, xr, K) + q81_err(&m, n, xr) + 1e-30;
+                    if (!isfinite(Y[r * N + n]) || !t_near(Y[r * N + n], want, tol))
+                        fail_msg("%s %s r=%ld n=%ld: got %.9g want %.9g", es_kern_isa_names[ii],
+                                 es_qtype_name(types[ti]), (long)r, (long)n, Y[r * N + n], want);
+                }
+            }
+            free(xr);
+            free(Y);
+            free(act);
+            free(X);
+            free_mat(&m);
+        }
+    }
+    assert_true(ran >= 1);
+}
+
 static void test_mxfp4_scales(void **state)
 {
     (void)state;
@@ -1150,6 +1200,7 @@ int main(void)
         cmocka_unit_test(test_act_quant),
         cmocka_unit_test(test_iq4_and_act_round),
         cmocka_unit_test(test_mxfp4_scales),
+        cmocka_unit_test(test_q8_1_sum_range),
         cmocka_unit_test(test_scalar_vs_float),
         cmocka_unit_test(test_act_identical),
         cmocka_unit_test(test_avx2_vs_scalar),

@@ -245,11 +245,14 @@ static inline float es_act_group_scale(float amax, int gb, float *id)
 }
 
 /* llama.cpp's Q8_1 block sum, which Q4_1 / Q5_1 weights' mins multiply: d * sum(q) with d the
- * float amax / 127 of the block (before Q8_0's F16 rounding of it), rounded to F16. Every table
- * computes it with this code. */
+ * float amax / 127 of the block (before Q8_0's F16 rounding of it), rounded to F16. Where F16
+ * would overflow (|s| >= 65520, activations of a few thousand with a one-sided sum) the float
+ * itself: llama.cpp's infinity there turns the block's product into inf, or NaN where its min is
+ * 0. Every table computes it with this code. */
 static inline float es_act_q8_1_sum(float amax, int32_t sum)
 {
-    return es_f16_to_f32(es_f32_to_f16(amax / 127.0f * (float)sum));
+    const float s = amax / 127.0f * (float)sum;
+    return s > -65520.0f && s < 65520.0f ? es_f16_to_f32(es_f32_to_f16(s)) : s;
 }
 
 static inline int64_t es_act_q8_off_d(int64_t K)
