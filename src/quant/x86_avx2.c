@@ -5,9 +5,9 @@
  *
  * DESIGN: the structure of x86_avx512.c on 256-bit registers: tiles of 8 output rows (one lane
  * per row) decoded once per K-slice into the per-thread scratch, then a register-blocked
- * micro-kernel over the token rows, groups g outer and tokens inner. Q4_0, Q4_K and Q8_0 (and
- * the types decoded into their records) without VNNI run tiles of two such columns (16 rows) so
- * that each activation broadcast feeds two products (mk_int2, "two columns per tile" below). On
+ * micro-kernel over the token rows, groups g outer and tokens inner. Without VNNI every integer
+ * record but Q2_K's runs tiles of two such columns (16 rows) so that each activation broadcast
+ * feeds two products (mk_int2, "two columns per tile" below). On
  * the tile layout (quant/tiles.h), a call of at most one register block of tokens reads the raw
  * tiles in its micro-kernel instead (mk_direct).
  *
@@ -737,27 +737,31 @@ static const mk_fn mk_table[A_N][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_
                                                MK_ROW(A_Q5K), MK_ROW(A_Q6K), MK_ROW(A_Q2K),
                                                MK_ROW(A_Q50)};
 
-/* ---- two columns per tile (AVX2 without VNNI; Q4_0, Q4_K and Q8_0's record) ---------------------
+/* ---- two columns per tile (AVX2 without VNNI; every integer record but Q2_K's) ---------------
  *
  * Without VNNI each vpmaddubsw needs its 4 activation bytes broadcast into a register first, and
  * on AMD Zen 3 that broadcast from memory takes a vector pipe: one broadcast per product held a
  * loop of broadcast + vpmaddubsw + vpaddw at 50-64 % of the vpmaddubsw peak, one broadcast
  * feeding two products (two 8-row columns of weights, 16 output rows) at 84 % (same loop,
- * measured side by side). So for the types whose int16 sums run over a whole block (gs 8:
- * Q4_0, Q4_K) a tile is two 8-row records, decoded by the one-column decoders, the second
- * column's records after the first's, and the register block is 5 tokens x 2 columns: per token
- * two int16 sums (10 of the 16 ymm; the float sums stay in a stack buffer, in L1), two weight
- * vectors, the broadcast and a product. The int32 and float operations per block and column are
- * those of mk_int, in the same order: results are bit-identical to the one-column kernel's. A
- * tile whose wanted rows end in its first column (the end of a range) runs mk_int on it.
- * Q8_0's record (Q8_0, IQ4_NL, IQ4_XS, MXFP4 in the row layout) takes the same tiles with its
- * sign trick and int32 sums per group, 4 tokens x 2 columns (its |w| of both columns also take
- * registers): 1.1-1.3x its one-column kernel at 128 and 512 rows on Zen 3, within noise at 16
- * (bench/README.md). Q8_0 in the tile layout keeps one column, which its direct kernel reads.
+ * measured side by side). So a tile is two 8-row records, decoded by the one-column decoders,
+ * the second column's records after the first's, and the register block is 5 tokens x 2
+ * columns: per token two int16 sums (10 of the 16 ymm; the float sums stay in a stack buffer, in
+ * L1), two weight vectors, the broadcast and a product. Kinds whose int16 sums span fewer than
+ * the 8 groups of a block (Q5_K, Q5_0: 4; Q6_K, Q3_K: 2) widen them into int32 sums that wait in
+ * another stack buffer between flushes (Q6_K's first half leaves there scaled, as mk_int's flo),
+ * so registers still hold only the int16 sums. The int32 and float operations per block and
+ * column are those of mk_int, in the same order (int32 sums are exact in any order): results are
+ * bit-identical to the one-column kernel's. A tile whose wanted rows end in its first column
+ * (the end of a range) runs mk_int on it. Q8_0's record (Q8_0, IQ4_NL, IQ4_XS, MXFP4 in the row
+ * layout) takes the same tiles with its sign trick and int32 sums per group, 4 tokens x 2
+ * columns (its |w| of both columns also take registers). Gains on Zen 3 (bench/README.md): Q4_0,
+ * Q4_K 1.2-1.25x; Q8_0 1.1-1.3x at 128 and 512 rows, within noise at 16; Q5_K, Q6_K, Q3_K, Q5_1
+ * 1.1-1.3x, Q5_0 1.05-1.15x. Q2_K (its larger record) keeps one column. Q8_0 in the tile layout
+ * keeps one column, which its direct kernel reads.
  */
 #define TB2 5 /* token rows per two-column register block */
 #if !VNNI
-#define COLUMNS(kind) ((kind) == A_Q40 || (kind) == A_Q4K || (kind) == A_Q80 ? 2 : 1)
+#define COLUMNS(kind) ((kind) != A_Q2K ? 2 : 1)
 /* Q8_0 in the tile layout keeps one column: its direct kernel reads 8-row tiles (mk_direct) */
 #define COLUMNS_TILED(kind) ((kind) == A_Q80 ? 1 : COLUMNS(kind))
 #define TB2_OF(kind) ((kind) == A_Q80 ? 4 : TB2) /* Q8_0 also holds |w| of both columns */
@@ -765,13 +769,20 @@ static const mk_fn mk_table[A_N][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_
 static inline __attribute__((always_inline)) void mk_int2(const int kind, const int T,
                                                           const es_kern_block *a)
 {
+    /* groups per int16 sum, as mk_int; a block's int32 sums of kinds with fewer than 8 wait in
+     * a stack buffer (L1) between those flushes, so only the int16 sums hold registers */
+    const int gs = kind == A_Q40 || kind == A_Q4K || kind == A_Q80 ? 8
+                   : kind == A_Q5K || kind == A_Q50                ? 4
+                                                                   : 2;
     const int64_t K = a->K, kb0 = a->k0 / 32, nbs = a->nk / 32;
     const int64_t od = es_act_q8_off_d(K) + 4 * kb0, ods = es_act_q8_off_ds(K) + 4 * kb0;
-    const int64_t oc = es_act_q8_off_c(K) + 4 * kb0;
+    const int64_t oc = es_act_q8_off_c(K) + 4 * kb0, oc2 = es_act_q8_off_c2(K) + 8 * kb0;
     const int q8 = kind == A_Q80;
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i m[2] = {lane_range(a->lo, a->hi), lane_range(a->lo - NR, a->hi - NR)};
     float ybuf[TB2][16] __attribute__((aligned(32)));
+    int32_t ibuf[TB2][16] __attribute__((aligned(32))); /* int32 sums so far (gs < 8) */
+    float fbuf[TB2][16] __attribute__((aligned(32)));   /* Q6_K: its first half, scaled */
     const uint8_t *xr[TB2];
 #pragma GCC unroll 5
     for (int t = 0; t < T; t++) {
@@ -781,11 +792,11 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
             _mm256_store_ps(ybuf[t] + 8 * c, a->load_y ? _mm256_maskload_ps(a->yp[t] + 8 * c, m[c])
                                                        : _mm256_setzero_ps());
     }
-    const uint8_t *rec0 = a->tile, *rec1 = a->tile + nbs * REC;
-    for (int64_t b = 0; b < nbs; b++, rec0 += REC, rec1 += REC) {
+    const uint8_t *rec0 = a->tile, *rec1 = a->tile + nbs * REC_OF(kind);
+    for (int64_t b = 0; b < nbs; b++, rec0 += REC_OF(kind), rec1 += REC_OF(kind)) {
         const int64_t oq = 32 * (kb0 + b);
         if (a->pf) es_kern_prefetch_step(a, b, 2 * NR);
-        /* int16 sums of the 8 groups (Q4_0, Q4_K), or Q8_0's int32 sums */
+        /* int16 sums of gs groups, or Q8_0's int32 sums */
         __m256i s16[2][TB2];
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
@@ -805,11 +816,34 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
                 } else {
                     const __m256i p0 = _mm256_maddubs_epi16(a0, xb);
                     const __m256i p1 = _mm256_maddubs_epi16(a1, xb);
-                    s16[0][t] = g == 0 ? p0 : _mm256_add_epi16(s16[0][t], p0);
-                    s16[1][t] = g == 0 ? p1 : _mm256_add_epi16(s16[1][t], p1);
+                    s16[0][t] = g % gs == 0 ? p0 : _mm256_add_epi16(s16[0][t], p0);
+                    s16[1][t] = g % gs == 0 ? p1 : _mm256_add_epi16(s16[1][t], p1);
                 }
                 __asm__("" : "+x"(s16[0][t]), "+x"(s16[1][t])); /* one running sum each */
             }
+            if (gs == 8 || g % gs != gs - 1) continue;
+            /* widen the int16 sums into the block's int32 ones; Q6_K's first half (g == 3)
+             * leaves scaled by its scale, mk_int's flo */
+#pragma GCC unroll 5
+            for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+                for (int c = 0; c < 2; c++) {
+                    const int first = kind == A_Q6K ? g % 4 == gs - 1 : g == gs - 1;
+                    __m256i v = _mm256_madd_epi16(s16[c][t], ones);
+                    if (!first)
+                        v = _mm256_add_epi32(v, _mm256_load_si256((const __m256i *)ibuf[t] + c));
+                    else if (kind == A_Q6K)
+                        v = _mm256_add_epi32(v, bcst4(xr[t] + oc2 + 8 * b + 4 * (g / 4)));
+                    else if (kind == A_Q50)
+                        v = _mm256_add_epi32(v, bcst4(xr[t] + oc + 4 * b));
+                    if (kind == A_Q6K && g == 3)
+                        _mm256_store_ps(fbuf[t] + 8 * c,
+                                        _mm256_mul_ps(_mm256_cvtepi32_ps(v),
+                                                      _mm256_load_ps((const float *)((
+                                                          c ? rec1 : rec0) + 256))));
+                    else
+                        _mm256_store_si256((__m256i *)ibuf[t] + c, v);
+                }
         }
 #pragma GCC unroll 5
         for (int t = 0; t < T; t++) {
@@ -817,12 +851,29 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
 #pragma GCC unroll 2
             for (int c = 0; c < 2; c++) {
                 const uint8_t *rec = c ? rec1 : rec0;
-                __m256i acc = kind == A_Q40 ? bcst4(xr[t] + oc + 4 * b) : _mm256_setzero_si256();
-                acc = _mm256_add_epi32(acc, q8 ? s16[c][t] : _mm256_madd_epi16(s16[c][t], ones));
-                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc),
-                                               _mm256_load_ps((const float *)(rec + 256)));
+                __m256i acc;
+                if (gs < 8)
+                    acc = _mm256_load_si256((const __m256i *)ibuf[t] + c);
+                else
+                    acc = _mm256_add_epi32(kind == A_Q40 ? bcst4(xr[t] + oc + 4 * b)
+                                                         : _mm256_setzero_si256(),
+                                           q8 ? s16[c][t] : _mm256_madd_epi16(s16[c][t], ones));
+                __m256 f;
+                if (kind == A_Q6K)
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc),
+                                        _mm256_load_ps((const float *)(rec + 288)),
+                                        _mm256_load_ps(fbuf[t] + 8 * c));
+                else
+                    f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc),
+                                      _mm256_load_ps((const float *)(rec + 256)));
+                if (kind == A_Q2K) { /* the act's c2 holds the halves' sums of x */
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b)),
+                                        _mm256_load_ps((const float *)(rec + 288)), f);
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b + 4)),
+                                        _mm256_load_ps((const float *)(rec + 320)), f);
+                }
                 __m256 yv = _mm256_fmadd_ps(f, xd, _mm256_load_ps(ybuf[t] + 8 * c));
-                if (kind == A_Q4K)
+                if (kind == A_Q4K || kind == A_Q5K)
                     yv = _mm256_fmadd_ps(_mm256_load_ps((const float *)(rec + 288)),
                                          bcstf(xr[t] + ods + 4 * b), yv);
                 _mm256_store_ps(ybuf[t] + 8 * c, yv);
@@ -844,14 +895,15 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
 #define MK2_ALL(kind) MK2(kind, 1) MK2(kind, 2) MK2(kind, 3) MK2(kind, 4) MK2(kind, 5)
 MK2_ALL(A_Q40)
 MK2_ALL(A_Q4K)
+MK2_ALL(A_Q5K)
+MK2_ALL(A_Q6K)
+MK2_ALL(A_Q50)
 MK2(A_Q80, 1) MK2(A_Q80, 2) MK2(A_Q80, 3) MK2(A_Q80, 4)
 #define MK2_ROW(kind)                                                                              \
-    {                                                                                              \
-        NULL, mk2_##kind##_1, mk2_##kind##_2, mk2_##kind##_3, mk2_##kind##_4, mk2_##kind##_5       \
-    }
-static const mk_fn mk2_table[3][TB2 + 1] = {
-    MK2_ROW(A_Q40), MK2_ROW(A_Q4K),
-    {NULL, mk2_A_Q80_1, mk2_A_Q80_2, mk2_A_Q80_3, mk2_A_Q80_4, NULL}};
+    [kind] = {NULL, mk2_##kind##_1, mk2_##kind##_2, mk2_##kind##_3, mk2_##kind##_4, mk2_##kind##_5}
+static const mk_fn mk2_table[A_N][TB2 + 1] = {
+    MK2_ROW(A_Q40), MK2_ROW(A_Q4K), MK2_ROW(A_Q5K), MK2_ROW(A_Q6K), MK2_ROW(A_Q50),
+    [A_Q80] = {NULL, mk2_A_Q80_1, mk2_A_Q80_2, mk2_A_Q80_3, mk2_A_Q80_4, NULL}};
 #else
 #define COLUMNS(kind) 1
 #define COLUMNS_TILED(kind) 1
@@ -864,7 +916,7 @@ static inline void run_kind(const int kind, const es_kern_block *b)
 {
 #if !VNNI
     if (COLUMNS(kind) == 2 && b->hi > NR) {
-        mk2_table[kind == A_Q40 ? 0 : kind == A_Q4K ? 1 : 2][b->T](b);
+        mk2_table[kind][b->T](b);
         return;
     }
 #endif
