@@ -549,6 +549,48 @@ static void test_nextn_layers_skipped(void **state)
     unlink(dst);
 }
 
+/* A tensor of a type estream cannot compute with (q8_1 here: no file's weights use it, and
+ * estream refuses the IQ1/IQ2/IQ3 codebook types the same way) is refused when the model opens,
+ * with the tensor, its type and the types estream does compute named. */
+static void test_unsupported_weight_type(void **state)
+{
+    (void)state;
+    const char *src = DATA "tiny-q4_0.gguf", *dst = t_tmp_path("q8_1.gguf");
+    es_gguf *g = NULL;
+    assert_int_equal(es_gguf_open(src, &g), ES_OK);
+    es_gguf_writer *w = copy_keys(g, NULL);
+    void *zeros = NULL;
+    for (int64_t i = 0; i < es_gguf_n_tensors(g); i++) {
+        const es_gguf_tensor *t = es_gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)t->name.len, t->name.ptr);
+        if (strcmp(name, "blk.1.attn_v.weight") == 0) {
+            assert_int_equal(t->type, ES_QTYPE_Q4_0);
+            const size_t nb = es_qtype_row_bytes(ES_QTYPE_Q8_1, t->ne[0]) * (size_t)t->ne[1];
+            zeros = calloc(1, nb);
+            assert_int_equal(es_gguf_writer_add_tensor(w, name, ES_QTYPE_Q8_1, t->n_dims, t->ne,
+                                                       zeros, nb), ES_OK);
+            continue;
+        }
+        assert_int_equal(es_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data,
+                                                   t->nbytes), ES_OK);
+    }
+    assert_non_null(zeros);
+    assert_int_equal(es_gguf_writer_write(w, dst), ES_OK);
+    es_gguf_writer_destroy(w);
+    es_gguf_close(g);
+    free(zeros);
+    es_model *m = NULL;
+    assert_int_equal(es_model_open(dst, 0, &m), ES_E_UNSUPPORTED);
+    assert_null(m);
+    static const char *const want[] = {"blk.1.attn_v.weight", "weight type q8_1",
+                                       "q4_K, q5_K, q6_K", "Q4_K_M"};
+    for (size_t i = 0; i < T_LEN(want); i++)
+        if (!strstr(es_last_error(), want[i]))
+            fail_msg("'%s' lacks '%s'", es_last_error(), want[i]);
+    unlink(dst);
+}
+
 /* src copied to dst without key skip_key and tensor `drop` (NULL: none of either; a name ending
  * in '.' drops every tensor it begins), set (NULL: none) applied to its metadata (it may add
  * tensors: they come first). */
@@ -1824,6 +1866,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synth_is_deterministic),
         cmocka_unit_test(test_hparams),
+        cmocka_unit_test(test_unsupported_weight_type),
         cmocka_unit_test(test_reference_matches_llama_cpp),
         cmocka_unit_test(test_reference_is_causal),
         cmocka_unit_test(test_session_default_params),

@@ -93,6 +93,33 @@ static void test_table(void **state)
     assert_int_equal(es_qtype_info_get(ES_QTYPE_Q8_K)->block_bytes, sizeof(es_block_q8_K));
 }
 
+/* es_qtype_weight_list() (the refusal's list of types) names exactly the supported types but
+ * q8_K, each once, ", "-separated. */
+static void test_weight_list(void **state)
+{
+    (void)state;
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", es_qtype_weight_list());
+    int listed[ES_QTYPE_COUNT] = {0};
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (tok != buf) {
+            assert_true(tok[0] == ' ');
+            tok++;
+        }
+        es_qtype t;
+        if (!es_qtype_parse(tok, &t)) fail_msg("'%s' in the list is not a type", tok);
+        assert_string_equal(es_qtype_name(t), tok); /* ggml's spelling */
+        listed[t]++;
+    }
+    for (uint32_t t = 0; t < ES_QTYPE_COUNT; t++) {
+        const es_qtype_info *q = es_qtype_info_get(t);
+        const int want = q && q->supported && t != ES_QTYPE_Q8_K;
+        if (listed[t] != want)
+            fail_msg("%s listed %d times, want %d", es_qtype_name(t), listed[t], want);
+    }
+}
+
 static void test_parse(void **state)
 {
     (void)state;
@@ -1120,6 +1147,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_weight_list),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_row_bytes),
         cmocka_unit_test(test_f16_values),

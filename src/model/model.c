@@ -27,7 +27,9 @@ static es_status bind(es_model *m, const char *name, uint32_t n_dims, const int6
     const es_qtype_info *qi = es_qtype_info_get(t->type);
     if (!qi || !qi->supported)
         return es_fail(ES_E_UNSUPPORTED, "%s: tensor %s has weight type %s, which estream cannot "
-                       "compute with", path, name, es_qtype_name(t->type));
+                       "compute with (it computes %s: a file of the model in one of those, such "
+                       "as its Q4_K_M, runs)", path, name, es_qtype_name(t->type),
+                       es_qtype_weight_list());
     if (want_f32 && t->type != ES_QTYPE_F32)
         return es_fail(ES_E_UNSUPPORTED, "%s: tensor %s must be f32, not %s", path, name,
                        es_qtype_name(t->type));
@@ -184,8 +186,8 @@ static es_status bind_pack_layer(es_model *m, int il, es_layer *L)
         const es_qtype_info *qi = es_qtype_info_get(pl.types[i]);
         if (!qi || !qi->supported)
             return es_fail(ES_E_UNSUPPORTED, "%s: layer %d %s experts have weight type %s, which "
-                           "estream cannot compute with", path, il, names[i],
-                           es_qtype_name(pl.types[i]));
+                           "estream cannot compute with (it computes %s)", path, il, names[i],
+                           es_qtype_name(pl.types[i]), es_qtype_weight_list());
         char name[64];
         snprintf(name, sizeof(name), "blk.%d.ffn_exps[%s]", il, names[i]);
         if (!(ts[i]->name = strdup(name)))

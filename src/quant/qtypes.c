@@ -92,6 +92,13 @@ const es_qtype_info *es_qtype_info_get(uint32_t type)
     return &type_table[type];
 }
 
+const char *es_qtype_weight_list(void)
+{
+    /* test_quant:test_weight_list checks it against type_table */
+    return "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, "
+           "iq4_xs, mxfp4";
+}
+
 const char *es_qtype_name(uint32_t type)
 {
     const es_qtype_info *q = es_qtype_info_get(type);
