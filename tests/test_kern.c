@@ -303,21 +303,11 @@ static void test_iq4_and_act_round(void **state)
     assert_true(ran >= 1);
 }
 
-/*
- * MXFP4's whole exponent range through every table this CPU runs, bit for bit against scalar:
- * the other tests keep its E8M0 bytes at 118..136; here rows take every e in 0..200 (65 blocks
- * a row, e = (65 n + b) % 201), and every third row only e = 0, 1, 2, the subnormal scales
- * 2^-128, 2^-127 and the smallest normal one, which the SIMD decoders build by another branch
- * (0x00200000 << e); odd token rows are scaled by 2^-24, so that with those weight rows the
- * block products and the outputs are subnormal (a wrong subnormal scale cannot hide behind the
- * larger blocks of a row). 3 token rows (avx512's kernels in the amx table) and 21 (its tiles).
- * Exponents above 200 make 12 * 2^(e-128) times the activations overflow; their bits are the same
- * formula as these.
- */
-/* Q8_1's block sum where F16 cannot hold it: activations of a few thousand, all positive, give
- * block sums near 10^5. llama.cpp's F16 sum is infinite there (inf, or NaN for a block whose min
- * is 0, as in the all-zero rows); estream keeps the float and stays finite and right, while in
- * F16's range it rounds as llama.cpp does (the values below worked out by hand: 127 / 127 = 1). */
+/* Q8_1's block sum where F16 cannot hold it: activations of 3,000-9,000 (and a few outliers far
+ * larger), all positive, give block sums past 10^5. llama.cpp's F16 sum is infinite there (inf,
+ * or NaN for a block whose min is 0, as in the all-zero rows); estream keeps the float and stays
+ * finite and right, while in F16's range it rounds as llama.cpp does (the values below worked
+ * out by hand: 127 / 127 = 1). */
 static void test_q8_1_sum_range(void **state)
 {
     (void)state;
@@ -364,6 +354,17 @@ static void test_q8_1_sum_range(void **state)
     assert_true(ran >= 1);
 }
 
+/*
+ * MXFP4's whole exponent range through every table this CPU runs, bit for bit against scalar:
+ * the other tests keep its E8M0 bytes at 118..136; here rows take every e in 0..200 (65 blocks
+ * a row, e = (65 n + b) % 201), and every third row only e = 0, 1, 2, the subnormal scales
+ * 2^-128, 2^-127 and the smallest normal one, which the SIMD decoders build by another branch
+ * (0x00200000 << e); odd token rows are scaled by 2^-24, so that with those weight rows the
+ * block products and the outputs are subnormal (a wrong subnormal scale cannot hide behind the
+ * larger blocks of a row). 3 token rows (avx512's kernels in the amx table) and 21 (its tiles).
+ * Exponents above 200 make 12 * 2^(e-128) times the activations overflow; their bits are the same
+ * formula as these.
+ */
 static void test_mxfp4_scales(void **state)
 {
     (void)state;

@@ -94,7 +94,7 @@ static void test_table(void **state)
 }
 
 /* es_qtype_weight_list() (the refusal's list of types) names exactly the supported types but
- * q8_K, each once, ", "-separated. */
+ * q8_K, each once, ", "-separated, and es_qtype_is_weight() accepts exactly those. */
 static void test_weight_list(void **state)
 {
     (void)state;
@@ -115,9 +115,12 @@ static void test_weight_list(void **state)
     for (uint32_t t = 0; t < ES_QTYPE_COUNT; t++) {
         const es_qtype_info *q = es_qtype_info_get(t);
         const int want = q && q->supported && t != ES_QTYPE_Q8_K;
+        assert_int_equal(es_qtype_is_weight(t), want);
         if (listed[t] != want)
             fail_msg("%s listed %d times, want %d", es_qtype_name(t), listed[t], want);
     }
+    assert_false(es_qtype_is_weight(ES_QTYPE_COUNT));
+    assert_false(es_qtype_is_weight(UINT32_MAX));
 }
 
 static void test_parse(void **state)

@@ -24,8 +24,7 @@ static es_status bind(es_model *m, const char *name, uint32_t n_dims, const int6
     const char *path = es_gguf_path(m->gguf);
     const es_gguf_tensor *t = es_gguf_find_tensor(m->gguf, name);
     if (!t) return es_fail(ES_E_FORMAT, "%s: missing tensor %s (%s)", path, name, m->arch);
-    const es_qtype_info *qi = es_qtype_info_get(t->type);
-    if (!qi || !qi->supported)
+    if (!es_qtype_is_weight(t->type))
         return es_fail(ES_E_UNSUPPORTED, "%s: tensor %s has weight type %s, which estream cannot "
                        "compute with (it computes %s: a file of the model in one of those, such "
                        "as its Q4_K_M, runs)", path, name, es_qtype_name(t->type),
@@ -183,8 +182,7 @@ static es_status bind_pack_layer(es_model *m, int il, es_layer *L)
             return es_fail(ES_E_FORMAT, "%s: layer %d %s experts are [%lld, %lld], expected "
                            "[%lld, %lld]", path, il, names[i], (long long)pl.ne[i][0],
                            (long long)pl.ne[i][1], (long long)want[i][0], (long long)want[i][1]);
-        const es_qtype_info *qi = es_qtype_info_get(pl.types[i]);
-        if (!qi || !qi->supported)
+        if (!es_qtype_is_weight(pl.types[i]))
             return es_fail(ES_E_UNSUPPORTED, "%s: layer %d %s experts have weight type %s, which "
                            "estream cannot compute with (it computes %s)", path, il, names[i],
                            es_qtype_name(pl.types[i]), es_qtype_weight_list());

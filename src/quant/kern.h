@@ -14,12 +14,11 @@
  * multiply with the same table (es_kern_active).
  *
  * DESIGN (how the SIMD kernels are fast): es_gemm() is not a loop of dot products. For each tile
- * of output rows (32 on AVX-512; 8 on NEON, AVX-VNNI and AVX2's Q2_K; 16 for AVX2's other
- * integer types) and a K-slice, it decodes the weights ONCE into an interleaved int8 (or float)
- * operand layout in the caller's per-thread scratch buffer (sized from the L2 that es_cpu_get()
- * reports), then runs a register-blocked micro-kernel over every token row of the call with that
- * tile: on AVX-512 VNNI, vpdpbusd with 16 output rows in the 16
- * lanes of a zmm, two zmm per tile, 4 activation bytes broadcast once for both, 6 tokens per
+ * of output rows (32 on AVX-512; 16 for AVX2's integer types in rows but Q2_K; otherwise 8) and
+ * a K-slice, it decodes the weights ONCE into an interleaved int8 (or float) operand layout in
+ * the caller's per-thread scratch buffer (sized from the L2 that es_cpu_get() reports), then runs
+ * a register-blocked micro-kernel over every token row of the call with that tile: on AVX-512
+ * VNNI, vpdpbusd with 16 output rows in the 16 lanes of a zmm, two zmm per tile, 4 activation bytes broadcast once for both, 6 tokens per
  * register block, an int32 sum per block of 32, then one float scale-and-accumulate per block.
  * Decoding once per tile and reusing it across all rows is what makes the unpack cost small
  * (measured on the bench machine: ~4 % of the GEMM at 128 rows, ~30 % at 16). bench/README.md

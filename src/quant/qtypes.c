@@ -92,6 +92,12 @@ const es_qtype_info *es_qtype_info_get(uint32_t type)
     return &type_table[type];
 }
 
+bool es_qtype_is_weight(uint32_t type)
+{
+    const es_qtype_info *q = es_qtype_info_get(type);
+    return q && q->supported && type != ES_QTYPE_Q8_K;
+}
+
 const char *es_qtype_weight_list(void)
 {
     /* test_quant:test_weight_list checks it against type_table */

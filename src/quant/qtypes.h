@@ -86,9 +86,10 @@ typedef struct es_qtype_info {
  * listed by `estream info`). */
 const es_qtype_info *es_qtype_info_get(uint32_t type);
 const char *es_qtype_name(uint32_t type); /* "?" for unknown */
-/* The weight types a model's tensors may have, as ggml names them ("f32, f16, ..."): every
- * supported type but q8_K (llama.cpp's activation format, which no file's weights use). For
- * the error that refuses a file's other types. */
+/* Whether a model's tensors may have this type: every supported type but q8_K (llama.cpp's
+ * activation format, which no file's weights use and no kernel table multiplies with). */
+bool es_qtype_is_weight(uint32_t type);
+/* Those types as ggml names them ("f32, f16, ..."), for the error that refuses the others. */
 const char *es_qtype_weight_list(void);
 /* Parses "q4_0", "F16" etc. (case-insensitive); returns false if unknown. */
 bool es_qtype_parse(const char *name, es_qtype *out);

@@ -756,9 +756,9 @@ static const mk_fn mk_table[A_N][TBMAX + 1] = {MK_ROW(A_Q40), MK_ROW(A_Q80), MK_
  * layout) takes the same tiles with its sign trick and int32 sums per group, 4 tokens x 2
  * columns (its |w| of both columns also take registers). Gains on Zen 3 (bench/README.md): Q4_0,
  * Q4_K 1.2-1.25x; Q8_0 1.1-1.3x at 128 and 512 rows, within noise at 16; Q5_K, Q6_K, Q3_K, Q5_1
- * 1.1-1.3x, Q5_0 1.05-1.15x. Q2_K keeps one column: two measured no faster (its decode and
- * float epilogue weigh more). Q8_0 in the tile layout
- * keeps one column, which its direct kernel reads.
+ * 1.1-1.4x at 128 and 512 rows, Q5_0 1.05-1.15x. Q2_K keeps one column: two measured no faster
+ * (its decode and float epilogue weigh more). Q8_0 in the tile layout keeps one column, which
+ * its direct kernel reads.
  */
 #define TB2 5 /* token rows per two-column register block */
 #if !VNNI
