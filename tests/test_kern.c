@@ -246,6 +246,29 @@ static void test_scalar_vs_float(void **state)
     }
 }
 
+/* Y (nr x N) of table isa against the dequantized weights times X's rows as es_act_round
+ * rounds them, within the float rounding (and Q8_1's F16 block sums, q81_err); finite. */
+static void expect_rounded_product(const char *isa, const mat *m, const float *X, int64_t ldx,
+                                   int64_t nr, const float *Y)
+{
+    const int64_t K = m->K, N = m->N;
+    float *xr = malloc(sizeof(float) * K);
+    assert_non_null(xr);
+    for (int64_t r = 0; r < nr; r++) {
+        memcpy(xr, X + r * ldx, sizeof(float) * K);
+        es_act_round(m->type, xr, K);
+        for (int64_t n = 0; n < N; n++) {
+            double want = 0;
+            for (int64_t i = 0; i < K; i++) want += (double)m->wf[n * K + i] * xr[i];
+            const double tol = 2e-5 * abs_dot(m->wf + n * K, xr, K) + q81_err(m, n, xr) + 1e-30;
+            if (!isfinite(Y[r * N + n]) || !t_near(Y[r * N + n], want, tol))
+                fail_msg("%s %s r=%ld n=%ld: got %.9g want %.9g", isa, es_qtype_name(m->type),
+                         (long)r, (long)n, Y[r * N + n], want);
+        }
+    }
+    free(xr);
+}
+
 /* The types of llama-quantize's fallbacks (Q5_0, Q4_1, Q5_1, IQ4_NL), IQ4_XS and MXFP4 (random
  * block bytes for IQ4, which estream cannot quantize to, and for MXFP4), through every table this
  * CPU runs: the product equals the dequantized weights times the activations as es_act_round
@@ -282,16 +305,8 @@ static void test_iq4_and_act_round(void **state)
                     if (xr[i] != xa[i])
                         fail_msg("%s %s: es_act_round gives %.9g at %ld, the table holds %.9g",
                                  es_kern_isa_names[ii], es_qtype_name(type), xr[i], (long)i, xa[i]);
-                for (int64_t n = 0; n < N; n++) {
-                    double want = 0;
-                    for (int64_t i = 0; i < K; i++) want += (double)m.wf[n * K + i] * xr[i];
-                    const double tol =
-                        2e-5 * abs_dot(m.wf + n * K, xr, K) + q81_err(&m, n, xr) + 1e-30;
-                    if (!t_near(Y[r * N + n], want, tol))
-                        fail_msg("%s %s r=%ld n=%ld: got %.9g want %.9g", es_kern_isa_names[ii],
-                                 es_qtype_name(type), (long)r, (long)n, Y[r * N + n], want);
-                }
             }
+            expect_rounded_product(es_kern_isa_names[ii], &m, X, ldx, nr, Y);
             free(xa);
             free(xr);
             free(Y);
@@ -329,22 +344,9 @@ static void test_q8_1_sum_range(void **state)
             for (int64_t i = 0; i < nr * ldx; i++) X[i] = 3000.0f * (1.0f + fabsf(X[i]));
             run u = {&k, &m, X, ldx, nr};
             void *act = prep_act(&u);
-            float *Y = aalloc(sizeof(float) * nr * N), *xr = malloc(sizeof(float) * K);
+            float *Y = aalloc(sizeof(float) * nr * N);
             do_gemm(&u, act, 0, N, NULL, nr, Y, N, 0);
-            for (int64_t r = 0; r < nr; r++) {
-                memcpy(xr, X + r * ldx, sizeof(float) * K);
-                es_act_round(types[ti], xr, K);
-                for (int64_t n = 0; n < N; n++) {
-                    double want = 0;
-                    for (int64_t i = 0; i < K; i++) want += (double)m.wf[n * K + i] * xr[i];
-                    const double tol =
-                        2e-5 * abs_dot(m.wf + n * K, xr, K) + q81_err(&m, n, xr) + 1e-30;
-                    if (!isfinite(Y[r * N + n]) || !t_near(Y[r * N + n], want, tol))
-                        fail_msg("%s %s r=%ld n=%ld: got %.9g want %.9g", es_kern_isa_names[ii],
-                                 es_qtype_name(types[ti]), (long)r, (long)n, Y[r * N + n], want);
-                }
-            }
-            free(xr);
+            expect_rounded_product(es_kern_isa_names[ii], &m, X, ldx, nr, Y);
             free(Y);
             free(act);
             free(X);

@@ -617,6 +617,33 @@ static inline int tb_of(int kind)
     }
 }
 
+/* One block's float step for one token and 8 output rows, the scalar table's operations in its
+ * order: acc is the block's exact int32 sums, rec its record, x the token's act row at the
+ * slice's first block (od, ods, oc2 the offsets of its d, ds and c2 there), flo Q6_K's first half
+ * already scaled. Returns y plus the block. */
+static inline __attribute__((always_inline)) __m256 block_y(const int kind, __m256i acc, __m256 flo,
+                                                            const uint8_t *rec, const uint8_t *x,
+                                                            int64_t b, int64_t od, int64_t ods,
+                                                            int64_t oc2, __m256 y)
+{
+    __m256 f;
+    if (kind == A_Q6K)
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_load_ps((const float *)(rec + 288)),
+                            flo);
+    else
+        f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_load_ps((const float *)(rec + 256)));
+    if (kind == A_Q2K) { /* the act's c2 holds the halves' sums of x */
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(x + oc2 + 8 * b)),
+                            _mm256_load_ps((const float *)(rec + 288)), f);
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(x + oc2 + 8 * b + 4)),
+                            _mm256_load_ps((const float *)(rec + 320)), f);
+    }
+    y = _mm256_fmadd_ps(f, bcstf(x + od + 4 * b), y);
+    if (kind == A_Q4K || kind == A_Q5K)
+        y = _mm256_fmadd_ps(_mm256_load_ps((const float *)(rec + 288)), bcstf(x + ods + 4 * b), y);
+    return y;
+}
+
 static inline __attribute__((always_inline)) void mk_int(const int kind, const int T,
                                                          const es_kern_block *a)
 {
@@ -688,26 +715,9 @@ static inline __attribute__((always_inline)) void mk_int(const int kind, const i
             }
         }
 #pragma GCC unroll 6
-        for (int t = 0; t < T; t++) {
-            const __m256 xd = bcstf(xr[t] + od + 4 * b);
-            __m256 f;
-            if (kind == A_Q6K)
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]),
-                                    _mm256_load_ps((const float *)(rec + 288)), flo[t]);
-            else
-                f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]),
-                                  _mm256_load_ps((const float *)(rec + 256)));
-            if (kind == A_Q2K) { /* the act's c2 holds the halves' sums of x */
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b)),
-                                    _mm256_load_ps((const float *)(rec + 288)), f);
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b + 4)),
-                                    _mm256_load_ps((const float *)(rec + 320)), f);
-            }
-            y[t] = _mm256_fmadd_ps(f, xd, y[t]);
-            if (kind == A_Q4K || kind == A_Q5K)
-                y[t] = _mm256_fmadd_ps(_mm256_load_ps((const float *)(rec + 288)),
-                                       bcstf(xr[t] + ods + 4 * b), y[t]);
-        }
+        for (int t = 0; t < T; t++)
+            y[t] = block_y(kind, acc[t], kind == A_Q6K ? flo[t] : _mm256_setzero_ps(), rec, xr[t],
+                           b, od, ods, oc2, y[t]);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++)
@@ -847,11 +857,9 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
                 }
         }
 #pragma GCC unroll 5
-        for (int t = 0; t < T; t++) {
-            const __m256 xd = bcstf(xr[t] + od + 4 * b);
+        for (int t = 0; t < T; t++)
 #pragma GCC unroll 2
             for (int c = 0; c < 2; c++) {
-                const uint8_t *rec = c ? rec1 : rec0;
                 __m256i acc;
                 if (gs < 8)
                     acc = _mm256_load_si256((const __m256i *)ibuf[t] + c);
@@ -859,27 +867,12 @@ static inline __attribute__((always_inline)) void mk_int2(const int kind, const 
                     acc = _mm256_add_epi32(kind == A_Q40 ? bcst4(xr[t] + oc + 4 * b)
                                                          : _mm256_setzero_si256(),
                                            q8 ? s16[c][t] : _mm256_madd_epi16(s16[c][t], ones));
-                __m256 f;
-                if (kind == A_Q6K)
-                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc),
-                                        _mm256_load_ps((const float *)(rec + 288)),
-                                        _mm256_load_ps(fbuf[t] + 8 * c));
-                else
-                    f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc),
-                                      _mm256_load_ps((const float *)(rec + 256)));
-                if (kind == A_Q2K) { /* the act's c2 holds the halves' sums of x */
-                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b)),
-                                        _mm256_load_ps((const float *)(rec + 288)), f);
-                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bcst4(xr[t] + oc2 + 8 * b + 4)),
-                                        _mm256_load_ps((const float *)(rec + 320)), f);
-                }
-                __m256 yv = _mm256_fmadd_ps(f, xd, _mm256_load_ps(ybuf[t] + 8 * c));
-                if (kind == A_Q4K || kind == A_Q5K)
-                    yv = _mm256_fmadd_ps(_mm256_load_ps((const float *)(rec + 288)),
-                                         bcstf(xr[t] + ods + 4 * b), yv);
-                _mm256_store_ps(ybuf[t] + 8 * c, yv);
+                const __m256 flo = kind == A_Q6K ? _mm256_load_ps(fbuf[t] + 8 * c)
+                                                 : _mm256_setzero_ps();
+                _mm256_store_ps(ybuf[t] + 8 * c,
+                                block_y(kind, acc, flo, c ? rec1 : rec0, xr[t], b, od, ods, oc2,
+                                        _mm256_load_ps(ybuf[t] + 8 * c)));
             }
-        }
     }
 #pragma GCC unroll 5
     for (int t = 0; t < T; t++)
