@@ -180,7 +180,8 @@ $(BUILD)/tests/%: tests/%.c tests/t.h $(BUILD)/libestream.a
 # no AMX flags so that it cannot contain one: an object only these test programs link. It
 # registers itself before main, so that they run the amx table by name (es_kern_get("amx"),
 # kernels = "amx") on any AVX-512 CPU, bit for bit against the other tables; where the CPU has
-# AMX they run the real one. The library, the CLI and the benchmarks never contain it.
+# AMX they run the real one (and without AVX-512, the build below). The library, the CLI and
+# the benchmarks never contain it.
 ifneq (,$(findstring x86_64,$(TARGET)))
 AMX_EMU_OBJ   := $(BUILD)/tests/x86_amx_emu.o
 AMX_EMU_TESTS := $(BUILD)/tests/test_kern $(BUILD)/tests/test_tiles $(BUILD)/tests/test_forward \
@@ -192,6 +193,26 @@ $(AMX_EMU_OBJ): src/quant/x86_amx.c
 $(AMX_EMU_TESTS): $(AMX_EMU_OBJ)
 $(AMX_EMU_TESTS): TEST_OBJ += $(AMX_EMU_OBJ)
 -include $(AMX_EMU_OBJ:.o=.d)
+
+# The avx512 and amx tables once more, on AVX2 alone: quant/avx512_emu.h (SIMDe, libsimde-dev)
+# stands in for the AVX-512 instructions, amx_ops.h's emulation for the tiles. x86_amx.c's build
+# registers the three fills before main, and the dispatcher offers "avx512" and "amx" by name
+# on a CPU without AVX-512 (an AMD Zen 2/3), so the same tests compare those tables bit for bit
+# there too. Test programs only, as above; test_vec runs the avx512 table's vector steps. -O1:
+# at -O2 the avx512 table's micro-kernels on SIMDe took over two minutes to compile, -O1 one.
+EMU512_OBJ := $(BUILD)/tests/emu512/x86_avx512.o $(BUILD)/tests/emu512/vec_avx512.o \
+              $(BUILD)/tests/emu512/x86_amx.o
+# Under UBSan: SIMDe computes the lanes' wrapping x86 arithmetic in C's signed types (int8 + int8
+# in vector extensions, shifts of negative lanes), which UBSan reports; the real instructions wrap.
+EMU512_SAN := -fno-sanitize-address-use-after-scope -fno-sanitize=signed-integer-overflow,shift
+$(EMU512_OBJ): $(BUILD)/tests/emu512/%.o: src/quant/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O1 -fno-var-tracking -mavx2 -mfma -mf16c -Wno-psabi \
+	    $(if $(filter 1,$(SAN)),$(EMU512_SAN)) \
+	    -DES_AVX512_EMULATE -DES_AMX_EMULATE -include quant/avx512_emu.h -c -o $@ $<
+$(AMX_EMU_TESTS) $(BUILD)/tests/test_vec: $(EMU512_OBJ)
+$(AMX_EMU_TESTS) $(BUILD)/tests/test_vec: TEST_OBJ += $(EMU512_OBJ)
+-include $(EMU512_OBJ:.o=.d)
 endif
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libestream.a

@@ -9,8 +9,9 @@
  * be bit-identical to the same sequence's alone. A bug that lets one sequence's keys into
  * another's attention, or that counts positions from the batch's start, changes them.
  *
- * The amx kernel table (AMX tiles, or on an AVX-512 CPU without AMX the emulation of the tile
- * instructions this program links) is held to the same check with the avx512 table's outputs
+ * The amx kernel table (AMX tiles, or on a CPU without AMX the emulation of the tile
+ * instructions this program links, on AVX-512 or its emulation on AVX2) is held to the same
+ * check with the avx512 table's outputs
  * alone as the reference: its batches, resident and streamed, on 1-3 threads, must give them
  * bit for bit.
  *

@@ -1,8 +1,9 @@
 /*
  * The fast path against the reference path (the oracle) on the committed tiny models, and its
  * determinism: bit-identical logits for 1, 2, 3 and 4 threads. The amx kernel table (AMX tiles,
- * or on an AVX-512 CPU without AMX the emulation of the tile instructions this program links)
- * gives the avx512 table's logits bit for bit, resident and streamed, on 1-3 threads.
+ * or on a CPU without AMX the emulation of the tile instructions this program links, on the
+ * CPU's AVX-512 or, without it, on the emulation of AVX-512 on AVX2) gives the avx512 table's
+ * logits bit for bit, resident and streamed, on 1-3 threads.
  */
 #include "t.h"
 

@@ -326,7 +326,7 @@ static void test_plan_q4_0(void **s) { (void)s; check_type(ES_QTYPE_Q4_0, 0.02);
 static void test_plan_q8_0(void **s) { (void)s; check_type(ES_QTYPE_Q8_0, 0.02); }
 static void test_plan_f32(void **s) { (void)s; check_type(ES_QTYPE_F32, 1e-4); }
 
-/* The amx table's plan (emulated tiles on an AVX-512 CPU without AMX) against the scalar table's,
+/* The amx table's plan (emulated tiles on a CPU without AMX) against the scalar table's,
  * bit for bit: its calls pack their token rows, so the plan gives each thread an even share of
  * the columns (plan.c chunk_cols): 1 thread one chunk of all FF and D columns, 2 threads two
  * (FF 160 + 128, D 160 + 160), 3 threads the usual 128-column chunks with tails; rows and the

@@ -5,7 +5,7 @@
 # toolchain and qemu, tools/replicas-check.sh nginx): not here, because a newcomer's build
 # should not get a web server (Debian's nginx package starts one on port 80).
 set -euo pipefail
-pkgs=(build-essential pkg-config liburing-dev libpcre2-dev libxxhash-dev libjansson-dev libcmocka-dev clang python3 python3-venv)
+pkgs=(build-essential pkg-config liburing-dev libpcre2-dev libxxhash-dev libjansson-dev libcmocka-dev libsimde-dev clang python3 python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,7 +10,9 @@
  * the reason is logged at ESTREAM_LOG=2 and returned by es_kern_isa_why_not() (estream info
  * --system prints it). Test programs may link an emulation of the tiles, which registers itself
  * (es_kern_amx_register_emulation): "amx" is then available by name on an AVX-512 CPU without
- * AMX, but never the default, so nothing but a test that asks for it runs the emulation. The
+ * AMX, but never the default, so nothing but a test that asks for it runs the emulation; and an
+ * emulation of AVX-512 itself on AVX2 (es_kern_avx512_register_emulation), which offers "avx512"
+ * and "amx" by name on a CPU without AVX-512, under the same rule. The
  * list of names is the same on every architecture; another architecture's tables are never
  * available (their files are not even built), and a request for one gets the best table of this
  * machine. On AArch64, asimd needs only Advanced SIMD (every Linux AArch64 CPU), neon adds
@@ -78,17 +80,50 @@ void es_kern_amx_register_emulation(void (*fill)(es_kern *k))
     amx_emulation = fill;
 }
 
+/* Set before main by the test-only AVX-512 emulation objects (avx512_emu.h). */
+static struct {
+    void (*kern)(es_kern *k), (*vec)(es_kern *k), (*amx)(es_kern *k);
+} avx512_emulation;
+
+void es_kern_avx512_register_emulation(void (*kern)(es_kern *k), void (*vec)(es_kern *k),
+                                       void (*amx)(es_kern *k))
+{
+    avx512_emulation.kern = kern;
+    avx512_emulation.vec = vec;
+    avx512_emulation.amx = amx;
+}
+
 static bool isa_ok(int isa);
 
-/* The real tiles: the avx512 table (amx decodes and scales with it) and AMX usable here. */
+/* The CPU's own AVX-512 (F/BW/VL/DQ, VNNI) on top of AVX2. */
+static bool avx512_real(void)
+{
+    return BUILT_X86 && es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX512_CORE |
+                                   ES_CPU_AVX512_VNNI);
+}
+
+bool es_kern_avx512_emulated(void)
+{
+    return avx512_emulation.kern && !avx512_real() && isa_ok(ISA_AVX2);
+}
+
+/* The real tiles: the CPU's AVX-512 (amx decodes and scales with it) and AMX usable here. */
 static bool amx_real(void)
 {
-    return isa_ok(ISA_AVX512) && es_cpu_amx_unusable() == NULL;
+    return avx512_real() && es_cpu_amx_unusable() == NULL;
+}
+
+/* The emulated tiles' fill: on the CPU's AVX-512, or on the emulated one. */
+static void (*amx_emulation_fill(void))(es_kern *k)
+{
+    if (amx_real()) return NULL;
+    if (avx512_real()) return amx_emulation;
+    return es_kern_avx512_emulated() ? avx512_emulation.amx : NULL;
 }
 
 bool es_kern_amx_emulated(void)
 {
-    return amx_emulation && isa_ok(ISA_AVX512) && !amx_real();
+    return amx_emulation_fill() != NULL;
 }
 
 static bool isa_ok(int isa)
@@ -102,8 +137,7 @@ static bool isa_ok(int isa)
     case ISA_AVXVNNI:
         return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX_VNNI);
     case ISA_AVX512:
-        return es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C | ES_CPU_AVX512_CORE |
-                          ES_CPU_AVX512_VNNI);
+        return avx512_real() || es_kern_avx512_emulated();
     case ISA_AMX:
         return amx_real() || es_kern_amx_emulated();
     case ISA_ASIMD:
@@ -114,6 +148,13 @@ static bool isa_ok(int isa)
         return es_cpu_has(ES_CPU_NEON | ES_CPU_DOTPROD | ES_CPU_I8MM);
     }
     return false;
+}
+
+/* A table that runs here only on a test program's emulation. */
+static bool emulated(int isa)
+{
+    if (!isa_ok(isa)) return false;
+    return isa == ISA_AVX512 ? !avx512_real() : isa == ISA_AMX ? !amx_real() : false;
 }
 
 static int isa_index(const char *name)
@@ -133,12 +174,15 @@ static void fill_upto(es_kern *k, int isa)
         es_vec_fill_avx2(k);
     }
     if (isa >= ISA_AVXVNNI && isa_ok(ISA_AVXVNNI)) es_kern_fill_avxvnni(k);
-    if (isa >= ISA_AVX512 && isa_ok(ISA_AVX512)) {
+    if (isa >= ISA_AVX512 && avx512_real()) {
         es_kern_fill_avx512(k);
         es_vec_fill_avx512(k);
+    } else if (isa >= ISA_AVX512 && es_kern_avx512_emulated()) {
+        avx512_emulation.kern(k);
+        avx512_emulation.vec(k);
     }
     if (isa >= ISA_AMX && amx_real()) es_kern_fill_amx(k);
-    else if (isa >= ISA_AMX && es_kern_amx_emulated()) amx_emulation(k);
+    else if (isa >= ISA_AMX && es_kern_amx_emulated()) amx_emulation_fill()(k);
 #endif
 #if BUILT_ARM64
     if (isa >= ISA_ASIMD && isa_ok(ISA_ASIMD)) {
@@ -172,7 +216,7 @@ const char *es_kern_isa_why_not(const char *isa)
     case ISA_AVX512:
         return "this CPU (or OS) lacks AVX-512 F/BW/VL/DQ or VNNI";
     case ISA_AMX:
-        return isa_ok(ISA_AVX512) ? es_cpu_amx_unusable()
+        return avx512_real() ? es_cpu_amx_unusable()
                                   : "amx decodes and scales with AVX-512 (F/BW/VL/DQ, VNNI), "
                                     "which this CPU (or OS) lacks";
     case ISA_ASIMD:
@@ -197,7 +241,7 @@ const char *es_kern_init(const char *force)
     if (!force) force = getenv("ESTREAM_ISA");
     int best = ISA_SCALAR;
     for (int i = ISA_COUNT - 1; i > ISA_SCALAR; i--)
-        if (isa_ok(i) && (i != ISA_AMX || amx_real())) { /* the emulation is never the default */
+        if (isa_ok(i) && !emulated(i)) { /* an emulation is never the default */
             best = i;
             break;
         }
@@ -222,9 +266,11 @@ const char *es_kern_init(const char *force)
     }
     fill_upto(&es_kern_active, want);
     es_log(ES_LOG_INFO, "kernels: %s%s", es_kern_active.isa,
-           want == ISA_AMX && !amx_real() ? " (the tests' emulation of the tiles)" : "");
+           !emulated(want)             ? ""
+           : es_kern_avx512_emulated() ? " (the tests' emulation of AVX-512 on AVX2)"
+                                       : " (the tests' emulation of the tiles)");
     /* where the avx512 table runs, say why its tiles do not (ESTREAM_LOG=2) */
-    if (isa_ok(ISA_AVX512) && !amx_real())
+    if (avx512_real() && !amx_real())
         es_log(ES_LOG_INFO, "kernels: amx not used: %s", es_cpu_amx_unusable());
     return es_kern_active.isa;
 }

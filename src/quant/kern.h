@@ -124,6 +124,17 @@ void es_kern_amx_register_emulation(void (*fill)(es_kern *k));
 /* True if the "amx" table of this process runs on the emulation (for the tests' messages). */
 bool es_kern_amx_emulated(void);
 
+/* Tests only: the avx512 and amx tables built a further time on AVX2 (x86_avx512.c,
+ * vec_avx512.c and x86_amx.c with ES_AVX512_EMULATE: quant/avx512_emu.h stands in for the
+ * AVX-512 instructions, amx_ops.h's C emulation for the tiles) register their three fills here
+ * before main. On a CPU with AVX2 but no AVX-512 the dispatcher then offers "avx512" and "amx"
+ * when asked for by name, never as the default; where the CPU has AVX-512 its real instructions
+ * run (and the tiles' emulation above, or the real tiles). */
+void es_kern_avx512_register_emulation(void (*kern)(es_kern *k), void (*vec)(es_kern *k),
+                                       void (*amx)(es_kern *k));
+/* True if the "avx512" table of this process runs on that emulation (for the tests' messages). */
+bool es_kern_avx512_emulated(void);
+
 /* Fills *k with the named ISA's table (for tests and benchmarks that compare ISAs). Returns false
  * (and leaves *k untouched) if the name is unknown or the ISA is not available. */
 bool es_kern_get(const char *isa, es_kern *k);

@@ -3,7 +3,9 @@
  * the avx512 table. Built with AVX-512 and AMX flags; exports only es_kern_fill_amx() (STYLE §6).
  * Its second build (ES_AMX_EMULATE, amx_ops.h) runs the same code on a C emulation of the tile
  * instructions and only registers itself with the dispatcher, for the tests; a third
- * (ES_AMX_NO_TMUL) leaves the matrix unit's work out, for bench/bench_amx_bound.
+ * (ES_AMX_NO_TMUL) leaves the matrix unit's work out, for bench/bench_amx_bound; a fourth
+ * (ES_AMX_EMULATE and ES_AVX512_EMULATE: avx512_emu.h) runs on AVX2 alone, for the tests on
+ * CPUs without AVX-512.
  *
  * DESIGN. The table is the avx512 one (act preparation, float kernels, element-wise steps) with
  * the gemm of every integer weight kind replaced: a call with at least ROWS_MIN token rows goes
@@ -426,6 +428,14 @@ static void fill(es_kern *k)
 void es_kern_fill_amx(es_kern *k)
 {
     fill(k);
+}
+#elif defined(ES_AVX512_EMULATE)
+/* The tests' build on AVX2 (avx512_emu.h; the fills of its x86_avx512.c and vec_avx512.c builds
+ * are renamed there): before main, offer the dispatcher avx512 and amx where the CPU has no
+ * AVX-512 of its own. */
+__attribute__((constructor)) static void register_emulation(void)
+{
+    es_kern_avx512_register_emulation(es_kern_fill_avx512, es_vec_fill_avx512, fill);
 }
 #else
 /* The tests' build (emulated tiles) and bench_amx_bound's (no matrix unit): before main, offer
