@@ -949,16 +949,16 @@ static es_kern_tiling int_tiling(int kind, int tiled,
                             .kernel = run_table[kind]};
 }
 
-/* Row layout: the tile's first column of rows, and its second (records after the first's) when
- * the tile has one and the wanted rows reach it. */
-static inline __attribute__((always_inline)) void decode_rows(decode_fn dec, const int cols,
+/* Row layout: the tile's first column of rows, and its second (records after the first's, where
+ * the kernels read it: nbs * REC_OF(kind)) when the tile has one and the wanted rows reach it. */
+static inline __attribute__((always_inline)) void decode_rows(decode_fn dec, const int kind,
                                                               const es_kern_tile *t, uint8_t *tile)
 {
     const int64_t kb0 = t->k0 / 32, kb1 = t->k1 / 32;
     const uint8_t *W = (const uint8_t *)t->W + t->nt * t->wrb;
     dec(W, t->wrb, t->hi < NR ? t->hi : NR, kb0, kb1, tile);
-    if (cols == 2 && t->hi > NR)
-        dec(W + NR * t->wrb, t->wrb, t->hi - NR, kb0, kb1, tile + (kb1 - kb0) * REC);
+    if (COLUMNS(kind) == 2 && t->hi > NR)
+        dec(W + NR * t->wrb, t->wrb, t->hi - NR, kb0, kb1, tile + (kb1 - kb0) * REC_OF(kind));
 }
 
 static size_t scratch_int(int64_t K)
@@ -975,7 +975,7 @@ static size_t scratch_int(int64_t K)
 #define GEMM_INT(name, kind, dec, type)                                                            \
     static void name##_decode(const es_kern_tile *t, uint8_t *tile)                                \
     {                                                                                              \
-        decode_rows(dec, COLUMNS(kind), t, tile);                                                  \
+        decode_rows(dec, kind, t, tile);                                                           \
     }                                                                                              \
     static void name(const void *W, int64_t K, int64_t n0, int64_t n1, const void *act,            \
                      const int32_t *rows, int64_t n_rows, float *Y, int64_t ldy, int accumulate,   \
