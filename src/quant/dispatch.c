@@ -217,8 +217,8 @@ const char *es_kern_isa_why_not(const char *isa)
         return "this CPU (or OS) lacks AVX-512 F/BW/VL/DQ or VNNI";
     case ISA_AMX:
         return avx512_real() ? es_cpu_amx_unusable()
-                                  : "amx decodes and scales with AVX-512 (F/BW/VL/DQ, VNNI), "
-                                    "which this CPU (or OS) lacks";
+                             : "amx decodes and scales with AVX-512 (F/BW/VL/DQ, VNNI), "
+                               "which this CPU (or OS) lacks";
     case ISA_ASIMD:
         return "this CPU lacks Advanced SIMD";
     case ISA_NEON:
