@@ -2,6 +2,7 @@
 #   make            release library, CLI           -> build/
 #   make SAN=1      ASan+UBSan build of everything -> build-san/
 #   make TSAN=1     ThreadSanitizer build          -> build-tsan/
+#   make EMU512=0   test programs without the AVX-512 emulation (tests/emu512/, for AVX2 CPUs)
 #   make test       build and run the test suite (ends with "N passed, N failed")
 #   make bench      build the benchmarks under bench/
 #   make fuzz       build the libFuzzer harnesses (clang)  -> build-fuzz/fuzz_*
@@ -200,18 +201,29 @@ $(AMX_EMU_TESTS): TEST_OBJ += $(AMX_EMU_OBJ)
 # on a CPU without AVX-512 (an AMD Zen 2/3), so the same tests compare those tables bit for bit
 # there too. Test programs only, as above; test_vec runs the avx512 table's vector steps. -O1:
 # at -O2 the avx512 table's micro-kernels on SIMDe took over two minutes to compile, -O1 one.
+# EMU512=0 leaves them out of the test programs (tools/mutants.sh, for bugs that are not in those
+# tables: a bug in kern.h would otherwise rebuild them, a minute or more each).
+EMU512 ?= 1
 EMU512_OBJ := $(BUILD)/tests/emu512/x86_avx512.o $(BUILD)/tests/emu512/vec_avx512.o \
               $(BUILD)/tests/emu512/x86_amx.o
-# Under UBSan: SIMDe computes the lanes' wrapping x86 arithmetic in C's signed types (int8 + int8
-# in vector extensions, shifts of negative lanes), which UBSan reports; the real instructions wrap.
-EMU512_SAN := -fno-sanitize-address-use-after-scope -fno-sanitize=signed-integer-overflow,shift
+# The sanitizer builds: SIMDe's lane-by-lane bodies under ASan+UBSan took 8 minutes to compile
+# (x86_avx512.c) and ran several times slower, so the avx512 table's two files are built without
+# sanitizers (their code is sanitized natively on AVX-512 CPUs) and x86_amx.c, whose driver keeps
+# the per-thread tile state and the scratch the decoded tiles are written to, with ASan (or TSan)
+# alone: UBSan's checks doubled its compile time, and SIMDe's lanes wrap as x86 ones do, which
+# UBSan would report as signed overflow.
+EMU512_CFLAGS = $(filter-out -fsanitize=% -fno-sanitize-recover=%,$(CFLAGS)) -O1 -fno-var-tracking \
+                -mavx2 -mfma -mf16c -Wno-psabi -DES_AVX512_EMULATE -DES_AMX_EMULATE \
+                -include quant/avx512_emu.h
+EMU512_SANITIZE := $(if $(filter 1,$(SAN)),-fsanitize=address -fno-sanitize-address-use-after-scope) \
+                   $(if $(filter 1,$(TSAN)),-fsanitize=thread)
 $(EMU512_OBJ): $(BUILD)/tests/emu512/%.o: src/quant/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O1 -fno-var-tracking -mavx2 -mfma -mf16c -Wno-psabi \
-	    $(if $(filter 1,$(SAN)),$(EMU512_SAN)) \
-	    -DES_AVX512_EMULATE -DES_AMX_EMULATE -include quant/avx512_emu.h -c -o $@ $<
+	$(CC) $(EMU512_CFLAGS) $(if $(filter %/x86_amx.o,$@),$(EMU512_SANITIZE)) -c -o $@ $<
+ifeq ($(EMU512),1)
 $(AMX_EMU_TESTS) $(BUILD)/tests/test_vec: $(EMU512_OBJ)
 $(AMX_EMU_TESTS) $(BUILD)/tests/test_vec: TEST_OBJ += $(EMU512_OBJ)
+endif
 -include $(EMU512_OBJ:.o=.d)
 endif
 
