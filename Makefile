@@ -81,9 +81,10 @@ TARGET := $(shell $(CC) -dumpmachine)
 ifneq (,$(findstring x86_64,$(TARGET)))
   ARCH_SKIP := src/quant/arm_% src/quant/vec_neon.c
 else ifneq (,$(findstring aarch64,$(TARGET)))
-  ARCH_SKIP := src/quant/x86_% src/quant/vec_avx%
+  ARCH_SKIP := src/quant/x86_% src/quant/vec_avx% tests/test_emu512.c
 else
-  ARCH_SKIP := src/quant/x86_% src/quant/vec_avx% src/quant/arm_% src/quant/vec_neon.c
+  ARCH_SKIP := src/quant/x86_% src/quant/vec_avx% src/quant/arm_% src/quant/vec_neon.c \
+               tests/test_emu512.c
 endif
 
 # The library is everything but its clients: records/ (JSON records), serve/ (the HTTP service)
@@ -91,7 +92,7 @@ endif
 APP_DIRS  := src/records src/serve src/cli
 LIB_SRC   := $(filter-out $(ARCH_SKIP),$(sort $(shell find src -name '*.c' $(APP_DIRS:%=-not -path '%/*'))))
 CLI_SRC   := $(sort $(foreach d,$(APP_DIRS),$(wildcard $(d)/*.c)))
-TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+TEST_SRC  := $(filter-out $(ARCH_SKIP),$(sort $(wildcard tests/test_*.c)))
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -224,6 +225,12 @@ ifeq ($(EMU512),1)
 $(AMX_EMU_TESTS) $(BUILD)/tests/test_vec: $(EMU512_OBJ)
 $(AMX_EMU_TESTS) $(BUILD)/tests/test_vec: TEST_OBJ += $(EMU512_OBJ)
 endif
+# test_emu512 holds avx512_emu.h to the instructions' definitions: compiled as that build is
+# (private: not passed on to the library's objects, which make may build on its way).
+# Under UBSan: SIMDe computes some lanes' wrapping x86 arithmetic in C's signed types.
+EMU512_WRAP := -fno-sanitize=signed-integer-overflow,shift
+$(BUILD)/tests/test_emu512: private CFLAGS += -mavx2 -mfma -mf16c -Wno-psabi \
+    -include quant/avx512_emu.h $(if $(filter 1,$(SAN)),$(EMU512_WRAP))
 -include $(EMU512_OBJ:.o=.d)
 endif
 
@@ -325,4 +332,6 @@ uninstall:
 clean:
 	rm -rf build build-san build-tsan build-debug build-fuzz build-aarch64
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+# the test programs' too: a header only they include (tests/t.h, quant/avx512_emu.h for
+# test_emu512) rebuilds them
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d)

@@ -12,7 +12,8 @@
  * manual defines it; the float reductions in the order of GCC's avx512fintrin.h (upper 256 +
  * lower 256, then the 128-bit halves, then lanes {2,3} onto {0,1}, then lane 1 onto lane 0),
  * the order the avx512 table's bits come from. Masked loads and stores touch only the lanes
- * the mask selects, as the instructions do (they never fault on the others).
+ * the mask selects, as the instructions do (they never fault on the others). tests/test_emu512.c
+ * holds what is written here to those definitions.
  */
 #ifndef ES_QUANT_AVX512_EMU_H
 #define ES_QUANT_AVX512_EMU_H
