@@ -208,7 +208,7 @@ EMU512 ?= 1
 EMU512_OBJ := $(BUILD)/tests/emu512/x86_avx512.o $(BUILD)/tests/emu512/vec_avx512.o \
               $(BUILD)/tests/emu512/x86_amx.o
 # The sanitizer builds: SIMDe's lane-by-lane bodies under ASan+UBSan took 8 minutes to compile
-# (x86_avx512.c) and ran several times slower, so the avx512 table's two files are built without
+# (x86_avx512.c; 3 for x86_amx.c), so the avx512 table's two files are built without
 # sanitizers (their code is sanitized natively on AVX-512 CPUs) and x86_amx.c, whose driver keeps
 # the per-thread tile state and the scratch the decoded tiles are written to, with ASan (or TSan)
 # alone: UBSan's checks doubled its compile time, and SIMDe's lanes wrap as x86 ones do, which
