@@ -15,14 +15,12 @@
 
 #include <sys/mman.h>
 
-static bool have_avx2(void)
-{
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-}
+#include "core/cpu.h"
+
+/* what the emulation's build is compiled for (CPUID and XCR0, as the dispatcher asks) */
 #define NEED_AVX2()                                                                                \
     do {                                                                                           \
-        if (!have_avx2()) skip();                                                                  \
+        if (!es_cpu_has(ES_CPU_AVX2 | ES_CPU_FMA | ES_CPU_F16C)) skip();                           \
     } while (0)
 
 static uint32_t bits_of(float f)
