@@ -7,7 +7,8 @@
 # usage: tools/mutants.sh [--no-baseline] [NAME...]     (default: every mutant)
 #
 # The scratch copy takes the Release build along (build/, timestamps kept), so a mutant rebuilds
-# only what its file touches. Each record's `kill:` programs (or program:case) run first; only
+# only what its file touches; afterwards its source and the build files it rewrote are put back
+# as they were (file times too), so the next mutant does not rebuild them unmutated. Each record's `kill:` programs (or program:case) run first; only
 # when they all pass does the whole suite run (fail-fast, in parallel), and a mutant killed there
 # is flagged so the record can be corrected. A record whose `needs:` kernel table does not run on
 # this CPU (estream info --system, "runs here") is "not applicable here: <why>", counted apart
@@ -37,6 +38,8 @@ mkdir "$scratch/0"
 [ -d "$root/build" ] && cp -a "$root/build" "$scratch/0/build"
 cd "$scratch/0"
 if ! make -j"$jobs" tests >build.log 2>&1; then tail -n 20 build.log; echo "mutants: unmutated build failed"; exit 1; fi
+# The unmutated build, kept aside once: each mutant's rebuilt files are copied back from it.
+cp -a build "$scratch/pristine"
 runs_here=$(build/estream info --system | sed -n 's/^kernels: .*(runs here: \([^;]*\);.*/\1/p')
 # ESTREAM_MUTANTS_EMULATED=1: on an AVX2 CPU without AVX-512, the avx512 and amx records count as
 # applicable too, since their kill tests run those tables on the tests' emulation
@@ -50,6 +53,18 @@ if [ "${ESTREAM_MUTANTS_EMULATED:-0}" = 1 ] && [[ " $runs_here " == *" avx2 "* ]
     runs_here="$runs_here avx512 amx"
     emu512=EMU512=1
 fi
+
+# The objects of kernel tables that never run here (no CPU support, no emulation): make takes them
+# as up to date (make -o), so a bug in a header they include (kern.h) does not recompile them;
+# nothing here could execute the mutated copy. The amx table runs only where avx512 does (natively
+# or on the tests' tile emulation, tests/x86_amx_emu.o).
+assume_old=()
+if [[ " $runs_here " != *" avx512 "* ]]; then
+    for o in src/quant/x86_avx512.o src/quant/vec_avx512.o src/quant/x86_amx.o tests/x86_amx_emu.o; do
+        assume_old+=(-o "build/$o")
+    done
+fi
+[[ " $runs_here " == *" avxvnni "* ]] || assume_old+=(-o build/src/quant/x86_avxvnni.o)
 
 # A kill entry: "test_x" (the whole program) or "test_x:test_case" (that case alone).
 run_entry() { # entry -> 0 passed, 1 failed, 200 names no test that runs; output in entry.log
@@ -111,6 +126,8 @@ run_mutant() { # name file find repl kill needs
         return
     fi
     if [ -z "$kill" ]; then echo "BROKEN   $name: no kill: line in tests/mutants.txt"; return; fi
+    # A second back: file times are kept at the kernel's tick, and nothing in build/ was written since
+    touch -d '-1 second' stamp
     cp "$root/$file" "$file" # pristine copy (and a new mtime, so make rebuilds it)
     if ! FIND=$find REPL=$repl perl -0pi -e '
             my ($f, $r) = ($ENV{FIND}, $ENV{REPL});
@@ -118,15 +135,15 @@ run_mutant() { # name file find repl kill needs
             die "found $n times\n" if $n != 1;
             s/\Q$f\E/$r/;' "$file" 2>perl.err; then
         echo "BROKEN   $name: the line to replace in $file $(cat perl.err)"
-        return
+        restore "$file"; return
     fi
     local t0=$SECONDS by='' e targets=(tests)
     # the kill programs and the CLI they may run are enough to kill it; the rest of the suite is
     # built only when they pass (relinking every test program took a third of each mutant's time)
     [ "$full" = 1 ] || targets=(build/estream $(for e in $kill; do echo "build/tests/${e%%:*}"; done | sort -u))
-    if ! make -j"$jobs" "$emu512" "${targets[@]}" >build.log 2>&1; then
+    if ! make -j"$jobs" "$emu512" "${assume_old[@]}" "${targets[@]}" >build.log 2>&1; then
         echo "killed   $name: does not compile ($((SECONDS - t0)) s)"
-        cp "$root/$file" "$file"; return
+        restore "$file"; return
     fi
     if [ "$full" != 1 ]; then
         for e in $kill; do
@@ -134,14 +151,14 @@ run_mutant() { # name file find repl kill needs
             case $? in
             0) ;;
             200) echo "BROKEN   $name: kill entry $e runs no test"
-                 cp "$root/$file" "$file"; return ;;
+                 restore "$file"; return ;;
             *) by=$e; break ;;
             esac
         done
     fi
     if [ -n "$by" ]; then
         echo "killed   $name by: $by ($((SECONDS - t0)) s)"
-    elif ! make -j"$jobs" "$emu512" tests >build.log 2>&1; then
+    elif ! make -j"$jobs" "$emu512" "${assume_old[@]}" tests >build.log 2>&1; then
         echo "killed   $name: the suite does not compile ($((SECONDS - t0)) s)"
     elif ESTREAM_TEST_FAIL_FAST=$((1 - full)) bash tests/run.sh -j "$jobs" build >suite.log 2>&1; then
         echo "SURVIVED $name: the suite passes ($((SECONDS - t0)) s)"
@@ -153,7 +170,26 @@ run_mutant() { # name file find repl kill needs
         [ "$full" = 1 ] || note=" -- not by its kill: entries ($kill); correct tests/mutants.txt"
         echo "killed   $name by: ${progs}[${cases% }] ($((SECONDS - t0)) s)$note"
     fi
-    cp "$root/$file" "$file"
+    restore "$file"
+}
+
+# Undoes a mutant: its source as copied (file time too: older than the build again), and every
+# build file written since the stamp copied back from the unmutated build (or removed where it
+# has none), then any that a failed compile deleted. Without this, the next mutant would rebuild
+# everything the last one touched (a kern.h bug: every kernel table, about a minute).
+restore() { # file
+    cp -p "$root/$1" "$1"
+    find build -newer stamp \( -type f -o -type l \) -print0 |
+        while IFS= read -r -d '' f; do
+            rm -f "$f"
+            if [ -e "$scratch/pristine/${f#build/}" ] || [ -L "$scratch/pristine/${f#build/}" ]; then
+                cp -a "$scratch/pristine/${f#build/}" "$f"
+            fi
+        done
+    (cd "$scratch/pristine" && find . \( -type f -o -type l \) -print0) |
+        while IFS= read -r -d '' f; do
+            [ -e "build/$f" ] || [ -L "build/$f" ] || { mkdir -p "$(dirname "build/$f")"; cp -a "$scratch/pristine/$f" "build/$f"; }
+        done
 }
 
 # $jobs workers, each in its own copy of the scratch tree (build included, timestamps kept), take
