@@ -8,7 +8,8 @@
 #
 # The scratch copy takes the Release build along (build/, timestamps kept), so a mutant rebuilds
 # only what its file touches; afterwards its source and the build files it rewrote are put back
-# as they were (file times too), so the next mutant does not rebuild them unmutated. Each record's `kill:` programs (or program:case) run first; only
+# as they were (file times too), so the next mutant does not rebuild them unmutated. Each
+# record's `kill:` programs (or program:case) run first; only
 # when they all pass does the whole suite run (fail-fast, in parallel), and a mutant killed there
 # is flagged so the record can be corrected. A record whose `needs:` kernel table does not run on
 # this CPU (estream info --system, "runs here") is "not applicable here: <why>", counted apart
@@ -126,7 +127,9 @@ run_mutant() { # name file find repl kill needs
         return
     fi
     if [ -z "$kill" ]; then echo "BROKEN   $name: no kill: line in tests/mutants.txt"; return; fi
-    # A second back: file times are kept at the kernel's tick, and nothing in build/ was written since
+    # what make and the tests write in build/ from now on is newer than this (a second back: file
+    # times move at the kernel's tick; nothing was written there in that second, restore below
+    # keeps the unmutated build's times)
     touch -d '-1 second' stamp
     cp "$root/$file" "$file" # pristine copy (and a new mtime, so make rebuilds it)
     if ! FIND=$find REPL=$repl perl -0pi -e '
