@@ -20,6 +20,7 @@
 
 #include "gguf/gguf.h"
 #include "tok/tok.h"
+#include "tok/utf8.h"
 
 /* ---------------------------------------------------------------------------------------------
  * helpers
@@ -499,6 +500,50 @@ static void test_gpt_neox(void **state)
     es_tok_destroy(t);
 }
 
+/* The decoder on each way a sequence can be broken, against UTF-8's definition (RFC 3629) with
+ * llama.cpp's leniency (utf8.h): a lead byte whose continuation bytes are missing or wrong, in any
+ * position, gives U+FFFD and consumes one byte; overlong forms and surrogates decode. */
+static void test_utf8_decode(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        size_t n, used;
+        uint32_t cp;
+    } cases[] = {
+        {"A", 1, 1, 0x41},
+        {"\xC3\xA9", 2, 2, 0xE9},
+        {"\xE2\x82\xAC", 3, 3, 0x20AC},
+        {"\xF0\x9F\x98\x80", 4, 4, 0x1F600},
+        {"\xF4\x8F\xBF\xBF", 4, 4, 0x10FFFF},
+        {"\xC0\xAF", 2, 2, 0x2F},        /* overlong '/', accepted as llama.cpp does */
+        {"\xED\xA0\x80", 3, 3, 0xD800}, /* a surrogate, likewise */
+        {"\x80", 1, 1, ES_UTF8_REPLACEMENT},
+        {"\xBF\x80", 2, 1, ES_UTF8_REPLACEMENT},
+        {"\xC3\x28", 2, 1, ES_UTF8_REPLACEMENT},
+        {"\xC3", 1, 1, ES_UTF8_REPLACEMENT},
+        {"\xE2\x28\xAC", 3, 1, ES_UTF8_REPLACEMENT},
+        {"\xE2\x82\x28", 3, 1, ES_UTF8_REPLACEMENT},
+        {"\xE2\x82", 2, 1, ES_UTF8_REPLACEMENT},
+        {"\xF0\x28\x98\x80", 4, 1, ES_UTF8_REPLACEMENT},
+        {"\xF0\x9F\x28\x80", 4, 1, ES_UTF8_REPLACEMENT},
+        {"\xF0\x9F\x98\x41", 4, 1, ES_UTF8_REPLACEMENT},
+        {"\xF0\x9F\x98", 3, 1, ES_UTF8_REPLACEMENT},
+        {"\xF8\x88\x80\x80\x80", 5, 1, ES_UTF8_REPLACEMENT},
+        {"\xFF", 1, 1, ES_UTF8_REPLACEMENT},
+    };
+    for (size_t i = 0; i < T_LEN(cases); i++) {
+        size_t used = 99;
+        const uint32_t cp = es_utf8_decode((const uint8_t *)cases[i].s, cases[i].n, &used);
+        if (cp != cases[i].cp || used != cases[i].used)
+            fail_msg("case %zu: U+%04X using %zu bytes, want U+%04X using %zu", i, (unsigned)cp,
+                     used, (unsigned)cases[i].cp, cases[i].used);
+        uint8_t out[4]; /* the first five, canonical forms, encode back to their bytes */
+        if (i < 5 && (es_utf8_encode(cp, out) != used || memcmp(out, cases[i].s, used)))
+            fail_msg("case %zu: U+%04X does not encode back to its bytes", i, (unsigned)cp);
+    }
+}
+
 /* Random bytes (mostly invalid UTF-8): no crash, ids in range, with every tokenizer kind. */
 static void test_random_bytes(void **state)
 {
@@ -953,7 +998,7 @@ int main(void)
         cmocka_unit_test(test_gpt_neox),       cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_threads),        cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_llama3_split),   cmocka_unit_test(test_all_pre),
-        cmocka_unit_test(test_exaone_moe_split),
+        cmocka_unit_test(test_exaone_moe_split), cmocka_unit_test(test_utf8_decode),
         cmocka_unit_test(test_family_pre_tokenizers),
         cmocka_unit_test(test_wikitext_roundtrip),
     };
