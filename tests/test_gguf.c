@@ -741,6 +741,21 @@ static void test_bad_tensors(void **state)
         b = build(3, 0, NULL, same, 2, 32, 32);
         expect_format(&b, "overlap");
         bb_free(&b);
+        /* one shared byte (byte tensors, alignment 1); ending where the next starts is fine */
+        bb_key(&k, "general.alignment", ES_GGUF_UINT32), bb_u32(&k, 1);
+        tdesc one[] = {{"a", 1, {33}, ES_QTYPE_I8, 0}, {"b", 1, {8}, ES_QTYPE_I8, 32}};
+        b = build(3, 1, &k, one, 2, 1, 40);
+        expect_format(&b, "tensors 'a' (bytes 0..33) and 'b' (bytes 32..40) overlap");
+        bb_free(&b);
+        tdesc touch[] = {{"a", 1, {32}, ES_QTYPE_I8, 0}, {"b", 1, {8}, ES_QTYPE_I8, 32}};
+        b = build(3, 1, &k, touch, 2, 1, 40);
+        es_gguf *g = NULL;
+        void *copy;
+        if (open_copy(b.p, b.n, "touch.gguf", &g, &copy) != ES_OK)
+            fail_msg("tensors that meet without sharing a byte: %s", es_last_error());
+        es_gguf_close(g);
+        free(copy);
+        bb_free(&b), bb_free(&k);
     }
     /* truncated inside the tensor infos */
     {
